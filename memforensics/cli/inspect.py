@@ -1,0 +1,13 @@
+"""`memforensics inspect`: placeholder until its issue lands (replaced by the owner)."""
+
+from __future__ import annotations
+
+import click
+
+from memforensics.errors import ToolingError
+
+
+@click.command(name="inspect")
+def command() -> None:
+    """Not built yet."""
+    raise ToolingError("'inspect' is not built yet")

@@ -1,0 +1,13 @@
+"""`memforensics oom`: placeholder until its issue lands (replaced by the owner)."""
+
+from __future__ import annotations
+
+import click
+
+from memforensics.errors import ToolingError
+
+
+@click.command(name="oom")
+def command() -> None:
+    """Not built yet."""
+    raise ToolingError("'oom' is not built yet")

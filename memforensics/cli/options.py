@@ -1,0 +1,125 @@
+"""Options and parameter types shared by every command (defined once, reused)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from memforensics.errors import EXIT_CODE_TABLE
+from memforensics.units import parse_duration, parse_size
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def exit_codes_epilog() -> str:
+    """The exit-code table for every command's --help (``\\b`` keeps click from rewrapping)."""
+    rows = "\n".join(f"  {code}  {meaning}" for code, meaning in EXIT_CODE_TABLE)
+    return f"\b\nExit codes:\n{rows}"
+
+
+class SizeType(click.ParamType):
+    """A byte size in human units: 4096, 512KiB, 64MiB, 2GiB."""
+
+    name = "SIZE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_size(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class DurationType(click.ParamType):
+    """A duration: 500ms, 10s, 5m, 1h, or a bare number of seconds."""
+
+    name = "DURATION"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, (int, float)):
+            return float(value)
+        try:
+            seconds = parse_duration(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        if seconds <= 0:
+            self.fail(f"{value!r} must be longer than zero", param, ctx)
+        return seconds
+
+
+class RatioType(click.ParamType):
+    """A ratio between 0 and 1, also accepted as a percentage (``0.5`` or ``50%``)."""
+
+    name = "RATIO"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, float):
+            return value
+        text = str(value).strip()
+        try:
+            ratio = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        except ValueError:
+            self.fail(f"{value!r} is not a ratio (try 0.5 or 50%)", param, ctx)
+        if not 0 <= ratio <= 1:
+            self.fail(f"{value!r} is outside 0..1 (0%..100%)", param, ctx)
+        return ratio
+
+
+SIZE = SizeType()
+DURATION = DurationType()
+RATIO = RatioType()
+
+
+def json_option(func: F) -> F:
+    """``--json``: one JSON document on stdout instead of the human report."""
+    return click.option(
+        "--json", "as_json", is_flag=True, help="Print one JSON document on stdout (for scripts)."
+    )(func)
+
+
+def verbose_option(func: F) -> F:
+    """``-v``: show the raw exchange with gdb/journalctl and tracebacks on stderr."""
+
+    def remember(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+        if value:
+            ctx.find_root().meta["memforensics.verbose"] = True
+        return value
+
+    return click.option(
+        "-v",
+        "--verbose",
+        is_flag=True,
+        callback=remember,
+        expose_value=True,
+        help="Show the gdb/MI or journalctl exchange and full tracebacks on stderr.",
+    )(func)
+
+
+def timeout_option(default: str = "10s") -> Callable[[F], F]:
+    """``--timeout``: deadline for reaching a safe point and for each call into the target."""
+    return click.option(
+        "--timeout",
+        "timeout_seconds",
+        type=DURATION,
+        default=default,
+        show_default=True,
+        help="Give up (exit 6, target left running) if a safe point or a call takes longer.",
+    )
+
+
+def gdb_option(func: F) -> F:
+    """``--gdb PATH``: which gdb to drive."""
+    return click.option(
+        "--gdb",
+        "gdb_path",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="gdb executable to use (default: gdb on PATH).",
+    )(func)

@@ -1,0 +1,13 @@
+"""`memforensics parse`: placeholder until its issue lands (replaced by the owner)."""
+
+from __future__ import annotations
+
+import click
+
+from memforensics.errors import ToolingError
+
+
+@click.command(name="parse")
+def command() -> None:
+    """Not built yet."""
+    raise ToolingError("'parse' is not built yet")

@@ -1,0 +1,13 @@
+"""`memforensics trim`: placeholder until its issue lands (replaced by the owner)."""
+
+from __future__ import annotations
+
+import click
+
+from memforensics.errors import ToolingError
+
+
+@click.command(name="trim")
+def command() -> None:
+    """Not built yet."""
+    raise ToolingError("'trim' is not built yet")

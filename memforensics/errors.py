@@ -1,0 +1,96 @@
+"""The one exception hierarchy; each class carries its exit code and a default hint."""
+
+from __future__ import annotations
+
+# Exit codes: the contract in README.md and every command's --help epilog.
+EXIT_OK = 0
+EXIT_GATE = 1
+EXIT_USAGE = 2
+EXIT_TARGET = 3
+EXIT_PERMISSION = 4
+EXIT_TOOLING = 5
+EXIT_TIMEOUT = 6
+EXIT_INPUT = 7
+
+EXIT_CODE_TABLE: tuple[tuple[int, str], ...] = (
+    (EXIT_OK, "success"),
+    (EXIT_GATE, "a gate failed (threshold exceeded, or oom --fail-if-found found kills)"),
+    (EXIT_USAGE, "usage error"),
+    (EXIT_TARGET, "target process problem (no such PID, exited, zombie, not glibc malloc)"),
+    (EXIT_PERMISSION, "permission denied (ptrace not allowed, journal not readable)"),
+    (EXIT_TOOLING, "tooling problem (gdb or journalctl missing or unusable)"),
+    (EXIT_TIMEOUT, "timeout (no safe point or a call did not return; target left running)"),
+    (EXIT_INPUT, "invalid input data (malformed, truncated or hostile dump or log)"),
+)
+
+
+class MemforensicsError(Exception):
+    """Root of every error the tool reports; ``str(err)`` is the one-line message."""
+
+    exit_code: int = EXIT_TOOLING
+    default_hint: str | None = None
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint if hint is not None else self.default_hint
+
+
+class TargetError(MemforensicsError):
+    """The target process cannot be examined: gone, zombie, kernel thread, not glibc."""
+
+    exit_code = EXIT_TARGET
+
+
+class NoSuchProcessError(TargetError):
+    """No process has the given PID (or it exited while we worked on it)."""
+
+    default_hint = "check the PID with `ps -p PID` or select by name with --name"
+
+
+class NotGlibcMallocError(TargetError):
+    """The target does not allocate through glibc malloc (musl, jemalloc, static …)."""
+
+    default_hint = "malloc_info only describes glibc's allocator; use the allocator's own stats"
+
+
+class TargetPermissionError(MemforensicsError):
+    """Not allowed to trace the target or to read the journal."""
+
+    exit_code = EXIT_PERMISSION
+    default_hint = "run as the target's user or as root (sudo -E), or grant CAP_SYS_PTRACE"
+
+
+class ToolingError(MemforensicsError):
+    """A tool we drive (gdb, journalctl) is missing or misbehaves."""
+
+    exit_code = EXIT_TOOLING
+
+
+class DeadlineError(MemforensicsError):
+    """No safe point was reached, or a call did not return in time; target left running."""
+
+    exit_code = EXIT_TIMEOUT
+    default_hint = "retry with a longer --timeout; the target was detached and left running"
+
+
+class InputDataError(MemforensicsError):
+    """A dump or log that is malformed, truncated, hostile or not what it claims."""
+
+    exit_code = EXIT_INPUT
+
+    def __init__(
+        self,
+        what: str,
+        *,
+        source: str | None = None,
+        line: int | None = None,
+        hint: str | None = None,
+    ) -> None:
+        where = ""
+        if source is not None:
+            where = f"{source}:{line}: " if line is not None else f"{source}: "
+        super().__init__(f"{where}{what}", hint=hint)
+        self.what = what
+        self.source = source
+        self.line = line

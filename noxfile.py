@@ -1,0 +1,79 @@
+"""Developer and CI sessions: tests, lint, typecheck, bench."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import nox
+
+nox.options.sessions = ["tests", "lint", "typecheck"]
+nox.options.reuse_existing_virtualenvs = True
+
+HERE = Path(__file__).parent
+# Debian packages the integration tests drive for real: the command each provides.
+SYSTEM_TOOLS = {
+    "gdb": "gdb",
+    "cc": "gcc",
+    "systemd-journal-remote": "systemd-journal-remote",
+}
+JOURNAL_REMOTE = "/lib/systemd/systemd-journal-remote"
+
+
+def _missing_system_packages() -> list[str]:
+    missing = []
+    for command, package in SYSTEM_TOOLS.items():
+        if command == "systemd-journal-remote":
+            if not Path(JOURNAL_REMOTE).exists():
+                missing.append(package)
+        elif shutil.which(command) is None:
+            missing.append(package)
+    return missing
+
+
+def ensure_system_packages(session: nox.Session) -> None:
+    """Install the Debian packages the real-thing tests need, when missing and root."""
+    missing = _missing_system_packages()
+    if not missing:
+        return
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        session.warn(f"missing system packages {missing}; their tests will skip saying why")
+        return
+    env = {"DEBIAN_FRONTEND": "noninteractive"}
+    session.run("apt-get", "update", "-qq", external=True, env=env)
+    session.run("apt-get", "install", "-y", "-qq", *missing, external=True, env=env)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Unit, CLI and integration tests against real gdb, journalctl and cgroups."""
+    ensure_system_packages(session)
+    session.install("-e", ".[test]")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check."""
+    session.install("ruff")
+    session.run("ruff", "check", "memforensics", "tests", "benchmarks", "noxfile.py", "scripts")
+    session.run(
+        "ruff", "format", "--check", "memforensics", "tests", "benchmarks", "noxfile.py", "scripts"
+    )
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict over the package."""
+    session.install("-e", ".[dev]")
+    session.run("mypy")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks: ratios against the manual way, measured in the same run."""
+    ensure_system_packages(session)
+    session.install("-e", ".")
+    for script in sorted((HERE / "benchmarks").glob("bench_*.py")):
+        session.run("python", str(script), *session.posargs)

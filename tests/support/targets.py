@@ -1,0 +1,120 @@
+"""Real target processes for integration tests: compiled from tests/targets/*.c or Python,
+started behind a "ready" handshake on stdout, always killed in ``finally``."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+TARGETS_DIR = Path(__file__).resolve().parent.parent / "targets"
+_BUILD_DIR = Path(tempfile.gettempdir()) / f"memforensics-test-targets-{os.getuid()}"
+READY_TIMEOUT_SECONDS = 20.0
+
+
+@dataclass
+class Target:
+    """A running target process and the line it printed after "ready"."""
+
+    proc: subprocess.Popen[bytes]
+    ready_line: str
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def state(self) -> str:
+        """The one-letter state from /proc/PID/stat ('R', 'S', 'T', 'Z', ...)."""
+        stat = Path(f"/proc/{self.pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0]
+
+
+def have_cc() -> bool:
+    return shutil.which("cc") is not None
+
+
+def compile_target(name: str, *extra_flags: str) -> Path:
+    """Compile tests/targets/NAME.c (cached by content and flags) and return the binary."""
+    source = TARGETS_DIR / f"{name}.c"
+    digest = hashlib.sha256(source.read_bytes() + " ".join(extra_flags).encode()).hexdigest()[:12]
+    _BUILD_DIR.mkdir(mode=0o700, exist_ok=True)
+    binary = _BUILD_DIR / f"{name}-{digest}"
+    if not binary.exists():
+        tmp = binary.with_suffix(".tmp")
+        subprocess.run(
+            ["cc", "-O1", "-g0", "-o", str(tmp), str(source), "-pthread", *extra_flags],
+            check=True,
+            capture_output=True,
+        )
+        tmp.rename(binary)
+    return binary
+
+
+def _read_ready(proc: subprocess.Popen[bytes]) -> str:
+    """Wait for a line starting with 'ready' on the target's stdout."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+    os.set_blocking(proc.stdout.fileno(), True)
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline().decode(errors="replace").strip()
+        if line.startswith("ready"):
+            return line
+        if not line and proc.poll() is not None:
+            raise RuntimeError(f"target exited with {proc.returncode} before saying ready")
+    raise RuntimeError("target did not say ready in time")
+
+
+@contextlib.contextmanager
+def running(argv: Sequence[str], *, env: dict[str, str] | None = None) -> Iterator[Target]:
+    """Start ``argv``, wait for its "ready" line, yield it, and kill it in ``finally``."""
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    proc = subprocess.Popen(
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=full_env,
+        start_new_session=True,
+    )
+    try:
+        yield Target(proc=proc, ready_line=_read_ready(proc))
+    finally:
+        if proc.poll() is None:
+            # A target left stopped by a failed test still dies: SIGKILL works on stopped tasks.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+@contextlib.contextmanager
+def c_target(
+    name: str, *args: str, env: dict[str, str] | None = None, cflags: Sequence[str] = ()
+) -> Iterator[Target]:
+    """Compile and run tests/targets/NAME.c with ``args``."""
+    binary = compile_target(name, *cflags)
+    with running([str(binary), *args], env=env) as target:
+        yield target
+
+
+@contextlib.contextmanager
+def python_target(code: str, *, env: dict[str, str] | None = None) -> Iterator[Target]:
+    """Run ``python -c code``; the code must print a line starting with 'ready' and flush."""
+    with running([sys.executable, "-c", code], env=env) as target:
+        yield target
