@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, overload
 
 BucketKind = Literal["fast", "bin", "unsorted"]
 
@@ -33,12 +34,91 @@ class SizeBucket:
         return max(self.total_bytes - self.count, 0)
 
 
+# Counts this large are not real chunk counts: old glibc (<= 2.17) printed the never
+# initialised <unsorted> slot, with values seen between 1e9 and 1.4e14 in real dumps.
+SUSPECT_COUNT = 10**9
+SUSPECT_BYTES = 1 << 56
+
+
+def bucket_kind(tag: str, from_bytes: int, to_bytes: int) -> BucketKind:
+    """Classify a bucket line: ``<unsorted>``, a fastbin, or a regular bin."""
+    if tag == "unsorted":
+        return "unsorted"
+    # Regular bins carry PREV_INUSE and so print odd sizes; fastbin lines print the
+    # masked chunk size (even) over a MALLOC_ALIGNMENT-wide range.
+    if to_bytes % 2 == 0 and from_bytes < to_bytes:
+        return "fast"
+    return "bin"
+
+
+class SizeTable(Sequence[SizeBucket]):
+    """An arena's bucket lines kept as glibc printed them, turned into SizeBuckets on use.
+
+    A big dump has hundreds of thousands of bucket lines; keeping their digits and building
+    objects only when a report asks keeps parsing near libxml2's own speed and memory low.
+    The parser has already checked every value is a decimal integer below 2**64.
+    """
+
+    __slots__ = ("_buckets", "_first_line", "_n_size", "_values")
+
+    def __init__(self, size_values: Sequence[str], unsorted_values: Sequence[str], first_line: int):
+        self._values = (*size_values, *unsorted_values)
+        self._n_size = len(size_values) // 4
+        self._first_line = first_line
+        self._buckets: tuple[SizeBucket, ...] | None = None
+
+    def _materialize(self) -> tuple[SizeBucket, ...]:
+        if self._buckets is None:
+            numbers = list(map(int, self._values))
+            built = []
+            for position in range(0, len(numbers), 4):
+                from_bytes, to_bytes, total_bytes, count = numbers[position : position + 4]
+                tag = "size" if position < 4 * self._n_size else "unsorted"
+                built.append(
+                    SizeBucket(
+                        bucket_kind(tag, from_bytes, to_bytes),
+                        from_bytes,
+                        to_bytes,
+                        total_bytes,
+                        count,
+                        self._first_line + position // 4,
+                        count >= SUSPECT_COUNT or total_bytes >= SUSPECT_BYTES,
+                    )
+                )
+            self._buckets = tuple(built)
+        return self._buckets
+
+    def __len__(self) -> int:
+        return len(self._values) // 4
+
+    @overload
+    def __getitem__(self, index: int) -> SizeBucket: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[SizeBucket]: ...
+    def __getitem__(self, index: int | slice) -> SizeBucket | Sequence[SizeBucket]:
+        return self._materialize()[index]
+
+    def __iter__(self) -> Iterator[SizeBucket]:
+        return iter(self._materialize())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence):
+            return tuple(self) == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._materialize())
+
+    def __repr__(self) -> str:
+        return f"SizeTable({len(self)} buckets)"
+
+
 @dataclass(frozen=True, slots=True)
 class Arena:
     """One ``<heap nr=N>``: a malloc arena (0 is the main arena, 1 the newest)."""
 
     index: int
-    sizes: tuple[SizeBucket, ...]
+    sizes: Sequence[SizeBucket]  # a tuple, or a lazily built SizeTable from the parser
     fast_chunks: int | None  # None: glibc without fastbins (after 2.43) prints no line
     fast_bytes: int | None
     rest_chunks: int
@@ -50,6 +130,19 @@ class Arena:
     subheaps: int | None = None  # glibc >= 2.27, non-main arenas only
     line: int = 0
     extra: tuple[tuple[str, str], ...] = ()  # unknown elements/attributes, kept verbatim
+
+    @property
+    def top_bytes(self) -> int | None:
+        """The top chunk's bytes where glibc counts it in ``rest`` (2.31+), else None.
+
+        glibc 2.31 added top to ``rest`` as one extra block (BZ #24026), so rest's count is
+        one more than the bins' and top is rest minus the bins; older glibc leaves it out.
+        """
+        bins = [b for b in self.sizes if b.kind != "fast"]
+        if self.rest_chunks != sum(b.count for b in bins) + 1:
+            return None
+        top = self.rest_bytes - sum(b.total_bytes for b in bins)
+        return top if top >= 0 else None
 
     @property
     def free_bytes(self) -> int:
