@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 import traceback
 from typing import Any
@@ -19,8 +20,31 @@ def _print_error(message: str, hint: str | None) -> None:
         click.echo(f"hint: {hint}", err=True)
 
 
+# Command name -> module; imported only when the command runs (or --help lists it), so
+# `parse` never pays for loading the gdb machinery.
+COMMAND_MODULES = {
+    "inspect": "memforensics.cli.inspect",
+    "trim": "memforensics.cli.trim",
+    "parse": "memforensics.cli.parse",
+    "diff": "memforensics.cli.diff",
+    "oom": "memforensics.cli.oom",
+    "demo": "memforensics.cli.demo",
+}
+
+
 class MemforensicsGroup(click.Group):
-    """A group that turns library errors into one-line messages and documented exit codes."""
+    """A group that loads commands lazily and turns library errors into one-line
+    messages and documented exit codes."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMAND_MODULES)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module_name = COMMAND_MODULES.get(cmd_name)
+        if module_name is None:
+            return None
+        command: click.Command = importlib.import_module(module_name).command
+        return command
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -59,24 +83,10 @@ def cli() -> None:
     """Why is a process's memory so much bigger than what it uses, what can be
     given back, and who did the OOM killer take?
 
-    \b
-    inspect  live glibc heap report of a running process (via gdb)
-    trim     forecast, run and measure malloc_trim on a running process
-    parse    the same heap report from saved malloc_info XML (CI gates)
-    diff     what changed between two saved dumps
-    oom      find OOM kills in the kernel journal, saved logs or /dev/kmsg
-    demo     reproduce the classic fragmentation case end to end
+    Start with `memforensics demo` to see the classic glibc fragmentation case
+    end to end, then `memforensics inspect PID` on your own process. Every
+    command takes --help and --json.
     """
-
-
-def _register() -> None:
-    from memforensics.cli import demo, diff, inspect, oom, parse, trim
-
-    for module in (inspect, trim, parse, diff, oom, demo):
-        cli.add_command(module.command)
-
-
-_register()
 
 
 def main() -> None:

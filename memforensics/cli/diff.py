@@ -1,13 +1,56 @@
-"""`memforensics diff`: placeholder until its issue lands (replaced by the owner)."""
+"""`memforensics diff`: what changed between two saved malloc_info dumps."""
 
 from __future__ import annotations
 
+import sys
+
 import click
 
-from memforensics.errors import ToolingError
+from memforensics.analysis.diff import diff_dumps
+from memforensics.cli.options import exit_codes_epilog, json_option, verbose_option
+from memforensics.cli.output import emit_json, stdout_console
+from memforensics.errors import InputDataError
+from memforensics.model.heap import HeapDump
+from memforensics.render.diff import diff_json, render_diff
+from memforensics.sources.malloc_xml import iter_dumps
+
+EXAMPLES = """\b
+Examples:
+  memforensics diff yesterday.xml today.xml
+  memforensics diff --json before.xml after.xml | jq .totals.free_delta_bytes
+\b
+Arenas are matched by their number in the dump. glibc numbers arenas from the
+main arena (0) through the newest (1) to the oldest, so when a new arena appears
+between two dumps the numbers of the older ones shift; the totals stay exact.
+A file holding a series of dumps contributes its last dump.
+"""
 
 
-@click.command(name="diff")
-def command() -> None:
-    """Not built yet."""
-    raise ToolingError("'diff' is not built yet")
+def _last_dump(name: str) -> HeapDump:
+    source = sys.stdin.buffer if name == "-" else name
+    label = "<stdin>" if name == "-" else name
+    last = None
+    for dump in iter_dumps(source, name=label):
+        last = dump
+    if last is None:  # iter_dumps raises first; kept for the type checker
+        raise InputDataError("no <malloc> document found", source=label)
+    return last
+
+
+@click.command(name="diff", epilog=EXAMPLES + "\n" + exit_codes_epilog())
+@click.argument("old", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
+@click.argument("new", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
+@click.option("--all", "show_unchanged", is_flag=True, help="Also list arenas that did not change.")
+@json_option
+@verbose_option
+def command(old: str, new: str, show_unchanged: bool, as_json: bool, verbose: bool) -> None:
+    """Compare two saved dumps, OLD then NEW: per-arena and total change."""
+    if old == "-" and new == "-":
+        raise click.UsageError("only one of OLD and NEW can be - (stdin)")
+    diff = diff_dumps(_last_dump(old), _last_dump(new))
+    if as_json:
+        emit_json(diff_json(diff, old_name=old, new_name=new))
+    else:
+        stdout_console().print(
+            render_diff(diff, old_name=old, new_name=new, show_unchanged=show_unchanged)
+        )

@@ -1,0 +1,25 @@
+"""Where output goes: data on stdout (rich or JSON), status and gate lines on stderr."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+from rich.console import Console
+
+
+def stdout_console() -> Console:
+    """Console for reports; rich drops colour on non-TTY and honours NO_COLOR itself."""
+    return Console(file=sys.stdout, highlight=False, soft_wrap=False)
+
+
+def stderr_console() -> Console:
+    """Console for status, spinners and progress (never data)."""
+    return Console(file=sys.stderr, highlight=False)
+
+
+def emit_json(document: Any) -> None:
+    """One JSON document on stdout: plain json.dumps, so `| jq` always works."""
+    click.echo(json.dumps(document, indent=2, sort_keys=False))

@@ -1,0 +1,263 @@
+"""Heap report renderers: rich renderables for people, ``memforensics/heap/1`` dicts for scripts."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from memforensics.analysis.heap import ArenaFigures, HeapAnalysis, HistogramRow
+from memforensics.model.advice import Advice
+from memforensics.units import format_bytes
+
+HEAP_SCHEMA = "memforensics/heap/1"
+SortKey = Literal["free", "in-use", "system", "index"]
+SORT_KEYS: tuple[SortKey, ...] = ("free", "in-use", "system", "index")
+BAR_WIDTH = 24
+TABLE_BAR_WIDTH = 12
+# Distinct glyphs, not only colours, so the bar reads the same with NO_COLOR or on paper.
+IN_USE_GLYPH = "█"
+FREE_GLYPH = "░"
+
+
+def usage_bar(in_use_bytes: int, free_bytes: int, width: int = BAR_WIDTH) -> Text:
+    """A bar of in-use (█) against free (░) bytes."""
+    total = in_use_bytes + free_bytes
+    if total <= 0:
+        return Text("·" * width, style="dim")
+    free_cells = round(width * free_bytes / total)
+    bar = Text(IN_USE_GLYPH * (width - free_cells), style="cyan")
+    bar.append(FREE_GLYPH * free_cells, style="yellow")
+    return bar
+
+
+def _sorted_arenas(arenas: tuple[ArenaFigures, ...], sort: SortKey) -> list[ArenaFigures]:
+    keys = {
+        "free": lambda a: (-a.free_bytes, a.index),
+        "in-use": lambda a: (-a.in_use_bytes, a.index),
+        "system": lambda a: (-a.system_bytes, a.index),
+        "index": lambda a: (a.index,),
+    }
+    return sorted(arenas, key=keys[sort])
+
+
+def _totals_panel(analysis: HeapAnalysis, title: str | None) -> Panel:
+    dump = analysis.dump
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(justify="right", no_wrap=True)
+    grid.add_column(style="dim")
+    grid.add_row("arenas", str(len(dump.arenas)), "0 is the main arena, 1 the newest")
+    grid.add_row(
+        "system",
+        format_bytes(dump.system_bytes),
+        f"from the kernel for arenas (max {format_bytes(dump.system_max_bytes)})",
+    )
+    grid.add_row("in use", format_bytes(dump.in_use_bytes), "system − free (upper bound)")
+    fast = "n/a" if dump.fast_bytes is None else format_bytes(dump.fast_bytes)
+    grid.add_row(
+        "free",
+        format_bytes(dump.free_bytes),
+        f"{dump.rest_chunks + (dump.fast_chunks or 0):,} chunks in bins (fast {fast})",
+    )
+    grid.add_row(
+        "  ≥ 1 page",
+        format_bytes(analysis.page_or_larger_free_bytes),
+        "in chunks malloc_trim can cut pages from",
+    )
+    grid.add_row(
+        "mmap",
+        format_bytes(dump.mmap_bytes),
+        f"{dump.mmap_chunks:,} live blocks outside arenas"
+        if dump.mmap_chunks is not None
+        else "not printed by this glibc",
+    )
+    grid.add_row(
+        "free ratio",
+        f"{dump.free_ratio:.0%}",
+        usage_bar(dump.in_use_bytes, dump.free_bytes),
+    )
+    heading = title or "glibc heap"
+    if analysis.suspect:
+        heading += "  [suspect counters]"
+    return Panel(grid, title=heading, title_align="left", box=box.ROUNDED)
+
+
+def arena_table(analysis: HeapAnalysis, *, top: int | None = 20, sort: SortKey = "free") -> Table:
+    """The per-arena table, sorted and cut to ``top`` rows (None: all)."""
+    rows = _sorted_arenas(analysis.arenas, sort)
+    shown = rows if top is None or top <= 0 else rows[:top]
+    table = Table(
+        title=f"arenas (sorted by {sort}"
+        + (f", top {len(shown)} of {len(rows)})" if len(shown) < len(rows) else ")"),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    for name in ("arena", "system", "in use", "free", "free%"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column(f"{IN_USE_GLYPH}used {FREE_GLYPH}free", no_wrap=True)
+    table.add_column("top", justify="right", no_wrap=True)
+    table.add_column("heaps", justify="right", no_wrap=True)
+    for arena in shown:
+        table.add_row(
+            str(arena.index) + (" !" if arena.suspect else ""),
+            format_bytes(arena.system_bytes),
+            format_bytes(arena.in_use_bytes),
+            format_bytes(arena.free_bytes),
+            f"{arena.free_ratio:.0%}",
+            usage_bar(arena.in_use_bytes, arena.free_bytes, TABLE_BAR_WIDTH),
+            format_bytes(arena.top_bytes),
+            "" if arena.subheaps is None else str(arena.subheaps),
+        )
+    if len(shown) < len(rows):
+        table.caption = f"… {len(rows) - len(shown)} more arenas (--top 0 shows all)"
+    return table
+
+
+def _class_label(row: HistogramRow) -> str:
+    if row.to_bytes is None:
+        return f"≥ {format_bytes(row.from_bytes)}"
+    return f"{format_bytes(row.from_bytes)} – {format_bytes(row.to_bytes)}"
+
+
+def histogram_table(analysis: HeapAnalysis) -> Table:
+    """Free chunks by size class, merged across arenas."""
+    table = Table(
+        title="free chunks by size (all arenas)", title_justify="left", box=box.SIMPLE_HEAD
+    )
+    table.add_column("chunk size", no_wrap=True)
+    table.add_column("chunks", justify="right")
+    table.add_column("bytes", justify="right")
+    table.add_column("share", justify="right")
+    table.add_column("", no_wrap=True)
+    total = sum(r.bytes for r in analysis.histogram) or 1
+    for row in analysis.histogram:
+        share = row.bytes / total
+        cells = round(BAR_WIDTH * share)
+        table.add_row(
+            _class_label(row),
+            f"{row.chunks:,}",
+            format_bytes(row.bytes),
+            f"{share:.0%}",
+            Text(FREE_GLYPH * cells, style="yellow" if row.page_or_larger else "magenta"),
+        )
+    table.caption = "chunks of a page or more can be trimmed; smaller ones cannot"
+    return table
+
+
+def advice_renderable(advice: tuple[Advice, ...]) -> RenderableType:
+    """Advice as a short list; warnings first."""
+    if not advice:
+        return Text("no advice: nothing stands out", style="dim")
+    lines = Text()
+    for item in sorted(advice, key=lambda a: a.severity != "warn"):
+        marker = "▲ " if item.severity == "warn" else "• "
+        lines.append(marker, style="bold yellow" if item.severity == "warn" else "bold")
+        lines.append(item.message)
+        lines.append(f"  [{item.code}]\n", style="dim")
+    lines.rstrip()
+    return Panel(lines, title="advice", title_align="left", box=box.ROUNDED)
+
+
+def render_heap(
+    analysis: HeapAnalysis,
+    *,
+    top: int | None = 20,
+    sort: SortKey = "free",
+    title: str | None = None,
+    extra_advice: tuple[Advice, ...] = (),
+) -> RenderableType:
+    """The whole human report: totals, arenas, histogram, advice and what figures mean."""
+    parts: list[RenderableType] = [_totals_panel(analysis, title)]
+    if analysis.arenas:
+        parts.append(arena_table(analysis, top=top, sort=sort))
+    if analysis.histogram:
+        parts.append(histogram_table(analysis))
+    parts.append(advice_renderable(analysis.advice + extra_advice))
+    parts.append(Text("\n".join(f"· {note}" for note in analysis.notes), style="dim"))
+    return Group(*parts)
+
+
+def _advice_json(advice: tuple[Advice, ...]) -> list[dict[str, str]]:
+    return [{"code": a.code, "severity": a.severity, "message": a.message} for a in advice]
+
+
+def heap_json(analysis: HeapAnalysis) -> dict[str, Any]:
+    """The ``memforensics/heap/1`` document (docs/json.md); inspect adds its own keys."""
+    dump = analysis.dump
+    arenas_by_index = {a.index: a for a in dump.arenas}
+    arenas = []
+    for figures in analysis.arenas:
+        arena = arenas_by_index[figures.index]
+        arenas.append(
+            {
+                "index": figures.index,
+                "system_bytes": figures.system_bytes,
+                "system_max_bytes": figures.system_max_bytes,
+                "free_bytes": figures.free_bytes,
+                "fast_bytes": figures.fast_bytes,
+                "fast_chunks": arena.fast_chunks,
+                "rest_bytes": figures.rest_bytes,
+                "rest_chunks": arena.rest_chunks,
+                "in_use_bytes": figures.in_use_bytes,
+                "free_ratio": round(figures.free_ratio, 6),
+                "top_bytes": figures.top_bytes,
+                "subheaps": figures.subheaps,
+                "aspace_total_bytes": arena.aspace_total_bytes,
+                "aspace_mprotect_bytes": arena.aspace_mprotect_bytes,
+                "suspect": figures.suspect,
+                "sizes": [
+                    {
+                        "kind": b.kind,
+                        "from_bytes": b.from_bytes,
+                        "to_bytes": b.to_bytes,
+                        "total_bytes": b.total_bytes,
+                        "count": b.count,
+                        "suspect": b.suspect,
+                    }
+                    for b in arena.sizes
+                ],
+            }
+        )
+    return {
+        "schema": HEAP_SCHEMA,
+        "source": dump.source,
+        "sequence": dump.sequence,
+        "malloc_version": dump.version,
+        "totals": {
+            "arenas": len(dump.arenas),
+            "system_bytes": dump.system_bytes,
+            "system_max_bytes": dump.system_max_bytes,
+            "free_bytes": dump.free_bytes,
+            "fast_bytes": dump.fast_bytes,
+            "fast_chunks": dump.fast_chunks,
+            "rest_bytes": dump.rest_bytes,
+            "rest_chunks": dump.rest_chunks,
+            "in_use_bytes": dump.in_use_bytes,
+            "mmap_bytes": dump.mmap_bytes,
+            "mmap_chunks": dump.mmap_chunks,
+            "free_ratio": round(dump.free_ratio, 6),
+            "page_or_larger_free_bytes": analysis.page_or_larger_free_bytes,
+            "aspace_total_bytes": dump.aspace_total_bytes,
+            "aspace_mprotect_bytes": dump.aspace_mprotect_bytes,
+            "all_zero": dump.all_zero,
+            "suspect": analysis.suspect,
+        },
+        "arenas": arenas,
+        "histogram": [
+            {
+                "from_bytes": r.from_bytes,
+                "to_bytes": r.to_bytes,
+                "chunks": r.chunks,
+                "bytes": r.bytes,
+            }
+            for r in analysis.histogram
+        ],
+        "advice": _advice_json(analysis.advice),
+        "notes": list(analysis.notes),
+    }
