@@ -1,13 +1,418 @@
-"""`memforensics trim`: placeholder until its issue lands (replaced by the owner)."""
+"""`memforensics trim`: forecast, run and measure malloc_trim once or in rounds."""
 
 from __future__ import annotations
 
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from types import FrameType
+
 import click
+from rich.console import Console
 
-from memforensics.errors import ToolingError
+from memforensics.analysis.trim import exit_code, skip_reason, summarize
+from memforensics.cli.options import (
+    DURATION,
+    SIZE,
+    exit_codes_epilog,
+    gdb_option,
+    json_option,
+    timeout_option,
+    verbose_option,
+)
+from memforensics.errors import MemforensicsError, NoSuchProcessError, NotGlibcMallocError
+from memforensics.model.process import ProcessMemory
+from memforensics.model.trim import TrimFailure, TrimOutcome, TrimResult, TrimRound
+from memforensics.render import trim as render
+from memforensics.sources import procfs
+from memforensics.sources.malloc_xml import parse_dump
+
+# After detaching, RSS is read until two readings agree: smaps_rollup walks the page tables,
+# so it is exact at once, but a target that was just resumed may still be faulting pages in.
+_SETTLE_FIRST_SECONDS = 0.05
+_SETTLE_STEP_SECONDS = 0.05
+_SETTLE_MAX_READS = 6
+_SETTLE_SAME_BYTES = 64 * 1024
+
+Log = Callable[[str], None]
 
 
-@click.command(name="trim")
-def command() -> None:
-    """Not built yet."""
-    raise ToolingError("'trim' is not built yet")
+@dataclass(frozen=True)
+class TrimSettings:
+    """How to trim: the options of `memforensics trim`, as the library wants them."""
+
+    pad_bytes: int = 0
+    dry_run: bool = False
+    min_free_bytes: int = 0
+    timeout_seconds: float = 10.0
+    gdb_path: str | None = None
+    log: Log | None = None
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _settled_memory(pid: int) -> ProcessMemory:
+    """RSS after a trim, measured until it stops moving (not guessed from the forecast)."""
+    time.sleep(_SETTLE_FIRST_SECONDS)
+    memory = procfs.read_memory(pid)
+    for _ in range(_SETTLE_MAX_READS - 1):
+        time.sleep(_SETTLE_STEP_SECONDS)
+        again = procfs.read_memory(pid)
+        same = (
+            memory.rss_bytes is not None
+            and again.rss_bytes is not None
+            and abs(memory.rss_bytes - again.rss_bytes) <= _SETTLE_SAME_BYTES
+        )
+        memory = again
+        if same:
+            break
+    return memory
+
+
+def trim_process(pid: int, settings: TrimSettings) -> TrimResult:
+    """Measure RSS, dump and forecast, trim at a safe point (unless skipped), measure again.
+
+    One attach: the dump, the forecast and ``malloc_trim`` happen inside the same gdb session,
+    so the forecast describes exactly the heap that is trimmed. Raises the project's errors
+    (NoSuchProcessError, NotGlibcMallocError, TargetPermissionError, ToolingError,
+    DeadlineError); the target is always detached and left running.
+    """
+    # Imported here so that `memforensics --help` and the other commands never pay for them.
+    from memforensics.analysis.trim_forecast import forecast_trim
+    from memforensics.sources.gdb import GdbSession
+    from memforensics.sources.heapmaps import read_heap_residency
+
+    facts = procfs.check_target(pid)  # refuses non-glibc before anything touches the target
+    started = _now()
+    before = procfs.read_memory(pid)
+    if before.rss_bytes is None:
+        raise NoSuchProcessError(f"PID {pid} has no memory figures (exited?)")
+    trim_returned: int | None = None
+    with GdbSession(
+        pid, timeout_seconds=settings.timeout_seconds, gdb_path=settings.gdb_path, log=settings.log
+    ) as session:
+        dump = parse_dump(session.malloc_info(), name=f"pid {pid}")
+        if dump.all_zero:
+            # glibc's malloc holds nothing: jemalloc/tcmalloc replaced it; trimming is pointless.
+            raise NotGlibcMallocError(
+                f"PID {pid} ({facts.name}) maps glibc but its malloc holds no memory: "
+                "another allocator serves it"
+            )
+        residency = read_heap_residency(pid, dump, libc_path=facts.libc_path)
+        forecast = forecast_trim(dump, residency, page_bytes=residency.page_bytes)
+        skipped, detail = skip_reason(
+            forecast, min_free_bytes=settings.min_free_bytes, dry_run=settings.dry_run
+        )
+        if skipped is None:
+            trim_returned = session.malloc_trim(settings.pad_bytes)
+    pause_seconds = session.pause_seconds
+    after = _settled_memory(pid) if trim_returned is not None else None
+    return TrimResult(
+        pid=pid,
+        name=facts.name,
+        time=started,
+        rss_before_bytes=before.rss_bytes,
+        anon_before_bytes=before.anon_bytes,
+        rss_after_bytes=after.rss_bytes if after else None,
+        anon_after_bytes=after.anon_bytes if after else None,
+        forecast=forecast,
+        free_bytes=dump.free_bytes,
+        heap_bytes=dump.system_bytes,
+        arenas=len(dump.arenas),
+        pad_bytes=settings.pad_bytes,
+        dry_run=settings.dry_run,
+        trim_returned=trim_returned,
+        pause_seconds=pause_seconds,
+        skipped=skipped,
+        skipped_detail=detail,
+        notes=tuple(dict.fromkeys((*forecast.notes, *residency.notes))),
+    )
+
+
+def trim_outcome(pid: int, settings: TrimSettings) -> TrimOutcome:
+    """``trim_process`` with its error turned into a TrimFailure, so other targets go on."""
+    try:
+        return trim_process(pid, settings)
+    except MemforensicsError as exc:
+        return TrimFailure(
+            pid=pid, time=_now(), message=exc.message, hint=exc.hint, exit_code=exc.exit_code
+        )
+
+
+class StopFlag:
+    """Set by the first Ctrl-C: finish the round under way, then stop. A second Ctrl-C aborts."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+
+    @property
+    def requested(self) -> bool:
+        """True once a stop was asked for."""
+        return self.event.is_set()
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; True when woken early by a stop request."""
+        return self.event.wait(seconds)
+
+
+@contextmanager
+def first_sigint_stops(flag: StopFlag, status: Log) -> Iterator[None]:
+    """While inside, the first SIGINT sets ``flag``; the next raises KeyboardInterrupt.
+
+    gdb runs in its own process group, so the terminal's Ctrl-C reaches only us; an attach in
+    progress finishes (and detaches) before the loop looks at the flag.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+
+    def handler(_signum: int, _frame: FrameType | None) -> None:
+        if flag.requested:
+            raise KeyboardInterrupt
+        flag.event.set()
+        status("stopping after this round (Ctrl-C again to abort it; targets are detached)")
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def run_rounds(
+    pids: Sequence[int],
+    settings: TrimSettings,
+    *,
+    interval_seconds: float,
+    count: int | None,
+    stop: StopFlag,
+    on_round: Callable[[TrimRound], None],
+) -> list[TrimRound]:
+    """Trim every PID once per round, every ``interval_seconds``, ``count`` times or until stopped.
+
+    Rounds are spaced from start to start; a round that overruns the interval starts the next
+    one at once rather than bunching up later.
+    """
+    rounds: list[TrimRound] = []
+    index = 0
+    next_start = time.monotonic()
+    while count is None or index < count:
+        index += 1
+        began = _now()
+        outcomes = tuple(trim_outcome(pid, settings) for pid in pids)
+        trim_round = TrimRound(index=index, time=began, outcomes=outcomes)
+        rounds.append(trim_round)
+        on_round(trim_round)
+        if stop.requested or (count is not None and index >= count):
+            break
+        if all(isinstance(o, TrimFailure) and o.exit_code == 3 for o in outcomes):
+            break  # every target is gone: nothing left to trim
+        next_start += interval_seconds
+        if stop.wait(max(next_start - time.monotonic(), 0.0)):
+            break
+    return rounds
+
+
+def resolve_pids(pids: Sequence[int], names: Sequence[str]) -> list[int]:
+    """The PIDs given plus those matching each ``--name``, in order, without repeats."""
+    found = list(pids)
+    for name in names:
+        matches = procfs.find_pids_by_name(name)
+        if not matches:
+            raise NoSuchProcessError(
+                f"no process matches --name {name!r}",
+                hint="check the name with `pgrep -a NAME`; it is a regex over name and cmdline",
+            )
+        found.extend(matches)
+    return list(dict.fromkeys(found))
+
+
+@click.command(name="trim", epilog=exit_codes_epilog())
+@click.argument("pids", metavar="PID...", nargs=-1, type=click.IntRange(min=1))
+@click.option(
+    "--name",
+    "names",
+    multiple=True,
+    metavar="REGEX",
+    help="Also trim processes whose name or command line matches (repeatable).",
+)
+@click.option(
+    "--pad",
+    "pad_bytes",
+    type=SIZE,
+    default="0",
+    show_default=True,
+    help="Bytes malloc_trim leaves at the top of the main heap.",
+)
+@click.option(
+    "--dry-run", is_flag=True, help="Forecast only: dump and measure, do not call malloc_trim."
+)
+@click.option(
+    "--min-free",
+    "min_free_bytes",
+    type=SIZE,
+    default="0",
+    show_default=True,
+    help="Trim only when the forecast (resident free memory) is at least this much.",
+)
+@click.option(
+    "--interval",
+    "interval_seconds",
+    type=DURATION,
+    default=None,
+    help="Periodic mode: trim again every DURATION until Ctrl-C (or --count rounds).",
+)
+@click.option(
+    "--count",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Periodic mode: stop after N rounds (needs --interval).",
+)
+@json_option
+@timeout_option("10s")
+@gdb_option
+@verbose_option
+def command(
+    *,
+    pids: tuple[int, ...],
+    names: tuple[str, ...],
+    pad_bytes: int,
+    dry_run: bool,
+    min_free_bytes: int,
+    interval_seconds: float | None,
+    count: int | None,
+    as_json: bool,
+    timeout_seconds: float,
+    gdb_path: str | None,
+    verbose: bool,
+) -> None:
+    """Give a process's free heap memory back to the OS with glibc's malloc_trim, and prove it.
+
+    For each PID: measure RSS (total and anonymous), attach with gdb, dump malloc_info,
+    forecast what a trim can release (whole resident pages inside free chunks), call
+    malloc_trim(PAD) at a safe point unless --dry-run or the forecast is below --min-free,
+    detach, and measure RSS again. The target is stopped for the reported pause.
+
+    \b
+    Examples:
+      memforensics trim 1234                 trim once, show before/after/forecast
+      memforensics trim --dry-run --name api forecast only, for every process matching 'api'
+      memforensics trim 1234 --interval 5m --min-free 64MiB   trim every 5 min when worth it
+    """
+    if count is not None and interval_seconds is None:
+        raise click.UsageError("--count needs --interval")
+    if not pids and not names:
+        raise click.UsageError("give at least one PID or --name")
+    err = Console(stderr=True)
+    out = Console(soft_wrap=True)
+
+    def status(message: str) -> None:
+        err.print(message, style="dim", highlight=False)
+
+    log: Log | None = None
+    if verbose:
+
+        def log(line: str) -> None:
+            click.echo(line, err=True)
+
+    targets = resolve_pids(pids, names)
+    settings = TrimSettings(
+        pad_bytes=pad_bytes,
+        dry_run=dry_run,
+        min_free_bytes=min_free_bytes,
+        timeout_seconds=timeout_seconds,
+        gdb_path=gdb_path,
+        log=log,
+    )
+    if interval_seconds is None:
+        outcomes = [trim_outcome(pid, settings) for pid in targets]
+        _report_once(outcomes, as_json=as_json, out=out, err=err)
+        code = exit_code(outcomes)
+        if code:
+            click.get_current_context().exit(code)
+        return
+    _periodic(targets, settings, interval_seconds, count, as_json=as_json, out=out, status=status)
+
+
+def _report_once(
+    outcomes: Sequence[TrimOutcome], *, as_json: bool, out: Console, err: Console
+) -> None:
+    for outcome in outcomes:
+        if isinstance(outcome, TrimFailure):
+            err.print(f"error: pid {outcome.pid}: {outcome.message}", highlight=False, markup=False)
+            if outcome.hint:
+                err.print(f"hint: {outcome.hint}", highlight=False, markup=False)
+    if as_json:
+        click.echo(render.json_text(render.trim_document(outcomes, now=_now())))
+        return
+    shown = [o for o in outcomes if isinstance(o, TrimResult)]
+    if shown:
+        out.print(render.render_outcomes(shown))
+
+
+def _periodic(
+    targets: Sequence[int],
+    settings: TrimSettings,
+    interval_seconds: float,
+    count: int | None,
+    *,
+    as_json: bool,
+    out: Console,
+    status: Log,
+) -> None:
+    stop = StopFlag()
+    rows_started = False
+
+    def on_round(trim_round: TrimRound) -> None:
+        nonlocal rows_started
+        for outcome in trim_round.outcomes:
+            if isinstance(outcome, TrimFailure):
+                status(f"round {trim_round.index}: pid {outcome.pid}: {outcome.message}")
+        if as_json:
+            status(f"round {trim_round.index} done")
+            return
+        if not rows_started:
+            click.echo(render.round_header())
+            rows_started = True
+        for row in render.round_rows(trim_round):
+            click.echo(row)
+
+    status(
+        f"trimming {len(targets)} process(es) every {interval_seconds:g} s"
+        + (f", {count} rounds" if count else ", until Ctrl-C")
+    )
+    with first_sigint_stops(stop, status):
+        rounds = run_rounds(
+            targets,
+            settings,
+            interval_seconds=interval_seconds,
+            count=count,
+            stop=stop,
+            on_round=on_round,
+        )
+    summary = summarize(rounds)
+    if as_json:
+        click.echo(
+            render.json_text(
+                render.rounds_document(
+                    rounds,
+                    summary,
+                    now=_now(),
+                    interval_seconds=interval_seconds,
+                    count=count,
+                    interrupted=stop.requested,
+                )
+            )
+        )
+    else:
+        status(render.summary_line(summary, interrupted=stop.requested))
+    # The worst over the whole run: a round that timed out is worth knowing about.
+    code = exit_code(o for r in rounds for o in r.outcomes)
+    if code:
+        click.get_current_context().exit(code)

@@ -2,5 +2,45 @@
 
 from memforensics.model.advice import Advice, Severity
 from memforensics.model.heap import Arena, BucketKind, HeapDump, SizeBucket
+from memforensics.model.oom import OomEvent, OomScan, OomTrigger, ProcessSummary, TopTask
+from memforensics.model.process import (
+    AllocatorInfo,
+    ArenaResidency,
+    ArenaTrimForecast,
+    HeapResidency,
+    HeapSegment,
+    ProcessFacts,
+    ProcessMemory,
+    TrimForecast,
+    Waterfall,
+    WaterfallLine,
+)
+from memforensics.model.trim import TrimFailure, TrimOutcome, TrimResult, TrimRound
 
-__all__ = ["Advice", "Arena", "BucketKind", "HeapDump", "Severity", "SizeBucket"]
+__all__ = [
+    "Advice",
+    "AllocatorInfo",
+    "Arena",
+    "ArenaResidency",
+    "ArenaTrimForecast",
+    "BucketKind",
+    "HeapDump",
+    "HeapResidency",
+    "HeapSegment",
+    "OomEvent",
+    "OomScan",
+    "OomTrigger",
+    "ProcessFacts",
+    "ProcessMemory",
+    "ProcessSummary",
+    "Severity",
+    "SizeBucket",
+    "TopTask",
+    "TrimFailure",
+    "TrimForecast",
+    "TrimOutcome",
+    "TrimResult",
+    "TrimRound",
+    "Waterfall",
+    "WaterfallLine",
+]

@@ -59,10 +59,12 @@ def render_diff(
         format_bytes(diff.new.mmap_bytes),
         _signed(diff.mmap_delta_bytes) if diff.mmap_delta_bytes is not None else "n/a",
     )
-    arenas = Table(title="arenas (matched by index)", title_justify="left", box=box.SIMPLE_HEAD)
+    arenas = Table(
+        title="arenas (matched by index)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
+    )
     arenas.add_column("arena", justify="right", no_wrap=True, min_width=5)
     arenas.add_column("", no_wrap=True)
-    for label in ("system", "Δsystem", "in use", "Δin use", "free", "Δfree"):
+    for label in ("system", "Δ system", "Δ in use", "Δ free"):
         arenas.add_column(label, justify="right", no_wrap=True)
     hidden = 0
     for delta in diff.arenas:
@@ -81,11 +83,10 @@ def _change_label(delta: ArenaDelta) -> Text:
 
 
 def _delta_cells(delta: ArenaDelta) -> list[str | Text]:
-    cells: list[str | Text] = []
-    for name in _FIGURES:
-        cells.append(_cell(delta.new, name) if delta.new else _cell(delta.old, name))
-        cells.append(_signed(delta.delta(name)))
-    return cells
+    return [
+        _cell(delta.new or delta.old, "system_bytes"),
+        *(_signed(delta.delta(name)) for name in _FIGURES),
+    ]
 
 
 def _figures_json(figures: Figures | None) -> dict[str, Any] | None:

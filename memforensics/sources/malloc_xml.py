@@ -73,7 +73,9 @@ def _number(value: str | None, what: str, source: str, line: int | None) -> int:
 def _unknown(elem: etree._Element, known: tuple[str, ...]) -> list[tuple[str, str]]:
     """Attributes outside ``known`` as (tag@name, value) pairs, kept rather than fatal."""
     return [
-        (f"{elem.tag}@{name}", str(value)) for name, value in elem.attrib.items() if name not in known
+        (f"{elem.tag}@{name}", str(value))
+        for name, value in elem.attrib.items()
+        if name not in known
     ]
 
 
@@ -274,9 +276,7 @@ def _dialect_notes(dump_totals: _Totals, arenas: list[Arena]) -> tuple[str, ...]
     return tuple(notes)
 
 
-def _dump(
-    elem: etree._Element, arenas: list[Arena], source: str, sequence: int
-) -> HeapDump:
+def _dump(elem: etree._Element, arenas: list[Arena], source: str, sequence: int) -> HeapDump:
     version = _check_version(elem, source)
     totals = _Totals()
     extra: list[tuple[str, str]] = list(_unknown(elem, ("version",)))
@@ -316,7 +316,6 @@ def _drop_consumed(elem: etree._Element) -> None:
     if parent is not None:
         while elem.getprevious() is not None:
             del parent[0]
-
 
 
 class _Reader:
@@ -424,7 +423,9 @@ class _Reader:
             parent_tag = parent.tag if parent is not None else None
             if elem.tag == "malloc":
                 if parent_tag != _SERIES_TAG:
-                    raise _fail("<malloc> nested inside another element", self.source, elem.sourceline)
+                    raise _fail(
+                        "<malloc> nested inside another element", self.source, elem.sourceline
+                    )
                 if event == "start":
                     _check_version(elem, self.source)
                     self.inside = True
@@ -441,7 +442,7 @@ class _Reader:
                         "not a malloc_info dump: <heap> outside a <malloc> document",
                         self.source,
                         elem.sourceline,
-                        hint="a pasted excerpt? the <malloc version=\"1\"> root is missing",
+                        hint='a pasted excerpt? the <malloc version="1"> root is missing',
                     )
                 self.arenas.append(_arena(elem, self.source))
                 _drop_consumed(elem)
