@@ -342,14 +342,17 @@ class _Reader:
         self.newlines = 0  # lines fed so far, for errors outside any element
         self.tail = b""
         self.started = False
+        # libxml2 reports the first fatal error in the thread's log, behind later ones;
+        # clear it so an error message never comes from an earlier parse.
+        etree.clear_error_log()
         self.parser.feed(_SERIES_OPEN)
 
     def _syntax_error(self, exc: etree.XMLSyntaxError) -> InputDataError:
-        line = exc.lineno if exc.lineno else self.newlines + 1
-        message = str(exc.msg if hasattr(exc, "msg") and exc.msg else exc)
+        # libxml2 keeps going after the first fatal error; the first one is the cause.
+        first = next(iter(exc.error_log), None)
+        line = (first.line if first is not None else exc.lineno) or self.newlines + 1
+        message = first.message if first is not None else str(exc.msg or exc)
         message = re.sub(r",? line \d+, column \d+$", "", message)
-        if "Extra content" in message or "Premature end" in message:
-            message = f"malformed XML: {message}"
         if self.sequence == 0 and not self.inside:
             return _fail(
                 f"not a malloc_info dump (not well-formed XML: {message})",
@@ -399,7 +402,11 @@ class _Reader:
             yield from self._events()
             root = self.parser.close()
         except etree.XMLSyntaxError as exc:
-            if self.inside:
+            # An error on the last line, where our closing wrapper tag meets an open
+            # <malloc>, means the input stopped early.
+            first = next(iter(exc.error_log), None)
+            error_line = (first.line if first is not None else exc.lineno) or 0
+            if self.inside and error_line >= self.newlines:
                 raise _fail(
                     "truncated: the input ends inside a <malloc> document",
                     self.source,

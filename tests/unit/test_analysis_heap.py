@@ -1,0 +1,144 @@
+"""Heap analysis, gates and diff on dumps built from glibc-shaped XML."""
+
+from __future__ import annotations
+
+from memforensics.analysis.diff import diff_dumps
+from memforensics.analysis.gates import check_gates
+from memforensics.analysis.heap import PAGE_BYTES, analyze
+from memforensics.sources.malloc_xml import parse_dump
+
+MiB = 1 << 20
+
+
+def arena_xml(index: int, *, system: int, buckets: list[tuple[int, int, int]], top: int = 0,
+              fast: tuple[int, int] = (0, 0)) -> str:
+    """An arena as glibc 2.36 prints it; buckets are (chunk size, count, tag) regular bins."""
+    lines = [f'<heap nr="{index}">', "<sizes>"]
+    rest_count, rest_size = 1, top
+    for size, count, _ in buckets:
+        printed = size + 1  # PREV_INUSE
+        lines.append(f'  <size from="{printed}" to="{printed}" total="{printed * count}" count="{count}"/>')
+        rest_count += count
+        rest_size += printed * count
+    lines += [
+        "</sizes>",
+        f'<total type="fast" count="{fast[0]}" size="{fast[1]}"/>',
+        f'<total type="rest" count="{rest_count}" size="{rest_size}"/>',
+        f'<system type="current" size="{system}"/>',
+        f'<system type="max" size="{system}"/>',
+        f'<aspace type="total" size="{system}"/>',
+        f'<aspace type="mprotect" size="{system}"/>',
+        "</heap>",
+    ]
+    return "\n".join(lines)
+
+
+def dump_xml(arenas: list[str], *, mmap: tuple[int, int] = (0, 0)) -> bytes:
+    body = "\n".join(arenas)
+    # Totals are recomputed by parsing each arena; the top-level figures must agree.
+    parsed = [parse_dump(f'<malloc version="1">\n{a}\n{_totals(0, 0, 0, 0, mmap)}</malloc>'.encode()).arenas[0] for a in arenas]
+    fast = sum(a.fast_bytes or 0 for a in parsed)
+    rest_c = sum(a.rest_chunks for a in parsed)
+    rest = sum(a.rest_bytes for a in parsed)
+    system = sum(a.system_bytes for a in parsed)
+    return f'<malloc version="1">\n{body}\n{_totals(fast, rest_c, rest, system, mmap)}</malloc>\n'.encode()
+
+
+def _totals(fast: int, rest_c: int, rest: int, system: int, mmap: tuple[int, int]) -> str:
+    return (
+        f'<total type="fast" count="0" size="{fast}"/>\n'
+        f'<total type="rest" count="{rest_c}" size="{rest}"/>\n'
+        f'<total type="mmap" count="{mmap[0]}" size="{mmap[1]}"/>\n'
+        f'<system type="current" size="{system}"/>\n<system type="max" size="{system}"/>\n'
+        f'<aspace type="total" size="{system}"/>\n<aspace type="mprotect" size="{system}"/>\n'
+    )
+
+
+def codes(xml: bytes) -> set[str]:
+    return {a.code for a in analyze(parse_dump(xml)).advice}
+
+
+def test_figures_follow_design_definitions() -> None:
+    xml = dump_xml([arena_xml(0, system=10 * MiB, buckets=[(1024, 100, 0)], top=MiB, fast=(3, 96))])
+    analysis = analyze(parse_dump(xml))
+    arena = analysis.arenas[0]
+    assert arena.free_bytes == 96 + 1025 * 100 + MiB
+    assert arena.in_use_bytes == 10 * MiB - arena.free_bytes
+    assert arena.top_bytes == MiB
+    assert abs(arena.free_ratio - arena.free_bytes / (10 * MiB)) < 1e-12
+
+
+def test_histogram_merges_arenas_and_splits_at_the_page() -> None:
+    xml = dump_xml([
+        arena_xml(0, system=64 * MiB, buckets=[(1024, 10, 0), (8192, 4, 0)]),
+        arena_xml(1, system=64 * MiB, buckets=[(1024, 5, 0), (PAGE_BYTES, 2, 0)]),
+    ])
+    rows = analyze(parse_dump(xml)).histogram
+    by_from = {r.from_bytes: r for r in rows}
+    small = [r for r in rows if r.from_bytes <= 1024 <= (r.to_bytes or 1 << 62)][0]
+    assert small.chunks == 15 and small.bytes == 15 * 1024  # PREV_INUSE artefact removed
+    assert not small.page_or_larger
+    page_rows = [r for r in rows if r.page_or_larger]
+    assert sum(r.chunks for r in page_rows) == 6
+    assert sum(r.bytes for r in page_rows) == 4 * 8192 + 2 * PAGE_BYTES
+    assert PAGE_BYTES in by_from
+
+
+def test_advice_many_arenas_half_free() -> None:
+    arenas = [arena_xml(i, system=8 * MiB, buckets=[(2048, 2200, 0)]) for i in range(10)]
+    assert "many-arenas-high-free" in codes(dump_xml(arenas))
+    few = [arena_xml(i, system=8 * MiB, buckets=[(2048, 2200, 0)]) for i in range(3)]
+    assert "many-arenas-high-free" not in codes(dump_xml(few))
+
+
+def test_advice_trim_versus_small_chunks() -> None:
+    big_free = dump_xml([arena_xml(0, system=256 * MiB, buckets=[(64 * 1024, 1000, 0)])])
+    assert "trim-would-release" in codes(big_free)
+    assert "small-free-chunks" not in codes(big_free)
+    small_free = dump_xml([arena_xml(0, system=256 * MiB, buckets=[(512, 100_000, 0)])])
+    assert "small-free-chunks" in codes(small_free)
+    assert "trim-would-release" not in codes(small_free)
+
+
+def test_advice_mmap_heavy_and_mostly_used() -> None:
+    xml = dump_xml([arena_xml(0, system=4 * MiB, buckets=[])], mmap=(300, 300 * MiB))
+    found = codes(xml)
+    assert "mmap-heavy" in found and "heap-mostly-used" in found
+
+
+def test_advice_all_zero_dump_names_another_allocator() -> None:
+    xml = dump_xml([arena_xml(0, system=0, buckets=[])])
+    assert codes(xml) == {"glibc-malloc-unused"}
+
+
+def test_gates_name_arena_and_value_and_skip_tiny_arenas() -> None:
+    xml = dump_xml([
+        arena_xml(0, system=200 * 1024, buckets=[(1024, 150, 0)]),  # tiny: 75% free, not judged
+        arena_xml(1, system=8 * MiB, buckets=[(4096, 1500, 0)]),   # 73% free
+        arena_xml(2, system=8 * MiB, buckets=[(4096, 100, 0)]),
+    ])
+    dump = parse_dump(xml)
+    found = check_gates(dump, max_free_ratio=0.5)
+    assert [(v.gate, v.arena_index) for v in found] == [("max-free-ratio", 1)]
+    assert "arena 1: free ratio 0.73 > 0.50" in found[0].message
+    assert check_gates(dump, max_free_ratio=0.9) == ()
+    (over,) = check_gates(dump, max_free_bytes=MiB)
+    assert over.arena_index is None and over.value == dump.free_bytes
+    assert check_gates(dump, max_arenas=3) == ()
+    assert check_gates(dump, max_arenas=2)[0].message == "arenas: 3 > 2"
+
+
+def test_diff_matches_by_index_and_reports_appearing_arenas() -> None:
+    old = parse_dump(dump_xml([arena_xml(0, system=MiB, buckets=[]), arena_xml(1, system=MiB, buckets=[])]))
+    new = parse_dump(dump_xml([
+        arena_xml(0, system=MiB, buckets=[]),
+        arena_xml(1, system=3 * MiB, buckets=[(1024, 10, 0)]),
+        arena_xml(2, system=MiB, buckets=[]),
+    ]))
+    diff = diff_dumps(old, new)
+    assert [(d.index, d.change) for d in diff.arenas] == [(0, "unchanged"), (1, "changed"), (2, "appeared")]
+    assert diff.arenas[1].delta("system_bytes") == 2 * MiB
+    assert diff.arenas[2].old is None and diff.arenas[2].delta("system_bytes") == MiB
+    assert diff.total_delta("system_bytes") == 3 * MiB
+    back = diff_dumps(new, old)
+    assert back.arenas[2].change == "vanished"
