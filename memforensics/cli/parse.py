@@ -203,7 +203,7 @@ def command(
             title = (
                 result.name
                 if len(result.series) == 1
-                else (f"{result.name} — dump {sequence + 1} of {len(result.series)}")
+                else f"dump {sequence + 1} of {len(result.series)} — {result.name}"
             )
             if len(result.series) > 1:
                 out.print(_series_table(result))
