@@ -64,10 +64,10 @@ def _number(value: str | None, what: str, source: str, line: int | None) -> int:
         if text.startswith("-") and text[1:].isdigit():
             raise _fail(f"negative number {value!r} in {what}", source, line)
         raise _fail(f"not a number: {what}={value!r}", source, line)
-    number = int(text)
-    if number > _MAX_VALUE:
+    # Checked before int(): a 200,000-digit value must not reach the conversion at all.
+    if len(text) > 20 or int(text) > _MAX_VALUE:
         raise _fail(f"number out of range (over 2^64) in {what}", source, line)
-    return number
+    return int(text)
 
 
 def _unknown(elem: etree._Element, known: tuple[str, ...]) -> list[tuple[str, str]]:
@@ -353,6 +353,7 @@ class _Reader:
         line = (first.line if first is not None else exc.lineno) or self.newlines + 1
         message = first.message if first is not None else str(exc.msg or exc)
         message = re.sub(r",? line \d+, column \d+$", "", message)
+        message = message.replace(", use XML_PARSE_HUGE option", " (refused)")
         if self.sequence == 0 and not self.inside:
             return _fail(
                 f"not a malloc_info dump (not well-formed XML: {message})",
