@@ -51,8 +51,11 @@ _SIZE_VALUES = etree.XPath("size/@*", smart_strings=False)
 _UNSORTED_VALUES = etree.XPath("unsorted/@*", smart_strings=False)
 
 
+_DEFAULT_HINT = "expected the unedited output of glibc's malloc_info(0, fp)"
+
+
 def _fail(what: str, source: str, line: int | None, hint: str | None = None) -> InputDataError:
-    return InputDataError(what, source=source, line=line, hint=hint)
+    return InputDataError(what, source=source, line=line, hint=hint or _DEFAULT_HINT)
 
 
 def _number(value: str | None, what: str, source: str, line: int | None) -> int:
@@ -359,7 +362,7 @@ class _Reader:
                 f"not a malloc_info dump (not well-formed XML: {message})",
                 self.source,
                 line,
-                hint="expected the output of glibc's malloc_info(0, fp)",
+                hint=_DEFAULT_HINT,
             )
         return _fail(f"malformed XML: {message}", self.source, line)
 
@@ -396,7 +399,7 @@ class _Reader:
                 "empty input: no <malloc> document found",
                 self.source,
                 1,
-                hint="expected the output of glibc's malloc_info(0, fp)",
+                hint=_DEFAULT_HINT,
             )
         try:
             self.parser.feed(_SERIES_CLOSE)
@@ -422,7 +425,7 @@ class _Reader:
                 f"not a malloc_info dump: no <malloc> document{found}",
                 self.source,
                 first.sourceline if first is not None else self.newlines + 1,
-                hint="expected the output of glibc's malloc_info(0, fp)",
+                hint=_DEFAULT_HINT,
             )
 
     def _events(self) -> Iterator[HeapDump]:
