@@ -15,9 +15,10 @@ from memforensics.errors import EXIT_TOOLING, MemforensicsError
 
 
 def _print_error(message: str, hint: str | None) -> None:
-    click.echo(f"error: {message}", err=True)
+    # One line each, whatever a tool we drive put in the text.
+    click.echo(f"error: {' '.join(message.split())}", err=True)
     if hint:
-        click.echo(f"hint: {hint}", err=True)
+        click.echo(f"hint: {' '.join(hint.split())}", err=True)
 
 
 # Command name -> module; imported only when the command runs (or --help lists it), so

@@ -356,7 +356,9 @@ class _Reader:
         line = (first.line if first is not None else exc.lineno) or self.newlines + 1
         message = first.message if first is not None else str(exc.msg or exc)
         message = re.sub(r",? line \d+, column \d+$", "", message)
-        message = message.replace(", use XML_PARSE_HUGE option", " (refused)")
+        # libxml2's advice to lift its limits is not ours to give; one line, no newline.
+        message = re.sub(r",? (use|try) XML_PARSE_HUGE( option)?", " (refused)", message)
+        message = " ".join(message.split())
         if self.sequence == 0 and not self.inside:
             return _fail(
                 f"not a malloc_info dump (not well-formed XML: {message})",
