@@ -1,0 +1,321 @@
+"""Heap residency, the RSS waterfall and the trim forecast against real fragmented processes.
+
+The target (tests/targets/proc_arenas.c) dumps malloc_info and runs malloc_trim itself on
+signals, so these tests need no gdb: they check memforensics' /proc reading against what
+glibc and the kernel report, and the forecast against the RSS the trim really released.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from memforensics.analysis.residency import residency_advice, waterfall
+from memforensics.analysis.trim_forecast import forecast_trim
+from memforensics.model.heap import Arena, HeapDump
+from memforensics.render.process import residency_json, waterfall_json
+from memforensics.sources import procfs
+from memforensics.sources.heapmaps import read_heap_residency
+from memforensics.sources.malloc_xml import parse_dump
+from tests.support.targets import Target, c_target, compile_target, have_cc, running
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not have_cc(), reason="no C compiler (cc) to build the target programs"),
+]
+
+MIB = 1024 * 1024
+FORECAST_TOLERANCE = 0.25  # the issue's bar: forecast within 25 % of the measured release
+DEMO_LIMIT_BYTES = 512 * MIB  # the demo-size target runs in a memory cgroup this big
+
+
+class Arenas:
+    """A running proc_arenas target and its control directory."""
+
+    def __init__(self, target: Target, control: Path) -> None:
+        self.target = target
+        self.control = control
+
+    @property
+    def pid(self) -> int:
+        return self.target.pid
+
+    def _await(self, name: str) -> str:
+        path = self.control / name
+        deadline = time.monotonic() + 30
+        while not path.exists():
+            assert self.target.alive(), "target died"
+            assert time.monotonic() < deadline, f"target wrote no {name}"
+            time.sleep(0.005)
+        text = path.read_text()
+        path.unlink()
+        return text
+
+    def dump(self) -> HeapDump:
+        """The target's own malloc_info, parsed."""
+        os.kill(self.pid, signal.SIGUSR1)
+        self._await("dump.done")
+        return parse_dump((self.control / "dump.xml").read_bytes(), name=f"pid {self.pid}")
+
+    def trim(self) -> int:
+        """malloc_trim(0) in the target; its return value."""
+        os.kill(self.pid, signal.SIGUSR2)
+        return int(self._await("trim.done"))
+
+
+@contextlib.contextmanager
+def arenas_target(*args: str) -> Iterator[Arenas]:
+    with tempfile.TemporaryDirectory() as tmp, c_target("proc_arenas", tmp, *args) as target:
+        yield Arenas(target, Path(tmp))
+
+
+def _memory_cgroup() -> Path | None:
+    """A fresh cgroup-v1 memory group under ours (or v2 group) we can put a target into."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            base = Path("/sys/fs/cgroup/memory") / path.lstrip("/")
+            limit_file = "memory.limit_in_bytes"
+            break
+        if controllers == "" and Path("/sys/fs/cgroup/cgroup.controllers").exists():
+            base = Path("/sys/fs/cgroup") / path.lstrip("/")
+            limit_file = "memory.max"
+    else:
+        return None
+    group = base / f"memforensics-residency-{os.getpid()}"
+    try:
+        group.mkdir()
+        (group / limit_file).write_text(str(DEMO_LIMIT_BYTES))
+    except OSError:
+        with contextlib.suppress(OSError):
+            group.rmdir()
+        return None
+    return group
+
+
+@contextlib.contextmanager
+def limited_arenas_target(*args: str) -> Iterator[Arenas]:
+    """proc_arenas inside a memory cgroup of DEMO_LIMIT_BYTES (a memory hog stays bounded)."""
+    group = _memory_cgroup()
+    if group is None:
+        pytest.skip("cannot create a memory cgroup here to bound the demo-size target")
+    binary = compile_target("proc_arenas")
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            # The shell joins the cgroup, then execs the target: its memory is charged there.
+            script = 'echo $$ > "$0/cgroup.procs" && exec "$@"'
+            argv = ["sh", "-c", script, str(group), str(binary), tmp, *args]
+            with running(argv) as target:
+                yield Arenas(target, Path(tmp))
+    finally:
+        with contextlib.suppress(OSError):
+            group.rmdir()
+
+
+def _released_after_trim(arenas: Arenas) -> int:
+    before = procfs.read_memory(arenas.pid).rss_bytes
+    arenas.trim()
+    after = procfs.read_memory(arenas.pid).rss_bytes
+    assert before is not None and after is not None
+    return before - after
+
+
+def test_arenas_matched_in_malloc_info_order() -> None:
+    """Each dump arena gets its own heap: mapped bytes equal that arena's system bytes.
+
+    Worker t allocates t times as much, so every arena has a different size and a wrong
+    order (malloc_info numbers the newest arena 1) would show as a mismatch.
+    """
+    with arenas_target("4", "300", "1024", "runs", "0", "scaled") as arenas:
+        dump = arenas.dump()
+        residency = read_heap_residency(arenas.pid, dump)
+        assert residency.method == "arena-chain"
+        assert len(dump.arenas) == 5
+        assert len({a.system_bytes for a in dump.arenas[1:]}) == 4
+        for arena in dump.arenas:
+            row = residency.arena(arena.index)
+            assert row is not None
+            assert row.mapped_bytes >= arena.system_bytes if arena.index == 0 else True
+            if arena.index:
+                assert row.mapped_bytes == arena.system_bytes
+                assert row.address is not None and row.address % (64 * MIB) == 0x30
+            assert 0 < row.resident_bytes <= row.mapped_bytes + 4096
+            assert row.free_method == "walked"
+            # Every binned chunk was written before it was freed: all still resident (the top
+            # may hold pages never touched).
+            assert row.free_resident_bytes is not None and row.top_bytes is not None
+            binned_resident = row.free_resident_bytes - (row.top_resident_bytes or 0)
+            assert binned_resident == pytest.approx(arena.free_bytes - row.top_bytes, rel=0.05)
+
+
+def test_multi_arena_forecast_matches_measured_release() -> None:
+    """Fragmented arenas (runs of 15 free buffers): forecast within 25 % of the RSS drop,
+    and a second trim forecasts and releases about nothing."""
+    with arenas_target("6", "3000", "1024", "runs", "2") as arenas:
+        dump = arenas.dump()
+        residency = read_heap_residency(arenas.pid, dump)
+        forecast = forecast_trim(dump, residency, page_bytes=residency.page_bytes)
+        assert forecast.measured
+        assert len(forecast.arenas) == 7
+        released = _released_after_trim(arenas)
+        assert released > 10 * MIB
+        assert abs(forecast.releasable_bytes - released) <= FORECAST_TOLERANCE * released
+
+        dump = arenas.dump()
+        residency = read_heap_residency(arenas.pid, dump)
+        again = forecast_trim(dump, residency, page_bytes=residency.page_bytes)
+        assert again.releasable_bytes <= MIB // 4
+        assert _released_after_trim(arenas) <= MIB // 4
+        # malloc_info still counts the released pages as free: they are "not resident" now.
+        assert again.free_not_resident_bytes is not None
+        assert again.free_not_resident_bytes >= released * 0.9
+
+
+def test_xml_estimate_within_tolerance_on_multi_arena_target() -> None:
+    """Without the walk (XML buckets x resident share) the estimate still lands within 25 %."""
+    with arenas_target("6", "3000", "1024", "runs", "0") as arenas:
+        dump = arenas.dump()
+        residency = read_heap_residency(arenas.pid, dump)
+        unwalked = replace(
+            residency, arenas=tuple(replace(a, trimmable_bytes=None) for a in residency.arenas)
+        )
+        estimate = forecast_trim(dump, unwalked, page_bytes=residency.page_bytes)
+        assert not estimate.measured
+        released = _released_after_trim(arenas)
+        assert abs(estimate.releasable_bytes - released) <= FORECAST_TOLERANCE * released
+
+
+def test_demo_case_forecast_and_after_trim_waterfall() -> None:
+    """200,000 x 1 KiB written then all freed but the last: ~200 MB resident free -> a few MB.
+
+    Before: the waterfall puts almost all anonymous memory in "free, resident" and the
+    forecast is within 25 % of the release. After: the free bytes are still in malloc_info
+    but no longer resident, and the advice says they are not reclaimable.
+    """
+    with limited_arenas_target("0", "200000", "1024", "allbutlast", "0") as arenas:
+        dump = arenas.dump()
+        memory = procfs.read_memory(arenas.pid)
+        residency = read_heap_residency(arenas.pid, dump)
+        wf = waterfall(memory, dump, residency)
+        assert (wf.get("arena_free_resident") or 0) > 190 * MIB
+        forecast = forecast_trim(dump, residency, page_bytes=residency.page_bytes)
+        assert forecast.measured
+        assert [a.code for a in residency_advice(dump, residency)] == ["trim-would-release"]
+
+        released = _released_after_trim(arenas)
+        assert released > 190 * MIB
+        assert abs(forecast.releasable_bytes - released) <= FORECAST_TOLERANCE * released
+
+        after_dump = arenas.dump()
+        after_memory = procfs.read_memory(arenas.pid)
+        assert after_memory.rss_bytes is not None and after_memory.rss_bytes < 16 * MIB
+        assert after_dump.free_bytes > 190 * MIB  # glibc still calls it free
+        after = read_heap_residency(arenas.pid, after_dump)
+        after_wf = waterfall(after_memory, after_dump, after)
+        assert (after_wf.get("arena_free_resident") or 0) < 2 * MIB
+        assert (after_wf.get("free_not_resident") or 0) > 190 * MIB
+        codes = [a.code for a in residency_advice(after_dump, after)]
+        assert "free-not-resident" in codes and "trim-would-release" not in codes
+        assert forecast_trim(after_dump, after, page_bytes=4096).releasable_bytes < MIB
+
+
+def test_waterfall_adds_up_to_anonymous_rss() -> None:
+    """Idle target: the anonymous parts sum to smaps_rollup's Anonymous; mmapped chunks and
+    thread stacks are found; JSON carries every line as *_bytes."""
+    with arenas_target("3", "2000", "1024", "alternate", "3") as arenas:
+        dump = arenas.dump()
+        memory = procfs.read_memory(arenas.pid)
+        residency = read_heap_residency(arenas.pid, dump)
+        wf = waterfall(memory, dump, residency)
+        assert memory.anon_bytes is not None and memory.rss_bytes is not None
+        parts = [
+            "arena_in_use",
+            "arena_free_resident",
+            "mmap_chunks",
+            "stacks",
+            "other_anon",
+            "unexplained",
+        ]
+        assert sum(wf.get(k) or 0 for k in parts) == memory.anon_bytes
+        assert abs(wf.get("unexplained") or 0) <= 0.05 * memory.anon_bytes
+        assert (wf.get("file") or 0) + (wf.get("shmem") or 0) + memory.anon_bytes == (
+            memory.rss_bytes
+        )
+        assert residency.mmap_chunk_bytes == dump.mmap_bytes  # 3 live 1 MiB blocks
+        assert residency.mmap_chunk_resident_bytes == dump.mmap_bytes
+        assert residency.stack_resident_bytes >= 4 * 4096  # main + 3 thread stacks
+        assert residency.heap_resident_bytes <= residency.heap_mapped_bytes
+        document = waterfall_json(wf)
+        assert document["rss_bytes"] == memory.rss_bytes
+        assert {line["key"] for line in document["lines"]} >= {*parts, "rss", "anon", "file"}
+        res_doc = residency_json(residency)
+        assert res_doc["method"] == "arena-chain"
+        assert [a["index"] for a in res_doc["arenas"]] == [a.index for a in dump.arenas]
+
+
+def test_dump_from_another_moment_falls_back_and_says_so() -> None:
+    """A dump that does not fit the process (other arena count) is not matched by chain."""
+    with (
+        arenas_target("2", "200", "1024", "none") as small,
+        arenas_target("4", "200", "1024", "none") as large,
+    ):
+        foreign = small.dump()
+        residency = read_heap_residency(large.pid, foreign)
+        assert residency.method != "arena-chain"
+        assert any("3 arenas" in note or "5 arenas" in note for note in residency.notes)
+        assert residency.heap_resident_bytes > 0
+
+
+def test_single_arena_python_process() -> None:
+    """A plain Python process (main arena only, many small objects) is located and walked."""
+    code = (
+        "import time\n"
+        "junk = [bytearray(3000) for _ in range(3000)]\n"
+        "del junk[::2]\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    with running([sys.executable, "-c", code]) as target:
+        facts = procfs.check_target(target.pid)
+        assert facts.allocator.kind == "glibc"
+        # No dump from gdb here: a one-arena dump is enough to match the main arena alone.
+        main = Arena(0, (), 0, 0, 1, 0, 0, 0)
+        dump = HeapDump("1", (main,), 0, 0, 1, 0, 0, 0, 0, 0)
+        residency = read_heap_residency(target.pid, dump, libc_path=facts.libc_path)
+        row = residency.arena(0)
+        assert row is not None and row.address is not None
+        assert row.walked_chunks > 0 and row.free_method == "walked"
+        assert row.resident_bytes > 3000 * 1500
+
+
+def test_busy_target_reads_are_safe_and_consistent() -> None:
+    """Arenas churning under the reads: every read succeeds, figures stay within bounds,
+    lists caught mid-change fall back to estimates, and the target keeps running."""
+    with arenas_target("3", "2000", "1024", "runs", "0", "busy") as arenas:
+        dump = arenas.dump()
+        methods = set()
+        for _ in range(20):
+            residency = read_heap_residency(arenas.pid, dump)
+            assert residency.method in ("arena-chain", "system-mem", "totals")
+            for row in residency.arenas:
+                methods.add(row.free_method)
+                assert row.free_resident_bytes is not None
+                assert row.free_resident_bytes >= 0
+                assert row.resident_bytes <= row.mapped_bytes + 64 * MIB
+                if row.trimmable_bytes is not None:
+                    assert row.trimmable_bytes <= row.resident_bytes
+            forecast = forecast_trim(dump, residency, page_bytes=residency.page_bytes)
+            assert forecast.releasable_bytes >= 0
+            assert procfs.process_state(arenas.pid) in "RS"
+        assert methods <= {"walked", "estimate"}
+        assert arenas.target.alive()
+        assert arenas.dump().arenas  # still answers: not corrupted, not stuck

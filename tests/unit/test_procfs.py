@@ -1,0 +1,105 @@
+"""procfs and the pagemap reader on this very test process (real /proc, nothing replaced)."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import subprocess
+
+import psutil
+import pytest
+
+from memforensics.errors import NoSuchProcessError, TargetError
+from memforensics.sources import procfs
+from memforensics.sources.heapmaps import _PageMap
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def test_read_memory_matches_kernel_and_psutil() -> None:
+    """RSS = file + shmem + anon; USS agrees with psutil's (both private clean + dirty)."""
+    memory = procfs.read_memory(os.getpid())
+    assert memory.rss_bytes and memory.anon_bytes and memory.file_bytes is not None
+    assert memory.rss_bytes == memory.anon_bytes + memory.file_bytes + (memory.shmem_bytes or 0)
+    uss = psutil.Process().memory_full_info().uss
+    assert memory.uss_bytes == pytest.approx(uss, rel=0.05)
+    assert memory.pss_bytes is not None and memory.pss_bytes <= memory.rss_bytes
+
+
+@pytest.mark.parametrize(
+    ("flags", "grows"), [(mmap.MAP_PRIVATE, "anon"), (mmap.MAP_SHARED, "shmem")]
+)
+def test_read_memory_puts_new_memory_in_the_right_class(flags: int, grows: str) -> None:
+    """Private anonymous memory counts as anonymous; shared anonymous memory is shmem."""
+    size = 32 * 1024 * 1024
+    before = procfs.read_memory(os.getpid())
+    region = mmap.mmap(-1, size, flags=flags)
+    try:
+        region.write(b"x" * size)
+        after = procfs.read_memory(os.getpid())
+        grown = {
+            "anon": (after.anon_bytes or 0) - (before.anon_bytes or 0),
+            "shmem": (after.shmem_bytes or 0) - (before.shmem_bytes or 0),
+        }
+        assert grown[grows] >= size * 0.9
+        assert (after.rss_bytes or 0) - (before.rss_bytes or 0) >= size * 0.9
+    finally:
+        region.close()
+
+
+def test_facts_of_self_and_refusal_of_self() -> None:
+    facts = procfs.read_process(os.getpid())
+    assert facts.allocator.kind == "glibc"
+    assert facts.glibc_version == os.confstr("CS_GNU_LIBC_VERSION").split()[1]  # type: ignore[union-attr]
+    assert procfs.process_state(os.getpid()) == "R"
+    with pytest.raises(TargetError, match="memforensics itself"):
+        procfs.check_target(os.getpid())
+
+
+def test_no_such_process() -> None:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    for call in (procfs.process_state, procfs.read_memory, procfs.read_process):
+        with pytest.raises(NoSuchProcessError):
+            call(child.pid)
+    with pytest.raises(NoSuchProcessError):
+        procfs.check_target(-5)
+
+
+def test_find_pids_by_name_excludes_self_and_matches_cmdline() -> None:
+    marker = "memforensics-find-me-7f3a"
+    child = subprocess.Popen(["sleep", "30"])
+    other = subprocess.Popen(["sh", "-c", f"sleep 30 # {marker}"])
+    try:
+        assert other.pid in procfs.find_pids_by_name(marker)  # matched on the command line
+        assert child.pid in procfs.find_pids_by_name("^sleep$")  # matched on the name
+        assert os.getpid() not in procfs.find_pids_by_name("python|pytest")
+        assert procfs.find_pids_by_name("[unbalanced") == []  # a literal when not a regex
+    finally:
+        for proc in (child, other):
+            proc.kill()
+            proc.wait()
+
+
+def test_pagemap_counts_resident_pages_exactly() -> None:
+    """Touch pages 0, 2 and 3 of a fresh mapping: whole and partial page counts follow."""
+    import ctypes
+
+    region = mmap.mmap(-1, 8 * PAGE, flags=mmap.MAP_PRIVATE)
+    try:
+        for page in (0, 2, 3):
+            region[page * PAGE] = 1
+        anchor = ctypes.c_char.from_buffer(region)
+        start = ctypes.addressof(anchor)
+        del anchor  # the mapping cannot close while a ctypes view of it exists
+        pages = _PageMap(os.getpid(), start, start + 8 * PAGE, PAGE)
+        assert pages.total_resident_bytes == 3 * PAGE
+        assert pages.resident_bytes(start, start + PAGE) == PAGE
+        assert pages.resident_bytes(start + PAGE, start + 2 * PAGE) == 0
+        # Half of page 0, none of 1, all of 2, a quarter of 3.
+        span = pages.resident_bytes(start + PAGE // 2, start + 3 * PAGE + PAGE // 4)
+        assert span == PAGE // 2 + PAGE + PAGE // 4
+        assert pages.whole_pages_resident_bytes(start + 1, start + 4 * PAGE) == 2 * PAGE
+        assert pages.whole_pages_resident_bytes(start + 1, start + 2 * PAGE - 1) == 0
+    finally:
+        region.close()
