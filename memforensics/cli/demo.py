@@ -193,7 +193,7 @@ def command(
             f"--buffers x --size = {format_bytes(spec.allocated_bytes)} is more than half of the "
             f"{format_bytes(available)} of RAM available; choose smaller numbers"
         )
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)
     log: Log | None = None
     if verbose:
 
@@ -214,6 +214,7 @@ def command(
             TimeElapsedColumn(),
             console=err,
             transient=True,
+            disable=not err.is_terminal,  # no bar (nor blank line) in logs and pipes
         ) as progress:
             task = progress.add_task("allocating", total=spec.buffers)
 

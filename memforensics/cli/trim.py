@@ -309,7 +309,7 @@ def command(
         raise click.UsageError("--count needs --interval")
     if not pids and not names:
         raise click.UsageError("give at least one PID or --name")
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)
     out = Console(soft_wrap=True)
 
     def status(message: str) -> None:
@@ -345,7 +345,8 @@ def _report_once(
 ) -> None:
     for outcome in outcomes:
         if isinstance(outcome, TrimFailure):
-            err.print(f"error: pid {outcome.pid}: {outcome.message}", highlight=False, markup=False)
+            # Library messages already name the PID ("PID 123 (app) is a zombie").
+            err.print(f"error: {outcome.message}", highlight=False, markup=False)
             if outcome.hint:
                 err.print(f"hint: {outcome.hint}", highlight=False, markup=False)
     if as_json:
