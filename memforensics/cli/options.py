@@ -19,7 +19,7 @@ def exit_codes_epilog() -> str:
     return f"\b\nExit codes:\n{rows}"
 
 
-class SizeType(click.ParamType):
+class SizeType(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.4
     """A byte size in human units: 4096, 512KiB, 64MiB, 2GiB."""
 
     name = "SIZE"
@@ -33,7 +33,7 @@ class SizeType(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
-class DurationType(click.ParamType):
+class DurationType(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.4
     """A duration: 500ms, 10s, 5m, 1h, or a bare number of seconds."""
 
     name = "DURATION"
@@ -52,7 +52,7 @@ class DurationType(click.ParamType):
         return seconds
 
 
-class RatioType(click.ParamType):
+class RatioType(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.4
     """A ratio between 0 and 1, also accepted as a percentage (``0.5`` or ``50%``)."""
 
     name = "RATIO"

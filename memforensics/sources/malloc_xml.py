@@ -16,9 +16,9 @@ from __future__ import annotations
 import io
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO, cast
 
 from lxml import etree
 
@@ -54,6 +54,35 @@ _UNSORTED_VALUES = etree.XPath("unsorted/@*", smart_strings=False)
 _DEFAULT_HINT = "expected the unedited output of glibc's malloc_info(0, fp)"
 
 
+def _line(elem: etree._Element) -> int | None:
+    """The element's source line (lxml's stubs do not say it is an int)."""
+    value: Any = elem.sourceline
+    return value if isinstance(value, int) else None
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _tag(elem: etree._Element) -> str:
+    return _text(elem.tag)
+
+
+def _attrs_text(elem: etree._Element) -> str:
+    """Attributes as ``k=v`` words, for keeping unknown elements verbatim."""
+    return " ".join(f"{_text(k)}={_text(v)}" for k, v in elem.items())
+
+
+def _strings(result: Any) -> list[str]:
+    """An XPath attribute result (a list of str with smart_strings off)."""
+    return cast(list[str], result)
+
+
+def _first_error(log: Any) -> Any:
+    """The first entry of an lxml error log, or None."""
+    return next(iter(cast(Iterable[Any], log)), None)
+
+
 def _fail(what: str, source: str, line: int | None, hint: str | None = None) -> InputDataError:
     return InputDataError(what, source=source, line=line, hint=hint or _DEFAULT_HINT)
 
@@ -76,7 +105,7 @@ def _number(value: str | None, what: str, source: str, line: int | None) -> int:
 def _unknown(elem: etree._Element, known: tuple[str, ...]) -> list[tuple[str, str]]:
     """Attributes outside ``known`` as (tag@name, value) pairs, kept rather than fatal."""
     return [
-        (f"{elem.tag}@{name}", str(value))
+        (f"{_tag(elem)}@{_text(name)}", _text(value))
         for name, value in elem.attrib.items()
         if name not in known
     ]
@@ -112,7 +141,7 @@ class _Totals:
         """Record ``elem`` if it is a totals leaf; False if it is something else."""
         tag = elem.tag
         kind = elem.get("type")
-        line = elem.sourceline
+        line = _line(elem)
         if tag == "total":
             pair = (
                 _number(elem.get("count"), f'<total type="{kind}"> count', source, line),
@@ -165,8 +194,8 @@ def _buckets_fast(sizes: etree._Element, heap_line: int) -> SizeTable | None:
     Per-element Python work dominates parse time, so the common, well-formed case reads all
     values with two XPath calls and leaves building objects to the first reader.
     """
-    size_raw = _SIZE_VALUES(sizes)
-    unsorted_raw = _UNSORTED_VALUES(sizes)
+    size_raw = _strings(_SIZE_VALUES(sizes))
+    unsorted_raw = _strings(_UNSORTED_VALUES(sizes))
     if len(size_raw) + len(unsorted_raw) != 4 * len(sizes):
         return None  # unknown attributes or elements: let the slow path keep and report them
     values = size_raw + unsorted_raw
@@ -187,9 +216,9 @@ def _buckets_slow(
     """Element-by-element reading that names the exact line of a bad value."""
     buckets = []
     for child in sizes:
-        line = child.sourceline
+        line = _line(child)
         if child.tag not in ("size", "unsorted"):
-            extra.append((f"sizes/{child.tag}", " ".join(f"{k}={v}" for k, v in child.items())))
+            extra.append((f"sizes/{_tag(child)}", _attrs_text(child)))
             continue
         numbers = [
             _number(child.get(attr), f"<{child.tag}> {attr}", source, line)
@@ -212,7 +241,7 @@ def _buckets_slow(
 
 
 def _arena(heap: etree._Element, source: str) -> Arena:
-    line = heap.sourceline
+    line = _line(heap)
     index = _number(heap.get("nr"), "<heap> nr", source, line)
     totals = _Totals()
     extra: list[tuple[str, str]] = list(_unknown(heap, ("nr",)))
@@ -222,7 +251,7 @@ def _arena(heap: etree._Element, source: str) -> Arena:
             fast = _buckets_fast(child, line or 0)
             buckets = fast if fast is not None else _buckets_slow(child, source, extra)
         elif not totals.take(child, source):
-            extra.append((str(child.tag), " ".join(f"{k}={v}" for k, v in child.items())))
+            extra.append((_tag(child), _attrs_text(child)))
     totals.require(f"arena {index}", source, line)
     assert totals.rest is not None and totals.system_current is not None
     assert totals.system_max is not None
@@ -246,7 +275,7 @@ def _arena(heap: etree._Element, source: str) -> Arena:
 
 def _check_version(elem: etree._Element, source: str) -> str:
     version = elem.get("version")
-    line = elem.sourceline
+    line = _line(elem)
     if version is None:
         raise _fail("<malloc> has no version attribute", source, line)
     if version == "1":
@@ -287,8 +316,8 @@ def _dump(elem: etree._Element, arenas: list[Arena], source: str, sequence: int)
         if child.tag == "heap":  # already consumed; only the emptied shell remains
             continue
         if not totals.take(child, source):
-            extra.append((str(child.tag), " ".join(f"{k}={v}" for k, v in child.items())))
-    totals.require("<malloc>", source, elem.sourceline)
+            extra.append((_tag(child), _attrs_text(child)))
+    totals.require("<malloc>", source, _line(elem))
     assert totals.rest is not None and totals.system_current is not None
     assert totals.system_max is not None
     return HeapDump(
@@ -305,7 +334,7 @@ def _dump(elem: etree._Element, arenas: list[Arena], source: str, sequence: int)
         aspace_total_bytes=totals.aspace_total,
         aspace_mprotect_bytes=totals.aspace_mprotect,
         source=source,
-        line=elem.sourceline or 1,
+        line=_line(elem) or 1,
         sequence=sequence,
         extra=tuple(extra + totals.extra),
         notes=_dialect_notes(totals, arenas),
@@ -352,7 +381,7 @@ class _Reader:
 
     def _syntax_error(self, exc: etree.XMLSyntaxError) -> InputDataError:
         # libxml2 keeps going after the first fatal error; the first one is the cause.
-        first = next(iter(exc.error_log), None)
+        first = _first_error(exc.error_log)
         line = (first.line if first is not None else exc.lineno) or self.newlines + 1
         message = first.message if first is not None else str(exc.msg or exc)
         message = re.sub(r",? line \d+, column \d+$", "", message)
@@ -410,7 +439,7 @@ class _Reader:
         except etree.XMLSyntaxError as exc:
             # An error on the last line, where our closing wrapper tag meets an open
             # <malloc>, means the input stopped early.
-            first = next(iter(exc.error_log), None)
+            first = _first_error(exc.error_log)
             error_line = (first.line if first is not None else exc.lineno) or 0
             if self.inside and error_line >= self.newlines:
                 raise _fail(
@@ -426,19 +455,18 @@ class _Reader:
             raise _fail(
                 f"not a malloc_info dump: no <malloc> document{found}",
                 self.source,
-                first.sourceline if first is not None else self.newlines + 1,
+                _line(first) if first is not None else self.newlines + 1,
                 hint=_DEFAULT_HINT,
             )
 
     def _events(self) -> Iterator[HeapDump]:
-        for event, elem in self.parser.read_events():
+        for event, item in self.parser.read_events():
+            elem = cast(etree._Element, item)
             parent = elem.getparent()
             parent_tag = parent.tag if parent is not None else None
             if elem.tag == "malloc":
                 if parent_tag != _SERIES_TAG:
-                    raise _fail(
-                        "<malloc> nested inside another element", self.source, elem.sourceline
-                    )
+                    raise _fail("<malloc> nested inside another element", self.source, _line(elem))
                 if event == "start":
                     _check_version(elem, self.source)
                     self.inside = True
@@ -454,7 +482,7 @@ class _Reader:
                     raise _fail(
                         "not a malloc_info dump: <heap> outside a <malloc> document",
                         self.source,
-                        elem.sourceline,
+                        _line(elem),
                         hint='a pasted excerpt? the <malloc version="1"> root is missing',
                     )
                 self.arenas.append(_arena(elem, self.source))
@@ -478,7 +506,7 @@ def _open(
             raise _fail(
                 "permission denied", str(source), None, hint="check the file's permissions"
             ) from None
-    return source, name or getattr(source, "name", "<stream>"), False
+    return source, str(name or getattr(source, "name", "<stream>")), False
 
 
 def iter_dumps(

@@ -46,7 +46,11 @@ def test_parse_json_matches_documented_schema(dump_file: Path) -> None:
     assert document["totals"]["free_bytes"] == 96 + 109269
     assert document["totals"]["mmap_chunks"] == 3
     assert document["arenas"][0]["sizes"][1] == {
-        "kind": "bin", "from_bytes": 1041, "to_bytes": 1041, "total_bytes": 3123, "count": 3,
+        "kind": "bin",
+        "from_bytes": 1041,
+        "to_bytes": 1041,
+        "total_bytes": 3123,
+        "count": 3,
         "suspect": False,
     }
 
@@ -72,10 +76,13 @@ def test_gates_exit_1_with_one_line_per_violation(dump_file: Path) -> None:
     assert result.exit_code == 1
     lines = result.stderr.strip().splitlines()
     assert lines == [
-        f"gate failed: {dump_file}: all arenas: free 106.8 KiB > 1.0 KiB; largest arena 0 holds 106.8 KiB",
+        f"gate failed: {dump_file}: all arenas: free 106.8 KiB > 1.0 KiB; "
+        "largest arena 0 holds 106.8 KiB",
         f"gate failed: {dump_file}: arenas: 2 > 1",
     ]
-    assert run("parse", "--max-free", "1GiB", "--max-free-ratio", "99%", str(dump_file)).exit_code == 0
+    assert (
+        run("parse", "--max-free", "1GiB", "--max-free-ratio", "99%", str(dump_file)).exit_code == 0
+    )
 
 
 def test_gates_in_json_mode_still_exit_1_and_list_violations(dump_file: Path) -> None:
@@ -118,7 +125,9 @@ def test_real_subprocess_entry_points(dump_file: Path) -> None:
     """`python -m memforensics` works, and stdout is pure JSON for pipes."""
     proc = subprocess.run(
         [sys.executable, "-m", "memforensics", "parse", "--json", str(dump_file)],
-        capture_output=True, check=False, timeout=60,
+        capture_output=True,
+        check=False,
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["schema"] == "memforensics/heap/1"
@@ -127,7 +136,9 @@ def test_real_subprocess_entry_points(dump_file: Path) -> None:
 def test_diff_json_and_human(tmp_path: Path, dump_file: Path) -> None:
     grown = tmp_path / "grown.xml"
     head, tail = MODERN.rsplit(b'<system type="current" size="135168"/>', 1)
-    data = head.replace(b'<system type="current" size="135168"/>', b'<system type="current" size="1183744"/>', 1)
+    data = head.replace(
+        b'<system type="current" size="135168"/>', b'<system type="current" size="1183744"/>', 1
+    )
     grown.write_bytes(data + b'<system type="current" size="1183744"/>' + tail)
     result = run("diff", "--json", str(dump_file), str(grown))
     assert result.exit_code == 0, result.output

@@ -10,14 +10,22 @@ from memforensics.sources.malloc_xml import parse_dump
 MiB = 1 << 20
 
 
-def arena_xml(index: int, *, system: int, buckets: list[tuple[int, int, int]], top: int = 0,
-              fast: tuple[int, int] = (0, 0)) -> str:
+def arena_xml(
+    index: int,
+    *,
+    system: int,
+    buckets: list[tuple[int, int, int]],
+    top: int = 0,
+    fast: tuple[int, int] = (0, 0),
+) -> str:
     """An arena as glibc 2.36 prints it; buckets are (chunk size, count, tag) regular bins."""
     lines = [f'<heap nr="{index}">', "<sizes>"]
     rest_count, rest_size = 1, top
     for size, count, _ in buckets:
         printed = size + 1  # PREV_INUSE
-        lines.append(f'  <size from="{printed}" to="{printed}" total="{printed * count}" count="{count}"/>')
+        lines.append(
+            f'  <size from="{printed}" to="{printed}" total="{printed * count}" count="{count}"/>'
+        )
         rest_count += count
         rest_size += printed * count
     lines += [
@@ -36,12 +44,18 @@ def arena_xml(index: int, *, system: int, buckets: list[tuple[int, int, int]], t
 def dump_xml(arenas: list[str], *, mmap: tuple[int, int] = (0, 0)) -> bytes:
     body = "\n".join(arenas)
     # Totals are recomputed by parsing each arena; the top-level figures must agree.
-    parsed = [parse_dump(f'<malloc version="1">\n{a}\n{_totals(0, 0, 0, 0, mmap)}</malloc>'.encode()).arenas[0] for a in arenas]
+    parsed = [
+        parse_dump(
+            f'<malloc version="1">\n{a}\n{_totals(0, 0, 0, 0, mmap)}</malloc>'.encode()
+        ).arenas[0]
+        for a in arenas
+    ]
     fast = sum(a.fast_bytes or 0 for a in parsed)
     rest_c = sum(a.rest_chunks for a in parsed)
     rest = sum(a.rest_bytes for a in parsed)
     system = sum(a.system_bytes for a in parsed)
-    return f'<malloc version="1">\n{body}\n{_totals(fast, rest_c, rest, system, mmap)}</malloc>\n'.encode()
+    totals = _totals(fast, rest_c, rest, system, mmap)
+    return f'<malloc version="1">\n{body}\n{totals}</malloc>\n'.encode()
 
 
 def _totals(fast: int, rest_c: int, rest: int, system: int, mmap: tuple[int, int]) -> str:
@@ -69,13 +83,15 @@ def test_figures_follow_design_definitions() -> None:
 
 
 def test_histogram_merges_arenas_and_splits_at_the_page() -> None:
-    xml = dump_xml([
-        arena_xml(0, system=64 * MiB, buckets=[(1024, 10, 0), (8192, 4, 0)]),
-        arena_xml(1, system=64 * MiB, buckets=[(1024, 5, 0), (PAGE_BYTES, 2, 0)]),
-    ])
+    xml = dump_xml(
+        [
+            arena_xml(0, system=64 * MiB, buckets=[(1024, 10, 0), (8192, 4, 0)]),
+            arena_xml(1, system=64 * MiB, buckets=[(1024, 5, 0), (PAGE_BYTES, 2, 0)]),
+        ]
+    )
     rows = analyze(parse_dump(xml)).histogram
     by_from = {r.from_bytes: r for r in rows}
-    small = [r for r in rows if r.from_bytes <= 1024 <= (r.to_bytes or 1 << 62)][0]
+    small = next(r for r in rows if r.from_bytes <= 1024 <= (r.to_bytes or 1 << 62))
     assert small.chunks == 15 and small.bytes == 15 * 1024  # PREV_INUSE artefact removed
     assert not small.page_or_larger
     page_rows = [r for r in rows if r.page_or_larger]
@@ -112,11 +128,13 @@ def test_advice_all_zero_dump_names_another_allocator() -> None:
 
 
 def test_gates_name_arena_and_value_and_skip_tiny_arenas() -> None:
-    xml = dump_xml([
-        arena_xml(0, system=200 * 1024, buckets=[(1024, 150, 0)]),  # tiny: 75% free, not judged
-        arena_xml(1, system=8 * MiB, buckets=[(4096, 1500, 0)]),   # 73% free
-        arena_xml(2, system=8 * MiB, buckets=[(4096, 100, 0)]),
-    ])
+    xml = dump_xml(
+        [
+            arena_xml(0, system=200 * 1024, buckets=[(1024, 150, 0)]),  # tiny: 75% free, not judged
+            arena_xml(1, system=8 * MiB, buckets=[(4096, 1500, 0)]),  # 73% free
+            arena_xml(2, system=8 * MiB, buckets=[(4096, 100, 0)]),
+        ]
+    )
     dump = parse_dump(xml)
     found = check_gates(dump, max_free_ratio=0.5)
     assert [(v.gate, v.arena_index) for v in found] == [("max-free-ratio", 1)]
@@ -129,14 +147,24 @@ def test_gates_name_arena_and_value_and_skip_tiny_arenas() -> None:
 
 
 def test_diff_matches_by_index_and_reports_appearing_arenas() -> None:
-    old = parse_dump(dump_xml([arena_xml(0, system=MiB, buckets=[]), arena_xml(1, system=MiB, buckets=[])]))
-    new = parse_dump(dump_xml([
-        arena_xml(0, system=MiB, buckets=[]),
-        arena_xml(1, system=3 * MiB, buckets=[(1024, 10, 0)]),
-        arena_xml(2, system=MiB, buckets=[]),
-    ]))
+    old = parse_dump(
+        dump_xml([arena_xml(0, system=MiB, buckets=[]), arena_xml(1, system=MiB, buckets=[])])
+    )
+    new = parse_dump(
+        dump_xml(
+            [
+                arena_xml(0, system=MiB, buckets=[]),
+                arena_xml(1, system=3 * MiB, buckets=[(1024, 10, 0)]),
+                arena_xml(2, system=MiB, buckets=[]),
+            ]
+        )
+    )
     diff = diff_dumps(old, new)
-    assert [(d.index, d.change) for d in diff.arenas] == [(0, "unchanged"), (1, "changed"), (2, "appeared")]
+    assert [(d.index, d.change) for d in diff.arenas] == [
+        (0, "unchanged"),
+        (1, "changed"),
+        (2, "appeared"),
+    ]
     assert diff.arenas[1].delta("system_bytes") == 2 * MiB
     assert diff.arenas[2].old is None and diff.arenas[2].delta("system_bytes") == MiB
     assert diff.total_delta("system_bytes") == 3 * MiB

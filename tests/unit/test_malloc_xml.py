@@ -92,7 +92,10 @@ def test_old_glibc_without_top_mmap_or_fast() -> None:
         MODERN.replace(b'<total type="mmap" count="3" size="3158016"/>\n', b"")
         .replace(b'<total type="fast" count="2" size="96"/>\n', b"")
         .replace(b'<total type="fast" count="0" size="0"/>\n', b"")
-        .replace(b'<total type="rest" count="6" size="109269"/>', b'<total type="rest" count="5" size="9269"/>')
+        .replace(
+            b'<total type="rest" count="6" size="109269"/>',
+            b'<total type="rest" count="5" size="9269"/>',
+        )
     )
     dump = one(xml)
     assert dump.mmap_bytes is None and dump.mmap_chunks is None
@@ -114,7 +117,8 @@ def test_tab_junk_and_column_zero_indentation_parse_the_same() -> None:
 def test_garbage_unsorted_counts_are_parsed_and_flagged() -> None:
     xml = MODERN.replace(
         b'<unsorted from="2049" to="4097" total="6146" count="2"/>',
-        b'<unsorted from="0" to="140737488355328" total="140737488355328" count="140737488355328"/>',
+        b'<unsorted from="0" to="140737488355328" total="140737488355328"'
+        b' count="140737488355328"/>',
     )
     arena = one(xml).arenas[0]
     assert arena.suspect
@@ -125,7 +129,7 @@ def test_unknown_attributes_and_elements_are_kept_not_fatal() -> None:
     xml = MODERN.replace(
         b'<size from="33" to="48" total="96" count="2"/>',
         b'<size from="33" to="48" total="96" count="2" colour="blue"/>',
-    ).replace(b"<heap nr=\"1\">", b'<heap nr="1" owner="x">\n<future kind="k"/>')
+    ).replace(b'<heap nr="1">', b'<heap nr="1" owner="x">\n<future kind="k"/>')
     dump = one(xml)
     assert ("size@colour", "blue") in dump.arenas[0].extra
     assert ("heap@owner", "x") in dump.arenas[1].extra
@@ -168,16 +172,26 @@ def test_xml_declaration_and_bom_are_accepted() -> None:
         (MODERN.replace(b'version="1"', b'version="2"'), 'unsupported <malloc version="2">', 1),
         (MODERN.replace(b'version="1"', b'version="jemalloc-1"'), "jemalloc", 1),
         (MODERN.replace(b'version="1"', b'version="hardened_malloc-1"'), "hardened_malloc", 1),
-        (MODERN.replace(b'total="3123"', b"total=\"31x3\""), "not a number: <size> total", 5),
+        (MODERN.replace(b'total="3123"', b'total="31x3"'), "not a number: <size> total", 5),
         (MODERN.replace(b'total="3123"', b'total="-3123"'), "negative number", 5),
         (MODERN.replace(b'total="3123"', b'total="18446744073709551616"'), "over 2^64", 5),
         (MODERN.replace(b' count="3"', b""), "missing attribute: <size> count", 5),
         (MODERN.replace(b'<system type="max" size="135168"/>\n', b"", 1), "arena 0 has no", 2),
         (MODERN.replace(b'<heap nr="0">', b'<heap nr="zero">'), "<heap> nr", 2),
-        (MODERN[MODERN.index(b"<heap"): MODERN.index(b"<total type=\"fast\" count=\"2\" size=\"96\"/>\n<total type=\"rest\" count=\"7\"")], "<heap> outside", 1),
+        (
+            MODERN[
+                MODERN.index(b"<heap") : MODERN.index(
+                    b'<total type="fast" count="2" size="96"/>\n<total type="rest" count="7"'
+                )
+            ],
+            "<heap> outside",
+            1,
+        ),
     ],
 )
-def test_bad_input_is_one_error_with_file_and_line(xml: bytes, fragment: str, line: int | None) -> None:
+def test_bad_input_is_one_error_with_file_and_line(
+    xml: bytes, fragment: str, line: int | None
+) -> None:
     err = error_of(xml)
     assert fragment in str(err)
     assert str(err).startswith("t.xml:")
