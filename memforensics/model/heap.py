@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, overload
@@ -51,37 +52,43 @@ def bucket_kind(tag: str, from_bytes: int, to_bytes: int) -> BucketKind:
     return "bin"
 
 
-class SizeTable(Sequence[SizeBucket]):
-    """An arena's bucket lines kept as glibc printed them, turned into SizeBuckets on use.
+# One bucket line as lxml serialises glibc's output: fixed attribute order, 1-19 digits
+# (a 20-digit value may exceed 2**64 and is left to the parser's careful path).
+BUCKET_LINE_RE = re.compile(
+    rb'<(size|unsorted) from="(\d{1,19})" to="(\d{1,19})" total="(\d{1,19})" count="(\d{1,19})"/>'
+)
 
-    A big dump has hundreds of thousands of bucket lines; keeping their digits and building
+
+class SizeTable(Sequence[SizeBucket]):
+    """An arena's bucket lines kept as serialised XML, turned into SizeBuckets on use.
+
+    A big dump has hundreds of thousands of bucket lines; keeping their text and building
     objects only when a report asks keeps parsing near libxml2's own speed and memory low.
-    The parser has already checked every value is a decimal integer below 2**64.
+    The parser has already checked that ``raw`` is nothing but well-formed bucket lines.
     """
 
-    __slots__ = ("_buckets", "_first_line", "_n_size", "_values")
+    __slots__ = ("_buckets", "_count", "_first_line", "_raw")
 
-    def __init__(self, size_values: Sequence[str], unsorted_values: Sequence[str], first_line: int):
-        self._values = (*size_values, *unsorted_values)
-        self._n_size = len(size_values) // 4
+    def __init__(self, raw: bytes, count: int, first_line: int):
+        self._raw = raw
+        self._count = count
         self._first_line = first_line
         self._buckets: tuple[SizeBucket, ...] | None = None
 
     def _materialize(self) -> tuple[SizeBucket, ...]:
         if self._buckets is None:
-            numbers = list(map(int, self._values))
             built = []
-            for position in range(0, len(numbers), 4):
-                from_bytes, to_bytes, total_bytes, count = numbers[position : position + 4]
-                tag = "size" if position < 4 * self._n_size else "unsorted"
+            for position, match in enumerate(BUCKET_LINE_RE.finditer(self._raw)):
+                tag, *digits = match.groups()
+                from_bytes, to_bytes, total_bytes, count = map(int, digits)
                 built.append(
                     SizeBucket(
-                        bucket_kind(tag, from_bytes, to_bytes),
+                        bucket_kind(tag.decode(), from_bytes, to_bytes),
                         from_bytes,
                         to_bytes,
                         total_bytes,
                         count,
-                        self._first_line + position // 4,
+                        self._first_line + position,
                         count >= SUSPECT_COUNT or total_bytes >= SUSPECT_BYTES,
                     )
                 )
@@ -89,7 +96,7 @@ class SizeTable(Sequence[SizeBucket]):
         return self._buckets
 
     def __len__(self) -> int:
-        return len(self._values) // 4
+        return self._count
 
     @overload
     def __getitem__(self, index: int) -> SizeBucket: ...

@@ -24,6 +24,7 @@ from lxml import etree
 
 from memforensics.errors import InputDataError
 from memforensics.model.heap import (
+    BUCKET_LINE_RE,
     SUSPECT_BYTES,
     SUSPECT_COUNT,
     Arena,
@@ -45,10 +46,11 @@ _OTHER_ALLOCATORS = {
     "hardened_malloc": "GrapheneOS hardened_malloc",
     "scudo": "LLVM scudo",
 }
-# Fast path: glibc prints these four attributes, always in this order.
+# glibc prints these four attributes, always in this order.
 _BUCKET_ATTRS = ("from", "to", "total", "count")
-_SIZE_VALUES = etree.XPath("size/@*", smart_strings=False)
-_UNSORTED_VALUES = etree.XPath("unsorted/@*", smart_strings=False)
+_SIZES_BLOCK_RE = re.compile(
+    rb"<sizes>(?:\s*" + BUCKET_LINE_RE.pattern + rb")*\s*</sizes>|<sizes/>"
+)
 
 
 _DEFAULT_HINT = "expected the unedited output of glibc's malloc_info(0, fp)"
@@ -71,11 +73,6 @@ def _tag(elem: etree._Element) -> str:
 def _attrs_text(elem: etree._Element) -> str:
     """Attributes as ``k=v`` words, for keeping unknown elements verbatim."""
     return " ".join(f"{_text(k)}={_text(v)}" for k, v in elem.items())
-
-
-def _strings(result: Any) -> list[str]:
-    """An XPath attribute result (a list of str with smart_strings off)."""
-    return cast(list[str], result)
 
 
 def _first_error(log: Any) -> Any:
@@ -189,25 +186,16 @@ class _Totals:
 
 
 def _buckets_fast(sizes: etree._Element, heap_line: int) -> SizeTable | None:
-    """Check every bucket value in C and keep the digits; None when the slow path must decide.
+    """Check every bucket line with one regular expression in C and keep the text.
 
-    Per-element Python work dominates parse time, so the common, well-formed case reads all
-    values with two XPath calls and leaves building objects to the first reader.
+    Per-element Python work dominates parse time, so the common, well-formed case is
+    serialised by libxml2 and matched whole; objects are built when a report reads them.
+    None sends the element to the careful path, which names the exact bad line.
     """
-    size_raw = _strings(_SIZE_VALUES(sizes))
-    unsorted_raw = _strings(_UNSORTED_VALUES(sizes))
-    if len(size_raw) + len(unsorted_raw) != 4 * len(sizes):
-        return None  # unknown attributes or elements: let the slow path keep and report them
-    values = size_raw + unsorted_raw
-    # All digits (no sign, no space) and at most 19 of them: a valid value below 2**64.
-    if values and not ("".join(values).isdigit() and "".join(values).isascii()):
+    raw = etree.tostring(sizes, with_tail=False)
+    if _SIZES_BLOCK_RE.fullmatch(raw) is None:
         return None
-    if values and max(map(len, values)) > 19:
-        return None
-    # glibc's attribute order is fixed; a file that differs is read the careful way.
-    if len(sizes) and sizes[0].keys() != list(_BUCKET_ATTRS):
-        return None
-    return SizeTable(size_raw, unsorted_raw, heap_line + 2)
+    return SizeTable(raw, len(sizes), heap_line + 2)
 
 
 def _buckets_slow(
