@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import nox
@@ -12,22 +13,30 @@ nox.options.sessions = ["tests", "lint", "typecheck"]
 nox.options.reuse_existing_virtualenvs = True
 
 HERE = Path(__file__).parent
-# Debian packages the integration tests drive for real: the command each provides.
-SYSTEM_TOOLS = {
-    "gdb": "gdb",
-    "cc": "gcc",
-    "systemd-journal-remote": "systemd-journal-remote",
-}
-JOURNAL_REMOTE = "/lib/systemd/systemd-journal-remote"
+# Debian packages the real-thing tests need: gdb and gcc for live targets, the journal
+# tools for real journal files, other allocators and libcs for the refusal tests.
+SYSTEM_PACKAGES = (
+    "gdb",
+    "gcc",
+    "systemd-journal-remote",
+    "libjemalloc2",
+    "libtcmalloc-minimal4",
+    "musl-tools",
+)
 
 
 def _missing_system_packages() -> list[str]:
+    if shutil.which("dpkg-query") is None:
+        return []
     missing = []
-    for command, package in SYSTEM_TOOLS.items():
-        if command == "systemd-journal-remote":
-            if not Path(JOURNAL_REMOTE).exists():
-                missing.append(package)
-        elif shutil.which(command) is None:
+    for package in SYSTEM_PACKAGES:
+        status = subprocess.run(
+            ["dpkg-query", "-W", "-f=${Status}", package],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if "install ok installed" not in status.stdout:
             missing.append(package)
     return missing
 
