@@ -1,0 +1,249 @@
+"""Benchmark `memforensics oom` against the manual way, measured in the same run.
+
+1. A ~1 GB text log of ordinary kernel noise with a few hundred OOM incidents:
+   `memforensics oom --file LOG --json` against `grep -c 'Killed process' LOG` (target <= 2x).
+2. A large journal (built with systemd-journal-remote): `memforensics oom --directory DIR --json`
+   against a bare `journalctl` with the same filter and output (target <= 1.2x).
+
+Everything is generated under a temporary directory at run time and removed afterwards.
+Usage: python benchmarks/bench_oom.py [--log-mib 1024] [--journal-entries 400000] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "fixtures" / "oom"
+JOURNAL_REMOTE = "/lib/systemd/systemd-journal-remote"
+MEMFORENSICS = [sys.executable, "-m", "memforensics"]
+_DMESG_PREFIX = re.compile(r"^\[\s*\d+\.\d+\](?:\[\s*T\d+\])? ")
+
+NOISE = (
+    "EXT4-fs (nvme0n1p2): re-mounted. Opts: errors=remount-ro. Quota mode: none.",
+    "usb 1-1.4: new high-speed USB device number {n} using xhci_hcd",
+    "IPv6: ADDRCONF(NETDEV_CHANGE): veth{n:x}: link becomes ready",
+    'audit: type=1400 audit({n}.123:45): apparmor="STATUS" operation="profile_replace" '
+    'profile="unconfined" name="snap.lxd.daemon" pid={n} comm="apparmor_parser"',
+    "docker0: port 2(veth{n:x}) entered forwarding state",
+    "nfs: server 10.0.0.{m} not responding, still trying",
+    "TCP: request_sock_TCP: Possible SYN flooding on port 443. Sending cookies.",
+    "perf: interrupt took too long (2503 > 2500), lowering kernel.perf_event_max_sample_rate",
+    "sd 0:0:0:0: [sda] Write cache: enabled, read cache: enabled, doesn't support DPO or FUA",
+    "br-{n:x}: port 1(veth{m}) entered blocking state",
+    "kauditd_printk_skb: {m} callbacks suppressed",
+    "CPU{m}: Package temperature above threshold, cpu clock throttled (total events = {n})",
+)
+
+
+def incident_lines() -> list[list[str]]:
+    """Real and hand-made incidents from fixtures/oom, without their original prefixes."""
+    blocks = []
+    for name in (
+        "cadvisor-3.13-global.log",
+        "cadvisor-4.8-docker.log",
+        "handmade-5.10-global-caller-ids.log",
+        "handmade-oom-group-v2-6.12.log",
+    ):
+        text = (FIXTURES / name).read_text()
+        lines = [_DMESG_PREFIX.sub("", line) for line in text.splitlines()]
+        blocks.append(lines)
+    return blocks
+
+
+def make_text_log(path: Path, target_bytes: int, incidents: int) -> int:
+    """Write dmesg-style noise with ``incidents`` OOM incidents spread evenly; returns kills."""
+    rng = random.Random(42)
+    blocks = incident_lines()
+    uptime = 1.0
+    every = target_bytes // incidents
+    written = 0
+    next_incident = every // 2
+    placed = 0
+    kills = 0
+    with path.open("w", buffering=1 << 20) as out:
+        while written < target_bytes:
+            chunk = []
+            for _ in range(2000):
+                uptime += rng.random() * 0.01
+                template = NOISE[rng.randrange(len(NOISE))]
+                text = template.format(n=rng.randrange(1, 1 << 20), m=rng.randrange(1, 64))
+                chunk.append(f"[{uptime:12.6f}] {text}\n")
+            if written >= next_incident and placed < incidents:
+                block = blocks[placed % len(blocks)]
+                chunk.extend(f"[{uptime:12.6f}] {line}\n" for line in block)
+                kills += sum("Killed process" in line for line in block)
+                placed += 1
+                next_incident += every
+            data = "".join(chunk)
+            out.write(data)
+            written += len(data)
+    return kills
+
+
+def timed(argv: Sequence[str], runs: int) -> tuple[float, bytes]:
+    """Median wall time of ``runs`` runs (after one warm-up) and the last stdout."""
+    out = subprocess.run(argv, capture_output=True, check=False).stdout
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        out = subprocess.run(argv, capture_output=True, check=False).stdout
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), out
+
+
+def bench_text(workdir: Path, log_mib: int, runs: int) -> None:
+    log = workdir / "kern.log"
+    started = time.perf_counter()
+    kills = make_text_log(log, log_mib << 20, incidents=300)
+    size = log.stat().st_size
+    print(
+        f"text log: {size / (1 << 20):.0f} MiB, {kills} kill lines, "
+        f"generated in {time.perf_counter() - started:.1f} s",
+        flush=True,
+    )
+    grep_seconds, grep_out = timed(["grep", "-c", "Killed process", str(log)], runs)
+    ours_seconds, ours_out = timed([*MEMFORENSICS, "oom", "--file", str(log), "--json"], runs)
+    document = json.loads(ours_out)
+    print(f"  grep -c 'Killed process': {grep_seconds:.3f} s (count {grep_out.decode().strip()})")
+    print(
+        f"  memforensics oom --file:  {ours_seconds:.3f} s ({document['kills']} kills, "
+        f"{len({e['incident'] for e in document['events']})} incidents)"
+    )
+    ratio = ours_seconds / grep_seconds
+    verdict = "met" if ratio <= 2.0 else "NOT met"
+    print(f"  ratio memforensics/grep = {ratio:.2f}x (target <= 2x: {verdict})", flush=True)
+
+
+def export_entry(fields: dict[str, str]) -> bytes:
+    return b"".join(f"{k}={v}\n".encode() for k, v in fields.items()) + b"\n"
+
+
+def make_journal(directory: Path, entries: int, incidents: int) -> None:
+    """A journal of ``entries`` kernel/userspace noise entries over 3 boots, plus incidents."""
+    rng = random.Random(7)
+    blocks = incident_lines()
+    directory.mkdir()
+    boots = [f"{b:032x}" for b in (0xB001, 0xB002, 0xB003)]
+    every = max(1, entries // incidents)
+    start_usec = 1_715_000_000_000_000
+    proc = subprocess.Popen(
+        [JOURNAL_REMOTE, f"--output={directory / 'system.journal'}", "--split-mode=none", "-"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    assert proc.stdin is not None
+    batch: list[bytes] = []
+    placed = 0
+    for index in range(entries):
+        boot = boots[index * len(boots) // entries]
+        usec = start_usec + index * 1000
+        base = {
+            "__REALTIME_TIMESTAMP": str(usec),
+            "__MONOTONIC_TIMESTAMP": str(index * 1000 + 1),
+            "_BOOT_ID": boot,
+            "_MACHINE_ID": "0123456789abcdef0123456789abcdef",
+            "_HOSTNAME": "bench",
+        }
+        if index % 3:
+            template = NOISE[rng.randrange(len(NOISE))]
+            fields = {
+                **base,
+                "_TRANSPORT": "kernel",
+                "SYSLOG_IDENTIFIER": "kernel",
+                "PRIORITY": "6",
+                "MESSAGE": template.format(n=rng.randrange(1, 1 << 20), m=rng.randrange(64)),
+            }
+        else:
+            fields = {
+                **base,
+                "_TRANSPORT": "syslog",
+                "SYSLOG_IDENTIFIER": "sshd",
+                "PRIORITY": "6",
+                "_PID": "812",
+                "MESSAGE": f"Accepted publickey for deploy from 10.0.{index % 255}.7 port "
+                f"{index % 60000} ssh2",
+            }
+        batch.append(export_entry(fields))
+        if index % every == every // 2 and placed < incidents:
+            for offset, line in enumerate(blocks[placed % len(blocks)]):
+                batch.append(
+                    export_entry(
+                        {
+                            **base,
+                            "__REALTIME_TIMESTAMP": str(usec + offset + 1),
+                            "_TRANSPORT": "kernel",
+                            "SYSLOG_IDENTIFIER": "kernel",
+                            "PRIORITY": "4",
+                            "MESSAGE": line,
+                        }
+                    )
+                )
+            placed += 1
+        if len(batch) >= 5000:
+            proc.stdin.write(b"".join(batch))
+            batch.clear()
+    proc.stdin.write(b"".join(batch))
+    proc.stdin.close()
+    proc.wait()
+
+
+def bench_journal(workdir: Path, entries: int, runs: int) -> None:
+    if shutil.which("journalctl") is None or not Path(JOURNAL_REMOTE).exists():
+        print("journal benchmark skipped: needs journalctl and systemd-journal-remote")
+        return
+    sys.path.insert(0, str(REPO))
+    from memforensics.sources.journal import JournalReader
+
+    directory = workdir / "journal"
+    started = time.perf_counter()
+    make_journal(directory, entries, incidents=200)
+    size = sum(p.stat().st_size for p in directory.iterdir())
+    print(
+        f"journal: {entries} noise entries + 200 incidents, {size / (1 << 20):.0f} MiB on disk, "
+        f"built in {time.perf_counter() - started:.1f} s",
+        flush=True,
+    )
+    bare = JournalReader(directory=str(directory)).argv()
+    bare_seconds, bare_out = timed(bare, runs)
+    ours_seconds, ours_out = timed(
+        [*MEMFORENSICS, "oom", "--directory", str(directory), "--json"], runs
+    )
+    document = json.loads(ours_out)
+    print(
+        f"  bare journalctl, same filter: {bare_seconds:.3f} s ({len(bare_out.splitlines())} "
+        "matching entries)"
+    )
+    print(f"  memforensics oom --directory: {ours_seconds:.3f} s ({document['kills']} kills)")
+    ratio = ours_seconds / bare_seconds
+    verdict = "met" if ratio <= 1.2 else "NOT met"
+    print(f"  ratio memforensics/journalctl = {ratio:.2f}x (target <= 1.2x: {verdict})", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--log-mib", type=int, default=1024, help="size of the text log")
+    parser.add_argument("--journal-entries", type=int, default=400_000)
+    parser.add_argument("--runs", type=int, default=3, help="timed runs per command (median)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="memforensics-bench-oom-") as temp:
+        workdir = Path(temp)
+        bench_text(workdir, args.log_mib, args.runs)
+        (workdir / "kern.log").unlink()
+        bench_journal(workdir, args.journal_entries, args.runs)
+
+
+if __name__ == "__main__":
+    main()

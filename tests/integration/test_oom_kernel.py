@@ -1,0 +1,174 @@
+"""A real kernel OOM kill in a 64 MiB memory cgroup, then `oom --kmsg` must report the victim.
+
+The hog joins the cgroup itself before it allocates (so it never runs outside the limit),
+allocates at most 300 MiB within 20 s, and the cgroup is removed in ``finally``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from memforensics.cli import cli
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+LIMIT_BYTES = 64 * 1024 * 1024
+HOG = """
+import os, sys, time
+with open(sys.argv[1], "w") as procs:
+    procs.write(str(os.getpid()))
+with open("/proc/self/comm") as comm:
+    print("ready", comm.read().strip(), flush=True)
+sys.stdin.readline()
+chunks = []
+deadline = time.monotonic() + 20
+while len(chunks) < 300 and time.monotonic() < deadline:
+    chunks.append(bytearray(1 << 20))  # zero-filled: every page is touched and charged
+sys.exit(3)  # survived: the limit did not hold
+"""
+
+
+@dataclass
+class MemoryCgroup:
+    """A child memory cgroup: its directory, the procs file to join, its path in the log."""
+
+    directory: Path
+    procs: Path
+    log_path: str
+    version: int
+
+
+def _mounts() -> list[tuple[str, str, str]]:
+    rows = []
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        fields = line.split()
+        if len(fields) >= 4:
+            rows.append((fields[1], fields[2], fields[3]))
+    return rows
+
+
+def _v2_root() -> Path | None:
+    for mount_point, fstype, _ in _mounts():
+        root = Path(mount_point)
+        if (
+            fstype == "cgroup2"
+            and "memory" in (root / "cgroup.controllers").read_text().split()
+            and os.access(root, os.W_OK)
+        ):
+            return root
+    return None
+
+
+def _v1_root() -> Path | None:
+    for mount_point, fstype, options in _mounts():
+        if fstype == "cgroup" and "memory" in options.split(","):
+            root = Path(mount_point)
+            if os.access(root, os.W_OK):
+                return root
+    return None
+
+
+@contextlib.contextmanager
+def memory_cgroup() -> Iterator[MemoryCgroup]:
+    name = f"memforensics-oom-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    v2, v1 = _v2_root(), _v1_root()
+    if v2 is not None:
+        subtree = v2 / "cgroup.subtree_control"
+        if "memory" not in subtree.read_text().split():
+            subtree.write_text("+memory")
+        directory = v2 / name
+        directory.mkdir()
+        cgroup = MemoryCgroup(directory, directory / "cgroup.procs", f"/{name}", 2)
+        limits = {"memory.max": str(LIMIT_BYTES), "memory.swap.max": "0"}
+    elif v1 is not None:
+        directory = v1 / name
+        directory.mkdir()
+        cgroup = MemoryCgroup(directory, directory / "cgroup.procs", f"/{name}", 1)
+        limits = {
+            "memory.limit_in_bytes": str(LIMIT_BYTES),
+            "memory.memsw.limit_in_bytes": str(LIMIT_BYTES),
+        }
+    else:
+        pytest.skip(
+            "no writable memory cgroup: neither a cgroup v2 hierarchy with the memory "
+            "controller nor a v1 memory hierarchy can be written by this user"
+        )
+    try:
+        for key, value in limits.items():
+            with contextlib.suppress(
+                FileNotFoundError
+            ):  # swap files exist only with swap accounting
+                (directory / key).write_text(value)
+        yield cgroup
+    finally:
+        for _ in range(50):
+            try:
+                directory.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)  # the killed task is still leaving the cgroup
+
+
+def test_real_memcg_oom_kill_is_reported_from_kmsg() -> None:
+    if not os.access("/dev/kmsg", os.R_OK):
+        pytest.skip("/dev/kmsg is not readable here")
+    with memory_cgroup() as cgroup:
+        hog = subprocess.Popen(
+            [sys.executable, "-c", HOG, str(cgroup.procs)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert hog.stdout is not None and hog.stdin is not None
+            ready = hog.stdout.readline().split()
+            assert ready[:1] == ["ready"], ready
+            comm = ready[1]
+            assert str(hog.pid) in cgroup.procs.read_text().split()
+            hog.stdin.write("go\n")
+            hog.stdin.flush()
+            returncode = hog.wait(timeout=60)
+        finally:
+            if hog.poll() is None:
+                hog.send_signal(signal.SIGKILL)
+                hog.wait(timeout=10)
+        assert returncode == -signal.SIGKILL, "the hog was not OOM-killed"
+
+        result = CliRunner().invoke(cli, ["oom", "--kmsg", "--json"])
+        assert result.exit_code == 0, result.stderr
+        document = json.loads(result.stdout)
+        mine = [e for e in document["events"] if e["pid"] == hog.pid]
+        assert len(mine) == 1, document["events"]
+        event = mine[0]
+        assert event["process"] == comm
+        assert event["killer"] == "kernel"
+        assert event["scope"] == "memcg"
+        assert event["cgroup"].endswith(cgroup.log_path)
+        assert event["oom_memcg"].endswith(cgroup.log_path)
+        assert event["uid"] == os.getuid()
+        assert 16 * 1024 * 1024 < event["anon_rss_bytes"] <= LIMIT_BYTES + 8 * 1024 * 1024
+        assert event["boot_id"] == Path(
+            "/proc/sys/kernel/random/boot_id"
+        ).read_text().strip().replace("-", "")
+        # kmsg time = boot time + printk timestamp: must be "just now".
+        killed_at = datetime.fromisoformat(event["time"].replace("Z", "+00:00"))
+        assert abs((datetime.now(timezone.utc) - killed_at).total_seconds()) < 120
+        if event["constraint"] is not None:
+            assert event["constraint"] == "CONSTRAINT_MEMCG"
+
+        gate = CliRunner().invoke(cli, ["oom", "--kmsg", "--process", comm, "--fail-if-found"])
+        assert gate.exit_code == 1
