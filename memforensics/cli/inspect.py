@@ -1,13 +1,301 @@
-"""`memforensics inspect`: placeholder until its issue lands (replaced by the owner)."""
+"""`memforensics inspect`: a live heap report of running processes, taken through gdb/MI."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
 import click
+from rich.console import Group, RenderableType
+from rich.text import Text
 
-from memforensics.errors import ToolingError
+from memforensics.analysis.heap import HeapAnalysis, analyze
+from memforensics.analysis.residency import residency_advice, waterfall
+from memforensics.cli.options import (
+    exit_codes_epilog,
+    gdb_option,
+    json_option,
+    timeout_option,
+    verbose_option,
+)
+from memforensics.cli.output import emit_json, stderr_console, stdout_console
+from memforensics.errors import MemforensicsError, NoSuchProcessError, ToolingError
+from memforensics.model.advice import Advice
+from memforensics.model.process import HeapResidency, ProcessFacts, ProcessMemory, Waterfall
+from memforensics.render.heap import SORT_KEYS, SortKey, heap_json, render_heap
+from memforensics.render.process import (
+    process_json,
+    render_process_header,
+    render_waterfall,
+    residency_json,
+    waterfall_json,
+)
+from memforensics.sources import procfs
+from memforensics.sources.gdb import Capture, capture_malloc_info
+from memforensics.sources.heapmaps import read_heap_residency
+from memforensics.sources.malloc_xml import parse_dump
+
+EXAMPLES = """\b
+Examples:
+  memforensics inspect 4242                   heap report of PID 4242
+  memforensics inspect --name postgres        every process whose name/cmdline matches
+  memforensics inspect --json 4242 | jq '.totals.free_bytes, .pause_seconds'
+  memforensics inspect --save-xml dump.xml 4242 && memforensics parse dump.xml
+\b
+The target is stopped only while gdb takes malloc_info at a safe point (a thread
+outside malloc/free); the report says for how long ("paused 14 ms"). Nothing is
+written inside the target's filesystem; the XML is read back from its memory.
+"""
 
 
-@click.command(name="inspect")
-def command() -> None:
-    """Not built yet."""
-    raise ToolingError("'inspect' is not built yet")
+@dataclass(frozen=True)
+class Inspection:
+    """Everything inspect learned about one process."""
+
+    facts: ProcessFacts
+    memory: ProcessMemory
+    capture: Capture
+    analysis: HeapAnalysis
+    residency: HeapResidency | None
+    waterfall: Waterfall | None
+    extra_advice: tuple[Advice, ...]
+    residency_error: str | None = None
+
+
+def inspect_process(
+    pid: int,
+    *,
+    timeout_seconds: float,
+    gdb_path: str | None,
+    allow_stopped: bool,
+    log: Any = None,
+) -> Inspection:
+    """Capture malloc_info safely (the session refuses what it cannot inspect), then read /proc."""
+    capture = capture_malloc_info(
+        pid,
+        timeout_seconds=timeout_seconds,
+        gdb_path=gdb_path,
+        log=log,
+        allow_stopped=allow_stopped,
+    )
+    # Memory and residency are read after detaching, with the target running again: they come
+    # from /proc alone and would only lengthen the pause.
+    facts = procfs.read_process(pid)
+    memory = procfs.read_memory(pid)
+    dump = parse_dump(capture.xml, name=f"PID {pid}")
+    residency: HeapResidency | None = None
+    flow: Waterfall | None = None
+    extra: tuple[Advice, ...] = ()
+    residency_error: str | None = None
+    try:
+        residency = read_heap_residency(pid, dump, libc_path=facts.libc_path)
+        flow = waterfall(memory, dump, residency)
+        extra = residency_advice(dump, residency)
+    except NoSuchProcessError:
+        raise
+    except (MemforensicsError, OSError) as exc:
+        # The heap report stands without residency; say why the waterfall is missing.
+        residency_error = str(exc)
+    return Inspection(
+        facts=facts,
+        memory=memory,
+        capture=capture,
+        analysis=analyze(dump),
+        residency=residency,
+        waterfall=flow,
+        extra_advice=extra,
+        residency_error=residency_error,
+    )
+
+
+def inspection_json(result: Inspection) -> dict[str, Any]:
+    """The ``memforensics/heap/1`` document plus process, pause, residency and waterfall."""
+    document = heap_json(result.analysis)
+    if result.extra_advice:
+        document["advice"] = list(document.get("advice", [])) + [
+            {"code": a.code, "severity": a.severity, "message": a.message}
+            for a in result.extra_advice
+        ]
+    document["process"] = process_json(result.facts, result.memory)
+    document["pause_seconds"] = round(result.capture.pause_seconds, 6)
+    document["safe_point"] = result.capture.safe_point
+    document["residency"] = residency_json(result.residency) if result.residency else None
+    document["waterfall"] = waterfall_json(result.waterfall) if result.waterfall else None
+    return document
+
+
+def render_inspection(result: Inspection, *, top: int, sort: SortKey) -> RenderableType:
+    """Process header, RSS waterfall and the heap report, in that order."""
+    parts: list[RenderableType] = [
+        render_process_header(
+            result.facts, result.memory, pause_seconds=result.capture.pause_seconds
+        ),
+        Text(f"safe point: {result.capture.safe_point}", style="dim"),
+        Text(""),
+    ]
+    if result.waterfall is not None:
+        parts.extend([render_waterfall(result.waterfall), Text("")])
+    elif result.residency_error:
+        parts.append(Text(f"no residency figures: {result.residency_error}", style="dim"))
+    parts.append(
+        render_heap(
+            result.analysis,
+            top=top,
+            sort=sort,
+            title=f"PID {result.facts.pid} ({result.facts.name})",
+            extra_advice=result.extra_advice,
+        )
+    )
+    return Group(*parts)
+
+
+def save_xml_path(template: str, pid: int, *, several: bool) -> Path:
+    """Where one target's XML goes: ``{pid}`` in PATH is replaced; several targets get .PID."""
+    if "{pid}" in template:
+        return Path(template.replace("{pid}", str(pid)))
+    path = Path(template)
+    if several:
+        return path.with_name(f"{path.stem}.{pid}{path.suffix}")
+    return path
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename: no half-written dump."""
+    directory = path.parent if str(path.parent) else Path(".")
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise ToolingError(
+            f"cannot write {path}: {exc.strerror}", hint="choose a writable --save-xml path"
+        ) from exc
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp_name, 0o644)
+        os.replace(tmp_name, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_name)
+        raise ToolingError(
+            f"cannot write {path}: {exc.strerror}", hint="choose a writable --save-xml path"
+        ) from exc
+
+
+def _targets(pids: tuple[int, ...], names: tuple[str, ...]) -> list[int]:
+    chosen = list(dict.fromkeys(pids))
+    for pattern in names:
+        found = procfs.find_pids_by_name(pattern)
+        if not found:
+            raise NoSuchProcessError(
+                f"no process matches --name {pattern!r}",
+                hint="the pattern is a regex matched against the name and the command line",
+            )
+        chosen.extend(pid for pid in found if pid not in chosen)
+    return chosen
+
+
+def _report_error(pid: int, exc: MemforensicsError) -> None:
+    click.echo(f"error: PID {pid}: {exc.message}", err=True)
+    if exc.hint:
+        click.echo(f"hint: {exc.hint}", err=True)
+
+
+def _mi_logger(line: str) -> None:
+    sys.stderr.write(f"gdb {line}\n")
+    sys.stderr.flush()
+
+
+@click.command(name="inspect", epilog=EXAMPLES + "\n" + exit_codes_epilog())
+@click.argument("pids", nargs=-1, type=click.IntRange(min=1), metavar="PID...")
+@click.option(
+    "--name",
+    "names",
+    multiple=True,
+    metavar="PATTERN",
+    help="Also inspect every process whose name or command line matches (regex; repeatable).",
+)
+@json_option
+@click.option(
+    "--save-xml",
+    "save_xml",
+    type=click.Path(dir_okay=False),
+    default=None,
+    metavar="PATH",
+    help="Also write the raw malloc_info XML to PATH (atomically) for `memforensics parse`; "
+    "with several targets, {pid} in PATH is replaced (else .PID is added).",
+)
+@timeout_option("10s")
+@gdb_option
+@click.option(
+    "--allow-stopped",
+    is_flag=True,
+    help="Inspect a process someone else stopped (state T); it is left stopped.",
+)
+@click.option(
+    "--top", type=click.IntRange(min=0), default=20, show_default=True, help="Arenas to list."
+)
+@click.option(
+    "--sort",
+    type=click.Choice(SORT_KEYS),
+    default="free",
+    show_default=True,
+    help="Order of the arena table.",
+)
+@verbose_option
+def command(
+    *,
+    pids: tuple[int, ...],
+    names: tuple[str, ...],
+    as_json: bool,
+    save_xml: str | None,
+    timeout_seconds: float,
+    gdb_path: str | None,
+    allow_stopped: bool,
+    top: int,
+    sort: SortKey,
+    verbose: bool,
+) -> None:
+    """Live glibc heap report of running processes: per-arena free vs in use, where the RSS
+    went, and how long the target was paused. Attaches with gdb at a safe point and always
+    detaches, leaving the target running."""
+    if not pids and not names:
+        raise click.UsageError("give at least one PID or --name PATTERN")
+    targets = _targets(pids, names)
+    several = len(targets) > 1
+    out = stdout_console()
+    documents: list[dict[str, Any]] = []
+    worst = 0
+    for pid in targets:
+        try:
+            result = inspect_process(
+                pid,
+                timeout_seconds=timeout_seconds,
+                gdb_path=gdb_path,
+                allow_stopped=allow_stopped,
+                log=_mi_logger if verbose else None,
+            )
+            if save_xml is not None:
+                path = save_xml_path(save_xml, pid, several=several)
+                write_atomically(path, result.capture.xml)
+                stderr_console().print(f"saved malloc_info XML of PID {pid} to {path}")
+        except MemforensicsError as exc:
+            if not several:
+                raise
+            _report_error(pid, exc)
+            worst = max(worst, exc.exit_code)
+            continue
+        if as_json:
+            documents.append(inspection_json(result))
+        else:
+            out.print(render_inspection(result, top=top, sort=sort))
+    if as_json and documents:
+        emit_json(documents[0] if not several else documents)
+    if worst:
+        click.get_current_context().exit(worst)

@@ -1,0 +1,207 @@
+"""A token-matched gdb/MI transport: send a command, wait for its own result under a deadline.
+
+pygdbmi's ``GdbController.write()`` returns once gdb has been quiet for 0.2 s rather than when
+the command is done (cs01/pygdbmi#104), and it cannot interrupt gdb (#97). This transport keeps
+pygdbmi's record parser but owns the gdb process: every command carries a numeric token, and we
+wait for the ``^done``/``^running``/``^error`` record with that token; async records such as
+``*stopped`` are queued for whoever waits on them. gdb runs in its own session (process group) so
+the terminal's Ctrl-C reaches memforensics only; ``interrupt()`` signals gdb ourselves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pygdbmi import gdbmiparser
+
+# A malloc_info document of a process with hundreds of arenas is a few MiB as hex; one line of
+# MI output is never longer than what we read back, so this is only a sanity bound.
+_MAX_LINE_BYTES = 256 * 1024 * 1024
+
+
+class MiError(Exception):
+    """gdb answered a command with ``^error``; ``str()`` is gdb's message."""
+
+
+class MiTimeout(Exception):
+    """gdb did not answer (or did not report the awaited event) before the deadline."""
+
+
+class MiGdbExited(Exception):
+    """gdb's process ended (or closed its output) while we were waiting for it."""
+
+
+@dataclass
+class MiResult:
+    """The result record of one command plus the console text gdb printed for it."""
+
+    message: str
+    payload: dict[str, Any]
+    console: list[str] = field(default_factory=list)
+
+
+class MiTransport:
+    """Drive one gdb process over MI: ``command()`` sends, waits for the matching result."""
+
+    def __init__(self, argv: Sequence[str], *, log: Callable[[str], None] | None = None) -> None:
+        self._log = log
+        self.program = str(argv[0])
+        self._next_token = 1
+        self._buffer = b""
+        self._lines: deque[str] = deque()
+        self._async: deque[dict[str, Any]] = deque()
+        self._eof = False
+        self.in_flight: set[int] = set()  # tokens sent whose result has not arrived
+        self.process = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,  # gdb's own warnings interleave as plain output lines
+            bufsize=0,
+            start_new_session=True,  # the terminal's SIGINT must not reach gdb
+            close_fds=True,
+        )
+        assert self.process.stdout is not None
+        self._fd = self.process.stdout.fileno()
+        os.set_blocking(self._fd, False)
+
+    @property
+    def pid(self) -> int:
+        """gdb's process id."""
+        return self.process.pid
+
+    def alive(self) -> bool:
+        """True while gdb's process has not exited."""
+        return self.process.poll() is None
+
+    def command(self, text: str, *, timeout_seconds: float) -> MiResult:
+        """Send one MI command and return its result record; raise MiError on ``^error``."""
+        return self.wait_result(self.send(text), timeout_seconds=timeout_seconds)
+
+    def send(self, text: str) -> int:
+        """Send one MI command prefixed with a fresh token and return the token."""
+        token = self._next_token
+        self._next_token += 1
+        self._send(f"{token}{text}")
+        self.in_flight.add(token)
+        return token
+
+    def wait_result(self, token: int, *, timeout_seconds: float) -> MiResult:
+        """Wait for the result record carrying ``token``; raise MiError on ``^error``."""
+        deadline = time.monotonic() + timeout_seconds
+        console: list[str] = []
+        while True:
+            record = self._next_record(deadline)
+            kind = record.get("type")
+            if kind == "result" and record.get("token") in self.in_flight:
+                self.in_flight.discard(record["token"])
+                if record["token"] != token:
+                    continue  # the late answer of an abandoned command
+                payload = record.get("payload") or {}
+                if record.get("message") == "error":
+                    raise MiError(str(payload.get("msg", "unknown gdb error")))
+                return MiResult(str(record.get("message")), payload, console)
+            if kind in ("console", "log") and isinstance(record.get("payload"), str):
+                console.append(record["payload"])
+            elif kind == "notify":
+                self._async.append(record)
+
+    def wait_async(
+        self, predicate: Callable[[dict[str, Any]], bool], *, timeout_seconds: float
+    ) -> dict[str, Any]:
+        """Return the first queued or arriving async record for which ``predicate`` holds."""
+        deadline = time.monotonic() + timeout_seconds
+        while True:
+            while self._async:
+                record = self._async.popleft()
+                if predicate(record):
+                    return record
+            record = self._next_record(deadline)
+            if record.get("type") == "notify":
+                self._async.append(record)
+
+    def drain_async(self) -> None:
+        """Forget queued async records (e.g. stale ``*stopped`` before a new resume)."""
+        self._async.clear()
+
+    def interrupt(self) -> None:
+        """SIGINT gdb itself: it stops a running target or abandons an inferior call."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.process.pid, signal.SIGINT)
+
+    def close(self, *, grace_seconds: float = 1.0) -> None:
+        """Ask gdb to exit, then make sure it is gone (SIGKILL after the grace period)."""
+        if self.alive():
+            with contextlib.suppress(OSError):
+                self._send("-gdb-exit")
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=grace_seconds)
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+
+    # --- internals -------------------------------------------------------------------------
+
+    def _send(self, line: str) -> None:
+        if self._log is not None:
+            self._log(f"-> {line}")
+        stdin = self.process.stdin
+        if stdin is None or not self.alive():
+            raise MiGdbExited("gdb is not running")
+        try:
+            stdin.write(line.encode() + b"\n")
+        except BrokenPipeError as exc:
+            raise MiGdbExited("gdb closed its input") from exc
+
+    def _next_record(self, deadline: float) -> dict[str, Any]:
+        """Parse the next MI line, reading from gdb until ``deadline``."""
+        while True:
+            while self._lines:
+                line = self._lines.popleft()
+                if self._log is not None:
+                    self._log(f"<- {line}")
+                record: dict[str, Any] = gdbmiparser.parse_response(line)
+                if record.get("type") == "done":  # the "(gdb)" prompt
+                    continue
+                return record
+            self._fill(deadline)
+
+    def _fill(self, deadline: float) -> None:
+        if self._eof:
+            raise MiGdbExited("gdb exited")
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise MiTimeout("gdb did not answer in time")
+        readable, _, _ = select.select([self._fd], [], [], remaining)
+        if not readable:
+            raise MiTimeout("gdb did not answer in time")
+        try:
+            chunk = os.read(self._fd, 1 << 20)
+        except BlockingIOError:
+            return
+        if not chunk:
+            self._eof = True
+            if self._buffer:
+                self._lines.append(self._buffer.decode(errors="replace"))
+                self._buffer = b""
+                return
+            raise MiGdbExited("gdb exited")
+        self._buffer += chunk
+        if len(self._buffer) > _MAX_LINE_BYTES:
+            raise MiGdbExited("gdb sent an implausibly long line")
+        *complete, self._buffer = self._buffer.split(b"\n")
+        self._lines.extend(part.rstrip(b"\r").decode(errors="replace") for part in complete)

@@ -1,0 +1,260 @@
+"""`memforensics inspect` as a user runs it, against real processes: report, JSON, --save-xml,
+and memforensics itself interrupted (Ctrl-C, SIGTERM) or SIGKILLed in the middle of a session."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from memforensics.sources.malloc_xml import parse_dump
+from tests.support.targets import Target, c_target, compile_target, have_cc, running
+
+
+def _skip_reason() -> str | None:
+    if shutil.which("gdb") is None:
+        return "gdb is not installed"
+    if not have_cc():
+        return "no C compiler (cc) to build the targets"
+    scope_file = Path("/proc/sys/kernel/yama/ptrace_scope")
+    if scope_file.exists():
+        scope = int(scope_file.read_text())
+        if scope >= 3:
+            return "kernel.yama.ptrace_scope is 3: ptrace attach is disabled on this machine"
+        if scope >= 1 and os.geteuid() != 0:
+            return f"kernel.yama.ptrace_scope is {scope} and the tests do not run as root"
+    return None
+
+
+_SKIP = _skip_reason()
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")]
+
+MEMFORENSICS = [sys.executable, "-m", "memforensics"]
+
+
+def _status(pid: int) -> dict[str, str]:
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields[key] = value.strip()
+    return fields
+
+
+def _wait_for(condition: object, timeout_seconds: float, what: str) -> None:
+    assert callable(condition)
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _untraced_and_not_stopped(pid: int) -> bool:
+    status = _status(pid)
+    return status["TracerPid"] == "0" and status["State"][0] not in ("T", "t")
+
+
+def _process_gone(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+@contextlib.contextmanager
+def _memforensics(
+    *args: str, stderr: int | None = subprocess.PIPE
+) -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(
+        [*MEMFORENSICS, *args], stdout=subprocess.PIPE, stderr=stderr, start_new_session=True
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def test_report_json_and_saved_xml(tmp_path: Path) -> None:
+    with c_target("idle_arenas", "6", "1500") as target:
+        human = subprocess.run(  # noqa: PLW1510 (the exit code is asserted)
+            [*MEMFORENSICS, "inspect", str(target.pid)], capture_output=True, text=True, timeout=60
+        )
+        assert human.returncode == 0, human.stderr
+        assert f"PID {target.pid}" in human.stdout
+        assert "paused" in human.stdout and "safe point:" in human.stdout
+        assert human.stderr == ""
+        saved = tmp_path / "dump.xml"
+        machine = subprocess.run(  # noqa: PLW1510
+            [*MEMFORENSICS, "inspect", "--json", "--save-xml", str(saved), str(target.pid)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert machine.returncode == 0, machine.stderr
+        document = json.loads(machine.stdout)
+        assert document["schema"] == "memforensics/heap/1"
+        assert document["process"]["pid"] == target.pid
+        assert document["process"]["rss_bytes"] > 0
+        assert 0 < document["pause_seconds"] < 5
+        assert document["totals"]["arenas"] == 7
+        assert document["waterfall"] is not None
+        dump = parse_dump(saved.read_bytes(), name="saved")
+        assert len(dump.arenas) == 7
+        assert not list(tmp_path.glob(".*.tmp"))  # the atomic write left no temporary file
+        assert _untraced_and_not_stopped(target.pid)
+
+
+def test_several_targets_one_report_each_and_the_worst_exit_code() -> None:
+    with (
+        c_target("idle_arenas", "2", "100") as first,
+        c_target("idle_arenas", "3", "100") as second,
+    ):
+        result = subprocess.run(  # noqa: PLW1510
+            [*MEMFORENSICS, "inspect", "--json", str(first.pid), str(second.pid), "4194000"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 3, result.stderr
+        documents = json.loads(result.stdout)
+        assert [d["process"]["pid"] for d in documents] == [first.pid, second.pid]
+        assert "error: PID 4194000" in result.stderr
+
+
+def test_name_selects_targets() -> None:
+    blocks = str(100 + os.getpid() % 1000)  # an argument no other process has
+    with c_target("idle_arenas", "2", blocks) as target:
+        binary = Path(str(target.proc.args[0])).name  # type: ignore[index]
+        result = subprocess.run(  # noqa: PLW1510
+            [*MEMFORENSICS, "inspect", "--json", "--name", f"{binary} 2 {blocks}$"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["process"]["pid"] == target.pid
+
+
+def _attached_by_gdb(target: Target) -> int:
+    """Wait until some gdb traces the target; return the tracer's PID."""
+    tracer: list[int] = []
+
+    def traced() -> bool:
+        value = int(_status(target.pid)["TracerPid"])
+        if value:
+            tracer.append(value)
+        return bool(value)
+
+    _wait_for(traced, 20, "gdb to attach")
+    return tracer[-1]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_while_waiting_for_a_safe_point_detaches(signum: int) -> None:
+    binary = compile_target("stuck_in_malloc_stats")
+    with (
+        running([str(binary)]) as target,
+        _memforensics("inspect", "--timeout", "60s", str(target.pid)) as tool,
+    ):
+        gdb_pid = _attached_by_gdb(target)
+        time.sleep(0.2)  # now running forward, waiting for a malloc/free entry
+        tool.send_signal(signum)
+        _, stderr = tool.communicate(timeout=20)
+        assert tool.returncode == 130, stderr
+        assert b"interrupted" in stderr
+        assert b"Traceback" not in stderr
+        assert _untraced_and_not_stopped(target.pid)
+        assert _process_gone(gdb_pid)
+        assert _status(target.pid)["State"][0] == "S"  # still blocked in malloc_stats' write
+
+
+def test_sigkilled_while_running_forward_leaves_target_untraced() -> None:
+    binary = compile_target("stuck_in_malloc_stats")
+    with (
+        running([str(binary)]) as target,
+        _memforensics("inspect", "--timeout", "60s", str(target.pid)) as tool,
+    ):
+        gdb_pid = _attached_by_gdb(target)
+        time.sleep(0.2)
+        tool.kill()
+        tool.wait(timeout=10)
+        _wait_for(lambda: _process_gone(gdb_pid), 10, "the watchdog to end gdb")
+        _wait_for(lambda: _untraced_and_not_stopped(target.pid), 10, "the target to be released")
+
+
+def _read_until_attached(read_end: int) -> None:
+    """Follow memforensics' -v log until gdb has answered the attach, then stop reading."""
+    attach_token: str | None = None
+    pending = b""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        chunk = os.read(read_end, 4096)
+        assert chunk, "memforensics ended before attaching"
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            text = line.decode(errors="replace")
+            match = re.match(r"gdb -> (\d+)-target-attach", text)
+            if match:
+                attach_token = match.group(1)
+            if attach_token and text.startswith(f"gdb <- {attach_token}^done"):
+                return
+    raise AssertionError("no attach in memforensics' log")
+
+
+def test_sigkilled_while_target_is_stopped_leaves_it_running() -> None:
+    """memforensics blocks writing its -v log to a full pipe while gdb holds the target stopped;
+    SIGKILL it there: the watchdog must end gdb and the target must end up running."""
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
+    try:
+        with c_target("busy_heap", "0") as target:
+            with _memforensics("inspect", "-v", str(target.pid), stderr=write_end) as tool:
+                os.close(write_end)
+                write_end = -1
+                _read_until_attached(read_end)
+                # No more reading: the log of the ~7 KB XML read back cannot fit in the pipe.
+
+                def stopped_by_gdb() -> bool:
+                    status = _status(target.pid)
+                    return status["TracerPid"] != "0" and status["State"][0] == "t"
+
+                _wait_for(stopped_by_gdb, 20, "gdb to hold the target stopped")
+                time.sleep(0.3)
+                assert stopped_by_gdb()  # memforensics is stuck on its stderr: still stopped
+                gdb_pid = int(_status(target.pid)["TracerPid"])
+                tool.kill()
+                tool.wait(timeout=10)
+                _wait_for(lambda: _process_gone(gdb_pid), 10, "the watchdog to end gdb")
+                _wait_for(lambda: _untraced_and_not_stopped(target.pid), 10, "target running")
+            # It keeps running: new heartbeats keep coming and no corruption was reported.
+            assert target.proc.stdout is not None
+            os.set_blocking(target.proc.stdout.fileno(), False)
+            before = (target.proc.stdout.read() or b"").decode()
+            time.sleep(0.3)
+            after = (target.proc.stdout.read() or b"").decode()
+            assert "beat" in after
+            assert "corrupt" not in before + after
+            assert target.alive()
+    finally:
+        os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)
