@@ -24,8 +24,8 @@ from memforensics.cli.options import (
     timeout_option,
     verbose_option,
 )
-from memforensics.cli.trim import Log, TrimSettings, trim_process
 from memforensics.errors import DeadlineError, TargetError
+from memforensics.live import Log, TrimSettings, trim_process
 from memforensics.render import trim as render
 from memforensics.units import format_bytes
 

@@ -6,7 +6,6 @@ import contextlib
 import os
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +13,6 @@ import click
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from memforensics.analysis.heap import HeapAnalysis, analyze
-from memforensics.analysis.residency import residency_advice, waterfall
 from memforensics.cli.options import (
     exit_codes_epilog,
     gdb_option,
@@ -24,9 +21,8 @@ from memforensics.cli.options import (
     verbose_option,
 )
 from memforensics.cli.output import emit_json, stderr_console, stdout_console
-from memforensics.errors import MemforensicsError, NoSuchProcessError, ToolingError
-from memforensics.model.advice import Advice
-from memforensics.model.process import HeapResidency, ProcessFacts, ProcessMemory, Waterfall
+from memforensics.errors import MemforensicsError, ToolingError
+from memforensics.live import Inspection, inspect_process, resolve_pids
 from memforensics.render.heap import SORT_KEYS, SortKey, heap_json, render_heap
 from memforensics.render.process import (
     process_json,
@@ -35,10 +31,6 @@ from memforensics.render.process import (
     residency_json,
     waterfall_json,
 )
-from memforensics.sources import procfs
-from memforensics.sources.gdb import Capture, capture_malloc_info
-from memforensics.sources.heapmaps import read_heap_residency
-from memforensics.sources.malloc_xml import parse_dump
 
 EXAMPLES = """\b
 Examples:
@@ -51,66 +43,6 @@ The target is stopped only while gdb takes malloc_info at a safe point (a thread
 outside malloc/free); the report says for how long ("paused 14 ms"). Nothing is
 written inside the target's filesystem; the XML is read back from its memory.
 """
-
-
-@dataclass(frozen=True)
-class Inspection:
-    """Everything inspect learned about one process."""
-
-    facts: ProcessFacts
-    memory: ProcessMemory
-    capture: Capture
-    analysis: HeapAnalysis
-    residency: HeapResidency | None
-    waterfall: Waterfall | None
-    extra_advice: tuple[Advice, ...]
-    residency_error: str | None = None
-
-
-def inspect_process(
-    pid: int,
-    *,
-    timeout_seconds: float,
-    gdb_path: str | None,
-    allow_stopped: bool,
-    log: Any = None,
-) -> Inspection:
-    """Capture malloc_info safely (the session refuses what it cannot inspect), then read /proc."""
-    capture = capture_malloc_info(
-        pid,
-        timeout_seconds=timeout_seconds,
-        gdb_path=gdb_path,
-        log=log,
-        allow_stopped=allow_stopped,
-    )
-    # Memory and residency are read after detaching, with the target running again: they come
-    # from /proc alone and would only lengthen the pause.
-    facts = procfs.read_process(pid)
-    memory = procfs.read_memory(pid)
-    dump = parse_dump(capture.xml, name=f"PID {pid}")
-    residency: HeapResidency | None = None
-    flow: Waterfall | None = None
-    extra: tuple[Advice, ...] = ()
-    residency_error: str | None = None
-    try:
-        residency = read_heap_residency(pid, dump, libc_path=facts.libc_path)
-        flow = waterfall(memory, dump, residency)
-        extra = residency_advice(dump, residency)
-    except NoSuchProcessError:
-        raise
-    except (MemforensicsError, OSError) as exc:
-        # The heap report stands without residency; say why the waterfall is missing.
-        residency_error = str(exc)
-    return Inspection(
-        facts=facts,
-        memory=memory,
-        capture=capture,
-        analysis=analyze(dump),
-        residency=residency,
-        waterfall=flow,
-        extra_advice=extra,
-        residency_error=residency_error,
-    )
 
 
 def inspection_json(result: Inspection) -> dict[str, Any]:
@@ -188,19 +120,6 @@ def write_atomically(path: Path, data: bytes) -> None:
         ) from exc
 
 
-def _targets(pids: tuple[int, ...], names: tuple[str, ...]) -> list[int]:
-    chosen = list(dict.fromkeys(pids))
-    for pattern in names:
-        found = procfs.find_pids_by_name(pattern)
-        if not found:
-            raise NoSuchProcessError(
-                f"no process matches --name {pattern!r}",
-                hint="the pattern is a regex matched against the name and the command line",
-            )
-        chosen.extend(pid for pid in found if pid not in chosen)
-    return chosen
-
-
 def _report_error(pid: int, exc: MemforensicsError) -> None:
     click.echo(f"error: PID {pid}: {exc.message}", err=True)
     if exc.hint:
@@ -267,7 +186,7 @@ def command(
     detaches, leaving the target running."""
     if not pids and not names:
         raise click.UsageError("give at least one PID or --name PATTERN")
-    targets = _targets(pids, names)
+    targets = resolve_pids(pids, names)
     several = len(targets) > 1
     out = stdout_console()
     documents: list[dict[str, Any]] = []

@@ -7,14 +7,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import datetime, timezone
 from types import FrameType
 
 import click
 from rich.console import Console
 
-from memforensics.analysis.trim import exit_code, skip_reason, summarize
+from memforensics.analysis.trim import exit_code, summarize
 from memforensics.cli.options import (
     DURATION,
     SIZE,
@@ -24,127 +22,13 @@ from memforensics.cli.options import (
     timeout_option,
     verbose_option,
 )
-from memforensics.errors import MemforensicsError, NoSuchProcessError, NotGlibcMallocError
-from memforensics.model.process import ProcessMemory
+from memforensics.live import Log, TrimSettings, now_utc, resolve_pids, trim_outcome
 from memforensics.model.trim import TrimFailure, TrimOutcome, TrimResult, TrimRound
 from memforensics.render import trim as render
-from memforensics.sources import procfs
-from memforensics.sources.malloc_xml import parse_dump
+
 
 # After detaching, RSS is read until two readings agree: smaps_rollup walks the page tables,
 # so it is exact at once, but a target that was just resumed may still be faulting pages in.
-_SETTLE_FIRST_SECONDS = 0.05
-_SETTLE_STEP_SECONDS = 0.05
-_SETTLE_MAX_READS = 6
-_SETTLE_SAME_BYTES = 64 * 1024
-
-Log = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class TrimSettings:
-    """How to trim: the options of `memforensics trim`, as the library wants them."""
-
-    pad_bytes: int = 0
-    dry_run: bool = False
-    min_free_bytes: int = 0
-    timeout_seconds: float = 10.0
-    gdb_path: str | None = None
-    log: Log | None = None
-
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-def _settled_memory(pid: int) -> ProcessMemory:
-    """RSS after a trim, measured until it stops moving (not guessed from the forecast)."""
-    time.sleep(_SETTLE_FIRST_SECONDS)
-    memory = procfs.read_memory(pid)
-    for _ in range(_SETTLE_MAX_READS - 1):
-        time.sleep(_SETTLE_STEP_SECONDS)
-        again = procfs.read_memory(pid)
-        same = (
-            memory.rss_bytes is not None
-            and again.rss_bytes is not None
-            and abs(memory.rss_bytes - again.rss_bytes) <= _SETTLE_SAME_BYTES
-        )
-        memory = again
-        if same:
-            break
-    return memory
-
-
-def trim_process(pid: int, settings: TrimSettings) -> TrimResult:
-    """Measure RSS, dump and forecast, trim at a safe point (unless skipped), measure again.
-
-    One attach: the dump, the forecast and ``malloc_trim`` happen inside the same gdb session,
-    so the forecast describes exactly the heap that is trimmed. Raises the project's errors
-    (NoSuchProcessError, NotGlibcMallocError, TargetPermissionError, ToolingError,
-    DeadlineError); the target is always detached and left running.
-    """
-    # Imported here so that `memforensics --help` and the other commands never pay for them.
-    from memforensics.analysis.trim_forecast import forecast_trim
-    from memforensics.sources.gdb import GdbSession
-    from memforensics.sources.heapmaps import read_heap_residency
-
-    facts = procfs.check_target(pid)  # refuses non-glibc before anything touches the target
-    started = _now()
-    before = procfs.read_memory(pid)
-    if before.rss_bytes is None:
-        raise NoSuchProcessError(f"PID {pid} has no memory figures (exited?)")
-    trim_returned: int | None = None
-    with GdbSession(
-        pid, timeout_seconds=settings.timeout_seconds, gdb_path=settings.gdb_path, log=settings.log
-    ) as session:
-        dump = parse_dump(session.malloc_info(), name=f"pid {pid}")
-        if dump.all_zero:
-            # glibc's malloc holds nothing: jemalloc/tcmalloc replaced it; trimming is pointless.
-            raise NotGlibcMallocError(
-                f"PID {pid} ({facts.name}) maps glibc but its malloc holds no memory: "
-                "another allocator serves it"
-            )
-        residency = read_heap_residency(pid, dump, libc_path=facts.libc_path)
-        forecast = forecast_trim(dump, residency, page_bytes=residency.page_bytes)
-        skipped, detail = skip_reason(
-            forecast, min_free_bytes=settings.min_free_bytes, dry_run=settings.dry_run
-        )
-        if skipped is None:
-            trim_returned = session.malloc_trim(settings.pad_bytes)
-    pause_seconds = session.pause_seconds
-    after = _settled_memory(pid) if trim_returned is not None else None
-    return TrimResult(
-        pid=pid,
-        name=facts.name,
-        time=started,
-        rss_before_bytes=before.rss_bytes,
-        anon_before_bytes=before.anon_bytes,
-        rss_after_bytes=after.rss_bytes if after else None,
-        anon_after_bytes=after.anon_bytes if after else None,
-        forecast=forecast,
-        free_bytes=dump.free_bytes,
-        heap_bytes=dump.system_bytes,
-        arenas=len(dump.arenas),
-        pad_bytes=settings.pad_bytes,
-        dry_run=settings.dry_run,
-        trim_returned=trim_returned,
-        pause_seconds=pause_seconds,
-        skipped=skipped,
-        skipped_detail=detail,
-        notes=tuple(dict.fromkeys((*forecast.notes, *residency.notes))),
-    )
-
-
-def trim_outcome(pid: int, settings: TrimSettings) -> TrimOutcome:
-    """``trim_process`` with its error turned into a TrimFailure, so other targets go on."""
-    try:
-        return trim_process(pid, settings)
-    except MemforensicsError as exc:
-        return TrimFailure(
-            pid=pid, time=_now(), message=exc.message, hint=exc.hint, exit_code=exc.exit_code
-        )
-
-
 class StopFlag:
     """Set by the first Ctrl-C: finish the round under way, then stop. A second Ctrl-C aborts."""
 
@@ -204,7 +88,7 @@ def run_rounds(
     next_start = time.monotonic()
     while count is None or index < count:
         index += 1
-        began = _now()
+        began = now_utc()
         outcomes = tuple(trim_outcome(pid, settings) for pid in pids)
         trim_round = TrimRound(index=index, time=began, outcomes=outcomes)
         rounds.append(trim_round)
@@ -217,20 +101,6 @@ def run_rounds(
         if stop.wait(max(next_start - time.monotonic(), 0.0)):
             break
     return rounds
-
-
-def resolve_pids(pids: Sequence[int], names: Sequence[str]) -> list[int]:
-    """The PIDs given plus those matching each ``--name``, in order, without repeats."""
-    found = list(pids)
-    for name in names:
-        matches = procfs.find_pids_by_name(name)
-        if not matches:
-            raise NoSuchProcessError(
-                f"no process matches --name {name!r}",
-                hint="check the name with `pgrep -a NAME`; it is a regex over name and cmdline",
-            )
-        found.extend(matches)
-    return list(dict.fromkeys(found))
 
 
 @click.command(name="trim", epilog=exit_codes_epilog())
@@ -350,7 +220,7 @@ def _report_once(
             if outcome.hint:
                 err.print(f"hint: {outcome.hint}", highlight=False, markup=False)
     if as_json:
-        click.echo(render.json_text(render.trim_document(outcomes, now=_now())))
+        click.echo(render.json_text(render.trim_document(outcomes, now=now_utc())))
         return
     shown = [o for o in outcomes if isinstance(o, TrimResult)]
     if shown:
@@ -404,7 +274,7 @@ def _periodic(
                 render.rounds_document(
                     rounds,
                     summary,
-                    now=_now(),
+                    now=now_utc(),
                     interval_seconds=interval_seconds,
                     count=count,
                     interrupted=stop.requested,

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from memforensics.cli import cli
-from memforensics.cli.trim import TrimSettings, trim_process
+from memforensics.live import TrimSettings, trim_process
 from memforensics.sources import procfs
 from memforensics.sources.gdb import GdbSession
 from memforensics.sources.malloc_xml import parse_dump

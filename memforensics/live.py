@@ -1,0 +1,215 @@
+"""Library entry points for live processes: inspect one, trim one, find them by name.
+
+Each function composes the sources (gdb session, /proc) and the analysis into model objects
+and never prints, so ``import memforensics.live`` gives what the commands show.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from memforensics.analysis.heap import HeapAnalysis, analyze
+from memforensics.analysis.residency import residency_advice, waterfall
+from memforensics.analysis.trim import skip_reason
+from memforensics.analysis.trim_forecast import forecast_trim
+from memforensics.errors import MemforensicsError, NoSuchProcessError, NotGlibcMallocError
+from memforensics.model.advice import Advice
+from memforensics.model.process import HeapResidency, ProcessFacts, ProcessMemory, Waterfall
+from memforensics.model.trim import TrimFailure, TrimOutcome, TrimResult
+from memforensics.sources import procfs
+from memforensics.sources.gdb import Capture, GdbSession, capture_malloc_info
+from memforensics.sources.heapmaps import read_heap_residency
+from memforensics.sources.malloc_xml import parse_dump
+
+_SETTLE_FIRST_SECONDS = 0.05
+_SETTLE_STEP_SECONDS = 0.05
+_SETTLE_MAX_READS = 6
+_SETTLE_SAME_BYTES = 64 * 1024
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class TrimSettings:
+    """How to trim: the options of `memforensics trim`, as the library wants them."""
+
+    pad_bytes: int = 0
+    dry_run: bool = False
+    min_free_bytes: int = 0
+    timeout_seconds: float = 10.0
+    gdb_path: str | None = None
+    log: Log | None = None
+
+
+def now_utc() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _settled_memory(pid: int) -> ProcessMemory:
+    """RSS after a trim, measured until it stops moving (not guessed from the forecast)."""
+    time.sleep(_SETTLE_FIRST_SECONDS)
+    memory = procfs.read_memory(pid)
+    for _ in range(_SETTLE_MAX_READS - 1):
+        time.sleep(_SETTLE_STEP_SECONDS)
+        again = procfs.read_memory(pid)
+        same = (
+            memory.rss_bytes is not None
+            and again.rss_bytes is not None
+            and abs(memory.rss_bytes - again.rss_bytes) <= _SETTLE_SAME_BYTES
+        )
+        memory = again
+        if same:
+            break
+    return memory
+
+
+@dataclass(frozen=True)
+class Inspection:
+    """Everything inspect learned about one process."""
+
+    facts: ProcessFacts
+    memory: ProcessMemory
+    capture: Capture
+    analysis: HeapAnalysis
+    residency: HeapResidency | None
+    waterfall: Waterfall | None
+    extra_advice: tuple[Advice, ...]
+    residency_error: str | None = None
+
+
+def inspect_process(
+    pid: int,
+    *,
+    timeout_seconds: float,
+    gdb_path: str | None,
+    allow_stopped: bool,
+    log: Any = None,
+) -> Inspection:
+    """Capture malloc_info safely (the session refuses what it cannot inspect), then read /proc."""
+    capture = capture_malloc_info(
+        pid,
+        timeout_seconds=timeout_seconds,
+        gdb_path=gdb_path,
+        log=log,
+        allow_stopped=allow_stopped,
+    )
+    # Memory and residency are read after detaching, with the target running again: they come
+    # from /proc alone and would only lengthen the pause.
+    facts = procfs.read_process(pid)
+    memory = procfs.read_memory(pid)
+    dump = parse_dump(capture.xml, name=f"PID {pid}")
+    residency: HeapResidency | None = None
+    flow: Waterfall | None = None
+    extra: tuple[Advice, ...] = ()
+    residency_error: str | None = None
+    try:
+        residency = read_heap_residency(pid, dump, libc_path=facts.libc_path)
+        flow = waterfall(memory, dump, residency)
+        extra = residency_advice(dump, residency)
+    except NoSuchProcessError:
+        raise
+    except (MemforensicsError, OSError) as exc:
+        # The heap report stands without residency; say why the waterfall is missing.
+        residency_error = str(exc)
+    return Inspection(
+        facts=facts,
+        memory=memory,
+        capture=capture,
+        analysis=analyze(dump),
+        residency=residency,
+        waterfall=flow,
+        extra_advice=extra,
+        residency_error=residency_error,
+    )
+
+
+def trim_process(pid: int, settings: TrimSettings) -> TrimResult:
+    """Measure RSS, dump, forecast, trim at a safe point (unless skipped), measure again.
+
+    Two short stops rather than one long one: the first attach only dumps malloc_info;
+    the forecast walks the free chunks through /proc while the target runs again (that
+    walk takes ~0.4 s on 100,000 free chunks, too long to keep a service stopped); the
+    second attach only calls malloc_trim. The forecast therefore describes the heap a
+    moment before the trim. Raises the project's errors; the target is always detached
+    and left running.
+    """
+    facts = procfs.check_target(pid)  # refuses non-glibc before anything touches the target
+    started = now_utc()
+    before = procfs.read_memory(pid)
+    if before.rss_bytes is None:
+        raise NoSuchProcessError(f"PID {pid} has no memory figures (exited?)")
+    capture = capture_malloc_info(
+        pid, timeout_seconds=settings.timeout_seconds, gdb_path=settings.gdb_path, log=settings.log
+    )
+    pause_seconds = capture.pause_seconds
+    dump = parse_dump(capture.xml, name=f"pid {pid}")
+    if dump.all_zero:
+        # glibc's malloc holds nothing: jemalloc/tcmalloc replaced it; trimming is pointless.
+        raise NotGlibcMallocError(
+            f"PID {pid} ({facts.name}) maps glibc but its malloc holds no memory: "
+            "another allocator serves it"
+        )
+    residency = read_heap_residency(pid, dump, libc_path=facts.libc_path)
+    forecast = forecast_trim(dump, residency, page_bytes=residency.page_bytes)
+    skipped, detail = skip_reason(
+        forecast, min_free_bytes=settings.min_free_bytes, dry_run=settings.dry_run
+    )
+    trim_returned: int | None = None
+    if skipped is None:
+        with GdbSession(
+            pid,
+            timeout_seconds=settings.timeout_seconds,
+            gdb_path=settings.gdb_path,
+            log=settings.log,
+        ) as session:
+            trim_returned = session.malloc_trim(settings.pad_bytes)
+        pause_seconds += session.pause_seconds
+    after = _settled_memory(pid) if trim_returned is not None else None
+    return TrimResult(
+        pid=pid,
+        name=facts.name,
+        time=started,
+        rss_before_bytes=before.rss_bytes,
+        anon_before_bytes=before.anon_bytes,
+        rss_after_bytes=after.rss_bytes if after else None,
+        anon_after_bytes=after.anon_bytes if after else None,
+        forecast=forecast,
+        free_bytes=dump.free_bytes,
+        heap_bytes=dump.system_bytes,
+        arenas=len(dump.arenas),
+        pad_bytes=settings.pad_bytes,
+        dry_run=settings.dry_run,
+        trim_returned=trim_returned,
+        pause_seconds=pause_seconds,
+        skipped=skipped,
+        skipped_detail=detail,
+        notes=tuple(dict.fromkeys((*forecast.notes, *residency.notes))),
+    )
+
+
+def trim_outcome(pid: int, settings: TrimSettings) -> TrimOutcome:
+    """``trim_process`` with its error turned into a TrimFailure, so other targets go on."""
+    try:
+        return trim_process(pid, settings)
+    except MemforensicsError as exc:
+        return TrimFailure(
+            pid=pid, time=now_utc(), message=exc.message, hint=exc.hint, exit_code=exc.exit_code
+        )
+
+
+def resolve_pids(pids: Sequence[int], names: Sequence[str]) -> list[int]:
+    """The PIDs given plus those matching each ``--name``, in order, without repeats."""
+    found = list(pids)
+    for name in names:
+        matches = procfs.find_pids_by_name(name)
+        if not matches:
+            raise NoSuchProcessError(
+                f"no process matches --name {name!r}",
+                hint="check the name with `pgrep -a NAME`; it is a regex over name and cmdline",
+            )
+        found.extend(matches)
+    return list(dict.fromkeys(found))
