@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from memforensics.sources.malloc_xml import parse_dump
+from tests.support.schema import missing_keys
 from tests.support.targets import Target, c_target, compile_target, have_cc, running
 
 
@@ -111,6 +112,8 @@ def test_report_json_and_saved_xml(tmp_path: Path) -> None:
         assert machine.returncode == 0, machine.stderr
         document = json.loads(machine.stdout)
         assert document["schema"] == "memforensics/heap/1"
+        assert missing_keys(document, "memforensics/heap/1") == []
+        assert missing_keys(document, "memforensics/heap/1#inspect") == []
         assert document["process"]["pid"] == target.pid
         assert document["process"]["rss_bytes"] > 0
         assert 0 < document["pause_seconds"] < 5

@@ -18,6 +18,7 @@ from memforensics.live import TrimSettings, trim_process
 from memforensics.sources import procfs
 from memforensics.sources.gdb import GdbSession
 from memforensics.sources.malloc_xml import parse_dump
+from tests.support.schema import missing_keys
 from tests.support.targets import c_target, have_cc
 
 pytestmark = [
@@ -62,6 +63,7 @@ def test_dry_run_changes_nothing() -> None:
         outcome = runner.invoke(cli, ["trim", "--dry-run", "--json", str(target.pid)])
         assert outcome.exit_code == 0, outcome.output + outcome.stderr
         document = json.loads(outcome.stdout)
+        assert missing_keys(document, "memforensics/trim/1") == []
         assert document["dry_run"] is True and document["skipped"] == "dry-run"
         assert document["trim_returned"] is None and document["rss_after_bytes"] is None
         assert document["forecast_bytes"] > 4 * MIB
