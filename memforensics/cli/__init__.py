@@ -38,12 +38,15 @@ class MemforensicsGroup(click.Group):
     messages and documented exit codes."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return list(COMMAND_MODULES)
+        return [
+            *COMMAND_MODULES,
+            *(n for n in super().list_commands(ctx) if n not in COMMAND_MODULES),
+        ]
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         module_name = COMMAND_MODULES.get(cmd_name)
         if module_name is None:
-            return None
+            return super().get_command(ctx, cmd_name)
         command: click.Command = importlib.import_module(module_name).command
         return command
 
