@@ -25,8 +25,9 @@ from memforensics.cli.options import (
     verbose_option,
 )
 from memforensics.errors import DeadlineError, TargetError
-from memforensics.live import Log, TrimSettings, trim_process
+from memforensics.live import Log, TrimSettings, inspect_process, trim_process
 from memforensics.render import trim as render
+from memforensics.render.process import render_waterfall, waterfall_json
 from memforensics.units import format_bytes
 
 # Allocation speed is ~1 µs per block in CPython; give slow machines a wide margin.
@@ -225,9 +226,16 @@ def command(
 
             wait_ready(proc, spec, on_progress)
         err.print(
-            f"demo: child PID {proc.pid} is ready; attaching with gdb to dump and trim",
+            f"demo: child PID {proc.pid} is ready; inspecting it, then trimming it",
             style="dim",
             highlight=False,
+        )
+        inspection = inspect_process(
+            proc.pid,
+            timeout_seconds=timeout_seconds,
+            gdb_path=gdb_path,
+            allow_stopped=False,
+            log=log,
         )
         result = trim_process(
             proc.pid, TrimSettings(timeout_seconds=timeout_seconds, gdb_path=gdb_path, log=log)
@@ -240,6 +248,11 @@ def command(
             "threads": spec.threads,
             "allocated_bytes": spec.allocated_bytes,
         }
+        if inspection.waterfall is not None:
+            document["demo"]["waterfall_before"] = waterfall_json(inspection.waterfall)
         click.echo(render.json_text(document))
         return
-    Console(soft_wrap=True).print(render.render_demo(result, spec.allocated_bytes, spec.threads))
+    out = Console(soft_wrap=True)
+    if inspection.waterfall is not None:
+        out.print(render_waterfall(inspection.waterfall))
+    out.print(render.render_demo(result, spec.allocated_bytes, spec.threads))

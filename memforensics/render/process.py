@@ -68,15 +68,15 @@ def render_waterfall(wf: Waterfall) -> RenderableType:
     """The RSS waterfall: each share indented under its parent, with a bar against RSS."""
     rss = wf.get("rss")
     table = Table(
-        title="Where the RSS went", title_justify="left", box=None, pad_edge=False, padding=(0, 2)
+        title="Where the RSS went", title_justify="left", box=None, pad_edge=False, padding=(0, 1)
     )
     table.add_column("", no_wrap=True)
     table.add_column("bytes", justify="right", no_wrap=True)
     table.add_column("of RSS", justify="right", no_wrap=True)
     table.add_column("", no_wrap=True, min_width=_BAR_WIDTH)
     # Notes are a gloss (the JSON and docs/residency.md have them whole): on a narrow
-    # terminal this column gives up its width first and its text is cut, never wrapped.
-    table.add_column("")
+    # terminal this column gives up its width first and wraps at word boundaries.
+    table.add_column("", ratio=1)
     outside_started = False
     for line in wf.lines:
         if not line.in_rss and not outside_started:
@@ -95,7 +95,7 @@ def render_waterfall(wf: Waterfall) -> RenderableType:
             Text(amount, style=style),
             share,
             _bar(line.bytes, rss) if line.in_rss else "",
-            Text(line.note, style="dim", no_wrap=True, overflow="ellipsis"),
+            Text(line.note, style="dim"),
         )
     parts: list[RenderableType] = [table]
     if any(line.estimate for line in wf.lines):
