@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
 import threading
@@ -29,25 +28,15 @@ from memforensics.sources.gdb import (
     load_libc_image,
 )
 from memforensics.sources.malloc_xml import parse_dump
-from tests.support.targets import Target, c_target, compile_target, have_cc, running
+from tests.support.targets import (
+    Target,
+    c_target,
+    compile_target,
+    live_skip_reason,
+    running,
+)
 
-
-def _ptrace_skip_reason() -> str | None:
-    if shutil.which("gdb") is None:
-        return "gdb is not installed"
-    if not have_cc():
-        return "no C compiler (cc) to build the targets"
-    scope_file = Path("/proc/sys/kernel/yama/ptrace_scope")
-    if scope_file.exists():
-        scope = int(scope_file.read_text())
-        if scope >= 3:
-            return "kernel.yama.ptrace_scope is 3: ptrace attach is disabled on this machine"
-        if scope >= 1 and os.geteuid() != 0:
-            return f"kernel.yama.ptrace_scope is {scope} and the tests do not run as root"
-    return None
-
-
-_SKIP = _ptrace_skip_reason()
+_SKIP = live_skip_reason()
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(_SKIP is not None, reason=_SKIP or ""),

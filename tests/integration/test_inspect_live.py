@@ -8,7 +8,6 @@ import fcntl
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,25 +19,15 @@ import pytest
 
 from memforensics.sources.malloc_xml import parse_dump
 from tests.support.schema import missing_keys
-from tests.support.targets import Target, c_target, compile_target, have_cc, running
+from tests.support.targets import (
+    Target,
+    c_target,
+    compile_target,
+    live_skip_reason,
+    running,
+)
 
-
-def _skip_reason() -> str | None:
-    if shutil.which("gdb") is None:
-        return "gdb is not installed"
-    if not have_cc():
-        return "no C compiler (cc) to build the targets"
-    scope_file = Path("/proc/sys/kernel/yama/ptrace_scope")
-    if scope_file.exists():
-        scope = int(scope_file.read_text())
-        if scope >= 3:
-            return "kernel.yama.ptrace_scope is 3: ptrace attach is disabled on this machine"
-        if scope >= 1 and os.geteuid() != 0:
-            return f"kernel.yama.ptrace_scope is {scope} and the tests do not run as root"
-    return None
-
-
-_SKIP = _skip_reason()
+_SKIP = live_skip_reason()
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")]
 
 MEMFORENSICS = [sys.executable, "-m", "memforensics"]

@@ -45,6 +45,22 @@ def have_cc() -> bool:
     return shutil.which("cc") is not None
 
 
+def live_skip_reason() -> str | None:
+    """Why real gdb cannot attach to test targets here, or None when it can."""
+    if shutil.which("gdb") is None:
+        return "gdb is not installed"
+    if not have_cc():
+        return "no C compiler (cc) to build the targets"
+    scope_file = Path("/proc/sys/kernel/yama/ptrace_scope")
+    if scope_file.exists():
+        scope = int(scope_file.read_text())
+        if scope >= 3:
+            return "kernel.yama.ptrace_scope is 3: ptrace attach is disabled on this machine"
+        if scope >= 1 and os.geteuid() != 0:
+            return f"kernel.yama.ptrace_scope is {scope} and the tests do not run as root"
+    return None
+
+
 def compile_target(name: str, *extra_flags: str) -> Path:
     """Compile tests/targets/NAME.c (cached by content and flags) and return the binary."""
     source = TARGETS_DIR / f"{name}.c"
