@@ -16,6 +16,7 @@ from rich.text import Text
 from memforensics.cli.options import (
     exit_codes_epilog,
     gdb_option,
+    heap_view_options,
     json_option,
     timeout_option,
     verbose_option,
@@ -23,7 +24,7 @@ from memforensics.cli.options import (
 from memforensics.cli.output import emit_json, stderr_console, stdout_console
 from memforensics.errors import MemforensicsError, ToolingError
 from memforensics.live import Inspection, inspect_process, resolve_pids
-from memforensics.render.heap import SORT_KEYS, SortKey, heap_json, render_heap
+from memforensics.render.heap import SortKey, heap_json, render_heap
 from memforensics.render.process import (
     process_json,
     render_process_header,
@@ -157,16 +158,7 @@ def _mi_logger(line: str) -> None:
     is_flag=True,
     help="Inspect a process someone else stopped (state T); it is left stopped.",
 )
-@click.option(
-    "--top", type=click.IntRange(min=0), default=20, show_default=True, help="Arenas to list."
-)
-@click.option(
-    "--sort",
-    type=click.Choice(SORT_KEYS),
-    default="free",
-    show_default=True,
-    help="Order of the arena table.",
-)
+@heap_view_options
 @verbose_option
 def command(
     *,

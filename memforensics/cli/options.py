@@ -123,3 +123,23 @@ def gdb_option(func: F) -> F:
         default=None,
         help="gdb executable to use (default: gdb on PATH).",
     )(func)
+
+
+def heap_view_options(func: F) -> F:
+    """``--top N`` and ``--sort KEY`` for the per-arena table of a heap report."""
+    from memforensics.render.heap import SORT_KEYS
+
+    func = click.option(
+        "--sort",
+        type=click.Choice(SORT_KEYS),
+        default="free",
+        show_default=True,
+        help="Order of the arena table.",
+    )(func)
+    return click.option(
+        "--top",
+        type=click.IntRange(min=0),
+        default=20,
+        show_default=True,
+        help="Show this many arenas (0: all).",
+    )(func)

@@ -11,11 +11,18 @@ from rich.table import Table
 
 from memforensics.analysis.gates import GateViolation, check_gates
 from memforensics.analysis.heap import HeapAnalysis, analyze
-from memforensics.cli.options import RATIO, SIZE, exit_codes_epilog, json_option, verbose_option
+from memforensics.cli.options import (
+    RATIO,
+    SIZE,
+    exit_codes_epilog,
+    heap_view_options,
+    json_option,
+    verbose_option,
+)
 from memforensics.cli.output import emit_json, stderr_console, stdout_console
 from memforensics.errors import EXIT_GATE
 from memforensics.model.heap import HeapDump
-from memforensics.render.heap import SORT_KEYS, SortKey, heap_json, render_heap
+from memforensics.render.heap import SortKey, heap_json, render_heap
 from memforensics.sources.malloc_xml import iter_dumps
 from memforensics.units import format_bytes
 
@@ -142,20 +149,7 @@ def gate_line(result: FileResult, sequence: int, violation: GateViolation) -> st
     type=click.Path(exists=True, dir_okay=False, allow_dash=True),
 )
 @json_option
-@click.option(
-    "--top",
-    type=click.IntRange(min=0),
-    default=20,
-    show_default=True,
-    help="Show this many arenas (0: all).",
-)
-@click.option(
-    "--sort",
-    type=click.Choice(SORT_KEYS),
-    default="free",
-    show_default=True,
-    help="Order of the arena table.",
-)
+@heap_view_options
 @click.option(
     "--max-free-ratio",
     type=RATIO,
