@@ -60,9 +60,11 @@ class MemforensicsGroup(click.Group):
             ctx.exit(exc.exit_code)
         except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
             raise
-        except KeyboardInterrupt:
-            _print_error("interrupted", None)
-            ctx.exit(130)
+        except KeyboardInterrupt as exc:
+            # Ctrl-C is 130; a SIGTERM/SIGHUP turned into an exception carries its own status.
+            status = getattr(exc, "exit_status", 130)
+            _print_error("interrupted" if status == 130 else f"interrupted: {exc}", None)
+            ctx.exit(status)
         except BrokenPipeError:
             # `memforensics … | head`: the reader went away; nothing left to report.
             sys.stderr.close()

@@ -303,12 +303,17 @@ class _Watchdog:
 class TerminatedError(KeyboardInterrupt):
     """SIGTERM or SIGHUP arrived during a session; raised so that cleanup runs."""
 
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"terminated by {signal.Signals(signum).name}")
+        self.signum = signum
+        self.exit_status = 128 + signum  # the shell's convention for death by a signal
+
 
 _SHIELDED_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
 def _raise_terminated(signum: int, _frame: FrameType | None) -> None:
-    raise TerminatedError(f"terminated by {signal.Signals(signum).name}")
+    raise TerminatedError(signum)
 
 
 @contextlib.contextmanager
