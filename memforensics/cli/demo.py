@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import click
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from memforensics.cli.options import (
@@ -24,6 +23,7 @@ from memforensics.cli.options import (
     timeout_option,
     verbose_option,
 )
+from memforensics.cli.output import emit_json, stderr_console, stdout_console
 from memforensics.errors import DeadlineError, TargetError
 from memforensics.live import Log, TrimSettings, inspect_process, trim_process
 from memforensics.render import trim as render
@@ -194,7 +194,7 @@ def command(
             f"--buffers x --size = {format_bytes(spec.allocated_bytes)} is more than half of the "
             f"{format_bytes(available)} of RAM available; choose smaller numbers"
         )
-    err = Console(stderr=True, soft_wrap=True)
+    err = stderr_console(soft_wrap=True, highlight=True)
     log: Log | None = None
     if verbose:
 
@@ -250,9 +250,9 @@ def command(
         }
         if inspection.waterfall is not None:
             document["demo"]["waterfall_before"] = waterfall_json(inspection.waterfall)
-        click.echo(render.json_text(document))
+        emit_json(document)
         return
-    out = Console(soft_wrap=True)
+    out = stdout_console(soft_wrap=True, highlight=True)
     if inspection.waterfall is not None:
         out.print(render_waterfall(inspection.waterfall))
     out.print(render.render_demo(result, spec.allocated_bytes, spec.threads))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterable
 from datetime import datetime, timezone
@@ -12,6 +11,7 @@ import click
 
 from memforensics.analysis.oom import scan
 from memforensics.cli.options import exit_codes_epilog, json_option, verbose_option
+from memforensics.cli.output import emit_json, stdout_console
 from memforensics.errors import EXIT_GATE
 from memforensics.model.oom import OomScan
 from memforensics.sources.journal import BootNotFoundError, JournalReader, boot_argument
@@ -205,13 +205,11 @@ def _output(result: OomScan, *, as_json: bool, summary: bool) -> None:
     if as_json:
         from memforensics.render.oom import scan_json
 
-        click.echo(json.dumps(scan_json(result), indent=2))
+        emit_json(scan_json(result))
         return
-    from rich.console import Console
-
     from memforensics.render.oom import events_table, summary_table
 
-    console = Console(file=sys.stdout, highlight=False)
+    console = stdout_console()
     console.print(summary_table(result) if summary else events_table(result))
     for note in result.notes:
         _status(f"note: {note}")

@@ -10,14 +10,17 @@ import click
 from rich.console import Console
 
 
-def stdout_console() -> Console:
-    """Console for reports; rich drops colour on non-TTY and honours NO_COLOR itself."""
-    return Console(file=sys.stdout, highlight=False, soft_wrap=False)
+def stdout_console(*, soft_wrap: bool = False, highlight: bool = False) -> Console:
+    """Console for reports; rich drops colour on non-TTY and honours NO_COLOR itself.
+
+    ``soft_wrap`` leaves long prose lines to the terminal instead of rich's own wrapping.
+    """
+    return Console(file=sys.stdout, highlight=highlight, soft_wrap=soft_wrap)
 
 
-def stderr_console() -> Console:
+def stderr_console(*, soft_wrap: bool = False, highlight: bool = False) -> Console:
     """Console for status, spinners and progress (never data)."""
-    return Console(file=sys.stderr, highlight=False)
+    return Console(file=sys.stderr, highlight=highlight, soft_wrap=soft_wrap)
 
 
 def emit_json(document: Any) -> None:

@@ -22,6 +22,7 @@ from memforensics.cli.options import (
     timeout_option,
     verbose_option,
 )
+from memforensics.cli.output import emit_json, stderr_console, stdout_console
 from memforensics.live import Log, TrimSettings, now_utc, resolve_pids, trim_outcome
 from memforensics.model.trim import TrimFailure, TrimOutcome, TrimResult, TrimRound
 from memforensics.render import trim as render
@@ -179,8 +180,8 @@ def command(
         raise click.UsageError("--count needs --interval")
     if not pids and not names:
         raise click.UsageError("give at least one PID or --name")
-    err = Console(stderr=True, soft_wrap=True)
-    out = Console(soft_wrap=True)
+    err = stderr_console(soft_wrap=True, highlight=True)
+    out = stdout_console(soft_wrap=True, highlight=True)
 
     def status(message: str) -> None:
         err.print(message, style="dim", highlight=False)
@@ -220,7 +221,7 @@ def _report_once(
             if outcome.hint:
                 err.print(f"hint: {outcome.hint}", highlight=False, markup=False)
     if as_json:
-        click.echo(render.json_text(render.trim_document(outcomes, now=now_utc())))
+        emit_json(render.trim_document(outcomes, now=now_utc()))
         return
     shown = [o for o in outcomes if isinstance(o, TrimResult)]
     if shown:
@@ -269,16 +270,14 @@ def _periodic(
         )
     summary = summarize(rounds)
     if as_json:
-        click.echo(
-            render.json_text(
-                render.rounds_document(
-                    rounds,
-                    summary,
-                    now=now_utc(),
-                    interval_seconds=interval_seconds,
-                    count=count,
-                    interrupted=stop.requested,
-                )
+        emit_json(
+            render.rounds_document(
+                rounds,
+                summary,
+                now=now_utc(),
+                interval_seconds=interval_seconds,
+                count=count,
+                interrupted=stop.requested,
             )
         )
     else:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -24,11 +23,6 @@ def iso_utc(moment: datetime) -> str:
 
 
 # ---------------------------------------------------------------------------- JSON
-
-
-def json_text(document: dict[str, Any]) -> str:
-    """The document as printed by ``--json``: plain json.dumps, indented for people."""
-    return json.dumps(document, indent=2)
 
 
 def result_json(result: TrimResult) -> dict[str, Any]:
