@@ -48,17 +48,13 @@ written inside the target's filesystem; the XML is read back from its memory.
 
 def inspection_json(result: Inspection) -> dict[str, Any]:
     """The ``memforensics/heap/1`` document plus process, pause, residency and waterfall."""
-    document = heap_json(result.analysis)
-    if result.extra_advice:
-        document["advice"] = list(document.get("advice", [])) + [
-            {"code": a.code, "severity": a.severity, "message": a.message}
-            for a in result.extra_advice
-        ]
+    document = heap_json(result.analysis, extra_advice=result.extra_advice)
     document["process"] = process_json(result.facts, result.memory)
     document["pause_seconds"] = round(result.capture.pause_seconds, 6)
     document["safe_point"] = result.capture.safe_point
     document["residency"] = residency_json(result.residency) if result.residency else None
     document["waterfall"] = waterfall_json(result.waterfall) if result.waterfall else None
+    document["residency_error"] = result.residency_error
     return document
 
 

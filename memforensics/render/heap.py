@@ -187,7 +187,7 @@ def _advice_json(advice: tuple[Advice, ...]) -> list[dict[str, str]]:
     return [{"code": a.code, "severity": a.severity, "message": a.message} for a in advice]
 
 
-def heap_json(analysis: HeapAnalysis) -> dict[str, Any]:
+def heap_json(analysis: HeapAnalysis, *, extra_advice: tuple[Advice, ...] = ()) -> dict[str, Any]:
     """The ``memforensics/heap/1`` document (docs/json.md); inspect adds its own keys."""
     dump = analysis.dump
     arenas_by_index = {a.index: a for a in dump.arenas}
@@ -258,6 +258,6 @@ def heap_json(analysis: HeapAnalysis) -> dict[str, Any]:
             }
             for r in analysis.histogram
         ],
-        "advice": _advice_json(analysis.advice),
+        "advice": _advice_json(analysis.advice + extra_advice),
         "notes": list(analysis.notes),
     }
