@@ -14,7 +14,9 @@ nox.options.reuse_existing_virtualenvs = True
 
 HERE = Path(__file__).parent
 # Debian packages the real-thing tests need: gdb and gcc for live targets, the journal
-# tools for real journal files, other allocators and libcs for the refusal tests.
+# tools for real journal files, other allocators and libcs for the refusal tests, real
+# services under load (PostgreSQL with pgbench, OpenJDK), compressed logs, the fleet's
+# Prometheus components, and a headless browser for the HTML report.
 SYSTEM_PACKAGES = (
     "gdb",
     "gcc",
@@ -22,6 +24,13 @@ SYSTEM_PACKAGES = (
     "libjemalloc2",
     "libtcmalloc-minimal4",
     "musl-tools",
+    "postgresql-15",
+    "openjdk-17-jdk-headless",
+    "xz-utils",
+    "zstd",
+    "prometheus",
+    "prometheus-node-exporter",
+    "chromium",
 )
 
 

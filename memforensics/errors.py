@@ -1,4 +1,9 @@
-"""The one exception hierarchy; each class carries its exit code and a default hint."""
+"""The one exception hierarchy; each class carries its exit code and a default hint.
+
+Each error is also the standard exception a caller would catch (pystack's habit): a vanished
+process is a ProcessLookupError, a refused ptrace a PermissionError, a missed deadline a
+TimeoutError, bad input a ValueError. Errors about one process carry its ``pid``.
+"""
 
 from __future__ import annotations
 
@@ -30,10 +35,14 @@ class MemforensicsError(Exception):
     exit_code: int = EXIT_TOOLING
     default_hint: str | None = None
 
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
+    def __init__(self, message: str, *, hint: str | None = None, pid: int | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint if hint is not None else self.default_hint
+        self.pid = pid  # the process the error is about, where there is one
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class TargetError(MemforensicsError):
@@ -42,7 +51,7 @@ class TargetError(MemforensicsError):
     exit_code = EXIT_TARGET
 
 
-class NoSuchProcessError(TargetError):
+class NoSuchProcessError(TargetError, ProcessLookupError):
     """No process has the given PID (or it exited while we worked on it)."""
 
     default_hint = "check the PID with `ps -p PID` or select by name with --name"
@@ -54,7 +63,7 @@ class NotGlibcMallocError(TargetError):
     default_hint = "malloc_info only describes glibc's allocator; use the allocator's own stats"
 
 
-class TargetPermissionError(MemforensicsError):
+class TargetPermissionError(MemforensicsError, PermissionError):
     """Not allowed to trace the target or to read the journal."""
 
     exit_code = EXIT_PERMISSION
@@ -67,14 +76,14 @@ class ToolingError(MemforensicsError):
     exit_code = EXIT_TOOLING
 
 
-class DeadlineError(MemforensicsError):
+class DeadlineError(MemforensicsError, TimeoutError):
     """No safe point was reached, or a call did not return in time; target left running."""
 
     exit_code = EXIT_TIMEOUT
     default_hint = "retry with a longer --timeout; the target was detached and left running"
 
 
-class InputDataError(MemforensicsError):
+class InputDataError(MemforensicsError, ValueError):
     """A dump or log that is malformed, truncated, hostile or not what it claims."""
 
     exit_code = EXIT_INPUT
