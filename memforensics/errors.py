@@ -54,7 +54,19 @@ class TargetError(MemforensicsError):
 class NoSuchProcessError(TargetError, ProcessLookupError):
     """No process has the given PID (or it exited while we worked on it)."""
 
-    default_hint = "check the PID with `ps -p PID` or select by name with --name"
+    default_hint = "check the PID with `ps -p PID`, or select processes by name"
+
+
+class TargetExitedError(NoSuchProcessError):
+    """The process existed when we started and exited while we worked on it."""
+
+    default_hint = "the process ended on its own; nothing was left stopped or traced"
+
+
+class TargetStoppedError(TargetError):
+    """The target was already stopped (SIGSTOP, a debugger) before we came."""
+
+    default_hint = "resume it with `kill -CONT PID`, or inspect it as it is and leave it stopped"
 
 
 class NotGlibcMallocError(TargetError):
@@ -76,11 +88,17 @@ class ToolingError(MemforensicsError):
     exit_code = EXIT_TOOLING
 
 
+class GdbUnavailableError(ToolingError):
+    """gdb is missing, too old, or cannot run."""
+
+    default_hint = "install gdb (apt-get install gdb), or name a working gdb binary"
+
+
 class DeadlineError(MemforensicsError, TimeoutError):
     """No safe point was reached, or a call did not return in time; target left running."""
 
     exit_code = EXIT_TIMEOUT
-    default_hint = "retry with a longer --timeout; the target was detached and left running"
+    default_hint = "retry with a longer deadline; the target was detached and left running"
 
 
 class InputDataError(MemforensicsError, ValueError):
