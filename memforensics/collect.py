@@ -82,22 +82,27 @@ def read_oom_scan(sources: OomSources, *, since: datetime | None) -> OomScan:
     At merge time the default branch becomes ``memforensics.oomscan.scan_default``.
     """
     streams: list[tuple[str, Iterable[LogRecord]]] = []
+    journal: JournalReader | None = None
     if sources.journal_directory is not None:
-        reader = JournalReader(directory=sources.journal_directory, since=since)
-        streams.append((reader.source, reader.records()))
+        journal = JournalReader(directory=sources.journal_directory, since=since)
     elif sources.files:
         streams.extend((path, read_text_log(path)) for path in sources.files)
     elif sources.kmsg:
         streams.append(("kmsg", KmsgReader().records()))
     elif shutil.which("journalctl") and has_journal_files(None):
-        reader = JournalReader(since=since)
-        streams.append((reader.source, reader.records()))
+        journal = JournalReader(since=since)
     elif Path(KMSG_PATH).exists():
         streams.append(("kmsg", KmsgReader().records()))
     else:
         logs = [path for path in KERN_LOGS if Path(path).is_file()]
         streams.extend((path, read_text_log(path)) for path in logs[:1])
-    return scan(streams, since=since)
+    if journal is not None:
+        streams.append((journal.source, journal.records()))
+    found = scan(streams, since=since)
+    if journal is not None and journal.notes:
+        # The reader's notes (no journal files yet, no --grep support) are only known now.
+        found = OomScan(found.events, found.sources, (*journal.notes, *found.notes))
+    return found
 
 
 def _reason(exc: BaseException) -> str:

@@ -1,7 +1,7 @@
 """The cursor `collect` keeps between runs: cumulative OOM kill counts and the kills seen.
 
 A kill must be counted once however often the log is read and however late an entry
-arrives, so each run reads from a little before the newest kill it saw (``OVERLAP``) and
+arrives, so each run reads from a little before the previous run (``OVERLAP``) and
 remembers the keys of the kills inside that window. The state is a small JSON file written
 through a temporary file and a rename, so a run killed mid-write leaves the old state.
 """
@@ -91,8 +91,8 @@ def count_new_kills(
 ) -> tuple[CollectState, int]:
     """Add the kills not counted before to the state; returns the new state and how many.
 
-    On the first run (no cursor) nothing is counted: the log's history is the `oom`
-    command's job, and counting it would make every old kill look new to an alert.
+    On the first run (no cursor) nothing up to ``now`` is counted: the log's history is the
+    `oom` command's job, and counting it would make every old kill look new to an alert.
     """
     baseline = state.cursor is None
     since = state.since
@@ -116,8 +116,8 @@ def count_new_kills(
             timed.append((when, key))
             if key in state.seen_keys or (since is not None and when < since):
                 continue
-        if baseline:
-            continue
+        if baseline and (when is None or when <= now):
+            continue  # history from before collect was set up
         labels = kill_key(event)
         previous = counts.get(labels)
         last_times = [t for t in (when, previous.last_time if previous else None) if t]

@@ -146,3 +146,17 @@ def test_state_round_trips_and_leaves_no_temporary_file(tmp_path: Path) -> None:
     again, _ = load_state(state_dir)
     assert again == loaded
     assert isinstance(again, CollectState)
+
+
+def test_first_run_counts_only_kills_after_it(tmp_path: Path) -> None:
+    """History before the first run is not counted; a kill logged after its start is."""
+    log = tmp_path / "kern.log"
+    log.write_text(
+        global_kill(T0 - timedelta(minutes=30), 1, "old")
+        + global_kill(T0 + timedelta(seconds=5), 2, "new")
+    )
+    first, _ = read_oom(tmp_path / "state", OomSources(files=(str(log),)), now=T0)
+    assert first.baseline and first.new_kills == 1
+    assert counts(first.counts) == {("new", "global", "", ""): 1}
+    second, _ = read_oom(tmp_path / "state", OomSources(files=(str(log),)), now=T0 + OVERLAP)
+    assert second.new_kills == 0
