@@ -16,7 +16,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from memforensics.analysis.oom import scan
-from memforensics.collect_state import count_new_kills, load_state, save_state
+from memforensics.collect_state import (
+    CollectState,
+    count_new_kills,
+    load_state,
+    save_state,
+    state_lock,
+)
 from memforensics.errors import (
     DeadlineError,
     MemforensicsError,
@@ -198,16 +204,16 @@ def read_oom(
     """Count OOM kills since the previous run and persist the cursor. A log that cannot be
     read or a state that cannot be saved leaves the counts as they were: reported, not fatal
     (the heap metrics are still worth writing)."""
+    state = CollectState()
+    notes: list[str] = []
     try:
-        state, note = load_state(state_dir)
-    except MemforensicsError as exc:
-        return OomReading((), 0, (), ok=False, error=exc.message), []
-    notes = [note] if note else []
-    baseline = state.cursor is None
-    try:
-        found = read_oom_scan(sources, since=state.since)
-        new_state, new_kills = count_new_kills(state, found.events, now=now)
-        save_state(state_dir, new_state)
+        with state_lock(state_dir):
+            state, note = load_state(state_dir)
+            notes.extend([note] if note else [])
+            baseline = state.cursor is None
+            found = read_oom_scan(sources, since=state.since)
+            new_state, new_kills = count_new_kills(state, found.events, now=now)
+            save_state(state_dir, new_state)
     except MemforensicsError as exc:
         counts = tuple(state.counts.values())
         return OomReading(counts, 0, (), ok=False, error=exc.message), notes

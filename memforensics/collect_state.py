@@ -9,10 +9,12 @@ through a temporary file and a rename, so a run killed mid-write leaves the old 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import tempfile
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -24,6 +26,8 @@ from memforensics.model.oom import OomEvent
 from memforensics.sources.cgroup import container_identity
 
 STATE_FILE = "collect-state.json"
+LOCK_FILE = "collect-state.lock"
+LOCK_TIMEOUT_SECONDS = 30.0
 SCHEMA = "memforensics/collect-state/1"
 # Read back this far before the newest kill seen: journal entries and kmsg-derived times
 # can arrive out of order by a little; the keys remembered for this window stop recounts.
@@ -251,3 +255,32 @@ def save_state(directory: Path, state: CollectState) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp_name)
         raise ToolingError(f"cannot write {path}: {exc.strerror}") from exc
+
+
+@contextlib.contextmanager
+def state_lock(directory: Path, timeout_seconds: float = LOCK_TIMEOUT_SECONDS) -> Iterator[None]:
+    """Hold the state directory's lock: a manual run beside the timer's must not count a
+    kill twice or lose one (read-modify-write of the state)."""
+    path = directory / LOCK_FILE
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise ToolingError(
+            f"cannot open {path}: {exc.strerror}", hint="choose a writable state directory"
+        ) from exc
+    try:
+        deadline = time.monotonic() + timeout_seconds
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise ToolingError(
+                        f"another collect run holds {path} for over {timeout_seconds:g} s"
+                    ) from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock

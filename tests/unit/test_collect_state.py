@@ -11,14 +11,19 @@ import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pytest
+
 from memforensics.collect import OomSources, read_oom
 from memforensics.collect_state import (
+    LOCK_FILE,
     OVERLAP,
     STATE_FILE,
     CollectState,
     load_state,
     save_state,
+    state_lock,
 )
+from memforensics.errors import ToolingError
 from memforensics.model.collect import OomKillCount
 
 T0 = datetime(2026, 11, 23, 10, 0, tzinfo=timezone.utc)
@@ -139,7 +144,7 @@ def test_state_round_trips_and_leaves_no_temporary_file(tmp_path: Path) -> None:
     read_oom(state_dir, OomSources(files=(str(log),)), now=T0)
     log.write_text(memcg_kill(T0 + timedelta(minutes=1), 966, "manager"))
     read_oom(state_dir, OomSources(files=(str(log),)), now=T0 + timedelta(minutes=2))
-    assert sorted(p.name for p in state_dir.iterdir()) == [STATE_FILE]
+    assert sorted(p.name for p in state_dir.iterdir()) == [LOCK_FILE, STATE_FILE]
     loaded, note = load_state(state_dir)
     assert note is None
     save_state(state_dir, loaded)
@@ -160,3 +165,12 @@ def test_first_run_counts_only_kills_after_it(tmp_path: Path) -> None:
     assert counts(first.counts) == {("new", "global", "", ""): 1}
     second, _ = read_oom(tmp_path / "state", OomSources(files=(str(log),)), now=T0 + OVERLAP)
     assert second.new_kills == 0
+
+
+def test_a_second_run_waits_for_the_state_lock(tmp_path: Path) -> None:
+    """Two runs at once (the timer and a manual one) must not both read-modify-write."""
+    second = state_lock(tmp_path, timeout_seconds=0.2)
+    with state_lock(tmp_path), pytest.raises(ToolingError, match="another collect run"):
+        second.__enter__()
+    with state_lock(tmp_path, timeout_seconds=0.2):
+        pass  # released when the first holder left
