@@ -181,6 +181,7 @@ def _target_json(target: TargetResult) -> dict[str, object]:
         "reason": target.reason,
         "detail": target.detail,
         "pause_seconds": round(figures.pause_seconds, 6) if figures else None,
+        "elapsed_seconds": round(target.elapsed_seconds, 6),
         "heap_free_bytes": figures.heap_free_bytes if figures else None,
         "heap_in_use_bytes": figures.heap_in_use_bytes if figures else None,
         "heap_system_bytes": figures.heap_system_bytes if figures else None,
