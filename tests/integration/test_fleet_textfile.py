@@ -19,7 +19,7 @@ from tests.support.fleet import (
     node_exporter,
     scrape,
 )
-from tests.support.targets import Target, c_target, live_skip_reason
+from tests.support.targets import Target, c_target, compile_target, live_skip_reason, running
 
 pytestmark = pytest.mark.integration
 
@@ -164,3 +164,36 @@ def test_target_that_exits_is_down_and_others_still_collected(
     prom = (tmp_path / "memforensics.prom").read_text()
     assert f'pid="{gone}",pod_uid="",process="",reason="gone"}} 0.0' in prom
     assert f'pid="{bloated.pid}"' in prom and 'reason=""} 1.0' in prom
+
+
+def test_timeout_is_down_charged_to_the_budget_and_left_running(
+    bloated: Target, tmp_path: Path
+) -> None:
+    """A target with no safe point (stuck inside malloc_stats) times out: it is reported
+    down with reason timeout, left running and untraced, and the whole attempt is charged
+    to the pause budget, so the next target is skipped rather than the budget overspent."""
+    binary = compile_target("stuck_in_malloc_stats")
+    with running([str(binary)]) as stuck:
+        done = collect_cli(
+            str(stuck.pid),
+            str(bloated.pid),
+            "--textfile-dir",
+            str(tmp_path),
+            "--timeout",
+            "1s",
+            "--max-pause",
+            "500ms",
+            "--no-oom",
+            "--json",
+        )
+        assert done.returncode == 0, done.stderr
+        status = Path(f"/proc/{stuck.pid}/status").read_text()
+        assert "\nTracerPid:\t0\n" in status
+        assert stuck.state() == "S"
+    document = json.loads(done.stdout)
+    first, second = document["targets"]
+    assert (first["reason"], second["reason"]) == ("timeout", "pause_budget")
+    assert document["pause_used_seconds"] >= 1.0
+    assert document["pause_used_seconds"] == pytest.approx(first["elapsed_seconds"], abs=1e-5)
+    prom = (tmp_path / "memforensics.prom").read_text()
+    assert 'reason="timeout"} 0.0' in prom and 'reason="pause_budget"} 0.0' in prom
