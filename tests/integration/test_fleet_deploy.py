@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -91,7 +92,8 @@ def test_systemd_units_pass_systemd_analyze(tmp_path: Path) -> None:
     """systemd-analyze reads the units as systemd would; unknown keys only warn, so the
     test wants no output at all. ExecStart points at this checkout's console script."""
     analyze = shutil.which("systemd-analyze")
-    memforensics = shutil.which("memforensics")
+    beside_python = Path(sys.executable).parent / "memforensics"
+    memforensics = str(beside_python) if beside_python.exists() else shutil.which("memforensics")
     if analyze is None or memforensics is None:
         pytest.skip("systemd-analyze or the memforensics console script is not on PATH")
     timer = (DEPLOY / "systemd" / "memforensics-collect.timer").read_text()
