@@ -52,7 +52,7 @@ Log = Callable[[str], None]
 
 # Why a target is down; a fixed set, because it becomes the `reason` label of target_up.
 REASONS = (
-    "pause_budget",  # not inspected: earlier targets used up --max-pause
+    "pause_budget",  # not inspected: earlier targets used up the pause budget
     "gone",  # exited before or while it was inspected
     "permission",  # ptrace not allowed
     "timeout",  # no safe point or a call did not return in time (left running)
@@ -144,7 +144,7 @@ def select_targets(pids: Sequence[int], names: Sequence[str]) -> tuple[list[int]
     for name in names:
         matches = procfs.find_pids_by_name(name)
         if not matches:
-            notes.append(f"no process matches --name {name!r}")
+            notes.append(f"no process matches the pattern {name!r}")
         found.extend(matches)
     return list(dict.fromkeys(found)), notes
 
