@@ -30,6 +30,7 @@ COMMAND_MODULES = {
     "diff": "memforensics.cli.diff",
     "oom": "memforensics.cli.oom",
     "demo": "memforensics.cli.demo",
+    "collect": "memforensics.cli.collect",
 }
 
 

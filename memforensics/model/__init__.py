@@ -1,6 +1,15 @@
 """The model: frozen dataclasses shared by sources, analysis and renderers."""
 
 from memforensics.model.advice import Advice, Severity
+from memforensics.model.collect import (
+    CollectRun,
+    ContainerIdentity,
+    OomKillCount,
+    OomKillKey,
+    OomReading,
+    TargetFigures,
+    TargetResult,
+)
 from memforensics.model.heap import Arena, BucketKind, HeapDump, SizeBucket
 from memforensics.model.oom import OomEvent, OomScan, OomTrigger, ProcessSummary, TopTask
 from memforensics.model.process import (
@@ -24,10 +33,15 @@ __all__ = [
     "ArenaResidency",
     "ArenaTrimForecast",
     "BucketKind",
+    "CollectRun",
+    "ContainerIdentity",
     "HeapDump",
     "HeapResidency",
     "HeapSegment",
     "OomEvent",
+    "OomKillCount",
+    "OomKillKey",
+    "OomReading",
     "OomScan",
     "OomTrigger",
     "ProcessFacts",
@@ -35,6 +49,8 @@ __all__ = [
     "ProcessSummary",
     "Severity",
     "SizeBucket",
+    "TargetFigures",
+    "TargetResult",
     "TopTask",
     "TrimFailure",
     "TrimForecast",
