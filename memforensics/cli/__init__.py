@@ -30,6 +30,8 @@ COMMAND_MODULES = {
     "diff": "memforensics.cli.diff",
     "oom": "memforensics.cli.oom",
     "demo": "memforensics.cli.demo",
+    "watch": "memforensics.cli.watch",
+    "report": "memforensics.cli.report",
 }
 
 
