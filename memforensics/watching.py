@@ -214,6 +214,13 @@ class Watch:
         except NoSuchProcessError:
             self._end(proc, "the process exited")
             return
+        except MemforensicsError:
+            # An exit racing the attach surfaces as whatever step failed first (gdb cannot
+            # open /proc/PID/exe of a zombie): if the process is gone, that is the news.
+            if _gone(proc.pid):
+                self._end(proc, "the process exited")
+                return
+            raise
         residency = result.residency
         sample = heap_sample(
             result.analysis,
@@ -260,6 +267,16 @@ class Watch:
 
     def elapsed_seconds(self) -> float:
         return time.monotonic() - self.started_monotonic
+
+
+def _gone(pid: int) -> bool:
+    """True when ``pid`` has exited (no such process, or a zombie waiting to be reaped)."""
+    try:
+        return procfs.process_state(pid) in ("Z", "X")
+    except NoSuchProcessError:
+        return True
+    except MemforensicsError:
+        return False
 
 
 def _next(previous: float, interval: float) -> float:

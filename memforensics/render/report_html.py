@@ -49,7 +49,7 @@ i=0,v=Math.abs(b);while(v>=1024&&i<u.length-1){v/=1024;i++}return (b<0?'-':'')+
 (i?v.toFixed(1):v)+' '+u[i]}
 function when(d,x){var v=d.start+(d.end-d.start)*x/d.width;if(!d.timed)return 'dump #'+
 Math.round(v);var t=new Date(v*1000);var span=d.end-d.start;var s=t.toISOString();
-return span>86400?s.slice(5,16).replace('T',' '):s.slice(11,19)}
+return span>86400?s.slice(5,16).replace('T',' '):span<120?s.slice(11,21):s.slice(11,19)}
 function nearest(rows,x){var best=null,dist=1e18;for(var i=0;i<rows.length;i++){
 var e=Math.abs(rows[i][0]-x);if(e<dist){dist=e;best=rows[i]}}return best}
 document.querySelectorAll('script.chart-data').forEach(function(el){

@@ -60,13 +60,22 @@ def _x_value(sample: Sample | SeriesEvent, position: int, timed: bool) -> float:
     return float(getattr(sample, "sequence", position))
 
 
-def _nice_top(value: float) -> float:
+def _scale(value: float) -> tuple[float, float]:
+    """The axis top and tick step: a round step (1, 2 or 5 × 10^k × a power of 1024),
+    at most ``Y_TICKS`` steps, the top the first step at or above ``value``."""
     if value <= 0:
-        return 1.0
-    step = 1 << 20
-    while value / step > 8:
-        step *= 2
-    return (int(value / step) + 1) * step
+        return float(1 << 20), float(1 << 18)
+    raw = value / Y_TICKS
+    unit = 1.0
+    while raw / unit >= 1024:
+        unit *= 1024
+    step = 1024 * unit
+    for factor in (1, 2, 5, 10, 20, 50, 100, 200, 500):
+        if factor * unit >= raw:
+            step = factor * unit
+            break
+    ticks = max(int(-(-value // step)), 1)
+    return ticks * step, step
 
 
 def _y(value: float, top: float) -> float:
@@ -102,7 +111,7 @@ def time_chart(
     stacked = [
         (s.in_use_bytes or 0) + (s.free_bytes or 0) for s in heap if s.in_use_bytes is not None
     ]
-    top = _nice_top(max([*(s.rss_bytes or 0 for s in rss), *stacked, 0]))
+    top, step = _scale(max([*(s.rss_bytes or 0 for s in rss), *stacked, 0]))
     body: list[str] = []
     have_residency = any(s.free_resident_bytes is not None for s in heap)
     layers = [("in_use", "arena in use")]
@@ -157,8 +166,8 @@ def time_chart(
         )
         mark_data.append({"x": x, "kind": mark.kind, "message": mark.message})
     grid = []
-    for tick in range(Y_TICKS + 1):
-        value = top * tick / Y_TICKS
+    for tick in range(round(top / step) + 1):
+        value = step * tick
         y = TOP + _y(value, top)
         grid.append(
             f'<line x1="{LEFT}" x2="{LEFT + PLOT_W}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>'
