@@ -71,7 +71,8 @@ def _event_text(event: SeriesEvent) -> Text:
 def process_panel(proc: WatchedProcess, elapsed_seconds: float) -> Panel:
     """One process: latest figures with sparklines, the pause paid, the trend, its events."""
     heap = proc.heap
-    rss_values = [s.rss_bytes for s in proc.rss] or [s.rss_bytes for s in heap]
+    readings = sorted([*heap, *proc.rss], key=lambda s: s.time or proc.started)
+    rss_values = [s.rss_bytes for s in readings]
     latest = proc.latest_heap
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)

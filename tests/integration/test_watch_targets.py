@@ -208,3 +208,45 @@ def test_an_oom_kill_is_shown_beside_the_last_sample(tmp_path: Path) -> None:
     marks = json.loads(report.stdout)["marks"]
     # In time order: the kernel's kill comes before the watch noticed the exit.
     assert [m["kind"] for m in marks if m["kind"] in ("exit", "oom-kill")] == ["oom-kill", "exit"]
+
+
+def test_ctrl_c_stops_cleanly(tmp_path: Path) -> None:
+    """SIGINT after the first heap sample: exit 0, the recording whole, the target running."""
+    record = tmp_path / "interrupted.jsonl"
+    with c_target("watch_pattern", "idle", "500", "60") as target:
+        watcher = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "memforensics",
+                "watch",
+                str(target.pid),
+                "--interval",
+                "0.5s",
+                "--record",
+                str(record),
+                "--json",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while not record.exists() or record.read_text().count('"kind": "heap"') < 2:
+                assert watcher.poll() is None, watcher.communicate()
+                assert time.monotonic() < deadline, "no heap samples within 30 s"
+                time.sleep(0.02)
+            watcher.send_signal(signal.SIGINT)
+            out, err = watcher.communicate(timeout=30)
+        finally:
+            if watcher.poll() is None:
+                watcher.kill()
+                watcher.wait(timeout=10)
+        assert watcher.returncode == 0, err
+        assert target.alive() and target.state() in ("S", "R"), "target left stopped or dead"
+    document = json.loads(out)
+    assert document["watch"]["interrupted"] is True
+    assert document["trend"]["verdict"] in ("unknown", "stable")
+    recording = read_recording(record)
+    assert recording.torn_lines == 0 and len(recording.samples) >= 2
