@@ -37,6 +37,9 @@ from memforensics.units import format_bytes, format_duration
 # The live view and the trend so far look at this many recent RSS readings (a day at 1 s
 # would be 86,400; the recording keeps everything, the view does not need to).
 RECENT_RSS_SAMPLES = 3600
+# A heap sample failing this many times in a row for a reason other than a deadline ends
+# the watch with that error.
+MAX_FAILURES = 5
 # An OOM kill logged this long before the watch noticed the exit still belongs to it.
 _OOM_SLACK = timedelta(minutes=1)
 
@@ -69,6 +72,7 @@ class WatchedProcess:
     ended: SeriesEvent | None = None
     oom_kill: SeriesEvent | None = None
     trend: Trend | None = None
+    failures: int = 0  # heap samples failed in a row
 
     @property
     def last_rss_bytes(self) -> int | None:
@@ -199,7 +203,23 @@ class Watch:
                 allow_stopped=False,
                 log=settings.log,
             )
-        except (DeadlineError, TargetStoppedError) as exc:
+        except NoSuchProcessError:
+            self._end(proc, "the process exited")
+            return
+        except MemforensicsError as exc:
+            if _gone(proc.pid):
+                # An exit racing the attach surfaces as whatever step failed first (gdb
+                # cannot open /proc/PID/exe of a zombie): the exit is the news.
+                self._end(proc, "the process exited")
+                return
+            proc.failures += 1
+            # Busy beyond the deadline or stopped by someone: always a gap. Anything else
+            # (another tracer holding the target a moment, a gdb hiccup) is a gap once the
+            # watch has worked, until it fails MAX_FAILURES times in a row: one bad attach
+            # must not end a watch of hours, a broken setup must not go on for ever.
+            transient = isinstance(exc, (DeadlineError, TargetStoppedError)) or _traced(proc.pid)
+            if not transient and (not proc.heap or proc.failures >= MAX_FAILURES):
+                raise
             gap = SeriesEvent(
                 kind="gap",
                 time=taken,
@@ -211,16 +231,7 @@ class Watch:
             proc.gaps.append(gap)
             self._emit(gap, proc)
             return
-        except NoSuchProcessError:
-            self._end(proc, "the process exited")
-            return
-        except MemforensicsError:
-            # An exit racing the attach surfaces as whatever step failed first (gdb cannot
-            # open /proc/PID/exe of a zombie): if the process is gone, that is the news.
-            if _gone(proc.pid):
-                self._end(proc, "the process exited")
-                return
-            raise
+        proc.failures = 0
         residency = result.residency
         sample = heap_sample(
             result.analysis,
@@ -267,6 +278,14 @@ class Watch:
 
     def elapsed_seconds(self) -> float:
         return time.monotonic() - self.started_monotonic
+
+
+def _traced(pid: int) -> bool:
+    """True when another tracer (a debugger, another memforensics) holds ``pid`` now."""
+    try:
+        return procfs.read_process(pid).tracer_pid != 0
+    except MemforensicsError:
+        return False
 
 
 def _gone(pid: int) -> bool:

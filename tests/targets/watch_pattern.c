@@ -5,7 +5,8 @@
  *   fragment  every tick 256 blocks of a size larger than any before are allocated and
  *             shrunk in place to 16-byte pins: each block's tail becomes a free chunk that
  *             pins keep apart and later (larger) requests cannot use, so free grows 4 MiB+
- *             a tick while in use grows only by the pins (8 KiB a tick).
+ *             a tick while in use grows only by the pins (8 KiB a tick); the blocks are
+ *             written, so their free tails stay resident until malloc_trim releases them.
  *   idle      8 MiB in 1 KiB blocks allocated and written once, then nothing.
  *
  * usage: watch_pattern MODE TICK_MS MAX_TICKS [EXIT_AFTER_TICKS]
@@ -48,7 +49,7 @@ static void fragment_tick(int tick) {
     for (int i = 0; i < HOLES; i++) {
         blocks[i] = malloc(size);
         if (blocks[i] == NULL) exit(2);
-        memset(blocks[i], 0x11, 64);
+        memset(blocks[i], 0x11, size); /* resident: a trim has whole pages to give back */
     }
     for (int i = 0; i < HOLES; i++) {
         if (realloc(blocks[i], PIN_BYTES) != blocks[i]) exit(3); /* glibc shrinks in place */
