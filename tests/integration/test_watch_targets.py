@@ -250,3 +250,33 @@ def test_ctrl_c_stops_cleanly(tmp_path: Path) -> None:
     assert document["trend"]["verdict"] in ("unknown", "stable")
     recording = read_recording(record)
     assert recording.torn_lines == 0 and len(recording.samples) >= 2
+
+
+def test_a_target_busy_beyond_the_deadline_leaves_gaps(tmp_path: Path) -> None:
+    """A target that never leaves the allocator: each heap sample is skipped and noted; with
+    not one heap sample taken the watch exits 6 (timeout), the target left running."""
+    record = tmp_path / "busy.jsonl"
+    with c_target("stuck_in_malloc_stats") as target:
+        result = CliRunner().invoke(
+            cli,
+            [
+                "watch",
+                str(target.pid),
+                "--timeout",
+                "0.5s",
+                "--interval",
+                "1s",
+                "--duration",
+                "2.5s",
+                "--record",
+                str(record),
+            ],
+        )
+        assert target.alive() and target.state() == "S", "left stopped or killed"
+    assert result.exit_code == 6, result.output
+    assert "heap sample skipped" in result.stdout
+    recording = read_recording(record)
+    gaps = [e for e in recording.events if e.kind == "gap"]
+    assert len(gaps) >= 2 and all("heap sample skipped" in e.message for e in gaps)
+    assert not [s for s in recording.samples if s.kind == "heap"]
+    assert any(s.kind == "rss" for s in recording.samples)
