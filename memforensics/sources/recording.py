@@ -200,18 +200,29 @@ def advice_from(items: Iterable[Any]) -> tuple[Advice, ...]:
 
 def _sample(obj: Mapping[str, Any], source: str, line: int) -> Sample:
     kind = obj.get("kind")
-    totals = obj.get("totals")
-    if kind == "heap" and not isinstance(totals, dict):
-        raise InputDataError("heap line without totals", source=source, line=line)
     process = obj.get("process")
+    if kind != "heap":
+        # The common line (one a second for days): only what an RSS reading holds.
+        return Sample(
+            kind="rss",
+            time=parse_time(obj.get("time"), source, line),
+            pid=_int(obj, "pid", source, line),
+            process=process if isinstance(process, str) else "?",
+            rss_bytes=_int(obj, "rss_bytes", source, line),
+            anon_bytes=_int(obj, "anon_bytes", source, line),
+            sequence=line,
+        )
+    totals = obj.get("totals")
+    if not isinstance(totals, dict):
+        raise InputDataError("heap line without totals", source=source, line=line)
     return Sample(
-        kind="heap" if kind == "heap" else "rss",
+        kind="heap",
         time=parse_time(obj.get("time"), source, line),
         pid=_int(obj, "pid", source, line),
         process=process if isinstance(process, str) else "?",
         rss_bytes=_int(obj, "rss_bytes", source, line),
         anon_bytes=_int(obj, "anon_bytes", source, line),
-        totals=totals if kind == "heap" else None,
+        totals=totals,
         pause_seconds=_float(obj, "pause_seconds", source, line),
         free_resident_bytes=_int(obj, "free_resident_bytes", source, line),
         arenas=arena_points(_list(obj, "arenas", source, line), source, line),

@@ -174,3 +174,24 @@ def test_missing_input_is_exit_7(tmp_path: Path) -> None:
 
 def test_report_needs_an_input() -> None:
     assert CliRunner().invoke(cli, ["report"]).exit_code == 2
+
+
+def test_a_long_recording_is_downsampled_to_a_small_page(tmp_path: Path) -> None:
+    """50,000 RSS readings draw at most 2 points per pixel bucket, keeping the one spike."""
+    path = tmp_path / "long.jsonl"
+    with RecordingWriter(path) as writer:
+        for second in range(50_000):
+            rss = (100 + (second % 7)) * MiB + (400 * MiB if second == 31_337 else 0)
+            writer.write(sample_line(Sample("rss", T0 + timedelta(seconds=second), 9, "long", rss)))
+    out = tmp_path / "long.html"
+    result = CliRunner().invoke(cli, ["report", str(path), "--html", str(out)])
+    assert result.exit_code == 0, result.output
+    page = out.read_text()
+    points = re.search(r'<polyline class="rss" points="([^"]*)"', page)
+    assert points is not None
+    coordinates = [tuple(map(float, p.split(","))) for p in points.group(1).split()]
+    assert len(coordinates) <= 2002
+    # The axis tops at 600 MiB: the spike (506 MiB) is drawn high, the rest (~106 MiB) low.
+    assert min(y for _, y in coordinates) < 100, "the 500 MiB spike is gone"
+    assert sorted(y for _, y in coordinates)[1] > 200
+    assert len(page) < 300_000
