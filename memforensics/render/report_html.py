@@ -59,9 +59,11 @@ sel=svg.querySelector('.selection'),ticks=svg.querySelector('.xticks');
 var tip=svg.parentNode.querySelector('.tip');var view=[0,d.width];var drag=null;
 var NS='http://www.w3.org/2000/svg';
 function drawTicks(){while(ticks.firstChild)ticks.removeChild(ticks.firstChild);
-for(var i=0;i<=6;i++){var px=d.width*i/6;var x=view[0]+(view[1]-view[0])*i/6;
+var n=d.timed?6:Math.max(1,Math.min(6,Math.round((d.end-d.start)*(view[1]-view[0])/d.width)));
+var one=d.end<=d.start;if(one)n=0;
+for(var i=0;i<=n;i++){var px=one?d.width/2:d.width*i/n;var x=one?0:view[0]+(view[1]-view[0])*i/n;
 var t=document.createElementNS(NS,'text');t.setAttribute('x',px);t.setAttribute('y',18);
-t.setAttribute('class','tick');t.setAttribute('text-anchor',i==0?'start':i==6?'end':'middle');
+t.setAttribute('class','tick');t.setAttribute('text-anchor',one?'middle':i==0?'start':i==n?'end':'middle');
 t.textContent=when(d,x);ticks.appendChild(t)}}
 function dataX(ev){var r=plot.getBoundingClientRect();var f=(ev.clientX-r.left)/r.width;
 return view[0]+(view[1]-view[0])*Math.min(Math.max(f,0),1)}

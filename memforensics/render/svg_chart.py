@@ -50,8 +50,9 @@ class Axis:
     timed: bool
 
     def x(self, value: float) -> float:
-        span = self.end - self.start or 1.0
-        return (value - self.start) / span * PLOT_W
+        if self.end <= self.start:
+            return PLOT_W / 2  # one moment: drawn in the middle
+        return (value - self.start) / (self.end - self.start) * PLOT_W
 
 
 def _x_value(sample: Sample | SeriesEvent, position: int, timed: bool) -> float:
@@ -136,9 +137,9 @@ def time_chart(
                     part = sample.free_bytes or 0
                 points.append((axis.x(xs[id(sample)]), base[position], base[position] + part))
                 base[position] += part
-            if len(points) == 1:  # one dump: a bar a few pixels wide, not an invisible line
+            if len(points) == 1:  # one dump: a bar, not an invisible line
                 x, low, high = points[0]
-                points = [(x - 3, low, high), (x + 3, low, high)]
+                points = [(x - 12, low, high), (x + 12, low, high)]
             body.append(
                 f'<path class="layer layer-{key}" d="{_area(points, top)}" '
                 f'fill="{COLORS[key]}" stroke="none"/>'
@@ -174,7 +175,7 @@ def time_chart(
             f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" class="tick">'
             f"{escape(format_bytes(value))}</text>"
         )
-    legend = [("rss", "RSS"), *layers]
+    legend = ([("rss", "RSS")] if rss else []) + (layers if heap_points else [])
     legend_html = "".join(
         f'<span class="key"><i style="background:{COLORS[k]}"></i>{escape(label)}</span>'
         for k, label in legend
