@@ -117,3 +117,40 @@ def test_screenshot_shows_the_chart(page: Path, tmp_path: Path) -> None:
     red = hex_rgb("#c0392b")
     near_red = sum(n for c, n in colours.items() if all(abs(c[i] - red[i]) < 40 for i in range(3)))
     assert near_red > 100, "the RSS line is not drawn"
+
+
+# Dispatched after the page's own script: hover over the middle of the first chart, then drag
+# from 25 % to 50 % of its width. Written into a copy of the page only.
+_INTERACT = """<script>
+(function(){
+var plot=document.querySelector('svg.plot');var r=plot.getBoundingClientRect();
+function at(type,f){plot.dispatchEvent(new MouseEvent(type,{bubbles:true,
+clientX:r.left+r.width*f,clientY:r.top+r.height/2}))}
+at('mousemove',0.5);
+document.body.setAttribute('data-tip',document.querySelector('.tip').textContent);
+at('mousedown',0.25);at('mousemove',0.5);at('mouseup',0.5);
+document.body.setAttribute('data-view',plot.getAttribute('viewBox'));
+})();
+</script></body>"""
+
+
+def test_hover_shows_values_and_drag_zooms(page: Path, tmp_path: Path) -> None:
+    interactive = tmp_path / "interactive.html"
+    interactive.write_text(page.read_text().replace("</body>", _INTERACT))
+    result = chromium(
+        "--window-size=1100,1400",
+        "--enable-logging=stderr",
+        "--dump-dom",
+        interactive.as_uri(),
+        profile=tmp_path / "profile",
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Uncaught" not in result.stderr, result.stderr[-2000:]
+    tip = re.search(r'data-tip="([^"]*)"', result.stdout)
+    assert tip is not None
+    assert "RSS" in tip.group(1) and "in use" in tip.group(1) and "MiB" in tip.group(1)
+    view = re.search(r'data-view="([^"]*)"', result.stdout)
+    assert view is not None
+    x, _, width, _ = map(float, view.group(1).split())
+    # The plot is 866 units wide: a quarter to a half of it is x ~216, width ~216.
+    assert 180 < x < 250 and 180 < width < 250, view.group(1)
