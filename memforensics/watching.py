@@ -26,7 +26,7 @@ from memforensics.errors import (
     NoSuchProcessError,
     TargetStoppedError,
 )
-from memforensics.live import inspect_process, now_utc
+from memforensics.live import Inspection, inspect_process, now_utc
 from memforensics.model.oom import OomEvent
 from memforensics.model.series import Sample, SeriesEvent
 from memforensics.sources import procfs
@@ -141,11 +141,13 @@ class Watch:
         on_record: OnRecord,
         stop: threading.Event | None = None,
         oom_lookup: Callable[[int, datetime], OomEvent | None] = find_oom_kill,
+        inspect: Callable[..., Inspection] = inspect_process,
     ) -> None:
         self.settings = settings
         self.on_record = on_record
         self.stop = stop or threading.Event()
         self.oom_lookup = oom_lookup
+        self.inspect = inspect
         started = now_utc()
         # Raises NoSuchProcessError (exit 3) for a PID that is not there at the start.
         self.processes = [
@@ -196,7 +198,7 @@ class Watch:
         taken = now_utc()
         settings = self.settings
         try:
-            result = inspect_process(
+            result = self.inspect(
                 proc.pid,
                 timeout_seconds=settings.timeout_seconds,
                 gdb_path=settings.gdb_path,

@@ -169,7 +169,7 @@ def command(
     status = stderr_console()
     live_view = out.is_terminal and not as_json
     stop = threading.Event()
-    writer = RecordingWriter(record_path) if record_path else None
+    writer: RecordingWriter | None = None
     live: Live | None = None
     watch: Watch | None = None
 
@@ -184,8 +184,9 @@ def command(
                 (status if as_json else out).print(line, highlight=False, soft_wrap=True)
 
     footer = "Ctrl-C stops" + (f"; recording to {record_path}" if record_path else "")
+    watch = Watch(targets, settings, on_record=on_record, stop=stop)  # exit 3 if one is gone
+    writer = RecordingWriter(record_path) if record_path else None
     try:
-        watch = Watch(targets, settings, on_record=on_record, stop=stop)
         with _signals_stop(stop), contextlib.ExitStack() as stack:
             if live_view:
                 live = stack.enter_context(Live(console=out, refresh_per_second=4, transient=False))

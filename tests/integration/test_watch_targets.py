@@ -20,7 +20,11 @@ import pytest
 from click.testing import CliRunner
 
 from memforensics.cli import cli
+from memforensics.errors import DeadlineError, ToolingError
+from memforensics.live import Inspection, inspect_process
+from memforensics.model.series import SeriesEvent
 from memforensics.sources.recording import read_recording
+from memforensics.watching import MAX_FAILURES, Watch, WatchedProcess, WatchSettings
 from tests.support.schema import missing_keys
 from tests.support.targets import c_target, live_skip_reason
 
@@ -280,3 +284,57 @@ def test_a_target_busy_beyond_the_deadline_leaves_gaps(tmp_path: Path) -> None:
     assert len(gaps) >= 2 and all("heap sample skipped" in e.message for e in gaps)
     assert not [s for s in recording.samples if s.kind == "heap"]
     assert any(s.kind == "rss" for s in recording.samples)
+
+
+class Flaky:
+    """The real inspect, with chosen failures first: what a gdb hiccup or another tracer
+    holding the target looks like to the watch (these cannot be provoked on demand)."""
+
+    def __init__(self, *failures: Exception | None) -> None:
+        self.failures = list(failures)
+
+    def __call__(self, pid: int, **kwargs: object) -> Inspection:
+        failure = self.failures.pop(0) if self.failures else None
+        if failure is not None:
+            raise failure
+        return inspect_process(pid, **kwargs)  # type: ignore[arg-type]
+
+
+def _watch(pid: int, inspect: Flaky, count: int) -> tuple[list[WatchedProcess], list[object]]:
+    records: list[object] = []
+    watch = Watch(
+        [pid],
+        WatchSettings(interval_seconds=0.2, rss_interval_seconds=0.1, count=count),
+        on_record=lambda record, _proc: records.append(record),
+        inspect=inspect,
+    )
+    return watch.run(), records
+
+
+def test_a_hiccup_after_the_first_sample_is_a_gap() -> None:
+    with c_target("watch_pattern", "idle", "500", "60") as target:
+        hiccup = ToolingError("gdb said something odd")
+        (proc,), records = _watch(target.pid, Flaky(None, hiccup, hiccup), count=3)
+    assert len(proc.heap) == 3
+    assert [g.message for g in proc.gaps] == ["heap sample skipped: gdb said something odd"] * 2
+    assert sum(isinstance(r, SeriesEvent) and r.kind == "gap" for r in records) == 2
+
+
+def test_a_failure_on_the_first_sample_ends_the_watch() -> None:
+    """A setup that does not work (gdb unusable) is reported at once, not as endless gaps."""
+    with c_target("watch_pattern", "idle", "500", "60") as target, pytest.raises(ToolingError):
+        _watch(target.pid, Flaky(ToolingError("gdb is broken")), count=3)
+
+
+def test_five_failures_in_a_row_end_the_watch() -> None:
+    failures = [ToolingError(f"failure {i}") for i in range(MAX_FAILURES)]
+    with c_target("watch_pattern", "idle", "500", "60") as target:
+        with pytest.raises(ToolingError, match=f"failure {MAX_FAILURES - 1}"):
+            _watch(target.pid, Flaky(None, *failures), count=10)
+        assert target.alive()
+
+
+def test_a_deadline_is_a_gap_even_first() -> None:
+    with c_target("watch_pattern", "idle", "500", "60") as target:
+        (proc,), _ = _watch(target.pid, Flaky(DeadlineError("no safe point in time")), count=2)
+    assert len(proc.heap) == 2 and len(proc.gaps) == 1
