@@ -154,3 +154,14 @@ def test_hover_shows_values_and_drag_zooms(page: Path, tmp_path: Path) -> None:
     x, _, width, _ = map(float, view.group(1).split())
     # The plot is 866 units wide: a quarter to a half of it is x ~216, width ~216.
     assert 180 < x < 250 and 180 < width < 250, view.group(1)
+
+
+def test_page_prints(page: Path, tmp_path: Path) -> None:
+    """Printing (to PDF) works offline: Chromium lays the page out for paper and writes it."""
+    pdf = tmp_path / "page.pdf"
+    result = chromium(
+        "--no-pdf-header-footer", f"--print-to-pdf={pdf}", page.as_uri(), profile=tmp_path / "p"
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    data = pdf.read_bytes()
+    assert data.startswith(b"%PDF") and len(data) > 20_000
