@@ -6,7 +6,7 @@ import click
 
 from memforensics.cli.options import DURATION, exit_codes_epilog, json_option, verbose_option
 from memforensics.cli.output import emit_json, stderr_console, stdout_console
-from memforensics.errors import ToolingError
+from memforensics.errors import EXIT_GATE, ToolingError
 from memforensics.render.report_html import report_html
 from memforensics.render.report_json import report_json
 from memforensics.render.report_markdown import report_markdown
@@ -21,6 +21,7 @@ Examples:
   memforensics report app.jsonl --json | jq '.trend.verdict, .trend.in_use_bytes_per_hour'
   memforensics report day1.jsonl day2.jsonl           recordings of one process, joined
   memforensics report dumps.xml --dump-interval 10s   a malloc_info series taken every 10 s
+  memforensics report soak.jsonl --fail-on in-use-growing   CI gate: exit 1 on a leak
 \b
 INPUT is a recording (`watch --record`), a heap JSON document (`inspect --json`,
 `parse --json`) or malloc_info XML (one dump or a series). The verdict per process:
@@ -63,11 +64,19 @@ def _write(path: str, text: str, what: str) -> None:
     default=None,
     help="Time between the dumps of a malloc_info series (they carry no times).",
 )
+@click.option(
+    "--fail-on",
+    "fail_on",
+    multiple=True,
+    type=click.Choice(["in-use-growing", "free-growing"]),
+    help="Exit 1 when a process gets this verdict (repeatable): a CI gate.",
+)
 @json_option
 @verbose_option
 def command(
     *,
     inputs: tuple[str, ...],
+    fail_on: tuple[str, ...],
     html_path: str | None,
     markdown_path: str | None,
     dump_interval_seconds: float | None,
@@ -89,3 +98,10 @@ def command(
         emit_json(report_json(report))
     elif html_path is None and markdown_path is None:
         stdout_console().print(render_report(report))
+    failed = [p for p in report.processes if p.trend.verdict in fail_on]
+    for process in failed:
+        series = process.series
+        who = f"PID {series.pid} {series.process}" if series.pid is not None else series.process
+        status.print(f"gate: {who} is {process.trend.verdict}", highlight=False)
+    if failed:
+        click.get_current_context().exit(EXIT_GATE)

@@ -195,3 +195,14 @@ def test_a_long_recording_is_downsampled_to_a_small_page(tmp_path: Path) -> None
     assert min(y for _, y in coordinates) < 100, "the 500 MiB spike is gone"
     assert sorted(y for _, y in coordinates)[1] > 200
     assert len(page) < 300_000
+
+
+def test_fail_on_is_a_gate(leak: Path, fragment: Path) -> None:
+    gate = CliRunner().invoke(
+        cli, ["report", str(leak), str(fragment), "--fail-on", "in-use-growing"]
+    )
+    assert gate.exit_code == 1
+    assert "gate: PID 100 p100 is in-use-growing" in gate.stderr
+    assert "PID 200" not in gate.stderr
+    passing = CliRunner().invoke(cli, ["report", str(fragment), "--fail-on", "in-use-growing"])
+    assert passing.exit_code == 0
