@@ -79,11 +79,15 @@ def load(
         return piles.setdefault((pid, process), _Pile([], [], []))
 
     def add(samples: Iterable[Sample], events: Iterable[SeriesEvent], source: str) -> None:
+        key: tuple[int | None, str] | None = None
+        target = _Pile([], [], [])
         for sample in samples:
-            target = pile(sample.pid, sample.process)
+            if key != (sample.pid, sample.process):  # runs of one process: look up once
+                key = (sample.pid, sample.process)
+                target = pile(*key)
+                if source not in target.sources:
+                    target.sources.append(source)
             target.samples.append(sample)
-            if source not in target.sources:
-                target.sources.append(source)
         for event in events:
             pile(event.pid, event.process).events.append(event)
 

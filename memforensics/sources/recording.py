@@ -97,8 +97,10 @@ def parse_time(value: Any, source: str, line: int) -> datetime | None:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         raise InputDataError(f"time {value!r} is not ISO-8601", source=source, line=line) from None
+    if moment.tzinfo is timezone.utc:
+        return moment  # what memforensics writes: no conversion needed
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        return moment.replace(tzinfo=timezone.utc)
     return moment.astimezone(timezone.utc)
 
 
@@ -203,13 +205,16 @@ def _sample(obj: Mapping[str, Any], source: str, line: int) -> Sample:
     process = obj.get("process")
     if kind != "heap":
         # The common line (one a second for days): only what an RSS reading holds.
+        pid, rss, anon = obj.get("pid"), obj.get("rss_bytes"), obj.get("anon_bytes")
+        if not all(value is None or type(value) is int for value in (pid, rss, anon)):
+            raise InputDataError("pid or a byte count is not an integer", source=source, line=line)
         return Sample(
             kind="rss",
             time=parse_time(obj.get("time"), source, line),
-            pid=_int(obj, "pid", source, line),
+            pid=pid,
             process=process if isinstance(process, str) else "?",
-            rss_bytes=_int(obj, "rss_bytes", source, line),
-            anon_bytes=_int(obj, "anon_bytes", source, line),
+            rss_bytes=rss,
+            anon_bytes=anon,
             sequence=line,
         )
     totals = obj.get("totals")
