@@ -298,4 +298,4 @@ def read_recording(path: str | os.PathLike[str], *, name: str | None = None) -> 
     return recording
 
 
-_HINT = "a recording is what `memforensics watch --record FILE` writes, one JSON object a line"
+_HINT = "a recording is what `memforensics watch` records: one JSON object a line"

@@ -47,8 +47,8 @@ def sniff(path: str | os.PathLike[str]) -> InputKind:
     raise InputDataError(
         "neither a recording, a heap JSON document nor malloc_info XML",
         source=str(path),
-        hint="give a file from `watch --record`, `inspect --json`/`parse --json`, "
-        "or a saved malloc_info dump",
+        hint="give a recording made by `memforensics watch`, a heap JSON document from "
+        "`memforensics inspect` or `parse`, or a saved malloc_info dump",
     )
 
 
