@@ -105,7 +105,7 @@ def test_chromium_renders_the_charts_and_runs_the_script(page: Path, tmp_path: P
 def test_screenshot_shows_the_chart(page: Path, tmp_path: Path) -> None:
     shot = tmp_path / "page.png"
     result = chromium(
-        "--window-size=1100,1400", f"--screenshot={shot}", page.as_uri(), profile=tmp_path / "p"
+        "--window-size=1040,960", f"--screenshot={shot}", page.as_uri(), profile=tmp_path / "p"
     )
     assert result.returncode == 0, result.stderr[-2000:]
     image = decode(shot.read_bytes())
