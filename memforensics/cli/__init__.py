@@ -31,6 +31,8 @@ COMMAND_MODULES = {
     "oom": "memforensics.cli.oom",
     "demo": "memforensics.cli.demo",
     "collect": "memforensics.cli.collect",
+    "watch": "memforensics.cli.watch",
+    "report": "memforensics.cli.report",
 }
 
 
