@@ -9,15 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from memforensics.analysis.oom import scan
+from memforensics.analysis.oom_select import scan
 from memforensics.cli.options import exit_codes_epilog, json_option, verbose_option
 from memforensics.cli.output import emit_json, stdout_console
 from memforensics.errors import EXIT_GATE
+from memforensics.model.logrecord import LogRecord
 from memforensics.model.oom import OomScan
 from memforensics.sources.journal import BootNotFoundError, JournalReader, boot_argument
 from memforensics.sources.kmsg import KmsgReader, boot_id
 from memforensics.sources.logfile import read_text_log
-from memforensics.sources.logrecord import LogRecord
 from memforensics.sources.logtime import parse_user_time
 
 EXAMPLES = """\b

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from memforensics.analysis.oom import summarize
+from memforensics.analysis.oom_select import summarize
 from memforensics.model.oom import OomEvent, OomScan, OomTrigger, ProcessSummary, TopTask
 from memforensics.units import format_bytes
 

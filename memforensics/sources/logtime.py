@@ -101,13 +101,16 @@ def parse_iso(text: str) -> datetime | None:
 
 
 def parse_syslog_date(
-    month_token: str, day: str, clock_text: str, reference: datetime
+    month_token: str, day: str, clock_text: str, reference: datetime, *, year: int | None = None
 ) -> datetime | None:
-    """``Mar  5 11:22:33`` (no year): the latest such local time not after ``reference`` + 1 day."""
+    """``Mar  5 11:22:33`` as local time. Without ``year`` (classic syslog): the latest such
+    time not after ``reference`` + 1 day."""
     month = month_number(month_token)
     clock = _CLOCK_RE.match(clock_text)
     if month is None or clock is None:
         return None
+    if year is not None:
+        return _local_to_utc(year, month, int(day), clock)
     year = reference.year
     stamp = _local_to_utc(year, month, int(day), clock)
     # syslog has no year: a date after the reference (file mtime) is from the previous year.

@@ -12,8 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from memforensics.analysis.oom import find_events
+from memforensics.analysis.oom_select import scan
+from memforensics.model.logrecord import LogRecord
+from memforensics.model.oom import OomEvent
 from memforensics.sources.journal import BootNotFoundError, JournalReader
+
+
+def find_events(records: Iterable[LogRecord]) -> list[OomEvent]:
+    """Every event of one stream, as a whole scan reports them."""
+    return list(scan([("test", records)]).events)
+
 
 pytestmark = pytest.mark.integration
 
