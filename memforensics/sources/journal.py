@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from memforensics.errors import InputDataError, TargetPermissionError, ToolingError
-from memforensics.sources.logrecord import KERNEL, LogRecord
+from memforensics.model.logrecord import KERNEL, LogRecord
 
 # Userspace killers whose own messages we want besides the kernel's.
 USERSPACE_KILLERS = ("systemd-oomd", "earlyoom")

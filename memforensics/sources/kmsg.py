@@ -18,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from memforensics.errors import TargetPermissionError, ToolingError
-from memforensics.sources.logrecord import KERNEL, LogRecord
+from memforensics.model.logrecord import KERNEL, LogRecord
 
 KMSG_PATH = "/dev/kmsg"
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
