@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from datetime import datetime
 
 from memforensics.analysis import oom_patterns as patterns
 from memforensics.analysis import oom_tasks as tasks
@@ -27,6 +28,17 @@ KIB = 1024
 _OOMD_IDENTS = frozenset({"systemd-oomd", None})
 _EARLYOOM_IDENTS = frozenset({"earlyoom", None})
 _KERNEL_IDENTS = frozenset({KERNEL, None})
+# Lines printed only inside an OOM report (memcg block, task table title).
+_BLOCK_STARTS = ("Task in ", "memory: usage ", "Memory cgroup stats for ", "Tasks state ")
+# A kill line this long after its incident's first line belongs to another incident (the
+# lines of one report are printed within milliseconds; a cut log can join two reports).
+_INCIDENT_SECONDS = 60.0
+
+
+def _apart(first: datetime | None, second: datetime | None) -> bool:
+    if first is None or second is None:
+        return False
+    return abs((second - first).total_seconds()) > _INCIDENT_SECONDS
 
 
 def _kib(value: str | None) -> int | None:
@@ -139,7 +151,7 @@ class OomLogParser:
         if " invoked oom-killer: " in line:
             return self._invoked(line, record)
         if first == "[":
-            return self._table_line(line)
+            return self._table_line(line, record)
         if first == "o":
             if line.startswith("oom-kill:"):
                 return self._summary(line, record)
@@ -159,6 +171,10 @@ class OomLogParser:
                 incident.oom_memcg = incident.oom_memcg or group.group("memcg")
                 incident.scope = "memcg"
             return group is not None
+        if (incident is None or incident.victims) and line.startswith(_BLOCK_STARTS):
+            # The log starts inside a report (cut, or grep -A/-B): these lines exist only in
+            # OOM reports, so they open an incident of their own.
+            incident = self._new_incident(record)
         if incident is None or incident.victims:
             return False
         if first in "CP" and (line.startswith(("CPU: ", "Pid: "))):
@@ -214,11 +230,14 @@ class OomLogParser:
         )
         return True
 
-    def _table_line(self, line: str) -> bool:
+    def _table_line(self, line: str, record: LogRecord) -> bool:
         incident = self._incident
+        header = "uid" in line and "tgid" in line and line.rstrip().endswith("name")
+        if header and (incident is None or incident.victims):
+            incident = self._new_incident(record)  # a log that starts at the task table
         if incident is None or incident.victims:
             return False
-        if "uid" in line and "tgid" in line and line.rstrip().endswith("name"):
+        if header:
             incident.columns = line.split("]", 1)[1].split()
             return True
         row = patterns.TABLE_ROW_RE.match(line)
@@ -286,7 +305,11 @@ class OomLogParser:
         incident = self._summaries.pop(pid, None)
         if incident is None:
             incident = self._incident
-            if incident is None or (incident.victims and not incident.group):
+            if (
+                incident is None
+                or (incident.victims and not incident.group)
+                or _apart(incident.time, record.time)
+            ):
                 incident = self._new_incident(record)
         if pid in incident.victims:
             return True  # the same victim printed twice (memory.oom.group): count once

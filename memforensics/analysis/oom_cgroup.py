@@ -17,7 +17,9 @@ from dataclasses import dataclass
 _POD_RE = re.compile(
     r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})(?:\.slice)?$"
 )
-_QOS_RE = re.compile(r"^kubepods[-/](burstable|besteffort)(?:\.slice)?$")
+# "kubepods/burstable" (cgroupfs), "kubepods-burstable.slice" and the pod's own
+# "kubepods-burstable-pod<uid>.slice" (systemd driver).
+_QOS_RE = re.compile(r"^kubepods[-/](burstable|besteffort)(?:\.slice$|-pod|$)")
 # The container's own cgroup; "crio-conmon-<id>" is CRI-O's monitor process, not the container.
 _CONTAINER_RE = re.compile(
     r"^(?:(?:cri-containerd|crio|docker|libpod)-)?([0-9a-f]{64})(?:\.scope)?$"
@@ -65,16 +67,17 @@ def identify(path: str | None) -> CgroupIdentity:
 
 
 def short_cgroup(path: str | None) -> str | None:
-    """A readable name that fits a narrow column: ``pod 1a2b3c4d/ctr 0123456789ab``,
-    ``docker 0123456789ab``, the systemd unit name, or the last path component."""
+    """A readable name for a narrow column: pod and container on two lines
+    (``pod 1a2b3c4d`` / ``ctr 0123456789ab``), a container, the systemd unit name, or the
+    last path component."""
     if not path:
         return path
     identity = identify(path)
     if identity.pod_uid is not None:
         pod = f"pod {identity.pod_uid[:8]}"
-        return f"{pod}/{identity.container_id[:12]}" if identity.container_id else pod
+        return f"{pod}\nctr {identity.container_id[:12]}" if identity.container_id else pod
     if identity.container_id is not None:
-        return f"container {identity.container_id[:12]}"
+        return f"ctr {identity.container_id[:12]}"
     if path == "/":
         return path
     last = path.rstrip("/").rsplit("/", 1)[-1]

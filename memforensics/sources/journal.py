@@ -62,7 +62,8 @@ class BootNotFoundError(InputDataError):
     def __init__(self, boot: str) -> None:
         super().__init__(
             f"boot {boot} is not in the journal",
-            hint="list the boots with `journalctl --list-boots` (with --directory if you gave one)",
+            hint="list the boots with `journalctl --list-boots` (add `--directory DIR` for a "
+            "journal directory)",
         )
         self.boot = boot
 
@@ -190,8 +191,8 @@ class JournalReader:
         if executable is None:
             raise ToolingError(
                 f"{self.journalctl} not found",
-                hint="install systemd's journalctl, or read saved logs with --file "
-                "or the kernel ring buffer with --kmsg",
+                hint="install systemd's journalctl, or read saved text logs or the kernel "
+                "ring buffer instead",
             )
         if not has_journal_files(self.directory):
             where = self.directory or " or ".join(JOURNAL_DIRS)
@@ -256,7 +257,7 @@ class JournalReader:
         if returncode != 0:
             raise ToolingError(
                 f"journalctl failed (exit {returncode}): {_first_line(stderr) or 'no message'}",
-                hint="rerun with -v to see the journalctl command line",
+                hint="check the journal files with `journalctl --verify`",
             )
         return False
 
