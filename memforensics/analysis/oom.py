@@ -88,9 +88,19 @@ class OomLogParser:
         """Consume one record (possibly several lines)."""
         self._records += 1
         boot = (record.source, record.boot_id)
-        if boot != self._boot:
-            self._close_boot()
-            self._boot = boot
+        previous = self._boot
+        if boot != previous:
+            # A record without a boot ID (a window of a saved journal export that starts
+            # mid-entry) belongs to the boot around it.
+            unknown = (
+                previous is not None
+                and previous[0] == record.source
+                and (record.boot_id is None or previous[1] is None)
+            )
+            if not unknown:
+                self._close_boot()
+            if not unknown or record.boot_id is not None:
+                self._boot = boot
         if "\n" in record.text:
             for line in record.text.split("\n"):
                 self._line(line.strip(), record)

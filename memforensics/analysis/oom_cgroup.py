@@ -17,9 +17,9 @@ from dataclasses import dataclass
 _POD_RE = re.compile(
     r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})(?:\.slice)?$"
 )
-# "kubepods/burstable" (cgroupfs), "kubepods-burstable.slice" and the pod's own
-# "kubepods-burstable-pod<uid>.slice" (systemd driver).
-_QOS_RE = re.compile(r"^kubepods[-/](burstable|besteffort)(?:\.slice$|-pod|$)")
+# "kubepods-burstable.slice" and the pod's own "kubepods-burstable-pod<uid>.slice" (systemd
+# driver); the cgroupfs driver's "/kubepods/burstable/" is two components.
+_QOS_RE = re.compile(r"^kubepods-(burstable|besteffort)(?:\.slice$|-pod)")
 # The container's own cgroup; "crio-conmon-<id>" is CRI-O's monitor process, not the container.
 _CONTAINER_RE = re.compile(
     r"^(?:(?:cri-containerd|crio|docker|libpod)-)?([0-9a-f]{64})(?:\.scope)?$"
@@ -45,8 +45,12 @@ def identify(path: str | None) -> CgroupIdentity:
     components = [part for part in path.split("/") if part]
     pod_uid = container_id = qos = None
     kubernetes = any(part.startswith("kubepods") for part in components)
+    previous = ""
     for component in components:
         part = component
+        if previous == "kubepods" and part in ("burstable", "besteffort"):
+            qos = part  # cgroupfs driver: /kubepods/<qos>/pod<uid>/<container>
+        previous = part
         colon = _COLON_CONTAINER_RE.search(part)
         if colon:
             container_id = colon.group(1)

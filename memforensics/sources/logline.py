@@ -36,6 +36,12 @@ _ISO_SYSLOG_RE = re.compile(
     r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?) (?:(\S+) )??"
     r"([^\s\[\]:]+)(?:\[\d+\])?: ?"
 )
+# journalctl -o short-full: "Fri 2024-05-10 14:52:39 UTC host ident[pid]: " (the zone is an
+# abbreviation: UTC is exact, others are read as local time).
+_SHORT_FULL_RE = re.compile(
+    r"^[^\W\d]+\.? (?P<stamp>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?) (?P<zone>[A-Z]{2,5}) "
+    r"(?:(?P<host>\S+) )??(?P<ident>[^\s\[\]:]+)(?:\[\d+\])?: ?"
+)
 _ISO_DMESG_RE = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2},\d+[+-]\d{2}:?\d{2}) ")
 _KERNEL_IDENTS = frozenset({KERNEL, "vmunix", "genunix"})
 # "ident[pid]: " (or "kernel: ") after a short-monotonic uptime stamp.
@@ -104,6 +110,14 @@ def parse_line(line: str, source: str, reference: datetime) -> LogRecord | None:
         ctime = _CTIME_RE.match(line)
         if ctime:
             return LogRecord(line[ctime.end() :], source, KERNEL, parse_ctime(ctime.group(1)))
+    full = _SHORT_FULL_RE.match(line) if first.isalpha() else None
+    if full:
+        stamp_text = full.group("stamp").replace(" ", "T")
+        if full.group("zone") in ("UTC", "GMT"):
+            stamp_text += "Z"
+        return _syslog_record(
+            line[full.end() :], source, full.group("ident"), parse_iso(stamp_text)
+        )
     dmesg_x = _DMESG_X_RE.match(line)
     if dmesg_x:
         rest = line[dmesg_x.end() :]

@@ -85,7 +85,7 @@ def candidate_spans(
                 # memory.oom.group notice.
                 near = max(low, line_start - _NEAR_BYTES)
                 pos = low if near == low else (buf.find(b"\n", near, line_start) + 1 or line_start)
-            pos = max(pos, emitted)
+            pos = max(_entry_start(buf, low, pos), emitted)
             while pos < line_start:
                 newline = buf.find(b"\n", pos, line_start)
                 if newline < 0:
@@ -121,3 +121,23 @@ def candidate_spans(
 def _wrapped_oomd(line: bytes) -> bool:
     """A systemd-oomd kill line cut before its " due to …" part."""
     return (b"Killed /" in line or b"Marked /" in line) and b" due to " not in line
+
+
+# journalctl -o export / -o verbose spread one entry over several lines: the fields before
+# MESSAGE (boot ID, time, transport) are part of the incident's context.
+_ENTRY_BYTES = 8192
+
+
+def _entry_start(buf: Buffer, low: int, pos: int) -> int:
+    """Where the journal entry holding the line at ``pos`` starts, if that line is a field
+    of journalctl's export or verbose output; else ``pos``."""
+    if not buf[pos : pos + 12].startswith((b"MESSAGE", b"    MESSAGE")):
+        return pos
+    floor = max(low, pos - _ENTRY_BYTES)
+    cursor = buf.rfind(b"\n__CURSOR=", floor, pos)  # export: the entry's first field
+    verbose = buf.rfind(b" [s=", floor, pos)  # verbose: the entry's header line
+    if cursor < 0 and verbose < 0:
+        return pos
+    if cursor > verbose:
+        return cursor + 1
+    return buf.rfind(b"\n", floor, verbose) + 1 or floor
