@@ -147,24 +147,24 @@ def _scope(event: OomEvent, *, narrow: bool = False) -> str:
     return name if event.confirmed else f"{name}*"
 
 
-_ROTATED_RE = re.compile(r"^(?P<base>.*/(?:kern\.log|syslog|messages))(?:[.-][^/]+)$")
+_ROTATED_RE = re.compile(r"^(?P<base>(?:.*/)?(?:kern\.log|syslog|messages))(?:[.-][^/]+)?$")
 
 
 def describe_sources(sources: tuple[str, ...] | list[str]) -> str:
     """The sources of a scan in a few words: rotated syslog files are counted, not listed."""
-    names: list[str] = []
-    rotated: dict[str, int] = {}
+    groups: dict[str, list[str]] = {}
     for source in sources:
         match = _ROTATED_RE.match(source)
-        base = match.group("base") if match else source
-        if base in rotated:
-            rotated[base] += 1
-            continue
-        rotated[base] = 0
-        names.append(base)
-    return ", ".join(
-        f"{name} (+{rotated[name]} rotated)" if rotated[name] else name for name in names
-    )
+        groups.setdefault(match.group("base") if match else source, []).append(source)
+    words = []
+    for base, members in groups.items():
+        if len(members) == 1:
+            words.append(members[0])
+        elif base in members:
+            words.append(f"{base} (+{len(members) - 1} rotated)")
+        else:
+            words.append(f"{members[0]} (+{len(members) - 1} more)")
+    return ", ".join(words)
 
 
 def _nothing_found(scan: OomScan) -> RenderableType:
