@@ -116,7 +116,9 @@ class OomLogParser:
         renumbered = []
         for event in events:
             number = numbers.setdefault(event.incident, self._first_incident + len(numbers))
-            renumbered.append(replace(event, incident=number))
+            renumbered.append(
+                event if number == event.incident else replace(event, incident=number)
+            )
         self.events = renumbered
         self._order = sorted(self._order)
         self._next_incident = self._first_incident + len(numbers)
@@ -351,9 +353,15 @@ class OomLogParser:
         incident.victims.add(pid)
         group = incident.group or len(incident.victims) > 1
         event = victim_event(
-            incident, pid=pid, name=name, match=match, record=record, line=line, group=group
+            incident,
+            pid=pid,
+            name=name,
+            match=match,
+            record=record,
+            line=line,
+            group=group,
+            confirmed=confirmed,
         )
-        event = replace(event, confirmed=confirmed)
         if group and len(incident.victims) == 2:
             # The first victim turned out to be part of a group kill too.
             for index, previous in enumerate(self.events):

@@ -66,6 +66,7 @@ def victim_event(
     record: LogRecord,
     line: str,
     group: bool,
+    confirmed: bool,
 ) -> OomEvent:
     """The event of one victim of ``incident``; ``match`` is its Killed line (None when the
     log has only the selection or summary line, or a "sharing same memory" line)."""
@@ -139,6 +140,7 @@ def victim_event(
         group_kill=group,
         page_size_bytes=page_bytes[1],
         message=line,
+        confirmed=confirmed,
         pod_uid=identity.pod_uid,
         container_id=identity.container_id,
         qos_class=identity.qos_class,

@@ -127,7 +127,7 @@ def merge_duplicates(events: Iterable[OomEvent]) -> tuple[list[OomEvent], int]:
     renumbered = []
     for event in kept:
         number = numbers.setdefault((event.source, event.incident), len(numbers) + 1)
-        renumbered.append(replace(event, incident=number))
+        renumbered.append(event if number == event.incident else replace(event, incident=number))
     return renumbered, duplicates
 
 

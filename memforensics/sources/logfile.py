@@ -8,18 +8,13 @@ sources/logline.py. This module only moves bytes.
 
 from __future__ import annotations
 
-import bz2
 import contextlib
-import gzip
 import io
-import lzma
 import mmap
-import multiprocessing
 import os
+import re
 import shutil
 import stat
-import subprocess
-import threading
 import zlib
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
@@ -43,6 +38,11 @@ _BZIP2_MAGIC = b"BZh"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 # journalctl -o export: text fields, but a field holding a newline is length-prefixed binary.
 _EXPORT_MARKERS = (b"__CURSOR=", b"__REALTIME_TIMESTAMP=")
+# Lines of a report that never carry anything we use (dump_stack frames and registers),
+# skipped before decoding: a third of a big report's lines.
+_NOISE_RE = re.compile(
+    rb"\+0x[0-9a-f]+/0x|Call Trace:|Hardware name: |\] ?R(?:IP|SP|AX|DX|BP|10|13): |Code: "
+)
 
 
 def _check_text(head: bytes, source: str) -> None:
@@ -85,7 +85,10 @@ class _Scan:
                 if pending is not None:
                     yield pending
             previous_end = line_end
-            line = buf[line_start:line_end].decode("utf-8", errors="replace").rstrip("\r")
+            raw = buf[line_start:line_end]
+            if _NOISE_RE.search(raw) and not self.parser.collecting:
+                continue  # a stack frame or register dump inside a report: never used
+            line = raw.decode("utf-8", errors="replace").rstrip("\r")
             record = parse(line)
             if record is not None:
                 yield record
@@ -149,7 +152,7 @@ def _stream_records(stream: _Readable, source: str, reference: datetime) -> Iter
             tail = keep[keep.find(b"\n") + 1 :] if len(buf) > lookback else buf
             # Offsets in the next buffer start where ``tail`` starts in this one.
             emitted = max(0, max(scan.last_end + 1, emitted) - (len(buf) - len(tail)))
-    except (OSError, EOFError, zlib.error, lzma.LZMAError) as exc:
+    except (OSError, EOFError, zlib.error) as exc:
         raise InputDataError(
             f"cannot read compressed or streamed input: {exc}",
             source=source,
@@ -165,6 +168,9 @@ def _stream_records(stream: _Readable, source: str, reference: datetime) -> Iter
 
 def _zstd_stream(raw: BinaryIO, head: bytes, source: str) -> Iterator[bytes]:
     """Decompress through ``zstd -dc``: no Python dependency, and it runs on another core."""
+    import subprocess
+    import threading
+
     executable = shutil.which("zstd")
     if executable is None:
         raise ToolingError(
@@ -215,6 +221,21 @@ def _zstd_stream(raw: BinaryIO, head: bytes, source: str) -> Iterator[bytes]:
         )
 
 
+class _XzReader:
+    """An LZMAFile whose corruption errors are OSErrors, like gzip's and bz2's."""
+
+    def __init__(self, stream: _Readable) -> None:
+        self._stream = stream
+
+    def read(self, size: int = -1, /) -> bytes:
+        try:
+            return self._stream.read(size)
+        except Exception as exc:
+            if type(exc).__name__ == "LZMAError":
+                raise OSError(str(exc)) from exc
+            raise
+
+
 class _Chunks:
     """A ``read(n)``-able view of an iterator of byte blocks."""
 
@@ -241,11 +262,18 @@ def _decompressed(raw: BinaryIO, head: bytes, source: str, *, consumed: bool) ->
     ``consumed``: ``head`` was read from ``raw`` (a stream) and is replayed before the rest.
     """
     prefix = head if consumed else b""
+    # Imported on use: most inputs are plain text, and start-up time counts.
     if head.startswith(_GZIP_MAGIC):
+        import gzip
+
         return gzip.GzipFile(fileobj=io.BufferedReader(_Prefixed(prefix, raw)), mode="rb")
     if head.startswith(_XZ_MAGIC):
-        return lzma.LZMAFile(io.BufferedReader(_Prefixed(prefix, raw)), mode="rb")
+        import lzma
+
+        return _XzReader(lzma.LZMAFile(io.BufferedReader(_Prefixed(prefix, raw)), mode="rb"))
     if head.startswith(_BZIP2_MAGIC) and head[3:4].isdigit():
+        import bz2
+
         return bz2.BZ2File(io.BufferedReader(_Prefixed(prefix, raw)), mode="rb")
     if head.startswith(_ZSTD_MAGIC):
         return _Chunks(_zstd_stream(raw, prefix, source))
@@ -334,7 +362,7 @@ def _mapped_records(handle: BinaryIO, source: str, reference: datetime) -> Itera
         return
     with mapped:
         scan = _Scan(source, reference)
-        workers = min(os.cpu_count() or 1, _MAX_WORKERS)
+        workers = _idle_workers()
         if len(mapped) >= PARALLEL_MIN_BYTES and workers > 1:
             spans = _parallel_spans(source, mapped, workers)
             if spans is not None:
@@ -346,6 +374,17 @@ def _mapped_records(handle: BinaryIO, source: str, reference: datetime) -> Itera
         last = scan.parser.finish()
         if last is not None:
             yield last
+
+
+def _idle_workers() -> int:
+    """How many processes to search with: one per idle core (up to _MAX_WORKERS). On a busy
+    machine the extra processes only queue for the same cores and add their start-up."""
+    cores = os.cpu_count() or 1
+    try:
+        busy = os.getloadavg()[0]
+    except OSError:
+        busy = 0.0
+    return max(1, min(_MAX_WORKERS, cores - int(busy)))
 
 
 def _segment_spans(path: str, start: int, end: int) -> list[tuple[int, int]]:
@@ -371,6 +410,8 @@ def _parallel_spans(path: str, buf: mmap.mmap, workers: int) -> list[tuple[int, 
         bounds.append(cut if cut > bounds[-1] else bounds[-1])
     bounds.append(size)
     jobs = [(path, bounds[i], bounds[i + 1]) for i in range(workers) if bounds[i] < bounds[i + 1]]
+    import multiprocessing
+
     try:
         context = multiprocessing.get_context("fork")
         with context.Pool(len(jobs)) as pool:

@@ -171,6 +171,11 @@ class LineParser:
         self._in_entry = False
         self._binary: list[str] | None = None
 
+    @property
+    def collecting(self) -> bool:
+        """Inside a multi-line journal export value: every line counts."""
+        return self._binary is not None
+
     def gap(self) -> LogRecord | None:
         """The next line does not follow the last one; returns a message cut short there."""
         record = self._flush_binary()
@@ -195,11 +200,13 @@ class LineParser:
             self._fields = {}
             self._in_entry = False
             return None
-        if _FIELD_RE.match(line) or (self._in_entry and _BINARY_FIELD_RE.match(line)):
+        if ("=" in line[:48] and _FIELD_RE.match(line)) or (
+            self._in_entry and _BINARY_FIELD_RE.match(line)
+        ):
             # An export or verbose field, also where the prefilter's window starts mid-entry.
             self._in_entry = True
             return self._field_line(line.lstrip(" "))
-        verbose = _VERBOSE_HEADER_RE.match(line) if line[:1].isalpha() else None
+        verbose = _VERBOSE_HEADER_RE.match(line) if " [s=" in line else None
         if verbose:
             self._fields = {
                 "_BOOT_ID": verbose.group(1),

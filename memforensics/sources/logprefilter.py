@@ -14,9 +14,11 @@ from typing import Protocol
 
 # Every line that defines an OOM event contains one of these: kernel "Killed process"/"Kill
 # process" and systemd-oomd's older "Killed <cgroup> due to ..."; earlyoom's "sending SIGTERM
-# to process"; systemd-oomd's newest "Marked <cgroup> for killing due to ..."; the kernel's
-# "oom-kill:" summary (a log filtered to those lines still shows its kills).
-ANCHORS = (b"Kill", b" to process ", b"for killing", b"oom-kill:")
+# to process"; and "kill", for the kernel's "oom-kill:" summary (a log filtered to those lines
+# still shows its kills) and systemd-oomd's newest "Marked <cgroup> for killing". One search
+# for "kill" instead of one per phrase: each multi-byte search is a full pass over the file.
+ANCHORS = (b"Kill", b" to process ", b"kill")
+_LOWER_KILL = 2
 # Only kill lines are followed by oom_reaper's confirmation.
 _KILL_ANCHORS = frozenset({0})
 _HEADER = b" invoked oom-killer: "
@@ -43,6 +45,14 @@ def _find_anchor(buf: Buffer, index: int, start: int, end: int) -> int:
     faster than CPython's multi-byte search, and a capital K is rare in kernel logs.
     """
     anchor = ANCHORS[index]
+    if index == _LOWER_KILL:
+        position = buf.find(anchor, start, end)
+        while position >= 0 and not (
+            buf[position - 4 : position + 5] == b"oom-kill:"
+            or buf[position - 4 : position + 7] == b"for killing"
+        ):
+            position = buf.find(anchor, position + 1, end)
+        return position
     if index != 0:
         return buf.find(anchor, start, end)
     position = buf.find(b"K", start, end)
@@ -94,7 +104,7 @@ def candidate_spans(
                 pos = newline + 1
             yield line_start, line_end
             emitted = last_victim_end = line_end + 1
-            if kind != 3 and _wrapped_oomd(buf[line_start:line_end]) and line_end < end:
+            if _wrapped_oomd(buf[line_start:line_end]) and line_end < end:
                 # systemd-oomd's "due to …" wrapped onto the next line: take that line too.
                 next_end = buf.find(b"\n", line_end + 1, end)
                 next_end = end if next_end < 0 else next_end

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import re
+import time
 from datetime import datetime, timedelta, timezone
 
 # Month abbreviations and names as glibc locales print %b/%B (journalctl short, syslog,
@@ -105,6 +107,20 @@ def parse_syslog_date(
 ) -> datetime | None:
     """``Mar  5 11:22:33`` as local time. Without ``year`` (classic syslog): the latest such
     time not after ``reference`` + 1 day."""
+    # The lines of one report share their second, and the local-time conversion is the
+    # costly part: cache, keyed on the time zone too.
+    return _syslog_date(month_token, day, clock_text, reference, year, time.tzname)
+
+
+@functools.lru_cache(maxsize=4096)
+def _syslog_date(
+    month_token: str,
+    day: str,
+    clock_text: str,
+    reference: datetime,
+    year: int | None,
+    zone: tuple[str, str],
+) -> datetime | None:
     month = month_number(month_token)
     clock = _CLOCK_RE.match(clock_text)
     if month is None or clock is None:

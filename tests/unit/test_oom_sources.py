@@ -220,6 +220,7 @@ def test_parallel_segments_find_what_a_full_parse_finds(
     monkeypatch.setattr(logfile, "PARALLEL_MIN_BYTES", 1)
     monkeypatch.setattr(logprefilter, "LOOKBACK_BYTES", 5000)
     monkeypatch.setattr(logfile.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(logfile.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     fast = _comparable(find_events(read_text_log(str(path), reference=REFERENCE)))
     assert fast == expected
 
