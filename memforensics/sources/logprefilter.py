@@ -12,13 +12,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Protocol
 
-# Every line that defines an OOM event contains one of these: kernel "Killed process"/"Kill
-# process" and systemd-oomd's older "Killed <cgroup> due to ..."; earlyoom's "sending SIGTERM
-# to process"; and "kill", for the kernel's "oom-kill:" summary (a log filtered to those lines
-# still shows its kills) and systemd-oomd's newest "Marked <cgroup> for killing". One search
-# for "kill" instead of one per phrase: each multi-byte search is a full pass over the file.
-ANCHORS = (b"Kill", b" to process ", b"kill")
-_LOWER_KILL = 2
+# Every line that defines an OOM event is found by one of three searches, each one pass over
+# the file. One-byte searches are a plain memchr, several times faster than CPython's
+# multi-byte search, so two rare capitals carry most of the work, each hit checked in place:
+#   "K": the kernel's "Killed process"/"Kill process", systemd-oomd's "Killed <cgroup> due to",
+#        earlyoom's "sending SIGKILL to process";
+#   "M": systemd-oomd's newest "Marked <cgroup> for killing", earlyoom's "SIGTERM to process";
+#   "oom-kill:constraint=": the kernel's summary line (a log filtered to those lines still
+#        shows its kills); a long needle, so the multi-byte search skips fast.
+ANCHORS = (b"K", b"M", b"oom-kill:constraint=")
+_TO_PROCESS = b" to process "
 # Only kill lines are followed by oom_reaper's confirmation.
 _KILL_ANCHORS = frozenset({0})
 _HEADER = b" invoked oom-killer: "
@@ -39,25 +42,22 @@ class Buffer(Protocol):
 
 
 def _find_anchor(buf: Buffer, index: int, start: int, end: int) -> int:
-    """Offset of the next ``ANCHORS[index]`` in ``buf[start:end]``, or -1.
-
-    "Kill" is found through its capital K: a one-byte find is a plain memchr, several times
-    faster than CPython's multi-byte search, and a capital K is rare in kernel logs.
-    """
+    """Offset of the next hit of ``ANCHORS[index]`` in ``buf[start:end]`` that is one of the
+    phrases it stands for (see ANCHORS), or -1."""
     anchor = ANCHORS[index]
-    if index == _LOWER_KILL:
-        position = buf.find(anchor, start, end)
+    position = buf.find(anchor, start, end)
+    if index == 0:
         while position >= 0 and not (
-            buf[position - 4 : position + 5] == b"oom-kill:"
-            or buf[position - 4 : position + 7] == b"for killing"
+            buf[position : position + 4] == b"Kill"
+            or buf[position + 4 : position + 16] == _TO_PROCESS  # SIGKILL to process
         ):
             position = buf.find(anchor, position + 1, end)
-        return position
-    if index != 0:
-        return buf.find(anchor, start, end)
-    position = buf.find(b"K", start, end)
-    while position >= 0 and buf[position : position + len(anchor)] != anchor:
-        position = buf.find(b"K", position + 1, end)
+    elif index == 1:
+        while position >= 0 and not (
+            buf[position : position + 8] == b"Marked /"
+            or buf[position + 1 : position + 13] == _TO_PROCESS  # SIGTERM to process
+        ):
+            position = buf.find(anchor, position + 1, end)
     return position
 
 
