@@ -140,6 +140,7 @@ def bench_text(workdir: Path, log_mib: int, runs: int) -> None:
     grep_seconds, grep_fastest, grep_out = timed_both(
         ["grep", "-c", "Killed process", str(log)], runs
     )
+    table_seconds, table_fastest, _ = timed_both([*MEMFORENSICS, "oom", "--file", str(log)], runs)
     ours_seconds, ours_fastest, ours_out = timed_both(
         [*MEMFORENSICS, "oom", "--file", str(log), "--json"], runs
     )
@@ -150,20 +151,27 @@ def bench_text(workdir: Path, log_mib: int, runs: int) -> None:
         f"(count {grep_out.decode().strip()})"
     )
     print(
-        f"  memforensics oom --file:  {ours_seconds:.3f} s median, {ours_fastest:.3f} s fastest "
-        f"({document['kills']} kills, "
+        f"  memforensics oom --file (table): {table_seconds:.3f} s median, "
+        f"{table_fastest:.3f} s fastest"
+    )
+    print(
+        f"  memforensics oom --file --json:  {ours_seconds:.3f} s median, "
+        f"{ours_fastest:.3f} s fastest ({document['kills']} kills, "
         f"{len({e['incident'] for e in document['events']})} incidents, "
         f"{sum(not e['confirmed'] for e in document['events'])} from a summary line alone; "
         f"{kills} Killed lines written)"
     )
-    ratio = ours_seconds / grep_seconds
-    fastest_ratio = ours_fastest / grep_fastest
-    verdict = "met" if ratio <= 2.0 else "NOT met"
-    print(
-        f"  ratio memforensics/grep = {ratio:.2f}x median, {fastest_ratio:.2f}x fastest "
-        f"(target <= 2x: {verdict})",
-        flush=True,
-    )
+    for label, ours, fastest in (
+        ("table", table_seconds, table_fastest),
+        ("--json", ours_seconds, ours_fastest),
+    ):
+        ratio = ours / grep_seconds
+        verdict = "met" if ratio <= 2.0 else "NOT met"
+        print(
+            f"  ratio memforensics/grep ({label}) = {ratio:.2f}x median, "
+            f"{fastest / grep_fastest:.2f}x fastest (target <= 2x: {verdict})",
+            flush=True,
+        )
 
 
 def export_entry(fields: dict[str, str]) -> bytes:

@@ -71,17 +71,18 @@ def identify(path: str | None) -> CgroupIdentity:
 
 
 def short_cgroup(path: str | None) -> str | None:
-    """A readable name for a narrow column: pod and container on two lines
-    (``pod 1a2b3c4d`` / ``ctr 0123456789ab``), a container, the systemd unit name, or the
-    last path component."""
+    """A readable name for a narrow column, at most 12 characters a line: a pod and its
+    container on two lines (``pod 1a2b3c4d`` / ``0123456789ab``, the id as `docker ps` and
+    `crictl ps` shorten it), ``container`` / id, the systemd unit name, or the last path
+    component."""
     if not path:
         return path
     identity = identify(path)
     if identity.pod_uid is not None:
         pod = f"pod {identity.pod_uid[:8]}"
-        return f"{pod}\nctr {identity.container_id[:12]}" if identity.container_id else pod
+        return f"{pod}\n{identity.container_id[:12]}" if identity.container_id else pod
     if identity.container_id is not None:
-        return f"ctr {identity.container_id[:12]}"
+        return f"container\n{identity.container_id[:12]}"
     if path == "/":
         return path
     last = path.rstrip("/").rsplit("/", 1)[-1]

@@ -280,6 +280,8 @@ def _output(result: OomScan, *, as_json: bool, summary: bool, wide: bool) -> Non
     from memforensics.render.oom import events_table, summary_table
 
     console = stdout_console()
-    console.print(summary_table(result) if summary else events_table(result, wide=wide))
+    console.print(
+        summary_table(result) if summary else events_table(result, wide=wide, width=console.width)
+    )
     for note in result.notes:
         _status(f"note: {note}")

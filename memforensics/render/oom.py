@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from memforensics.analysis.oom_cgroup import short_cgroup
 from memforensics.analysis.oom_select import summarize
 from memforensics.model.oom import OomEvent, OomScan, OomTrigger, ProcessSummary, TopTask
+from memforensics.render.oom_table import render_rows
 from memforensics.units import format_bytes
 
 if TYPE_CHECKING:
@@ -174,83 +175,91 @@ def _nothing_found(scan: OomScan) -> RenderableType:
     return Text(f"No OOM kills found in {where}.")
 
 
-def events_table(scan: OomScan, *, wide: bool = False) -> RenderableType:
-    """One row per victim. Narrow (default, fits 80 columns, a kill in at most three lines):
-    time, victim, anon-rss, by, short cgroup, trigger. ``wide``: every column, full paths."""
-    from rich import box
-    from rich.table import Table
-
+def events_table(scan: OomScan, *, wide: bool = False, width: int = 80) -> RenderableType:
+    """One row per victim. Narrow (default: fits ``width`` columns, a kill in at most three
+    lines): time, victim, anon-rss, by, short cgroup, trigger. ``wide``: every column, full
+    paths."""
     if not scan.events:
         return _nothing_found(scan)
     boots = {event.boot_id for event in scan.events if event.boot_id}
-    unconfirmed = sum(1 for event in scan.events if not event.confirmed)
-    caption = "* no kill line in the log: known from the selection or summary line only"
-    read = f"read: {describe_sources(scan.sources)}"
+    notes = [f"read: {describe_sources(scan.sources)}"]
+    if any(not event.confirmed for event in scan.events):
+        notes.append("* no kill line in the log: known from the selection or summary line only")
+    title = f"OOM kills: {len(scan.events)}"
+    if wide:
+        return _wide_table(scan, title, notes)
+    rows = []
+    for event in scan.events:
+        when = _when(event, narrow=True)
+        if len(boots) > 1 and event.boot_id:
+            when += f"\nboot {event.boot_id[:8]}"
+        trigger = event.trigger
+        cells = (
+            when,
+            _who_narrow(event.process, event.pid),
+            _anon_text(event),
+            _scope(event, narrow=True),
+            short_cgroup(event.cgroup or event.oom_memcg) or "-",
+            _who_narrow(trigger.process, trigger.pid) if trigger else "-",
+        )
+        rows.append([cell.split("\n") for cell in cells])
+    return render_rows(title, rows, notes, width)
+
+
+def _anon_text(event: OomEvent) -> str:
+    anon = event.anon_rss_bytes if event.killer != "earlyoom" else event.rss_bytes
+    if anon is None and event.killer == "kernel" and not event.confirmed:
+        anon = event.rss_bytes  # from the table row: the only size such a kill has
+    return format_bytes(anon) if anon is not None else "-"
+
+
+def _wide_table(scan: OomScan, title: str, notes: list[str]) -> RenderableType:
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(
-        title=f"OOM kills: {len(scan.events)}",
+        title=title,
         title_justify="left",
-        caption=f"{read}\n{caption}" if unconfirmed else read,
+        caption="\n".join(notes),
         caption_justify="left",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
         padding=(0, 1, 0, 0),
     )
-    if wide:
-        table.add_column("time (UTC)", no_wrap=True)
-        table.add_column("boot", no_wrap=True)
-        table.add_column("victim")
-        table.add_column("anon-rss", justify="right", no_wrap=True)
-        table.add_column("total-vm", justify="right", no_wrap=True)
-        table.add_column("uid", justify="right", no_wrap=True)
-        table.add_column("adj", justify="right", no_wrap=True)
-        table.add_column("by", no_wrap=True)
-        table.add_column("cgroup", overflow="fold")
-        table.add_column("trigger")
-    else:
-        table.add_column("time (UTC)", no_wrap=True)
-        table.add_column("victim", overflow="ellipsis", min_width=8, max_width=17)
-        table.add_column("anon-rss", justify="right", no_wrap=True)
-        table.add_column("by", no_wrap=True)
-        table.add_column("cgroup", overflow="ellipsis", min_width=8)
-        table.add_column("trigger", overflow="ellipsis", min_width=8, max_width=17)
+    table.add_column("time (UTC)", no_wrap=True)
+    table.add_column("boot", no_wrap=True)
+    table.add_column("victim")
+    table.add_column("anon-rss", justify="right", no_wrap=True)
+    table.add_column("total-vm", justify="right", no_wrap=True)
+    table.add_column("uid", justify="right", no_wrap=True)
+    table.add_column("adj", justify="right", no_wrap=True)
+    table.add_column("by", no_wrap=True)
+    table.add_column("cgroup", overflow="fold")
+    table.add_column("trigger")
     for event in scan.events:
-        anon = event.anon_rss_bytes if event.killer != "earlyoom" else event.rss_bytes
-        if anon is None and event.killer == "kernel" and not event.confirmed:
-            anon = event.rss_bytes
         trigger = event.trigger
-        trigger_text = _who(trigger.process, trigger.pid) if trigger else "-"
-        anon_text = format_bytes(anon) if anon is not None else "-"
-        if wide:
-            table.add_row(
-                _when(event),
-                (event.boot_id or "-")[:8],
-                _who(event.process, event.pid),
-                anon_text,
-                format_bytes(event.total_vm_bytes) if event.total_vm_bytes is not None else "-",
-                str(event.uid) if event.uid is not None else "-",
-                str(event.oom_score_adj) if event.oom_score_adj is not None else "-",
-                _scope(event),
-                event.cgroup or event.oom_memcg or "-",
-                trigger_text,
-            )
-            continue
-        when = _when(event, narrow=True)
-        if len(boots) > 1 and event.boot_id:
-            when += f"\nboot {event.boot_id[:8]}"
-        table.add_row(
-            when,
-            _who_narrow(event.process, event.pid),
-            anon_text,
-            _scope(event, narrow=True),
-            short_cgroup(event.cgroup or event.oom_memcg) or "-",
-            _who_narrow(trigger.process, trigger.pid) if trigger else "-",
+        cells = (
+            _when(event),
+            (event.boot_id or "-")[:8],
+            _who(event.process, event.pid),
+            _anon_text(event),
+            format_bytes(event.total_vm_bytes) if event.total_vm_bytes is not None else "-",
+            str(event.uid) if event.uid is not None else "-",
+            str(event.oom_score_adj) if event.oom_score_adj is not None else "-",
+            _scope(event),
+            event.cgroup or event.oom_memcg or "-",
+            _who(trigger.process, trigger.pid) if trigger else "-",
         )
+        # Text, not str: a process or cgroup name is never read as rich markup.
+        table.add_row(*map(Text, cells))
     return table
 
 
 def summary_table(scan: OomScan) -> RenderableType:
     """Kills grouped by process name: kills, largest anon-rss, last time."""
     from rich.table import Table
+    from rich.text import Text
 
     if not scan.events:
         return _nothing_found(scan)
@@ -261,7 +270,7 @@ def summary_table(scan: OomScan) -> RenderableType:
     table.add_column("last (UTC)")
     for summary in summarize(scan.events):
         table.add_row(
-            summary.process,
+            Text(summary.process),
             str(summary.kills),
             format_bytes(summary.largest_anon_rss_bytes)
             if summary.largest_anon_rss_bytes is not None

@@ -150,10 +150,10 @@ def test_container_ids_from_every_runtime_and_driver() -> None:
     [
         (
             "/kubepods/burstable/pod28fcb1a0-a45c-44e7-b9bf-e3b9360bedba/" + "a" * 64,
-            "pod 28fcb1a0\nctr aaaaaaaaaaaa",
+            "pod 28fcb1a0\naaaaaaaaaaaa",
         ),
         ("/kubepods.slice/kubepods-pod5e6f7a8b_9c0d_1e2f_3a4b_5c6d7e8f9a0b.slice", "pod 5e6f7a8b"),
-        ("/system.slice/docker-" + "b" * 64 + ".scope", "ctr bbbbbbbbbbbb"),
+        ("/system.slice/docker-" + "b" * 64 + ".scope", "container\nbbbbbbbbbbbb"),
         ("/system.slice/crio-conmon-" + "c" * 64 + ".scope", "crio-conmon-" + "c" * 64 + ".scope"),
         ("/system.slice/postgresql@15-main.service", "postgresql@15-main.service"),
         (
