@@ -31,8 +31,10 @@ _REAPER = b"oom_reaper: "
 LOOKBACK_BYTES = 1 << 20
 # oom_reaper confirms a kill up to seconds later; look this far ahead for it.
 _REAPER_LOOKAHEAD_BYTES = 1 << 16
-# Without a header, this much before a victim line is parsed too (summary, group notice).
-_NEAR_BYTES = 2048
+# Without a header, this many lines (within this many bytes) before a victim line are
+# parsed too: its oom-kill: summary, the memory.oom.group notice, an interleaved reaper line.
+_NEAR_LINES = 4
+_NEAR_BYTES = 4096
 
 
 class Buffer(Protocol):
@@ -94,7 +96,15 @@ def candidate_spans(
                 # the lines just before may still be its oom-kill: summary or the
                 # memory.oom.group notice.
                 near = max(low, line_start - _NEAR_BYTES)
-                pos = low if near == low else (buf.find(b"\n", near, line_start) + 1 or line_start)
+                if buf[line_start : line_start + 12].startswith((b"MESSAGE", b"    MESSAGE")):
+                    # journalctl export/verbose: an entry spans many lines; go by bytes.
+                    pos = low if near == low else (buf.find(b"\n", near, line_start) + 1 or near)
+                else:
+                    pos = line_start
+                    for _ in range(_NEAR_LINES):
+                        if pos <= near:
+                            break
+                        pos = buf.rfind(b"\n", near, pos - 1) + 1 or near
             pos = max(_entry_start(buf, low, pos), emitted)
             while pos < line_start:
                 newline = buf.find(b"\n", pos, line_start)
