@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -205,6 +204,7 @@ class JournalReader:
 
     def _run(self) -> Generator[LogRecord, None, tuple[int, str]]:
         import json
+        import tempfile  # here, not at the top: start-up time of `oom --file` counts
 
         with tempfile.TemporaryFile() as errors:
             proc = subprocess.Popen(
