@@ -35,8 +35,8 @@ from memforensics.sources.logtime import parse_user_time
 
 EXAMPLES = """\b
 Examples:
-  memforensics oom                          every kill this host logged: the journal, or
-                                            else /dev/kmsg and /var/log/{kern.log,syslog,messages}*
+  memforensics oom                          every kill this host logged: the journal,
+                                            else /dev/kmsg + /var/log/kern.log* etc.
   memforensics oom --boot -1 --summary      the previous boot, grouped by process
   memforensics oom --since yesterday --process 'java*'
   memforensics oom --directory ./journal    a journal directory copied from another host
@@ -48,14 +48,14 @@ Examples:
   memforensics oom --since -1h --fail-if-found    # CI/cron gate: exit 1 on any kill
 \b
 One row per victim. anon-rss is the victim's private memory when it died
-(what the kill freed); total-vm (--wide) its address space. by is "global" (the
-machine ran out) or "memcg" (a cgroup hit its limit: see cgroup, and oom_memcg
-in --json for the cgroup whose limit was hit); oomd or earlyoom for userspace
-killers; a "*" marks a kill known only from the kernel's selection or summary
-line (no "Killed process" line in the log). cgroup is shortened to the pod and
-container or the unit (--wide and --json give the full path). trigger is the
-task whose allocation invoked the OOM killer: often not the victim. A value the
-log does not contain is shown as "-".
+(what the kill freed); total-vm (--wide) its address space. by is "global"
+(the machine ran out) or "memcg" (a cgroup hit its limit: see cgroup, and
+oom_memcg in --json for the cgroup whose limit was hit); oomd or earlyoom for
+userspace killers; a "*" marks a kill known only from the kernel's selection
+or summary line (no "Killed process" line in the log). cgroup is shortened to
+the pod and container or the unit (--wide and --json give the full path).
+trigger is the task whose allocation invoked the OOM killer: often not the
+victim. A value the log does not contain is shown as "-".
 \b
 TIME for --since/--until: 2024-05-09, '2024-05-09 14:52:38' (local time),
 2024-05-09T14:52:38Z, @EPOCH, today, yesterday, -2h, '3d ago'.
