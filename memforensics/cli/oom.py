@@ -222,6 +222,8 @@ def _with_flag_hint(exc: MemforensicsError) -> str | None:
         extra = "--file reads saved dmesg output; without --kmsg the journal is read"
     elif isinstance(exc, InputDataError) and "journal file" in text:
         extra = "--directory reads a journal directory"
+    elif isinstance(exc, InputDataError) and "ring buffer" in text:
+        extra = "--kmsg reads it"
     if extra is None:
         return exc.hint
     return f"{exc.hint} ({extra})" if exc.hint else extra

@@ -324,6 +324,14 @@ def read_text_log(
     if stat.S_ISDIR(info.st_mode):
         handle.close()
         raise InputDataError("is a directory", source=path)
+    if stat.S_ISCHR(info.st_mode) and os.path.basename(os.path.realpath(path)) == "kmsg":
+        handle.close()
+        # /dev/kmsg never ends: read as a stream it would block after the last record.
+        raise InputDataError(
+            "the live kernel ring buffer is not a saved log",
+            source=path,
+            hint="read the ring buffer as such, or save it first (dmesg > dmesg.txt)",
+        )
     if not stat.S_ISREG(info.st_mode) or info.st_size == 0:
         # A pipe, FIFO, terminal or /proc file (size 0): read it as a stream, once.
         when = reference or datetime.now(timezone.utc)

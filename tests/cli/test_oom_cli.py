@@ -261,3 +261,11 @@ def test_directory_source_end_to_end(tmp_path: Path) -> None:
     bad_boot = run("--directory", str(journal), "--boot", "-7")
     assert bad_boot.exit_code == 2
     assert "not in the journal" in bad_boot.output
+
+
+def test_dev_kmsg_as_file_points_to_kmsg_option() -> None:
+    if not os.path.exists("/dev/kmsg"):
+        pytest.skip("no /dev/kmsg in this container")
+    result = run("--file", "/dev/kmsg")
+    assert result.exit_code == 7
+    assert "--kmsg" in result.stderr

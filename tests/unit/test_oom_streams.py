@@ -171,3 +171,10 @@ def test_cli_process_substitution_and_dev_stdin(tmp_path: Path) -> None:
     stdin = _cli(f"cat {log} | {python} -m memforensics oom --json --file /dev/stdin")
     assert stdin.returncode == 0, stdin.stderr
     assert '"kills": 23' in stdin.stdout
+
+
+def test_dev_kmsg_given_as_a_file_is_refused_not_read_forever() -> None:
+    if not os.path.exists("/dev/kmsg"):
+        pytest.skip("no /dev/kmsg in this container")
+    with pytest.raises(InputDataError, match="ring buffer"):
+        read_text_log("/dev/kmsg")
