@@ -37,7 +37,7 @@ GREP_PATTERN = "|".join(
         r"^memory: usage",
         r"^Memory cgroup stats for",
         r"due to memory",
-        r"for killing due to",
+        r"for killing",
         r"sending SIG[A-Z]+ to process",
     )
 )
