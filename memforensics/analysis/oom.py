@@ -1,105 +1,44 @@
 """Group kernel and userspace-killer log lines into OOM events, one per victim.
 
-Pure: LogRecords in, OomEvents out. The formats and their traps are in
-docs/oom.md; the kernel sources they come from are mm/oom_kill.c, mm/memcontrol.c
-(``dump_header``, ``dump_tasks``, ``dump_oom_summary``, ``__oom_kill_process``,
-``mem_cgroup_print_oom_*``), systemd src/oom/ and earlyoom kill.c.
+Pure: LogRecords in, OomEvents out. The formats and their traps are in docs/oom.md and
+analysis/oom_patterns.py; the kernel sources they come from are mm/oom_kill.c,
+mm/memcontrol.c (``dump_header``, ``dump_tasks``, ``dump_oom_summary``,
+``__oom_kill_process``, ``mem_cgroup_print_oom_*``), systemd src/oom/ and earlyoom kill.c.
+
+Any defining line makes an event: ``Killed process``, the selection line (< 5.1), the
+``oom-kill:`` summary (5.0+), a systemd-oomd or earlyoom kill line. The lines of one
+incident merge into one event per victim; what the log lacks stays None.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
-from fnmatch import fnmatchcase
 
-from memforensics.model.oom import (
-    OomEvent,
-    OomScan,
-    OomTrigger,
-    ProcessSummary,
-    Scope,
-    TopTask,
-)
-from memforensics.sources.logrecord import KERNEL, LogRecord
+from memforensics.analysis import oom_patterns as patterns
+from memforensics.analysis import oom_tasks as tasks
+from memforensics.analysis import oom_userspace as userspace
+from memforensics.analysis.oom_incident import Incident, victim_event
+from memforensics.model.logrecord import KERNEL, LogRecord
+from memforensics.model.oom import OomEvent, OomTrigger
 
 KIB = 1024
-DEFAULT_PAGE_BYTES = 4096
-TOP_TASKS = 5
-
-# --- kernel formats ----------------------------------------------------------------------
-# dump_header: "<comm> invoked oom-killer: gfp_mask=0x..(..), [nodemask=..,] order=N, ..."
-_INVOKED_RE = re.compile(
-    r"^(?P<comm>.*?) invoked oom-killer: gfp_mask=(?P<gfp>0x[0-9a-fA-F]+(?:\([^)]*\))?)"
-    r"(?:, nodemask=.*?)?, order=(?P<order>-?\d+)"
-    r"(?:, oomkilladj=(?P<oomkilladj>-?\d+))?(?:, oom_adj=-?\d+)?"
-    r"(?:, oom_score_adj=(?P<adj>-?\d+))?"
-)
-# dump_stack: "CPU: 0 [UID: 0 ]PID: 5256 Comm: python3 Not tainted ..." / 2.6.32 "Pid: 42, comm: x"
-_CPU_RE = re.compile(
-    r"^(?:CPU: \d+ (?:UID: \d+ )?PID: (?P<pid>\d+) Comm: |Pid: (?P<old_pid>\d+), comm: )"
-    r"(?P<comm>.*?)(?: (?:Not tainted|Tainted:|Kdump:).*)?$"
-)
-_SUMMARY_RE = re.compile(
-    r"^oom-kill:constraint=(?P<constraint>[A-Z_]+),nodemask=.*?"
-    r"(?:,oom_memcg=(?P<oom_memcg>.*?)|,(?P<global>global_oom))?"
-    r"(?:,task_memcg=(?P<task_memcg>.*?))?"
-    r",task=(?P<task>.*),pid=(?P<pid>\d+),uid=(?P<uid>\d+)\s*$"
-)
-_TASK_IN_RE = re.compile(r"^Task in (?P<task>.*) killed as a result of limit of (?P<limit>.*?)\s*$")
-_GROUP_RE = re.compile(r"^Tasks in (?P<memcg>.*) are going to be killed due to memory\.oom\.group")
-_MEMCG_USAGE_RE = re.compile(r"^memory: usage (?P<usage>\d+)kB, limit (?P<limit>\d+)kB")
-_MEMCG_STATS_RE = re.compile(r"^Memory cgroup stats for (?P<path>.*?):(?: |$)")
-_TABLE_ROW_RE = re.compile(r"^\[\s*(?P<pid>\d+)\]\s+(?P<rest>\S.*)$")
-_PREFIXES = (
-    r"Out of memory(?: \(oom_kill_allocating_task\))?|Memory cgroup out of memory|Out of Memory"
-)
-# select_bad_process/oom_kill_process (< 5.1): "<prefix>: Kill process N (x) score S or sacrifice
-# child" (2.6.36+) / "... and children." (<= 2.6.35); "Kill process N (x) sharing same memory".
-_SELECT_RE = re.compile(
-    rf"^(?:(?P<prefix>{_PREFIXES}): )?Kill process (?P<pid>\d+) \((?P<name>.*)\) "
-    r"(?:score (?P<score>-?\d+) (?:or sacrifice child|and children)"
-    r"|(?P<sharing>sharing same memory))"
-)
-# __oom_kill_process, every generation: see docs/oom.md for the table.
-_KILLED_RE = re.compile(
-    rf"^(?:(?P<prefix>{_PREFIXES}): )?Killed process (?P<pid>\d+)(?:, UID (?P<rhel_uid>\d+),)? "
-    r"\((?P<name>.*)\)(?:\.?\s*$| total-vm:(?P<vm>\d+)kB, anon-rss:(?P<anon>\d+)kB, "
-    r"file-rss:(?P<file>\d+)kB(?:, shmem-rss:(?P<shmem>\d+)kB)?(?:, UID:(?P<uid>\d+))?"
-    r"(?: pgtables:(?P<pgtables>\d+)kB)?(?: oom_score_adj:(?P<adj>-?\d+))?)"
-)
-_REAPED_RE = re.compile(r"^oom_reaper: reaped process (?P<pid>\d+) \(")
-_UNREAPED_RE = re.compile(r"^oom_reaper: unable to reap pid:(?P<pid>\d+) ")
-
-# --- userspace killers -------------------------------------------------------------------
-# systemd-oomd (v247+): "Killed <cgroup> due to <reason>"; newest "Marked <cgroup> for killing
-# due to <reason>". Pressure reasons name the monitored cgroup.
-_OOMD_RE = re.compile(
-    r"^(?:Killed (?P<killed>/\S*)|Marked (?P<marked>/\S*) for killing) due to (?P<reason>.*?)\s*$"
-)
-_OOMD_MONITORED_RE = re.compile(r"^memory pressure for (?P<monitored>/\S*) being")
-# earlyoom: 'sending SIGTERM to process 42 uid 1000 "name": badness 870, VmRSS 3120 MiB'
-# (1.4-1.7) / ': oom_score 870, oom_score_adj 0, VmRSS 3120 MiB, cmdline "..."' (1.8+).
-_EARLYOOM_RE = re.compile(
-    r"^sending (?P<signal>SIG[A-Z]+) to process (?P<pid>\d+)(?: uid (?P<uid>\d+))? "
-    r'"(?P<name>.*)": (?:badness|oom_score) (?P<score>-?\d+)'
-    r"(?:, oom_score_adj (?P<adj>-?\d+))?, VmRSS (?P<rss>\d+) MiB"
-)
 
 _OOMD_IDENTS = frozenset({"systemd-oomd", None})
 _EARLYOOM_IDENTS = frozenset({"earlyoom", None})
 _KERNEL_IDENTS = frozenset({KERNEL, None})
-_PAGE_SIZES = (4096, 16384, 65536)
-# Column names of the task table and the TopTask field (and unit) each feeds.
-_PAGE_COLUMNS = {
-    "total_vm": "total_vm_bytes",
-    "rss": "rss_bytes",
-    "rss_anon": "rss_anon_bytes",
-    "rss_file": "rss_file_bytes",
-    "rss_shmem": "rss_shmem_bytes",
-    "swapents": "swap_bytes",
-}
+# Lines printed only inside an OOM report (memcg block, task table title).
+_BLOCK_STARTS = ("Task in ", "memory: usage ", "Memory cgroup stats for ", "Tasks state ")
+# A kill line this long after its incident's first line belongs to another incident (the
+# lines of one report are printed within milliseconds; a cut log can join two reports).
+_INCIDENT_SECONDS = 60.0
+
+
+def _apart(first: datetime | None, second: datetime | None) -> bool:
+    if first is None or second is None:
+        return False
+    return abs((second - first).total_seconds()) > _INCIDENT_SECONDS
 
 
 def _kib(value: str | None) -> int | None:
@@ -111,45 +50,34 @@ def _int(value: str | None) -> int | None:
 
 
 @dataclass
-class _Incident:
-    """What one OOM incident's lines said so far (header, memcg block, table, summary).
+class _PendingOomd:
+    """A systemd-oomd kill line whose "due to …" was wrapped onto the next line."""
 
-    ``number`` is given at its first victim, so that incidents without a kill (a panic, a
-    log cut short) leave no gaps and every reader numbers the same incidents alike.
-    """
-
-    number: int | None = None
-    time: datetime | None = None
-    trigger: OomTrigger | None = None
-    scope: Scope | None = None
-    constraint: str | None = None
-    oom_memcg: str | None = None
-    task_memcg: str | None = None
-    summary_pid: int | None = None
-    summary_uid: int | None = None
-    stats_memcg: str | None = None
-    memcg_limit_bytes: int | None = None
-    group: bool = False
-    columns: list[str] | None = None
-    rows: dict[int, dict[str, int | str]] = field(default_factory=dict)
-    scores: dict[int, int] = field(default_factory=dict)
-    victims: set[int] = field(default_factory=set)
+    record: LogRecord
+    line: str
+    cgroup: str
+    order: int
 
 
 class OomLogParser:
-    """Feed LogRecords of one stream in order; collect OomEvents (one per victim).
+    """Feed LogRecords of one stream in order, then ``finish()``; ``events`` holds one
+    OomEvent per victim, in log order.
 
     State resets when the boot changes: pids and incidents never span boots.
     """
 
     def __init__(self, first_incident: int = 1) -> None:
         self.events: list[OomEvent] = []
-        self.notes: list[str] = []
+        self._order: list[int] = []
+        self._first_incident = first_incident
         self._next_incident = first_incident
-        self._incident: _Incident | None = None
-        self._summaries: dict[int, _Incident] = {}
+        self._incident: Incident | None = None
+        self._unkilled: list[Incident] = []
+        self._summaries: dict[int, Incident] = {}
         self._boot: tuple[str, str | None] | None = None
         self._last_event_for_pid: dict[int, int] = {}
+        self._pending_oomd: _PendingOomd | None = None
+        self._records = 0
 
     @property
     def next_incident(self) -> int:
@@ -158,25 +86,72 @@ class OomLogParser:
 
     def feed(self, record: LogRecord) -> None:
         """Consume one record (possibly several lines)."""
+        self._records += 1
         boot = (record.source, record.boot_id)
-        if boot != self._boot:
-            self._boot = boot
-            self._incident = None
-            self._summaries.clear()
-            self._last_event_for_pid.clear()
+        previous = self._boot
+        if boot != previous:
+            # A record without a boot ID (a window of a saved journal export that starts
+            # mid-entry) belongs to the boot around it.
+            unknown = (
+                previous is not None
+                and previous[0] == record.source
+                and (record.boot_id is None or previous[1] is None)
+            )
+            if not unknown:
+                self._close_boot()
+            if not unknown or record.boot_id is not None:
+                self._boot = boot
         if "\n" in record.text:
             for line in record.text.split("\n"):
                 self._line(line.strip(), record)
         else:
             self._line(record.text.strip(), record)
 
+    def finish(self) -> list[OomEvent]:
+        """Emit what only a selection or summary line showed, order and number the events."""
+        self._close_boot()
+        ordered = sorted(range(len(self.events)), key=lambda index: self._order[index])
+        events = [self.events[index] for index in ordered]
+        numbers: dict[int, int] = {}
+        renumbered = []
+        for event in events:
+            number = numbers.setdefault(event.incident, self._first_incident + len(numbers))
+            renumbered.append(
+                event if number == event.incident else replace(event, incident=number)
+            )
+        self.events = renumbered
+        self._order = sorted(self._order)
+        self._next_incident = self._first_incident + len(numbers)
+        self._last_event_for_pid.clear()
+        return self.events
+
+    def _close_boot(self) -> None:
+        self._flush_oomd()
+        for incident in self._unkilled:
+            if not incident.victims:
+                self._emit_unconfirmed(incident)
+        self._unkilled.clear()
+        self._incident = None
+        self._summaries.clear()
+        self._last_event_for_pid.clear()
+
     # -- dispatch -----------------------------------------------------------------------
 
     def _line(self, line: str, record: LogRecord) -> None:
         ident = record.ident
+        if self._pending_oomd is not None:
+            if line.startswith("due to ") and ident in _OOMD_IDENTS:
+                pending, self._pending_oomd = self._pending_oomd, None
+                self._emit_oomd(pending.record, pending.line, pending.cgroup, line[7:], pending)
+                return
+            self._flush_oomd()
         if ident in _KERNEL_IDENTS and self._kernel_line(line, record):
             return
-        if ident in _OOMD_IDENTS and ("due to" in line) and self._oomd_line(line, record):
+        if (
+            ident in _OOMD_IDENTS
+            and line[:7] in ("Killed ", "Marked ")
+            and self._oomd_line(line, record)
+        ):
             return
         if ident in _EARLYOOM_IDENTS and line.startswith("sending SIG"):
             self._earlyoom_line(line, record)
@@ -188,7 +163,7 @@ class OomLogParser:
         if " invoked oom-killer: " in line:
             return self._invoked(line, record)
         if first == "[":
-            return self._table_line(line)
+            return self._table_line(line, record)
         if first == "o":
             if line.startswith("oom-kill:"):
                 return self._summary(line, record)
@@ -199,38 +174,43 @@ class OomLogParser:
         if "Kill process " in line:
             return self._selected(line, record)
         incident = self._incident
-        if incident is not None and line.startswith("Tasks in "):
+        if line.startswith("Tasks in "):
             # memory.oom.group: printed after the first victim's Killed line.
-            group = _GROUP_RE.match(line)
-            if group:
+            group = patterns.GROUP_RE.match(line)
+            if group and incident is not None:
                 incident.group = True
+                incident.group_memcg = group.group("memcg")
                 incident.oom_memcg = incident.oom_memcg or group.group("memcg")
                 incident.scope = "memcg"
             return group is not None
+        if (incident is None or incident.victims) and line.startswith(_BLOCK_STARTS):
+            # The log starts inside a report (cut, or grep -A/-B): these lines exist only in
+            # OOM reports, so they open an incident of their own.
+            incident = self._new_incident(record)
         if incident is None or incident.victims:
             return False
         if first in "CP" and (line.startswith(("CPU: ", "Pid: "))):
-            cpu = _CPU_RE.match(line)
+            cpu = patterns.CPU_RE.match(line)
             if cpu and incident.trigger is not None and incident.trigger.pid is None:
                 incident.trigger = replace(
                     incident.trigger, pid=int(cpu.group("pid") or cpu.group("old_pid"))
                 )
             return cpu is not None
         if line.startswith("Task in "):
-            task_in = _TASK_IN_RE.match(line)
+            task_in = patterns.TASK_IN_RE.match(line)
             if task_in:
                 incident.task_memcg = task_in.group("task")
                 incident.oom_memcg = task_in.group("limit")
                 incident.scope = "memcg"
             return task_in is not None
         if line.startswith("memory: usage "):
-            usage = _MEMCG_USAGE_RE.match(line)
+            usage = patterns.MEMCG_USAGE_RE.match(line)
             if usage:
                 incident.memcg_limit_bytes = int(usage.group("limit")) * KIB
                 incident.scope = "memcg"
             return usage is not None
         if line.startswith("Memory cgroup stats for "):
-            stats = _MEMCG_STATS_RE.match(line)
+            stats = patterns.MEMCG_STATS_RE.match(line)
             if stats and incident.stats_memcg is None:
                 incident.stats_memcg = stats.group("path")
                 incident.scope = "memcg"
@@ -242,13 +222,14 @@ class OomLogParser:
 
     # -- kernel pieces ------------------------------------------------------------------
 
-    def _new_incident(self, record: LogRecord) -> _Incident:
-        incident = _Incident(time=record.time)
+    def _new_incident(self, record: LogRecord) -> Incident:
+        incident = Incident(order=self._records, time=record.time, record=record)
         self._incident = incident
+        self._unkilled.append(incident)
         return incident
 
     def _invoked(self, line: str, record: LogRecord) -> bool:
-        match = _INVOKED_RE.match(line)
+        match = patterns.INVOKED_RE.match(line)
         if not match:
             return False
         incident = self._new_incident(record)
@@ -261,31 +242,27 @@ class OomLogParser:
         )
         return True
 
-    def _table_line(self, line: str) -> bool:
+    def _table_line(self, line: str, record: LogRecord) -> bool:
         incident = self._incident
+        header = "uid" in line and "tgid" in line and line.rstrip().endswith("name")
+        if header and (incident is None or incident.victims):
+            incident = self._new_incident(record)  # a log that starts at the task table
         if incident is None or incident.victims:
             return False
-        if "uid" in line and "tgid" in line and line.rstrip().endswith("name"):
+        if header:
             incident.columns = line.split("]", 1)[1].split()
             return True
-        row = _TABLE_ROW_RE.match(line)
+        row = patterns.TABLE_ROW_RE.match(line)
         if row is None or incident.columns is None:
             return False
-        columns = incident.columns
-        values = row.group("rest").split(None, len(columns) - 1)
-        if len(values) != len(columns):
-            return False
-        parsed: dict[str, int | str] = {"name": values[-1]}
-        try:
-            for column, value in zip(columns[:-1], values[:-1], strict=False):
-                parsed[column] = int(value)
-        except ValueError:
+        parsed = tasks.parse_row(incident.columns, row.group("rest"))
+        if parsed is None:
             return False
         incident.rows[int(row.group("pid"))] = parsed
         return True
 
     def _summary(self, line: str, record: LogRecord) -> bool:
-        match = _SUMMARY_RE.match(line)
+        match = patterns.SUMMARY_RE.match(line)
         if not match:
             return False
         incident = self._incident
@@ -304,11 +281,15 @@ class OomLogParser:
             incident.task_memcg = match.group("task_memcg")
         incident.summary_pid = int(match.group("pid"))
         incident.summary_uid = int(match.group("uid"))
+        incident.summary_task = match.group("task")
+        incident.summary_line = line
+        incident.time = incident.time or record.time
+        incident.record = incident.record or record
         self._summaries[incident.summary_pid] = incident
         return True
 
     def _selected(self, line: str, record: LogRecord) -> bool:
-        match = _SELECT_RE.match(line)
+        match = patterns.SELECT_RE.match(line)
         if not match:
             return False
         pid = int(match.group("pid"))
@@ -321,21 +302,26 @@ class OomLogParser:
                 incident, pid=pid, name=match.group("name"), match=None, record=record, line=line
             )
             return True
-        if incident is None or incident.victims:
+        if incident is None or incident.victims or incident.selected is not None:
             incident = self._new_incident(record)
         incident.scores[pid] = int(match.group("score"))
+        incident.selected = (pid, match.group("name"), line)
         self._scope_from_prefix(incident, match.group("prefix"))
         return True
 
     def _killed(self, line: str, record: LogRecord) -> bool:
-        match = _KILLED_RE.match(line)
+        match = patterns.KILLED_RE.match(line)
         if not match:
             return False
         pid = int(match.group("pid"))
         incident = self._summaries.pop(pid, None)
         if incident is None:
             incident = self._incident
-            if incident is None or (incident.victims and not incident.group):
+            if (
+                incident is None
+                or (incident.victims and not incident.group)
+                or _apart(incident.time, record.time)
+            ):
                 incident = self._new_incident(record)
         if pid in incident.victims:
             return True  # the same victim printed twice (memory.oom.group): count once
@@ -346,98 +332,71 @@ class OomLogParser:
         return True
 
     @staticmethod
-    def _scope_from_prefix(incident: _Incident, prefix: str | None) -> None:
+    def _scope_from_prefix(incident: Incident, prefix: str | None) -> None:
         if prefix is None or incident.scope is not None:
             return
         incident.scope = "memcg" if prefix.startswith("Memory cgroup") else "global"
 
     def _emit_kernel(
         self,
-        incident: _Incident,
+        incident: Incident,
         *,
         pid: int,
         name: str,
         match: re.Match[str] | None,
         record: LogRecord,
         line: str,
+        confirmed: bool = True,
     ) -> None:
         if incident.number is None:
             incident.number = self._take_incident_number()
         incident.victims.add(pid)
         group = incident.group or len(incident.victims) > 1
-        total_vm = anon = file_rss = shmem = pgtables = uid = adj = None
-        if match is not None:
-            total_vm = _kib(match.group("vm"))
-            anon = _kib(match.group("anon"))
-            file_rss = _kib(match.group("file"))
-            shmem = _kib(match.group("shmem"))
-            pgtables = _kib(match.group("pgtables"))
-            uid = _int(match.group("uid") or match.group("rhel_uid"))
-            adj = _int(match.group("adj"))
-        is_summary_victim = incident.summary_pid == pid
-        if uid is None and is_summary_victim:
-            uid = incident.summary_uid
-        row = incident.rows.get(pid)
-        page_bytes = _page_size(row, total_vm)
-        if row is not None:
-            if uid is None and isinstance(row.get("uid"), int):
-                uid = int(row["uid"])
-            if adj is None and isinstance(row.get("oom_score_adj"), int):
-                adj = int(row["oom_score_adj"])
-        rss = None
-        if anon is not None and file_rss is not None:
-            rss = anon + file_rss + (shmem or 0)
-        scope = incident.scope
-        constraint = incident.constraint
-        if constraint == "CONSTRAINT_NONE" and scope == "memcg":
-            # 5.0-5.1 printed CONSTRAINT_NONE for memcg OOMs (fixed by 432b1de0de02).
-            constraint = "CONSTRAINT_MEMCG"
-        oom_memcg = incident.oom_memcg or (incident.stats_memcg if scope == "memcg" else None)
-        cgroup = (
-            incident.task_memcg if (is_summary_victim or incident.summary_pid is None) else None
-        )
-        if cgroup is None and not group and scope == "memcg" and incident.summary_pid is None:
-            cgroup = oom_memcg
-        event = OomEvent(
-            source=record.source,
-            killer="kernel",
-            incident=incident.number,
-            time=record.time or incident.time,
-            boot_id=record.boot_id,
-            uptime_seconds=record.uptime_seconds,
+        event = victim_event(
+            incident,
             pid=pid,
-            process=name,
-            uid=uid,
-            total_vm_bytes=total_vm,
-            anon_rss_bytes=anon,
-            file_rss_bytes=file_rss,
-            shmem_rss_bytes=shmem,
-            rss_bytes=rss,
-            pgtables_bytes=pgtables,
-            oom_score_adj=adj,
-            oom_score=incident.scores.get(pid),
-            constraint=constraint,
-            scope=scope,
-            oom_memcg=oom_memcg,
-            cgroup=cgroup,
-            memcg_limit_bytes=incident.memcg_limit_bytes,
-            trigger=incident.trigger,
-            top_tasks=_top_tasks(incident.rows, page_bytes[0]),
-            group_kill=group,
-            page_size_bytes=page_bytes[1],
-            message=line,
+            name=name,
+            match=match,
+            record=record,
+            line=line,
+            group=group,
+            confirmed=confirmed,
         )
         if group and len(incident.victims) == 2:
             # The first victim turned out to be part of a group kill too.
             for index, previous in enumerate(self.events):
                 if previous.incident == incident.number and not previous.group_kill:
                     self.events[index] = replace(previous, group_kill=True)
-        self._last_event_for_pid[pid] = len(self.events)
-        self.events.append(event)
+        self._append(event, self._records if confirmed else incident.order)
+        self._last_event_for_pid[pid] = len(self.events) - 1
+
+    def _emit_unconfirmed(self, incident: Incident) -> None:
+        """An incident with a selection or summary line but no Killed line (cut or filtered
+        log, or the victim exited first): one event, ``confirmed`` false."""
+        record = incident.record
+        if record is None:
+            return
+        if incident.summary_pid is not None and incident.summary_line is not None:
+            pid, name, line = incident.summary_pid, incident.summary_task, incident.summary_line
+        elif incident.selected is not None:
+            pid, name, line = incident.selected
+        else:
+            return
+        if name is None:
+            return
+        self._emit_kernel(
+            incident,
+            pid=pid,
+            name=name,
+            match=None,
+            record=replace(record, time=record.time or incident.time),
+            line=line,
+            confirmed=False,
+        )
 
     def _reaper(self, line: str) -> bool:
-        reaped = _REAPED_RE.match(line)
-        unreaped = None if reaped else _UNREAPED_RE.match(line)
+        reaped = patterns.REAPED_RE.match(line)
+        unreaped = None if reaped else patterns.UNREAPED_RE.match(line)
         found = reaped or unreaped
         if found is None:
             return False
@@ -449,31 +408,40 @@ class OomLogParser:
     # -- userspace killers --------------------------------------------------------------
 
     def _oomd_line(self, line: str, record: LogRecord) -> bool:
-        match = _OOMD_RE.match(line)
-        if not match:
+        match = patterns.OOMD_RE.match(line)
+        if match:
+            cgroup = match.group("killed") or match.group("marked")
+            self._emit_oomd(record, line, cgroup, match.group("reason"), None)
+            return True
+        wrapped = patterns.OOMD_WRAPPED_RE.match(line)
+        if wrapped is None:
             return False
-        cgroup = match.group("killed") or match.group("marked")
-        reason = match.group("reason")
-        monitored = _OOMD_MONITORED_RE.match(reason)
-        unit = cgroup.rstrip("/").rsplit("/", 1)[-1] or cgroup
-        self.events.append(
-            OomEvent(
-                source=record.source,
-                killer="systemd-oomd",
-                incident=self._take_incident_number(),
-                time=record.time,
-                boot_id=record.boot_id,
-                process=unit,
-                cgroup=cgroup,
-                oom_memcg=monitored.group("monitored") if monitored else None,
-                reason=reason,
-                message=line,
-            )
+        # "due to …" may follow on the next line (a terminal copy, a wrapped journal field).
+        self._pending_oomd = _PendingOomd(
+            record, line, wrapped.group("killed") or wrapped.group("marked"), self._records
         )
         return True
 
+    def _flush_oomd(self) -> None:
+        pending, self._pending_oomd = self._pending_oomd, None
+        if pending is not None:
+            self._emit_oomd(pending.record, pending.line, pending.cgroup, None, pending)
+
+    def _emit_oomd(
+        self,
+        record: LogRecord,
+        line: str,
+        cgroup: str,
+        reason: str | None,
+        pending: _PendingOomd | None,
+    ) -> None:
+        event = userspace.oomd_event(
+            record, line, cgroup, reason, self._take_incident_number(), wrapped=pending is not None
+        )
+        self._append(event, pending.order if pending is not None else self._records)
+
     def _earlyoom_line(self, line: str, record: LogRecord) -> bool:
-        match = _EARLYOOM_RE.match(line)
+        match = patterns.EARLYOOM_RE.match(line)
         if not match:
             return False
         pid = int(match.group("pid"))
@@ -482,157 +450,18 @@ class OomLogParser:
             # SIGTERM then SIGKILL to the same process: one victim.
             self.events[last] = replace(self.events[last], reason=match.group("signal"))
             return True
-        self._last_event_for_pid[pid] = len(self.events)
-        self.events.append(
-            OomEvent(
-                source=record.source,
-                killer="earlyoom",
-                incident=self._take_incident_number(),
-                time=record.time,
-                boot_id=record.boot_id,
-                pid=pid,
-                process=match.group("name"),
-                uid=_int(match.group("uid")),
-                rss_bytes=int(match.group("rss")) * 1024 * 1024,
-                oom_score=int(match.group("score")),
-                oom_score_adj=_int(match.group("adj")),
-                reason=match.group("signal"),
-                message=line,
-            )
+        self._append(
+            userspace.earlyoom_event(match, record, self._take_incident_number()),
+            self._records,
         )
+        self._last_event_for_pid[pid] = len(self.events) - 1
         return True
+
+    def _append(self, event: OomEvent, order: int) -> None:
+        self.events.append(event)
+        self._order.append(order)
 
     def _take_incident_number(self) -> int:
         number = self._next_incident
         self._next_incident += 1
         return number
-
-
-def _page_size(
-    row: dict[str, int | str] | None, total_vm_bytes: int | None
-) -> tuple[int, int | None]:
-    """(page size to use, page size inferred or None): the victim's table row in pages against
-    its Killed line in kB gives the machine's page size (4 KiB x86-64, 16/64 KiB arm64/ppc64)."""
-    if row is None or total_vm_bytes is None:
-        return DEFAULT_PAGE_BYTES, None
-    pages = row.get("total_vm")
-    if not isinstance(pages, int) or pages <= 0:
-        return DEFAULT_PAGE_BYTES, None
-    ratio = total_vm_bytes / pages
-    best = min(_PAGE_SIZES, key=lambda size: abs(size - ratio))
-    if abs(best - ratio) > best * 0.05:
-        return DEFAULT_PAGE_BYTES, None
-    return best, best
-
-
-def _top_tasks(rows: dict[int, dict[str, int | str]], page_bytes: int) -> tuple[TopTask, ...]:
-    """The biggest rows of the task table by rss, converted to bytes."""
-    tasks = []
-    for pid, row in rows.items():
-        values: dict[str, int | None] = {}
-        for column, attribute in _PAGE_COLUMNS.items():
-            value = row.get(column)
-            values[attribute] = value * page_bytes if isinstance(value, int) else None
-        pgtables = row.get("pgtables_bytes")
-        uid, tgid, adj = row.get("uid"), row.get("tgid"), row.get("oom_score_adj")
-        tasks.append(
-            TopTask(
-                pid=pid,
-                name=str(row["name"]),
-                uid=uid if isinstance(uid, int) else None,
-                tgid=tgid if isinstance(tgid, int) else None,
-                pgtables_bytes=pgtables if isinstance(pgtables, int) else None,
-                oom_score_adj=adj if isinstance(adj, int) else None,
-                **values,
-            )
-        )
-    tasks.sort(key=lambda task: task.rss_bytes or 0, reverse=True)
-    return tuple(tasks[:TOP_TASKS])
-
-
-# --- whole scans ---------------------------------------------------------------------------
-
-
-def find_events(records: Iterable[LogRecord], *, first_incident: int = 1) -> list[OomEvent]:
-    """All OOM events in ``records`` (one stream, in log order)."""
-    parser = OomLogParser(first_incident)
-    for record in records:
-        parser.feed(record)
-    return parser.events
-
-
-def select_events(
-    events: Iterable[OomEvent],
-    *,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    process: str | None = None,
-) -> Iterator[OomEvent]:
-    """Events within [since, until] whose victim name matches ``process`` (a glob).
-
-    An event without a wall-clock time cannot be placed and is left out when a time bound
-    is given (the scan notes how many).
-    """
-    for event in events:
-        if since is not None or until is not None:
-            if event.time is None:
-                continue
-            if since is not None and event.time < since:
-                continue
-            if until is not None and event.time > until:
-                continue
-        if process is not None and not fnmatchcase(event.process or "", process):
-            continue
-        yield event
-
-
-def scan(
-    streams: Iterable[tuple[str, Iterable[LogRecord]]],
-    *,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    process: str | None = None,
-    notes: Iterable[str] = (),
-) -> OomScan:
-    """Parse every stream (name, records), filter, and return one OomScan."""
-    events: list[OomEvent] = []
-    names: list[str] = []
-    next_incident = 1
-    for name, records in streams:
-        names.append(name)
-        parser = OomLogParser(next_incident)
-        for record in records:
-            parser.feed(record)
-        next_incident = parser.next_incident
-        events.extend(parser.events)
-    all_notes = list(notes)
-    selected = list(select_events(events, since=since, until=until, process=process))
-    if since is not None or until is not None:
-        untimed = sum(1 for event in events if event.time is None)
-        if untimed:
-            all_notes.append(
-                f"{untimed} kill(s) without a wall-clock time in the log were left out by "
-                "--since/--until"
-            )
-    return OomScan(events=tuple(selected), sources=tuple(names), notes=tuple(all_notes))
-
-
-def summarize(events: Iterable[OomEvent]) -> list[ProcessSummary]:
-    """Kills per process name: count, largest anon-rss, last time; most kills first."""
-    groups: dict[str, list[OomEvent]] = {}
-    for event in events:
-        groups.setdefault(event.process or "?", []).append(event)
-    summaries = []
-    for name, group in groups.items():
-        sizes = [e.anon_rss_bytes for e in group if e.anon_rss_bytes is not None]
-        times = [e.time for e in group if e.time is not None]
-        summaries.append(
-            ProcessSummary(
-                process=name,
-                kills=len(group),
-                largest_anon_rss_bytes=max(sizes) if sizes else None,
-                last_time=max(times) if times else None,
-            )
-        )
-    summaries.sort(key=lambda s: (-s.kills, s.process))
-    return summaries

@@ -9,34 +9,53 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from memforensics.analysis.oom import scan
+from memforensics.analysis.oom_select import scan
 from memforensics.cli.options import exit_codes_epilog, json_option, verbose_option
 from memforensics.cli.output import emit_json, stdout_console
-from memforensics.errors import EXIT_GATE
+from memforensics.errors import (
+    EXIT_GATE,
+    InputDataError,
+    MemforensicsError,
+    TargetPermissionError,
+    ToolingError,
+)
+from memforensics.model.logrecord import LogRecord
 from memforensics.model.oom import OomScan
-from memforensics.sources.journal import BootNotFoundError, JournalReader, boot_argument
+from memforensics.oomscan import scan_default
+from memforensics.sources.journal import (
+    JOURNAL_DIRS,
+    BootNotFoundError,
+    JournalReader,
+    boot_argument,
+    has_journal_files,
+)
 from memforensics.sources.kmsg import KmsgReader, boot_id
 from memforensics.sources.logfile import read_text_log
-from memforensics.sources.logrecord import LogRecord
 from memforensics.sources.logtime import parse_user_time
 
 EXAMPLES = """\b
 Examples:
-  memforensics oom                          every kill in the system journal, all boots
+  memforensics oom                          every kill this host logged: the journal,
+                                            else /dev/kmsg + /var/log/kern.log* etc.
   memforensics oom --boot -1 --summary      the previous boot, grouped by process
   memforensics oom --since yesterday --process 'java*'
   memforensics oom --directory ./journal    a journal directory copied from another host
   memforensics oom --file kern.log --file syslog.1.gz
   dmesg -T | memforensics oom --file -      saved or piped text (dmesg, syslog, journalctl)
+  memforensics oom --file <(ssh node dmesg) --file messages.2.zst
+  memforensics oom --wide                   full cgroup paths, boot, total-vm, uid
   memforensics oom --kmsg --json | jq '.events[] | {pid, process, cgroup}'
   memforensics oom --since -1h --fail-if-found    # CI/cron gate: exit 1 on any kill
 \b
 One row per victim. anon-rss is the victim's private memory when it died
-(what the kill freed); total-vm its address space. scope is "global" (the
-machine ran out) or "memcg" (a cgroup hit its limit: see cgroup, and oom_memcg
-in --json for the cgroup whose limit was hit); systemd-oomd or earlyoom for
-userspace killers. trigger is the task whose allocation invoked the OOM killer:
-often not the victim. A value the log does not contain is shown as "-".
+(what the kill freed); total-vm (--wide) its address space. by is "global"
+(the machine ran out) or "memcg" (a cgroup hit its limit: see cgroup, and
+oom_memcg in --json for the cgroup whose limit was hit); oomd or earlyoom for
+userspace killers; a "*" marks a kill known only from the kernel's selection
+or summary line (no "Killed process" line in the log). cgroup is shortened to
+the pod and container or the unit (--wide and --json give the full path).
+trigger is the task whose allocation invoked the OOM killer: often not the
+victim. A value the log does not contain is shown as "-".
 \b
 TIME for --since/--until: 2024-05-09, '2024-05-09 14:52:38' (local time),
 2024-05-09T14:52:38Z, @EPOCH, today, yesterday, -2h, '3d ago'.
@@ -117,8 +136,9 @@ def _kmsg_reader(boot: str) -> KmsgReader:
     "files",
     multiple=True,
     metavar="PATH",
-    help="Read saved text: dmesg (-T, -x, iso), kern.log/syslog/messages, journalctl output, "
-    "raw /dev/kmsg records; .gz too; '-' is stdin. Repeat for several files.",
+    help="Read saved text: dmesg (-T, -x, iso), kern.log/syslog/messages, journalctl output "
+    "(short, iso, precise, verbose, json, export), raw /dev/kmsg records; plain, .gz, .xz, .bz2 "
+    "or .zst; pipes and <(command) too; '-' is stdin. Repeat for several files.",
 )
 @click.option(
     "--kmsg",
@@ -131,6 +151,9 @@ def _kmsg_reader(boot: str) -> KmsgReader:
 )
 @click.option(
     "--summary", is_flag=True, help="Group kills by process name instead of one row each."
+)
+@click.option(
+    "--wide", is_flag=True, help="Every column and full cgroup paths (wider than 80 columns)."
 )
 @json_option
 @click.option(
@@ -149,13 +172,15 @@ def command(
     use_kmsg: bool,
     process: str | None,
     summary: bool,
+    wide: bool,
     as_json: bool,
     fail_if_found: bool,
     verbose: bool,
 ) -> None:
     """Find every OOM kill in the kernel log, across boots, kernels and killers.
 
-    Reads the system journal by default (through journalctl, all boots), or a
+    Reads the system journal by default (through journalctl, all boots); on a
+    host without journal files, /dev/kmsg and the syslog files instead. Or a
     journal directory, saved text logs, or /dev/kmsg. Reports who was killed,
     when, in which boot, how big it was, by whom (global OOM, a memory cgroup,
     systemd-oomd, earlyoom), which cgroup, which task triggered it and the
@@ -166,10 +191,56 @@ def command(
         raise click.UsageError("choose one source: --directory, --file or --kmsg")
     if since is not None and until is not None and since > until:
         raise click.BadParameter("--since is after --until", param_hint="--since")
+    try:
+        result = _scan(
+            boot=boot,
+            since=since,
+            until=until,
+            directory=directory,
+            files=files,
+            use_kmsg=use_kmsg,
+            process=process,
+            verbose=verbose,
+        )
+    except BootNotFoundError as exc:
+        raise click.BadParameter(f"{exc.message} ({exc.hint})", param_hint="--boot") from exc
+    except MemforensicsError as exc:
+        exc.hint = _with_flag_hint(exc)
+        raise
+    _output(result, as_json=as_json, summary=summary, wide=wide)
+    if fail_if_found and result.events:
+        ctx.exit(EXIT_GATE)
+
+
+def _with_flag_hint(exc: MemforensicsError) -> str | None:
+    """The library's hint plus the options of this command that act on it."""
+    text = f"{exc.message} {exc.hint or ''}"
+    extra = None
+    if isinstance(exc, ToolingError) and "journalctl" in text:
+        extra = "--file reads saved logs, --kmsg the ring buffer"
+    elif isinstance(exc, ToolingError | TargetPermissionError) and "kmsg" in text:
+        extra = "--file reads saved dmesg output; without --kmsg the journal is read"
+    elif isinstance(exc, InputDataError) and "journal file" in text:
+        extra = "--directory reads a journal directory"
+    elif isinstance(exc, InputDataError) and "ring buffer" in text:
+        extra = "--kmsg reads it"
+    if extra is None:
+        return exc.hint
+    return f"{exc.hint} ({extra})" if exc.hint else extra
+
+
+def _scan(
+    *,
+    boot: str,
+    since: datetime | None,
+    until: datetime | None,
+    directory: str | None,
+    files: tuple[str, ...],
+    use_kmsg: bool,
+    process: str | None,
+    verbose: bool,
+) -> OomScan:
     streams: list[tuple[str, Iterable[LogRecord]]] = []
-    notes: list[str] = []
-    reader: JournalReader | None = None
-    kmsg_reader: KmsgReader | None = None
     if files:
         if boot.lower() != "all":
             raise click.BadParameter(
@@ -179,29 +250,30 @@ def command(
         # Open (and check) every file first, so a bad one fails before any output.
         for path in files:
             streams.append((path, read_text_log(path, stdin=sys.stdin.buffer)))
-    elif use_kmsg:
+        return scan(streams, since=since, until=until, process=process)
+    if use_kmsg:
         kmsg_reader = _kmsg_reader(boot)
-        streams.append(("kmsg", kmsg_reader.records()))
-    else:
+        streams.append((kmsg_reader.source, kmsg_reader.records()))
+        result = scan(streams, since=since, until=until, process=process)
+        if kmsg_reader.lost_records:
+            lost = (
+                f"/dev/kmsg overwrote records before they were read ({kmsg_reader.lost_records}x)"
+            )
+            result = OomScan(result.events, result.sources, (*result.notes, lost))
+        return result
+    if directory is not None or boot.lower() != "all" or has_journal_files(None):
         reader = JournalReader(directory=directory, boot=boot, since=since, until=until)
         if verbose:
             _status("running: " + " ".join(reader.argv()))
         streams.append((reader.source, reader.records()))
-    try:
-        result = scan(streams, since=since, until=until, process=process, notes=notes)
-    except BootNotFoundError as exc:
-        raise click.BadParameter(f"{exc.message} ({exc.hint})", param_hint="--boot") from exc
-    if reader is not None and reader.notes:
-        result = OomScan(result.events, result.sources, (*reader.notes, *result.notes))
-    if kmsg_reader is not None and kmsg_reader.lost_records:
-        lost = f"/dev/kmsg overwrote records before they were read ({kmsg_reader.lost_records}x)"
-        result = OomScan(result.events, result.sources, (*result.notes, lost))
-    _output(result, as_json=as_json, summary=summary)
-    if fail_if_found and result.events:
-        ctx.exit(EXIT_GATE)
+        result = scan(streams, since=since, until=until, process=process)
+        return OomScan(result.events, result.sources, (*reader.notes, *result.notes))
+    if verbose:
+        _status(f"no journal files in {' or '.join(JOURNAL_DIRS)}: reading /dev/kmsg and /var/log")
+    return scan_default(since=since, until=until, process=process)
 
 
-def _output(result: OomScan, *, as_json: bool, summary: bool) -> None:
+def _output(result: OomScan, *, as_json: bool, summary: bool, wide: bool) -> None:
     if as_json:
         from memforensics.render.oom import scan_json
 
@@ -210,6 +282,8 @@ def _output(result: OomScan, *, as_json: bool, summary: bool) -> None:
     from memforensics.render.oom import events_table, summary_table
 
     console = stdout_console()
-    console.print(summary_table(result) if summary else events_table(result))
+    console.print(
+        summary_table(result) if summary else events_table(result, wide=wide, width=console.width)
+    )
     for note in result.notes:
         _status(f"note: {note}")

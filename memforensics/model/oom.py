@@ -51,6 +51,10 @@ class OomEvent:
     ``incident`` numbers the incidents of one scan: the victims of a memory.oom.group kill
     (or the tasks killed for sharing the victim's mm) share it. ``killer`` says who killed:
     the kernel (``scope`` global or memcg) or a userspace killer (``scope`` None).
+    ``confirmed`` is true only when the log holds the kill itself (a ``Killed process`` line,
+    or the userspace killer's own kill line); an event known only from the kernel's selection
+    line or ``oom-kill:`` summary (a filtered or cut log) is unconfirmed. ``pod_uid``,
+    ``container_id`` and ``qos_class`` come from the victim's cgroup path.
     """
 
     source: str
@@ -82,6 +86,10 @@ class OomEvent:
     page_size_bytes: int | None = None
     reason: str | None = None
     message: str = ""
+    confirmed: bool = True
+    pod_uid: str | None = None
+    container_id: str | None = None
+    qos_class: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

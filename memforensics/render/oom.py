@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from memforensics.analysis.oom import summarize
+from memforensics.analysis.oom_cgroup import short_cgroup
+from memforensics.analysis.oom_select import summarize
 from memforensics.model.oom import OomEvent, OomScan, OomTrigger, ProcessSummary, TopTask
+from memforensics.render.oom_table import render_rows
 from memforensics.units import format_bytes
 
 if TYPE_CHECKING:
@@ -83,6 +86,10 @@ def event_json(event: OomEvent) -> dict[str, Any]:
         "page_size_bytes": event.page_size_bytes,
         "reason": event.reason,
         "message": event.message,
+        "confirmed": event.confirmed,
+        "pod_uid": event.pod_uid,
+        "container_id": event.container_id,
+        "qos_class": event.qos_class,
     }
 
 
@@ -115,61 +122,137 @@ def _who(process: str | None, pid: int | None) -> str:
     return f"{process or '?'} ({pid})"
 
 
-def _when(event: OomEvent) -> str:
+def _who_narrow(process: str | None, pid: int | None) -> str:
+    """Name over pid: two short lines instead of one folded one."""
+    if pid is None:
+        return process or "-"
+    return f"{process or '?'}\n({pid})"
+
+
+def _when(event: OomEvent, *, narrow: bool = False) -> str:
     if event.time is not None:
-        return event.time.strftime("%Y-%m-%d %H:%M:%S")
+        return event.time.strftime("%Y-%m-%d\n%H:%M:%S" if narrow else "%Y-%m-%d %H:%M:%S")
     if event.uptime_seconds is not None:
-        return f"boot+{event.uptime_seconds:.3f}s"
+        return (
+            f"boot+\n{event.uptime_seconds:.3f}s" if narrow else f"boot+{event.uptime_seconds:.3f}s"
+        )
     return "-"
 
 
-def _scope(event: OomEvent) -> str:
+def _scope(event: OomEvent, *, narrow: bool = False) -> str:
+    name: str
     if event.killer != "kernel":
-        return event.killer
-    return event.scope or "?"
+        name = "oomd" if narrow and event.killer == "systemd-oomd" else event.killer
+    else:
+        name = event.scope or "?"
+    return name if event.confirmed else f"{name}*"
 
 
-def events_table(scan: OomScan) -> RenderableType:
-    """One row per victim: time, boot, victim, anon-rss, total-vm, uid, scope, cgroup, trigger."""
+_ROTATED_RE = re.compile(r"^(?P<base>(?:.*/)?(?:kern\.log|syslog|messages))(?:[.-][^/]+)?$")
+
+
+def describe_sources(sources: tuple[str, ...] | list[str]) -> str:
+    """The sources of a scan in a few words: rotated syslog files are counted, not listed."""
+    groups: dict[str, list[str]] = {}
+    for source in sources:
+        match = _ROTATED_RE.match(source)
+        groups.setdefault(match.group("base") if match else source, []).append(source)
+    words = []
+    for base, members in groups.items():
+        if len(members) == 1:
+            words.append(members[0])
+        elif base in members:
+            words.append(f"{base} (+{len(members) - 1} rotated)")
+        else:
+            words.append(f"{members[0]} (+{len(members) - 1} more)")
+    return ", ".join(words)
+
+
+def _nothing_found(scan: OomScan) -> RenderableType:
+    from rich.text import Text
+
+    where = describe_sources(scan.sources) or "no readable source"
+    return Text(f"No OOM kills found in {where}.")
+
+
+def events_table(scan: OomScan, *, wide: bool = False, width: int = 80) -> RenderableType:
+    """One row per victim. Narrow (default: fits ``width`` columns, a kill in at most three
+    lines): time, victim, anon-rss, by, short cgroup, trigger. ``wide``: every column, full
+    paths."""
+    if not scan.events:
+        return _nothing_found(scan)
+    boots = {event.boot_id for event in scan.events if event.boot_id}
+    notes = [f"read: {describe_sources(scan.sources)}"]
+    if any(not event.confirmed for event in scan.events):
+        notes.append("* no kill line in the log: known from the selection or summary line only")
+    title = f"OOM kills: {len(scan.events)}"
+    if wide:
+        return _wide_table(scan, title, notes)
+    rows = []
+    for event in scan.events:
+        when = _when(event, narrow=True)
+        if len(boots) > 1 and event.boot_id:
+            when += f"\nboot {event.boot_id[:8]}"
+        trigger = event.trigger
+        cells = (
+            when,
+            _who_narrow(event.process, event.pid),
+            _anon_text(event),
+            _scope(event, narrow=True),
+            short_cgroup(event.cgroup or event.oom_memcg) or "-",
+            _who_narrow(trigger.process, trigger.pid) if trigger else "-",
+        )
+        rows.append([cell.split("\n") for cell in cells])
+    return render_rows(title, rows, notes, width)
+
+
+def _anon_text(event: OomEvent) -> str:
+    anon = event.anon_rss_bytes if event.killer != "earlyoom" else event.rss_bytes
+    if anon is None and event.killer == "kernel" and not event.confirmed:
+        anon = event.rss_bytes  # from the table row: the only size such a kill has
+    return format_bytes(anon) if anon is not None else "-"
+
+
+def _wide_table(scan: OomScan, title: str, notes: list[str]) -> RenderableType:
+    from rich import box
     from rich.table import Table
     from rich.text import Text
 
-    if not scan.events:
-        return Text(f"No OOM kills found in {', '.join(scan.sources) or 'the given sources'}.")
-    from rich import box
-
-    # A light box: nine columns have to fit an 80-column terminal.
     table = Table(
-        title=f"OOM kills: {len(scan.events)}",
+        title=title,
         title_justify="left",
+        caption="\n".join(notes),
+        caption_justify="left",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
         padding=(0, 1, 0, 0),
     )
-    # Short cells never wrap; long paths (cgroup) and names fold instead of truncating.
-    table.add_column("time (UTC)", min_width=8, overflow="fold")
+    table.add_column("time (UTC)", no_wrap=True)
     table.add_column("boot", no_wrap=True)
-    table.add_column("victim", overflow="fold", min_width=6)
+    table.add_column("victim")
     table.add_column("anon-rss", justify="right", no_wrap=True)
     table.add_column("total-vm", justify="right", no_wrap=True)
     table.add_column("uid", justify="right", no_wrap=True)
-    table.add_column("scope", no_wrap=True)
-    table.add_column("cgroup", overflow="fold", min_width=6)
-    table.add_column("trigger", overflow="fold", min_width=6)
+    table.add_column("adj", justify="right", no_wrap=True)
+    table.add_column("by", no_wrap=True)
+    table.add_column("cgroup", overflow="fold")
+    table.add_column("trigger")
     for event in scan.events:
-        anon = event.anon_rss_bytes if event.killer != "earlyoom" else event.rss_bytes
         trigger = event.trigger
-        table.add_row(
+        cells = (
             _when(event),
             (event.boot_id or "-")[:8],
             _who(event.process, event.pid),
-            format_bytes(anon) if anon is not None else "-",
+            _anon_text(event),
             format_bytes(event.total_vm_bytes) if event.total_vm_bytes is not None else "-",
             str(event.uid) if event.uid is not None else "-",
+            str(event.oom_score_adj) if event.oom_score_adj is not None else "-",
             _scope(event),
             event.cgroup or event.oom_memcg or "-",
             _who(trigger.process, trigger.pid) if trigger else "-",
         )
+        # Text, not str: a process or cgroup name is never read as rich markup.
+        table.add_row(*map(Text, cells))
     return table
 
 
@@ -179,7 +262,7 @@ def summary_table(scan: OomScan) -> RenderableType:
     from rich.text import Text
 
     if not scan.events:
-        return Text(f"No OOM kills found in {', '.join(scan.sources) or 'the given sources'}.")
+        return _nothing_found(scan)
     table = Table(title=f"OOM kills by process: {len(scan.events)}", title_justify="left")
     table.add_column("process")
     table.add_column("kills", justify="right")
@@ -187,7 +270,7 @@ def summary_table(scan: OomScan) -> RenderableType:
     table.add_column("last (UTC)")
     for summary in summarize(scan.events):
         table.add_row(
-            summary.process,
+            Text(summary.process),
             str(summary.kills),
             format_bytes(summary.largest_anon_rss_bytes)
             if summary.largest_anon_rss_bytes is not None

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from memforensics.errors import InputDataError, TargetPermissionError, ToolingError
-from memforensics.sources.logrecord import KERNEL, LogRecord
+from memforensics.model.logrecord import KERNEL, LogRecord
 
 # Userspace killers whose own messages we want besides the kernel's.
 USERSPACE_KILLERS = ("systemd-oomd", "earlyoom")
@@ -38,7 +37,7 @@ GREP_PATTERN = "|".join(
         r"^memory: usage",
         r"^Memory cgroup stats for",
         r"due to memory",
-        r"for killing due to",
+        r"for killing",
         r"sending SIG[A-Z]+ to process",
     )
 )
@@ -62,7 +61,8 @@ class BootNotFoundError(InputDataError):
     def __init__(self, boot: str) -> None:
         super().__init__(
             f"boot {boot} is not in the journal",
-            hint="list the boots with `journalctl --list-boots` (with --directory if you gave one)",
+            hint="list the boots with `journalctl --list-boots` (add `--directory DIR` for a "
+            "journal directory)",
         )
         self.boot = boot
 
@@ -190,8 +190,8 @@ class JournalReader:
         if executable is None:
             raise ToolingError(
                 f"{self.journalctl} not found",
-                hint="install systemd's journalctl, or read saved logs with --file "
-                "or the kernel ring buffer with --kmsg",
+                hint="install systemd's journalctl, or read saved text logs or the kernel "
+                "ring buffer instead",
             )
         if not has_journal_files(self.directory):
             where = self.directory or " or ".join(JOURNAL_DIRS)
@@ -204,6 +204,7 @@ class JournalReader:
 
     def _run(self) -> Generator[LogRecord, None, tuple[int, str]]:
         import json
+        import tempfile  # here, not at the top: start-up time of `oom --file` counts
 
         with tempfile.TemporaryFile() as errors:
             proc = subprocess.Popen(
@@ -256,7 +257,7 @@ class JournalReader:
         if returncode != 0:
             raise ToolingError(
                 f"journalctl failed (exit {returncode}): {_first_line(stderr) or 'no message'}",
-                hint="rerun with -v to see the journalctl command line",
+                hint="check the journal files with `journalctl --verify`",
             )
         return False
 

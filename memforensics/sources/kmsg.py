@@ -18,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from memforensics.errors import TargetPermissionError, ToolingError
-from memforensics.sources.logrecord import KERNEL, LogRecord
+from memforensics.model.logrecord import KERNEL, LogRecord
 
 KMSG_PATH = "/dev/kmsg"
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
@@ -97,6 +97,12 @@ class KmsgReader:
 
     path: str = KMSG_PATH
     lost_records: int = 0
+    opened: bool = False
+
+    @property
+    def source(self) -> str:
+        """The name its records carry: ``kmsg``, or ``kmsg:PATH`` for another device."""
+        return "kmsg" if self.path == KMSG_PATH else f"kmsg:{self.path}"
 
     def records(self) -> Iterator[LogRecord]:
         """Yield the buffer's records as LogRecords (kernel ident, this boot's id)."""
@@ -105,15 +111,16 @@ class KmsgReader:
         except FileNotFoundError as exc:
             raise ToolingError(
                 f"{self.path} does not exist",
-                hint="this container has no kernel log device; use --file with saved dmesg "
-                "output, or run on the host",
+                hint="this container has no kernel log device; read saved dmesg output, "
+                "or run on the host",
             ) from exc
         except PermissionError as exc:
             raise TargetPermissionError(
                 f"cannot read {self.path}: permission denied",
                 hint="kernel.dmesg_restrict=1 needs root or CAP_SYSLOG (sudo), "
-                "or read the journal instead (drop --kmsg)",
+                "or read the journal instead",
             ) from exc
+        self.opened = True
         this_boot = boot_id()
         booted_at = boot_time()
         try:
@@ -142,7 +149,7 @@ class KmsgReader:
                 ident, text = split_userspace(record)
                 yield LogRecord(
                     text=text,
-                    source="kmsg",
+                    source=self.source,
                     ident=ident,
                     time=booted_at + timedelta(seconds=record.uptime_seconds),
                     uptime_seconds=record.uptime_seconds,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import re
+import time
 from datetime import datetime, timedelta, timezone
 
 # Month abbreviations and names as glibc locales print %b/%B (journalctl short, syslog,
@@ -101,13 +103,30 @@ def parse_iso(text: str) -> datetime | None:
 
 
 def parse_syslog_date(
-    month_token: str, day: str, clock_text: str, reference: datetime
+    month_token: str, day: str, clock_text: str, reference: datetime, *, year: int | None = None
 ) -> datetime | None:
-    """``Mar  5 11:22:33`` (no year): the latest such local time not after ``reference`` + 1 day."""
+    """``Mar  5 11:22:33`` as local time. Without ``year`` (classic syslog): the latest such
+    time not after ``reference`` + 1 day."""
+    # The lines of one report share their second, and the local-time conversion is the
+    # costly part: cache, keyed on the time zone too.
+    return _syslog_date(month_token, day, clock_text, reference, year, time.tzname)
+
+
+@functools.lru_cache(maxsize=4096)
+def _syslog_date(
+    month_token: str,
+    day: str,
+    clock_text: str,
+    reference: datetime,
+    year: int | None,
+    zone: tuple[str, str],
+) -> datetime | None:
     month = month_number(month_token)
     clock = _CLOCK_RE.match(clock_text)
     if month is None or clock is None:
         return None
+    if year is not None:
+        return _local_to_utc(year, month, int(day), clock)
     year = reference.year
     stamp = _local_to_utc(year, month, int(day), clock)
     # syslog has no year: a date after the reference (file mtime) is from the previous year.

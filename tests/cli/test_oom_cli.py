@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -51,8 +52,10 @@ def test_help_teaches_with_examples_and_exit_codes() -> None:
         assert text in result.output, text
 
 
-def test_table_for_humans() -> None:
-    result = run("--file", str(OOM / "handmade-5.10-global-caller-ids.log"), env={"COLUMNS": "160"})
+def test_wide_table_for_humans() -> None:
+    result = run(
+        "--file", str(OOM / "handmade-5.10-global-caller-ids.log"), "--wide", env={"COLUMNS": "160"}
+    )
     assert result.exit_code == 0, result.output
     out = result.stdout
     for text in (
@@ -67,6 +70,36 @@ def test_table_for_humans() -> None:
         "(4242)",
     ):
         assert text in out, text
+
+
+def test_default_table_fits_80_columns_with_a_kill_in_at_most_three_lines() -> None:
+    """Issue 12: at 80 columns a kill took 11 lines (the cgroup column wrapped into five)."""
+    fixtures = [
+        "handmade-oom-group-v2-6.12.log",
+        "cadvisor-4.8-docker.log",
+        "handmade-5.10-global-caller-ids.log",
+        "systemd-oomd.log",
+        "handmade-k8s-cgroup-paths.log",
+    ]
+    args = [a for name in fixtures for a in ("--file", str(OOM / name))]
+    result = run(*args, env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert all(len(line.rstrip()) <= 80 for line in lines), max(lines, key=len)
+    body = lines[lines.index(next(line for line in lines if "───" in line)) + 1 :]
+    rows = body[: next(i for i, line in enumerate(body) if not line.strip())]
+    kills = int(lines[0].split(":")[1])
+    # Every kill starts with its date (or "boot+", or "-" when unknown) in the first column.
+    starts = [i for i, line in enumerate(rows) if re.match(r"^ (\d{4}-\d\d-\d\d|boot\+|-) ", line)]
+    assert len(starts) == kills
+    heights = [b - a for a, b in zip(starts, [*starts[1:], len(rows)], strict=True)]
+    assert max(heights) <= 3, rows
+    out = result.stdout
+    # Short readable cgroups: pod and container, Docker container, systemd unit.
+    assert "pod 1a2b3c4d" in out
+    assert "container" in out and "2e088fe462e2" in out
+    assert "batch.service" in out
+    assert "/kubepods.slice/" not in out  # the full path is for --wide and --json
 
 
 def test_json_document_has_the_documented_keys() -> None:
@@ -160,8 +193,10 @@ def test_usage_errors_are_exit_2(args: tuple[str, ...]) -> None:
 
 
 def test_journalctl_missing_is_exit_5(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A journal directory was asked for and journalctl is missing. (Without a source option
+    on a host without journal files, kmsg and /var/log are read instead: no journalctl.)"""
     monkeypatch.setenv("PATH", str(tmp_path))
-    result = run()
+    result = run("--directory", str(tmp_path))
     assert result.exit_code == 5
     assert "journalctl not found" in result.stderr
     assert "--file" in result.stderr  # the hint offers the other sources
@@ -226,3 +261,11 @@ def test_directory_source_end_to_end(tmp_path: Path) -> None:
     bad_boot = run("--directory", str(journal), "--boot", "-7")
     assert bad_boot.exit_code == 2
     assert "not in the journal" in bad_boot.output
+
+
+def test_dev_kmsg_as_file_points_to_kmsg_option() -> None:
+    if not os.path.exists("/dev/kmsg"):
+        pytest.skip("no /dev/kmsg in this container")
+    result = run("--file", "/dev/kmsg")
+    assert result.exit_code == 7
+    assert "--kmsg" in result.stderr

@@ -1,4 +1,5 @@
-"""A real kernel OOM kill in a 64 MiB memory cgroup, then `oom --kmsg` must report the victim.
+"""A real kernel OOM kill in a 64 MiB memory cgroup, then `oom --kmsg` and the default scan
+(on a host without journal files: /dev/kmsg) must report the victim.
 
 The hog joins the cgroup itself before it allocates (so it never runs outside the limit),
 allocates at most 300 MiB within 20 s, and the cgroup is removed in ``finally``.
@@ -16,13 +17,15 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from memforensics.cli import cli
+from memforensics.model.oom import OomEvent
+from memforensics.oomscan import scan_default
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -123,7 +126,18 @@ def memory_cgroup() -> Iterator[MemoryCgroup]:
                 time.sleep(0.1)  # the killed task is still leaving the cgroup
 
 
-def test_real_memcg_oom_kill_is_reported_from_kmsg() -> None:
+@dataclass
+class Kill:
+    """A hog the kernel OOM-killed: its pid, comm and the cgroup path the log shows."""
+
+    pid: int
+    comm: str
+    log_path: str
+
+
+@pytest.fixture(scope="module")
+def real_kill() -> Iterator[Kill]:
+    """One real memcg OOM kill per session, shared by the tests that read it back."""
     if not os.access("/dev/kmsg", os.R_OK):
         pytest.skip("/dev/kmsg is not readable here")
     with memory_cgroup() as cgroup:
@@ -147,28 +161,56 @@ def test_real_memcg_oom_kill_is_reported_from_kmsg() -> None:
                 hog.send_signal(signal.SIGKILL)
                 hog.wait(timeout=10)
         assert returncode == -signal.SIGKILL, "the hog was not OOM-killed"
+        yield Kill(hog.pid, comm, cgroup.log_path)
 
-        result = CliRunner().invoke(cli, ["oom", "--kmsg", "--json"])
-        assert result.exit_code == 0, result.stderr
-        document = json.loads(result.stdout)
-        mine = [e for e in document["events"] if e["pid"] == hog.pid]
-        assert len(mine) == 1, document["events"]
-        event = mine[0]
-        assert event["process"] == comm
-        assert event["killer"] == "kernel"
-        assert event["scope"] == "memcg"
-        assert event["cgroup"].endswith(cgroup.log_path)
-        assert event["oom_memcg"].endswith(cgroup.log_path)
-        assert event["uid"] == os.getuid()
-        assert 16 * 1024 * 1024 < event["anon_rss_bytes"] <= LIMIT_BYTES + 8 * 1024 * 1024
-        assert event["boot_id"] == Path(
-            "/proc/sys/kernel/random/boot_id"
-        ).read_text().strip().replace("-", "")
-        # kmsg time = boot time + printk timestamp: must be "just now".
-        killed_at = datetime.fromisoformat(event["time"].replace("Z", "+00:00"))
-        assert abs((datetime.now(timezone.utc) - killed_at).total_seconds()) < 120
-        if event["constraint"] is not None:
-            assert event["constraint"] == "CONSTRAINT_MEMCG"
 
-        gate = CliRunner().invoke(cli, ["oom", "--kmsg", "--process", comm, "--fail-if-found"])
-        assert gate.exit_code == 1
+def _check_event(event: dict[str, object] | OomEvent, kill: Kill) -> None:
+    get = event.get if isinstance(event, dict) else lambda key: getattr(event, key)
+    assert get("process") == kill.comm
+    assert get("killer") == "kernel"
+    assert get("scope") == "memcg"
+    assert str(get("cgroup")).endswith(kill.log_path)
+    assert str(get("oom_memcg")).endswith(kill.log_path)
+    assert get("uid") == os.getuid()
+    anon = get("anon_rss_bytes")
+    assert isinstance(anon, int) and 16 * 1024 * 1024 < anon <= LIMIT_BYTES + 8 * 1024 * 1024
+    assert get("boot_id") == Path("/proc/sys/kernel/random/boot_id").read_text().strip().replace(
+        "-", ""
+    )
+    assert get("confirmed") is True
+
+
+def test_real_memcg_oom_kill_is_reported_from_kmsg(real_kill: Kill) -> None:
+    result = CliRunner().invoke(cli, ["oom", "--kmsg", "--json"])
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(result.stdout)
+    mine = [e for e in document["events"] if e["pid"] == real_kill.pid]
+    assert len(mine) == 1, document["events"]
+    event = mine[0]
+    _check_event(event, real_kill)
+    # kmsg time = boot time + printk timestamp: must be "just now".
+    killed_at = datetime.fromisoformat(event["time"].replace("Z", "+00:00"))
+    assert abs((datetime.now(timezone.utc) - killed_at).total_seconds()) < 120
+    if event["constraint"] is not None:
+        assert event["constraint"] == "CONSTRAINT_MEMCG"
+
+    gate = CliRunner().invoke(
+        cli, ["oom", "--kmsg", "--process", real_kill.comm, "--fail-if-found"]
+    )
+    assert gate.exit_code == 1
+
+
+def test_default_scan_without_journal_files_finds_it_in_kmsg(
+    real_kill: Kill, tmp_path: Path
+) -> None:
+    """Issue 12: "No OOM kills found" on a host without journal files while /dev/kmsg held
+    the kill. The journal lookup is pointed at an empty directory; the reading is real."""
+    empty_journal = tmp_path / "journal"
+    empty_journal.mkdir()
+    since = datetime.now(timezone.utc) - timedelta(minutes=10)
+    result = scan_default(since=since, journal_dirs=(str(empty_journal),))
+    assert "kmsg" in result.sources
+    assert f"no journal files in {empty_journal}" in result.notes
+    mine = [e for e in result.events if e.pid == real_kill.pid]
+    assert len(mine) == 1, result.events
+    _check_event(mine[0], real_kill)

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
-from memforensics.analysis.oom import find_events, scan, select_events, summarize
+from memforensics.analysis.oom_select import scan, select_events, summarize
+from memforensics.model.logrecord import KERNEL, LogRecord
 from memforensics.model.oom import OomEvent
 from memforensics.sources.logfile import read_text_log
-from memforensics.sources.logrecord import KERNEL, LogRecord
+
+
+def find_events(records: Iterable[LogRecord]) -> list[OomEvent]:
+    """Every event of one stream, as a whole scan reports them."""
+    return list(scan([("test", records)]).events)
+
 
 OOM = Path(__file__).resolve().parent.parent.parent / "fixtures" / "oom"
 KiB = 1024

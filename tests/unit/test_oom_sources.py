@@ -6,19 +6,27 @@ import gzip
 import io
 import random
 import time
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
-from memforensics.analysis.oom import find_events
+from memforensics.analysis.oom_select import scan
 from memforensics.errors import InputDataError
+from memforensics.model.logrecord import KERNEL, LogRecord
 from memforensics.model.oom import OomEvent
-from memforensics.sources import kmsg, logfile
-from memforensics.sources.logfile import parse_line, read_text_log
-from memforensics.sources.logrecord import KERNEL, LogRecord
+from memforensics.sources import kmsg, logfile, logprefilter
+from memforensics.sources.logfile import read_text_log
+from memforensics.sources.logline import parse_line
 from memforensics.sources.logtime import month_number, parse_user_time
+
+
+def find_events(records: Iterable[LogRecord]) -> list[OomEvent]:
+    """Every event of one stream, as a whole scan reports them."""
+    return list(scan([("test", records)]).events)
+
 
 OOM = Path(__file__).resolve().parent.parent.parent / "fixtures" / "oom"
 REFERENCE = datetime(2024, 6, 1, tzinfo=timezone.utc)
@@ -210,8 +218,9 @@ def test_parallel_segments_find_what_a_full_parse_finds(
     path.write_text(text)
     expected = _comparable(_slow_events(text, str(path)))
     monkeypatch.setattr(logfile, "PARALLEL_MIN_BYTES", 1)
-    monkeypatch.setattr(logfile, "LOOKBACK_BYTES", 5000)
+    monkeypatch.setattr(logprefilter, "LOOKBACK_BYTES", 5000)
     monkeypatch.setattr(logfile.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(logfile.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     fast = _comparable(find_events(read_text_log(str(path), reference=REFERENCE)))
     assert fast == expected
 
@@ -224,7 +233,7 @@ def test_streamed_chunks_and_lookbehind_match_the_mapped_path(
     text = _noisy(7)
     expected = _comparable(_slow_events(text, "-"))
     monkeypatch.setattr(logfile, "_CHUNK_BYTES", chunk_bytes)
-    monkeypatch.setattr(logfile, "LOOKBACK_BYTES", 6000)
+    monkeypatch.setattr(logprefilter, "LOOKBACK_BYTES", 6000)
     gz = tmp_path / "noisy.log.gz"
     gz.write_bytes(gzip.compress(text.encode()))
     assert _comparable(find_events(read_text_log(str(gz), reference=REFERENCE))) == expected

@@ -1,4 +1,6 @@
-"""One log message as every log source yields it: text plus what the transport knew."""
+"""One log message as every log source yields it: text plus what the transport knew.
+
+A data type of the model: sources produce it, the OOM analysis consumes it."""
 
 from __future__ import annotations
 
