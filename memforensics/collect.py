@@ -8,14 +8,13 @@ recorded as down with a reason, never fatal: a timer run must always produce its
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from memforensics.analysis.oom import scan
+from memforensics.analysis.oom_select import scan
 from memforensics.collect_state import (
     CollectState,
     count_new_kills,
@@ -40,13 +39,14 @@ from memforensics.model.collect import (
     TargetFigures,
     TargetResult,
 )
+from memforensics.model.logrecord import LogRecord
 from memforensics.model.oom import OomScan
+from memforensics.oomscan import scan_default
 from memforensics.sources import procfs
 from memforensics.sources.cgroup import read_container_identity
-from memforensics.sources.journal import JournalReader, has_journal_files
-from memforensics.sources.kmsg import KMSG_PATH, KmsgReader
+from memforensics.sources.journal import JournalReader
+from memforensics.sources.kmsg import KmsgReader
 from memforensics.sources.logfile import read_text_log
-from memforensics.sources.logrecord import LogRecord
 
 Log = Callable[[str], None]
 
@@ -69,7 +69,6 @@ _REFUSED_BEFORE_ATTACH = (
     TargetPermissionError,
     TargetStoppedError,
 )
-KERN_LOGS = ("/var/log/kern.log", "/var/log/messages")
 
 
 @dataclass(frozen=True)
@@ -83,25 +82,18 @@ class OomSources:
 
 
 def read_oom_scan(sources: OomSources, *, since: datetime | None) -> OomScan:
-    """Every OOM kill at or after ``since`` in ``sources``: collect's one read of the log.
-
-    At merge time the default branch becomes ``memforensics.oomscan.scan_default``.
-    """
+    """Every OOM kill at or after ``since`` in ``sources``: collect's one read of the log."""
+    if not (sources.journal_directory or sources.files or sources.kmsg):
+        # The system's own log, wherever the host keeps it (journal, else kmsg + syslog).
+        return scan_default(since=since)
     streams: list[tuple[str, Iterable[LogRecord]]] = []
     journal: JournalReader | None = None
     if sources.journal_directory is not None:
         journal = JournalReader(directory=sources.journal_directory, since=since)
     elif sources.files:
         streams.extend((path, read_text_log(path)) for path in sources.files)
-    elif sources.kmsg:
-        streams.append(("kmsg", KmsgReader().records()))
-    elif shutil.which("journalctl") and has_journal_files(None):
-        journal = JournalReader(since=since)
-    elif Path(KMSG_PATH).exists():
-        streams.append(("kmsg", KmsgReader().records()))
     else:
-        logs = [path for path in KERN_LOGS if Path(path).is_file()]
-        streams.extend((path, read_text_log(path)) for path in logs[:1])
+        streams.append(("kmsg", KmsgReader().records()))
     if journal is not None:
         streams.append((journal.source, journal.records()))
     found = scan(streams, since=since)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from memforensics.analysis.oom import find_events
+from memforensics.analysis.oom_select import scan
 from memforensics.analysis.samples import heap_sample, rss_sample
 from memforensics.analysis.trend import Trend, compute_trend
 from memforensics.errors import (
@@ -100,7 +100,7 @@ def find_oom_kill(pid: int, since: datetime) -> OomEvent | None:
     """
     for reader in (KmsgReader(), JournalReader(boot="0", since=since - _OOM_SLACK)):
         try:
-            events = find_events(reader.records())
+            events = list(scan([(reader.source, reader.records())]).events)
         except (MemforensicsError, OSError):
             continue
         for event in reversed(events):

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from memforensics.analysis import oom_tasks as tasks
-from memforensics.analysis.oom_cgroup import identify
 from memforensics.model.logrecord import LogRecord
 from memforensics.model.oom import OomEvent, OomTrigger, Scope
+from memforensics.sources.cgroup import identify
 
 KIB = 1024
 

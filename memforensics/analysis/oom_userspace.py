@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 
 from memforensics.analysis import oom_patterns as patterns
-from memforensics.analysis.oom_cgroup import identify
 from memforensics.model.logrecord import LogRecord
 from memforensics.model.oom import OomEvent
+from memforensics.sources.cgroup import identify
 
 MIB = 1024 * 1024
 

@@ -1,4 +1,4 @@
-"""Container identity from a cgroup path: Kubernetes pod UID and runtime container ID.
+"""Who a cgroup path belongs to: Kubernetes pod UID, QoS class and runtime container ID.
 
 The kubelet names a pod's cgroup after its UID in both drivers: cgroupfs
 ``/kubepods/burstable/pod<uid>/<id>`` and systemd
@@ -11,32 +11,70 @@ same labels without asking any API (and without the namespace, which no cgroup p
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from memforensics.model.collect import ContainerIdentity
 
-# A 64-hex container ID as a whole path component or after a runtime prefix in a .scope.
-_CONTAINER_RE = re.compile(
-    r"(?:^|/)(?:(?:cri-containerd|docker|crio|libpod|containerd)-)?(?P<id>[0-9a-f]{64})(?:\.scope)?(?=/|$)"
-)
-# "pod" + UID, either with dashes (cgroupfs) or underscores (systemd slice names).
 _POD_RE = re.compile(
-    r"pod(?P<uid>[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})"
-    r"(?:\.slice)?(?=/|$)"
+    r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})(?:\.slice)?$"
 )
+# "kubepods-burstable.slice" and the pod's own "kubepods-burstable-pod<uid>.slice" (systemd
+# driver); the cgroupfs driver's "/kubepods/burstable/" is two components.
+_QOS_RE = re.compile(r"^kubepods-(burstable|besteffort)(?:\.slice$|-pod)")
+# The container's own cgroup; "crio-conmon-<id>" is CRI-O's monitor process, not the container.
+_CONTAINER_RE = re.compile(
+    r"^(?:(?:cri-containerd|crio|docker|libpod)-)?([0-9a-f]{64})(?:\.scope)?$"
+)
+_COLON_CONTAINER_RE = re.compile(r":(?:cri-containerd|crio|docker):([0-9a-f]{64})$")
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupIdentity:
+    """What a cgroup path says about its owner; ``None`` where it says nothing."""
+
+    pod_uid: str | None = None
+    container_id: str | None = None
+    qos_class: str | None = None
+    kubernetes: bool = False
+
+
+def identify(path: str | None) -> CgroupIdentity:
+    """Pod uid (dashed), container id (64 hex), QoS class from one cgroup path."""
+    if not path:
+        return CgroupIdentity()
+    components = [part for part in path.split("/") if part]
+    pod_uid = container_id = qos = None
+    kubernetes = any(part.startswith("kubepods") for part in components)
+    previous = ""
+    for component in components:
+        part = component
+        if previous == "kubepods" and part in ("burstable", "besteffort"):
+            qos = part  # cgroupfs driver: /kubepods/<qos>/pod<uid>/<container>
+        previous = part
+        colon = _COLON_CONTAINER_RE.search(part)
+        if colon:
+            container_id = colon.group(1)
+            part = part[: colon.start()]
+        pod = _POD_RE.search(part)
+        if pod and (kubernetes or part.startswith("pod")):
+            pod_uid = pod.group(1).replace("_", "-")
+            kubernetes = True
+        qos_match = _QOS_RE.match(part)
+        if qos_match:
+            qos = qos_match.group(1)
+        container = _CONTAINER_RE.match(part)
+        if container:
+            container_id = container.group(1)
+    if kubernetes and pod_uid is not None and qos is None:
+        qos = "guaranteed"  # a Guaranteed pod sits right under kubepods, with no QoS level
+    return CgroupIdentity(pod_uid, container_id, qos, kubernetes)
 
 
 def container_identity(cgroup_path: str | None) -> ContainerIdentity:
     """The pod UID and container ID named in ``cgroup_path`` (either may be None)."""
-    if not cgroup_path:
-        return ContainerIdentity()
-    pod = _POD_RE.search(cgroup_path)
-    # The innermost container ID wins: nested runtimes (kind, docker-in-docker) put theirs last.
-    containers = list(_CONTAINER_RE.finditer(cgroup_path))
-    return ContainerIdentity(
-        pod_uid=pod.group("uid").replace("_", "-") if pod else None,
-        container_id=containers[-1].group("id") if containers else None,
-    )
+    identity = identify(cgroup_path)
+    return ContainerIdentity(pod_uid=identity.pod_uid, container_id=identity.container_id)
 
 
 def process_cgroup_path(text: str) -> str | None:

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from memforensics.analysis.oom_cgroup import identify, short_cgroup
+from memforensics.render.cgroup_name import short_cgroup
 from memforensics.analysis.oom_select import scan
 from memforensics.model.oom import OomEvent
+from memforensics.sources.cgroup import identify
 from memforensics.sources.logfile import read_text_log
 
 OOM = Path(__file__).resolve().parent.parent.parent / "fixtures" / "oom"
