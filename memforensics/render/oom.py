@@ -6,9 +6,9 @@ import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from memforensics.render.cgroup_name import short_cgroup
 from memforensics.analysis.oom_select import summarize
 from memforensics.model.oom import OomEvent, OomScan, OomTrigger, ProcessSummary, TopTask
+from memforensics.render.cgroup_name import short_cgroup
 from memforensics.render.oom_table import render_rows
 from memforensics.units import format_bytes
 

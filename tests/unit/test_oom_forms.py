@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from memforensics.render.cgroup_name import short_cgroup
 from memforensics.analysis.oom_select import scan
 from memforensics.model.oom import OomEvent
+from memforensics.render.cgroup_name import short_cgroup
 from memforensics.sources.cgroup import identify
 from memforensics.sources.logfile import read_text_log
 
