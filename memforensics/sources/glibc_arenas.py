@@ -41,9 +41,12 @@ class ArenaState:
 def read_state(mem: ProcessMemoryReader, address: int) -> ArenaState | None:
     """The malloc_state at ``address`` in one read, or None where nothing is mapped."""
     data = mem.read(address, glibc.STATE_BYTES)
-    if data is None:
-        return None
-    words = memoryview(data).cast("Q")
+    return None if data is None else parse_state(address, data)
+
+
+def parse_state(address: int, data: bytes | memoryview) -> ArenaState:
+    """A malloc_state from its STATE_BYTES bytes (read alone or out of a heap's copy)."""
+    words = memoryview(data).cast("B").cast("Q")
     bins = glibc.OFF_BINS // 8
     fast = glibc.OFF_FASTBINS // 8
     return ArenaState(

@@ -16,20 +16,23 @@ import mmap
 import struct
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from memforensics.model import glibc
-from memforensics.sources.glibc_arenas import ArenaState, Heap
+from memforensics.sources.glibc_arenas import ArenaState, Heap, parse_state, read_state
 from memforensics.sources.procmem import PageMap, ProcessMemoryReader
 
 BIN_RETRIES = 4
 # Copy unit: 64 KiB of whole pages; dense heaps read each block once.
-_BLOCK_SHIFT = 16
+_LAZY_FILL_PAGES = 16  # a big arena read lazily: 64 KiB per read
+POOL_MAX_BYTES = 128 << 20  # copy buffers kept for the next arena
 _CHUNK_WORDS = struct.Struct("<4Q")  # prev_size, size, fd, bk
 _TWO_WORDS = struct.Struct("<2Q")
 _FASTBIN = 0  # pseudo bin number of the fastbins in ``unmeasured_bins``
-# A retry copies the whole arena at once up to this size (one read per run of pages).
-PREFETCH_MAX_BYTES = 256 << 20
+# An arena with at most this many resident bytes is copied whole for each round of the walk
+# (one read per run of pages); a bigger one (a huge main heap with few free chunks) is
+# copied block by block as its lists lead there.
+PREFETCH_MAX_BYTES = 64 << 20
 _PREFETCH_PAGES = 1024  # at most 4 MiB per read
 
 
@@ -57,43 +60,81 @@ class ArenaWalk:
     top_resident_bytes: int | None = None
 
 
+class BufferPool:
+    """Copy buffers reused from arena to arena: 1,500 arenas cost a few mappings, not 1,500
+    fresh ones each faulted in page by page and unmapped again."""
+
+    def __init__(self) -> None:
+        self._free: list[mmap.mmap] = []
+
+    def take(self, length: int) -> mmap.mmap:
+        fitting = [b for b in self._free if len(b) >= length]
+        if fitting:
+            buffer = min(fitting, key=len)
+            self._free.remove(buffer)
+            return buffer
+        # Anonymous and untouched until written: a copy costs only the pages it reads.
+        return mmap.mmap(-1, max(glibc.page_ceil(length, mmap.PAGESIZE), mmap.PAGESIZE))
+
+    def give(self, buffer: mmap.mmap) -> None:
+        self._free.append(buffer)
+        if sum(len(b) for b in self._free) > POOL_MAX_BYTES:
+            smallest = min(self._free, key=len)
+            self._free.remove(smallest)
+            smallest.close()
+
+    def close(self) -> None:
+        for buffer in self._free:
+            buffer.close()
+        self._free.clear()
+
+
 class _Segment:
     """A lazily filled private copy of one heap mapping: blocks are read on first use."""
 
-    __slots__ = ("buffer", "end", "filled", "length", "pages", "start", "view")
+    __slots__ = ("buffer", "end", "filled", "length", "pages", "start", "view", "whole", "words")
 
-    def __init__(self, start: int, end: int, pages: PageMap) -> None:
+    def __init__(self, start: int, end: int, pages: PageMap, pool: BufferPool) -> None:
         self.start = start
         self.end = end
         self.length = end - start
         self.pages = pages
-        # Anonymous and untouched until written: a copy costs only the blocks it reads.
-        self.buffer = mmap.mmap(-1, max(self.length, 1))
-        self.view = memoryview(self.buffer)
-        self.filled = bytearray((self.length >> _BLOCK_SHIFT) + 2)
+        self.buffer = pool.take(self.length)
+        self.view = memoryview(self.buffer)[: self.length]
+        self.words = self.view[: self.length // 8 * 8].cast("Q")
+        self.filled = bytearray(self.length // pages.page_bytes + 2)  # one flag per page
+        self.whole = False  # copied whole at one go (not block by block)
 
-    def close(self) -> None:
+    def close(self, pool: BufferPool) -> None:
+        self.words.release()
         self.view.release()
-        self.buffer.close()
+        pool.give(self.buffer)
 
 
 class ArenaWalker:
     """Walks one arena's free lists over copies of its heap mappings."""
 
-    def __init__(self, mem: ProcessMemoryReader, heaps: Sequence[Heap], *, is_main: bool) -> None:
+    def __init__(
+        self, mem: ProcessMemoryReader, heaps: Sequence[Heap], *, is_main: bool, pool: BufferPool
+    ) -> None:
         self._mem = mem
+        self._pool = pool
         self._page = mem.page_bytes
         self._is_main = is_main
         self._segments = [
-            _Segment(h.start, h.start + h.size_bytes, h.pages)
+            _Segment(h.start, h.start + h.size_bytes, h.pages, pool)
             for h in heaps
             if h.pages is not None and h.size_bytes > 0
         ]
         self._mangled: bool | None = None  # fastbin safe-linking (glibc >= 2.32)
+        resident = sum(s.pages.total_resident_bytes for s in self._segments)
+        self._prefetch_whole = resident <= PREFETCH_MAX_BYTES
+        self._shift = self._page.bit_length() - 1
+        self._fill_pages = _LAZY_FILL_PAGES
 
     def close(self) -> None:
         for segment in self._segments:
-            segment.close()
+            segment.close(self._pool)
 
     def _segment_for(self, address: int) -> _Segment | None:
         for segment in self._segments:
@@ -101,15 +142,18 @@ class ArenaWalker:
                 return segment
         return None
 
-    def _fill(self, segment: _Segment, block: int) -> None:
-        """Copy the readable pages of ``block`` and of the next block's first page."""
+    def _fill(self, segment: _Segment, first_page: int) -> None:
+        """Copy the readable pages from ``first_page`` on (``_fill_pages`` of them, plus one
+        more so a chunk header straddling the last page is whole)."""
         page = self._page
-        first = block << _BLOCK_SHIFT
-        last = min(first + (1 << _BLOCK_SHIFT) + page, segment.length)
+        first = first_page * page
+        last = min(first + (self._fill_pages + 1) * page, segment.length)
         readable = segment.pages.readable
         offset = first
         while offset < last:
             if not readable[offset // page]:
+                # A reused buffer holds another arena's bytes: an unread page reads as zeros.
+                segment.view[offset : offset + page] = bytes(page)
                 offset += page
                 continue
             run_end = offset + page
@@ -117,16 +161,38 @@ class ArenaWalker:
                 run_end += page
             self._mem.read_into(segment.view[offset:run_end], segment.start + offset)
             offset = run_end
-        segment.filled[block] = 1
+        segment.filled[first_page : first_page + self._fill_pages] = b"\x01" * self._fill_pages
 
-    def _retry_reads(self) -> None:
-        """Before reading a moved list again: a fresh copy of the whole arena at once where it
-        is small enough, else drop the copied blocks so the next reads see the heap as now."""
-        if sum(s.length for s in self._segments) <= PREFETCH_MAX_BYTES:
-            self._prefetch()
-            return
+    def _reset(self, fill_pages: int) -> None:
+        """Forget every copied page; later reads copy ``fill_pages`` pages at a time."""
+        self._fill_pages = fill_pages
         for segment in self._segments:
             segment.filled[:] = bytes(len(segment.filled))
+            segment.whole = False
+
+    def _prefetch(self) -> None:
+        """Copy every readable page of the arena now, one read per run of resident pages."""
+        page = self._page
+        for segment in self._segments:
+            readable = segment.pages.readable
+            pages = segment.length // page
+            index = 0
+            while index < pages:
+                if not readable[index]:
+                    hole = index
+                    while index < pages and not readable[index]:
+                        index += 1
+                    segment.view[hole * page : index * page] = bytes((index - hole) * page)
+                    continue
+                run = index
+                while run < pages and readable[run] and run - index < _PREFETCH_PAGES:
+                    run += 1
+                self._mem.read_into(
+                    segment.view[index * page : run * page], segment.start + index * page
+                )
+                index = run
+            segment.filled[:] = b"\x01" * len(segment.filled)
+            segment.whole = True
 
     def _walk_list(
         self, head: int, fd: int, bk: int, low: int, high: int
@@ -135,10 +201,14 @@ class ArenaWalker:
         or None when it does not read back consistently."""
         if not self._segments:
             return None
+        only = self._segments[0]
+        if len(self._segments) == 1 and only.whole:
+            return self._walk_list_copied(only, head, fd, bk, low, high)
         page = self._page
         min_trim = page + glibc.MALLOC_CHUNK_BYTES
         align_in = glibc.MALLOC_CHUNK_BYTES + page - 1
         unpack = _CHUNK_WORDS.unpack_from
+        shift = self._shift
         segment = self._segments[0]
         start, length, buffer, filled = segment.start, segment.length, segment.view, segment.filled
         pages = segment.pages
@@ -166,7 +236,7 @@ class ArenaWalker:
                     return None
             if offset & 15:
                 return None
-            block = offset >> _BLOCK_SHIFT
+            block = offset >> shift
             if not filled[block]:
                 self._fill(segment, block)
             _, size, next_chunk, back = unpack(buffer, offset)
@@ -194,6 +264,90 @@ class ArenaWalker:
             return None
         return count, total, resident, trimmable
 
+    def _walk_list_copied(
+        self, segment: _Segment, head: int, fd: int, bk: int, low: int, high: int
+    ) -> tuple[int, ...] | None:
+        """_walk_list for the common case, with little but the checks in the loop: one heap
+        copied whole. The copy is static, so a list whose every ``bk`` names the chunk
+        before cannot cycle without returning to the head (a chunk seen twice would need
+        two predecessors); no visit counting is needed. A chunk whose pages are all
+        resident (the prefix sums say so) counts whole; only others need page arithmetic."""
+        if segment.pages.all_resident:
+            return self._walk_resident_copy(segment, head, fd, bk, low, high)
+        page = self._page
+        shift = self._shift
+        min_trim = page + glibc.MALLOC_CHUNK_BYTES
+        align_in = glibc.MALLOC_CHUNK_BYTES + page - 1
+        words = segment.words
+        start = segment.start
+        last_slot = (segment.length - 32) >> 3
+        end_slot = segment.length >> 3
+        pages = segment.pages
+        prefix = pages.prefix
+        count = total = resident = trimmable = 0
+        previous = head
+        chunk = fd
+        while chunk != head:
+            slot = (chunk - start) >> 3
+            if not 0 <= slot <= last_slot or words[slot + 3] != previous:
+                return None
+            size = words[slot + 1] & ~7
+            if not low <= size <= high or slot + (size >> 3) > end_slot:
+                return None
+            count += 1
+            total += size
+            first_page = (chunk - start) >> shift
+            last_page = (chunk - start + size - 1) >> shift
+            if prefix[last_page + 1] - prefix[first_page] == last_page - first_page + 1:
+                resident += size
+                if size >= min_trim:
+                    whole = ((chunk + size) // page - (chunk + align_in) // page) * page
+                    if whole > 0:
+                        trimmable += whole
+            else:
+                resident += pages.resident_bytes(chunk, chunk + size)
+                trimmable += pages.whole_pages_resident_bytes(*glibc.mtrim_span(chunk, size, page))
+            previous = chunk
+            chunk = words[slot + 2]
+        if bk != previous:
+            return None
+        return count, total, resident, trimmable
+
+    def _walk_resident_copy(
+        self, segment: _Segment, head: int, fd: int, bk: int, low: int, high: int
+    ) -> tuple[int, ...] | None:
+        """The hottest loop: a wholly resident heap copied whole (every free byte resident).
+        Misaligned pointers need no test of their own: they read words whose ``bk`` does not
+        name the previous chunk."""
+        page = self._page
+        min_trim = page + glibc.MALLOC_CHUNK_BYTES
+        align_in = glibc.MALLOC_CHUNK_BYTES + page - 1
+        words = segment.words
+        start = segment.start
+        last_slot = (segment.length - 32) >> 3
+        end_slot = segment.length >> 3
+        count = total = trimmable = 0
+        previous = head
+        chunk = fd
+        while chunk != head:
+            slot = (chunk - start) >> 3
+            if not 0 <= slot <= last_slot or words[slot + 3] != previous:
+                return None
+            size = words[slot + 1] & ~7
+            if not low <= size <= high or slot + (size >> 3) > end_slot:
+                return None
+            count += 1
+            total += size
+            if size >= min_trim:
+                whole = ((chunk + size) // page - (chunk + align_in) // page) * page
+                if whole > 0:
+                    trimmable += whole
+            previous = chunk
+            chunk = words[slot + 2]
+        if bk != previous:
+            return None
+        return count, total, total, trimmable
+
     def _walk_fastbin(self, head: int, size_bytes: int) -> tuple[int, ...] | None:
         """(chunks, bytes, resident bytes, 0) of one fastbin (a NULL-terminated list)."""
         count = total = resident = 0
@@ -205,7 +359,7 @@ class ArenaWalker:
             offset = chunk - segment.start
             if offset > segment.length - 32:
                 return None
-            block = offset >> _BLOCK_SHIFT
+            block = offset >> self._shift
             if not segment.filled[block]:
                 self._fill(segment, block)
             _, size, stored, _ = _CHUNK_WORDS.unpack_from(segment.view, offset)
@@ -239,95 +393,100 @@ class ArenaWalker:
         pointer = revealed if self._mangled else stored
         return pointer if valid(pointer) else None
 
-    def _reread_bin(self, state: ArenaState, index: int) -> tuple[int, int] | None:
-        address = state.address + glibc.OFF_BINS + 16 * (index - 1)
-        data = self._mem.read(address, 16)
-        return None if data is None else _TWO_WORDS.unpack(data)
+    def _snapshot(self, state: ArenaState, *, chase: bool) -> ArenaState | None:
+        """Fresh reads for a round of the walk, and the arena's malloc_state as of them.
 
-    def _reread_fastbin(self, state: ArenaState, index: int) -> int | None:
-        data = self._mem.read(state.address + glibc.OFF_FASTBINS + 8 * index, 8)
-        return None if data is None else int.from_bytes(data, "little")
-
-    def _prefetch(self) -> None:
-        """Copy every readable page of the arena now, in runs: a list read from one copy
-        taken within milliseconds is far likelier to be consistent than one read lazily."""
-        page = self._page
-        for segment in self._segments:
-            readable = segment.pages.readable
-            pages = segment.length // page
-            index = 0
-            while index < pages:
-                if not readable[index]:
-                    index += 1
-                    continue
-                run = index
-                while run < pages and readable[run] and run - index < _PREFETCH_PAGES:
-                    run += 1
-                self._mem.read_into(
-                    segment.view[index * page : run * page], segment.start + index * page
-                )
-                index = run
-            segment.filled[:] = b"\x01" * len(segment.filled)
+        A snapshot round copies a small arena whole, in runs of resident pages, within
+        milliseconds (a big one block by block as its lists lead there): a list read from
+        one such copy is far likelier to be consistent than one read lazily while the target
+        works. A non-main arena's malloc_state lies in its first heap, so it comes out of the
+        same copy. A chase round reads page by page as the lists lead, each list right after
+        its head is read again: a short hot list is read within microseconds.
+        """
+        if chase:
+            self._reset(1)
+            return read_state(self._mem, state.address)
+        if not self._prefetch_whole:
+            self._reset(_LAZY_FILL_PAGES)
+            return read_state(self._mem, state.address)
+        self._prefetch()
+        segment = self._segment_for(state.address)
+        if segment is not None:
+            offset = state.address - segment.start
+            return parse_state(state.address, segment.view[offset : offset + glibc.STATE_BYTES])
+        return read_state(self._mem, state.address)
 
     def walk(self, state: ArenaState, *, deadline: float) -> ArenaWalk:
-        """Measure every bin (fastbins, unsorted, small, large) and the top of the arena."""
+        """Measure every bin (fastbins, unsorted, small, large) and the top of the arena.
+
+        Rounds: the first reads a snapshot and walks every bin; later rounds, alternately
+        chasing and from a fresh snapshot, walk only the bins whose lists read
+        inconsistently, at most BIN_RETRIES more times.
+        """
         walk = ArenaWalk()
         clock = time.monotonic
-        if clock() > deadline:
-            walk.budget_reached = True
-            walk.unmeasured_bins.extend([_FASTBIN, *_nonempty_bins(state, 1)])
-            return walk
-        self._measure_top(state, walk)
-        # Fastbins (pseudo bin 0): measured as a whole or not at all.
-        fast_result: list[tuple[int, ...]] = []
-        for index, head in enumerate(state.fastbins):
-            current: int | None = head
-            result = None
-            for attempt in range(BIN_RETRIES + 1):
-                if current is None:
-                    break
-                result = self._walk_fastbin(current, (index + 2) * glibc.MALLOC_ALIGNMENT)
-                if result is not None:
-                    break
-                walk.retries += attempt < BIN_RETRIES
-                self._retry_reads()
-                current = self._reread_fastbin(state, index)
-            if result is None:
-                fast_result = []
-                walk.unmeasured_bins.append(_FASTBIN)
-                break
-            fast_result.append(result)
-        for result in fast_result:
-            self._add(walk, result)
-        for index in range(1, glibc.NBINS):
-            fd, bk = state.bins[2 * (index - 1)], state.bins[2 * (index - 1) + 1]
-            head = _bin_head(state, index)
-            if fd == head and bk == head:
-                continue
+        pending = [_FASTBIN, *_nonempty_bins(state, 1)]
+        for attempt in range(BIN_RETRIES + 1):
             if clock() > deadline:
                 walk.budget_reached = True
-                walk.unmeasured_bins.extend(_nonempty_bins(state, index))
                 break
-            low, high = glibc.bin_size_range(index)
-            result = None
-            pair: tuple[int, int] | None = (fd, bk)
-            for attempt in range(BIN_RETRIES + 1):
-                if pair is None:
+            chase = attempt % 2 == 1
+            fresh = self._snapshot(state, chase=chase)
+            if fresh is None:
+                break
+            state = fresh
+            if attempt == 0:
+                self._measure_top(state, walk)
+            failed: list[int] = []
+            for position, index in enumerate(pending):
+                if clock() > deadline:
+                    walk.budget_reached = True
+                    failed.extend(pending[position:])
                     break
-                if pair[0] == head and pair[1] == head:
-                    result = (0, 0, 0, 0)  # emptied meanwhile: measured, nothing in it
-                    break
-                result = self._walk_list(head, pair[0], pair[1], low, high)
-                if result is not None:
-                    break
-                walk.retries += attempt < BIN_RETRIES
-                self._retry_reads()
-                pair = self._reread_bin(state, index)
-            if result is None:
-                walk.unmeasured_bins.append(index)
-            else:
-                self._add(walk, result)
+                if chase:
+                    state = self._reread_heads(state, index)
+                result = self._walk_bin(state, index)
+                if result is None:
+                    failed.append(index)
+                else:
+                    self._add(walk, result)
+            pending = failed
+            if not pending or walk.budget_reached:
+                break
+            walk.retries += attempt < BIN_RETRIES
+        walk.unmeasured_bins.extend(pending)
         return walk
+
+    def _reread_heads(self, state: ArenaState, index: int) -> ArenaState:
+        """``state`` with bin ``index``'s head (or the fastbin heads) read again just now."""
+        if index == _FASTBIN:
+            data = self._mem.read(state.address + glibc.OFF_FASTBINS, 8 * glibc.NFASTBINS)
+            if data is None:
+                return state
+            return replace(state, fastbins=tuple(memoryview(data).cast("Q")))
+        data = self._mem.read(state.address + glibc.OFF_BINS + 16 * (index - 1), 16)
+        if data is None:
+            return state
+        bins = list(state.bins)
+        bins[2 * (index - 1) : 2 * index] = _TWO_WORDS.unpack(data)
+        return replace(state, bins=tuple(bins))
+
+    def _walk_bin(self, state: ArenaState, index: int) -> tuple[int, ...] | None:
+        """One bin of ``state`` measured: all fastbins for pseudo bin 0, else one list."""
+        if index == _FASTBIN:
+            totals = [0, 0, 0, 0]
+            for fast_index, head in enumerate(state.fastbins):
+                result = self._walk_fastbin(head, (fast_index + 2) * glibc.MALLOC_ALIGNMENT)
+                if result is None:
+                    return None
+                totals = [a + b for a, b in zip(totals, result, strict=True)]
+            return tuple(totals)
+        fd, bk = state.bins[2 * (index - 1)], state.bins[2 * (index - 1) + 1]
+        head = _bin_head(state, index)
+        if fd == head and bk == head:
+            return (0, 0, 0, 0)  # emptied meanwhile: measured, nothing in it
+        low, high = glibc.bin_size_range(index)
+        return self._walk_list(head, fd, bk, low, high)
 
     @staticmethod
     def _add(walk: ArenaWalk, result: tuple[int, ...]) -> None:

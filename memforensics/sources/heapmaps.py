@@ -25,7 +25,7 @@ from memforensics.sources.glibc_arenas import (
     read_state,
     reread_heaps,
 )
-from memforensics.sources.glibc_walk import ArenaWalker
+from memforensics.sources.glibc_walk import ArenaWalker, BufferPool
 from memforensics.sources.procmaps import Mapping, read_smaps
 from memforensics.sources.procmem import ProcessMemoryReader
 
@@ -138,14 +138,19 @@ def scan_heap(
     """Read every arena of ``pid``: heaps, residency, free lists (within the time budget)."""
     started = time.monotonic()
     mappings = read_smaps(pid)
-    with ProcessMemoryReader(pid) as mem:
-        return _scan(pid, mappings, mem, libc_path, started, budget_seconds)
+    pool = BufferPool()
+    try:
+        with ProcessMemoryReader(pid) as mem:
+            return _scan(pid, mappings, mem, pool, libc_path, started, budget_seconds)
+    finally:
+        pool.close()
 
 
 def _scan(
     pid: int,
     mappings: list[Mapping],
     mem: ProcessMemoryReader,
+    pool: BufferPool,
     libc_path: str | None,
     started: float,
     budget_seconds: float,
@@ -183,14 +188,14 @@ def _scan(
         main_heap = Heap(brk.start_address, 0, brk.size_bytes, brk.size_bytes)
         main_heap.pages = mem.pagemap(brk.start_address, brk.end_address)
         all_heaps.append(main_heap)
-        rows.append(_scan_arena(mem, main_state, [main_heap], True, True, deadline))
+        rows.append(_scan_arena(mem, pool, main_state, [main_heap], True, True, deadline))
     for address in order:
         arena_heaps = by_arena.get(address) or heaps_from_top(mem, states[address])
         state, arena_heaps, layout_ok = _settle_layout(mem, states[address], arena_heaps)
         for heap in arena_heaps:
             heap.pages = mem.pagemap(heap.start, heap.start + heap.mprotect_bytes)
         all_heaps.extend(arena_heaps)
-        rows.append(_scan_arena(mem, state, arena_heaps, False, layout_ok, deadline))
+        rows.append(_scan_arena(mem, pool, state, arena_heaps, False, layout_ok, deadline))
 
     heap_starts = {h.start for h in all_heaps}
     candidates = [
@@ -229,6 +234,7 @@ def _scan(
 
 def _scan_arena(
     mem: ProcessMemoryReader,
+    pool: BufferPool,
     state: ArenaState | None,
     heaps: list[Heap],
     is_main: bool,
@@ -249,7 +255,7 @@ def _scan_arena(
             segments=segments,
             walked=False,
         )
-    walker = ArenaWalker(mem, heaps, is_main=is_main)
+    walker = ArenaWalker(mem, heaps, is_main=is_main, pool=pool)
     try:
         walk = walker.walk(state, deadline=deadline)
     finally:

@@ -54,15 +54,16 @@ class PageMap:
             pages - len(present)
         )
         present += [0] * (pages - len(present))
-        self._prefix = [0, *itertools.accumulate(present)]
+        # prefix[i] = resident pages before page i: any span's count in two lookups.
+        self.prefix = [0, *itertools.accumulate(present)]
         # The common case (a heap nobody trimmed) lets the walk skip page arithmetic.
-        self.all_resident = pages > 0 and self._prefix[-1] == pages
+        self.all_resident = pages > 0 and self.prefix[-1] == pages
 
     def _pages(self, first: int, last: int) -> int:
         """Resident pages with index in [first, last)."""
-        pages = len(self._prefix) - 1
+        pages = len(self.prefix) - 1
         first, last = max(first, 0), min(last, pages)
-        return self._prefix[last] - self._prefix[first] if last > first else 0
+        return self.prefix[last] - self.prefix[first] if last > first else 0
 
     def resident_bytes(self, start: int, end: int) -> int:
         """Bytes of [start, end) lying on resident pages (partial pages count their part)."""
@@ -88,7 +89,7 @@ class PageMap:
 
     @property
     def total_resident_bytes(self) -> int:
-        return self._prefix[-1] * self.page_bytes
+        return self.prefix[-1] * self.page_bytes
 
 
 class ProcessMemoryReader:
