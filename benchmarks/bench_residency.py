@@ -33,8 +33,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -52,6 +53,7 @@ from memforensics.sources.procmaps import read_smaps  # noqa: E402
 from memforensics.sources.procmem import ProcessMemoryReader  # noqa: E402
 from tests.support.targets import compile_target  # noqa: E402
 
+T = TypeVar("T")
 BLOCK_BYTES = 144  # a 160-byte chunk: above the fastbin limit, so every free one is binned
 LIMIT_BYTES = 3 << 30
 
@@ -148,9 +150,10 @@ def manual_walk(pid: int) -> int:
     return chunks
 
 
-def timed(function, *args, **kwargs):  # type: ignore[no-untyped-def]
+def timed(function: Callable[[], T]) -> tuple[T, float, float]:
+    """``function()``, its wall seconds and its CPU seconds."""
     wall, cpu = time.monotonic(), time.process_time()
-    result = function(*args, **kwargs)
+    result = function()
     return result, time.monotonic() - wall, time.process_time() - cpu
 
 
@@ -168,11 +171,11 @@ def run_case(arenas: int, free_chunks: int, rounds: int) -> None:
             order = ["memforensics", "manual"] if turn % 2 == 0 else ["manual", "memforensics"]
             for name in order:
                 if name == "memforensics":
-                    residency, wall, cpu = timed(read_heap_residency, pid, dump)
+                    residency, wall, cpu = timed(lambda: read_heap_residency(pid, dump))
                     chunks = sum(a.walked_chunks for a in residency.arenas)
                     share = residency.measured_share
                 else:
-                    chunks, wall, cpu = timed(manual_walk, pid)
+                    chunks, wall, cpu = timed(lambda: manual_walk(pid))
                     share = float("nan")
                 rows[name].append((chunks / wall, chunks / max(cpu, 1e-9), share, wall))
         print(f"{'':14} {'chunks/s wall':>14} {'chunks/s cpu':>14} {'measured':>9} {'seconds':>8}")
