@@ -52,7 +52,8 @@ class Arenas:
     def _await(self, name: str) -> str:
         path = self.control / name
         deadline = time.monotonic() + 30
-        while not path.exists():
+        # The target creates the marker, then writes its line: wait for the whole line.
+        while not (path.exists() and path.read_text().endswith("\n")):
             assert self.target.alive(), "target died"
             assert time.monotonic() < deadline, f"target wrote no {name}"
             time.sleep(0.005)
@@ -65,6 +66,11 @@ class Arenas:
         os.kill(self.pid, signal.SIGUSR1)
         self._await("dump.done")
         return parse_dump((self.control / "dump.xml").read_bytes(), name=f"pid {self.pid}")
+
+    def operations(self) -> int:
+        """churn_arenas only: dump again; the marker carries the target's operation count."""
+        os.kill(self.pid, signal.SIGUSR1)
+        return int(self._await("dump.done"))
 
     def trim(self) -> int:
         """malloc_trim(0) in the target; its return value."""
@@ -319,3 +325,63 @@ def test_busy_target_reads_are_safe_and_consistent() -> None:
         assert methods <= {"walked", "partial", "estimate"}
         assert arenas.target.alive()
         assert arenas.dump().arenas  # still answers: not corrupted, not stuck
+
+
+@contextlib.contextmanager
+def churning_target(*args: str) -> Iterator[Arenas]:
+    """tests/targets/churn_arenas.c: threads churning a small working set over a fragmented
+    heap (same signal protocol as proc_arenas)."""
+    with tempfile.TemporaryDirectory() as tmp, c_target("churn_arenas", tmp, *args) as target:
+        yield Arenas(target, Path(tmp))
+
+
+BUSY_REPORTS = 5
+BUSY_MEASURED_SHARE = 0.90  # issue 11: >= 90 % of the free bytes measured in most reports
+# The walk's time budget is about waiting, not about a moving heap: on a loaded CI machine it
+# would stop the walk before the heap's motion is what the test looks at.
+BUSY_BUDGET_SECONDS = 60.0
+
+
+@pytest.mark.slow
+def test_busy_service_free_bytes_are_mostly_measured() -> None:
+    """Four threads churn malloc/free over fragmented arenas while the residency is read:
+    arenas are matched one by one, lists caught moving are read again, and at least 90 %
+    of the free bytes are measured in most reports (before issue 11: 0.2 %, every busy
+    arena went to the estimate). The target verifies its blocks and keeps working."""
+    with churning_target("4", "20000", "256") as busy:
+        shares = []
+        for _ in range(BUSY_REPORTS):
+            dump = busy.dump()
+            residency = read_heap_residency(busy.pid, dump, budget_seconds=BUSY_BUDGET_SECONDS)
+            assert residency.method == "arena-chain"
+            assert len(residency.arenas) == len(dump.arenas) == 5
+            shares.append(residency.measured_share)
+            total = residency.measured_free_bytes + residency.estimated_free_bytes
+            # What the walk found and what the XML says differ only by what moved meanwhile.
+            assert total == pytest.approx(dump.free_bytes, rel=0.1)
+            for row in residency.arenas:
+                assert row.free_method in ("walked", "partial")
+                assert row.measured_free_bytes > 0
+            assert len(residency.notes) <= 3  # one line per reason, not one per arena
+        assert sorted(shares)[BUSY_REPORTS // 2] >= BUSY_MEASURED_SHARE, shares
+        operations_before = busy.operations()
+        deadline = time.monotonic() + 30
+        while busy.operations() <= operations_before:  # still churning, not stuck
+            assert busy.target.alive() and time.monotonic() < deadline
+
+
+@pytest.mark.slow
+def test_busy_service_trim_forecast_is_within_a_quarter_of_the_release() -> None:
+    """The forecast, read while the threads churn, is within 25 % of what malloc_trim then
+    releases: the big free chunks holding whole pages stay put while the small ones move."""
+    with churning_target("4", "20000", "256") as busy:
+        dump = busy.dump()
+        residency = read_heap_residency(busy.pid, dump, budget_seconds=BUSY_BUDGET_SECONDS)
+        forecast = forecast_trim(dump, residency, page_bytes=residency.page_bytes)
+        assert forecast.measured_share >= BUSY_MEASURED_SHARE
+        released = _released_after_trim(busy)
+        assert released > 8 * MIB
+        assert abs(forecast.releasable_bytes - released) <= FORECAST_TOLERANCE * released
+        if not forecast.measured:
+            assert any(note.startswith("error bar:") for note in forecast.notes)
+        assert busy.target.alive()

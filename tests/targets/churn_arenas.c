@@ -2,7 +2,8 @@
  *
  * usage: churn_arenas DIR THREADS BLOCKS WORKING_SET [BURST_OPS [PAUSE_US]]
  *   Every worker thread (each in its own arena while below arena_max) mallocs BLOCKS blocks
- *   of sizes spread over small and large bins (64 … 3000 bytes), writes them, frees every
+ *   of sizes spread over small and large bins (64 … 3000 bytes, every 64th 20,000 bytes so
+ *   some free chunks hold whole pages), writes them, frees every
  *   other one (a fragmented heap: free chunks between live ones that cannot merge) and sorts
  *   the unsorted bin into the bins with one request nothing fits. Then it churns: a ring of
  *   WORKING_SET blocks of random sizes (16 … 1024 bytes) freed and malloced again, BURST_OPS
@@ -44,7 +45,10 @@ static void build_fragmented_heap(unsigned int *seed) {
     void **kept = calloc((size_t)blocks, sizeof(void *));
     if (kept == NULL) abort();
     for (long i = 0; i < blocks; i++) {
-        size_t size = 64 + (size_t)(rand_r(seed) % 2937);
+        /* Every 64th block is big and freed: a free chunk holding whole pages (what
+         * malloc_trim can give back), steady because the churn's small requests fit the
+         * smaller free chunks first. */
+        size_t size = i % 64 == 62 ? 20000 : 64 + (size_t)(rand_r(seed) % 2937);
         kept[i] = malloc(size);
         if (kept[i] == NULL) abort();
         memset(kept[i], 0x5a, size);
