@@ -54,8 +54,8 @@ def parse_state(address: int, data: bytes | memoryview) -> ArenaState:
         top=words[glibc.OFF_TOP // 8],
         next_arena=words[glibc.OFF_NEXT // 8],
         system_bytes=words[glibc.OFF_SYSTEM_MEM // 8],
-        bins=tuple(words[bins : bins + 2 * (glibc.NBINS - 1)]),
-        fastbins=tuple(words[fast : fast + glibc.NFASTBINS]),
+        bins=tuple(words[bins : bins + 2 * (glibc.NBINS - 1)].tolist()),
+        fastbins=tuple(words[fast : fast + glibc.NFASTBINS].tolist()),
     )
 
 

@@ -42,7 +42,13 @@ def _bin_head(state: ArenaState, index: int) -> int:
 
 
 def _nonempty_bins(state: ArenaState, first: int) -> list[int]:
-    return [i for i in range(first, glibc.NBINS) if state.bins[2 * (i - 1)] != _bin_head(state, i)]
+    """Bins from ``first`` on whose fd does not point back at the bin itself."""
+    heads = range(_bin_head(state, 1), _bin_head(state, glibc.NBINS), 16)
+    return [
+        index
+        for index, (fd, head) in enumerate(zip(state.bins[0::2], heads, strict=True), start=1)
+        if fd != head and index >= first
+    ]
 
 
 @dataclass
@@ -474,6 +480,8 @@ class ArenaWalker:
     def _walk_bin(self, state: ArenaState, index: int) -> tuple[int, ...] | None:
         """One bin of ``state`` measured: all fastbins for pseudo bin 0, else one list."""
         if index == _FASTBIN:
+            if not any(state.fastbins):
+                return (0, 0, 0, 0)
             totals = [0, 0, 0, 0]
             for fast_index, head in enumerate(state.fastbins):
                 result = self._walk_fastbin(head, (fast_index + 2) * glibc.MALLOC_ALIGNMENT)

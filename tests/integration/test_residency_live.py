@@ -385,3 +385,22 @@ def test_busy_service_trim_forecast_is_within_a_quarter_of_the_release() -> None
         if not forecast.measured:
             assert any(note.startswith("error bar:") for note in forecast.notes)
         assert busy.target.alive()
+
+
+def test_fastbins_are_walked_through_safe_linking() -> None:
+    """64-byte blocks freed every other one fill the fastbins (glibc >= 2.32 stores their
+    links mangled as (address >> 12) ^ fd): they are walked, not taken from the XML, and
+    the walk finds the bytes malloc_info counts."""
+    with arenas_target("2", "2000", "64", "alternate") as arenas:
+        dump = arenas.dump()
+        residency = read_heap_residency(arenas.pid, dump)
+        assert (dump.fast_bytes or 0) > 100_000
+        assert residency.estimated_free_bytes == 0 and residency.measured_share == 1.0
+        for arena in dump.arenas:
+            row = residency.arena(arena.index)
+            assert row is not None and row.free_method == "walked"
+            if arena.fast_chunks:
+                assert row.walked_chunks >= arena.fast_chunks
+            # Regular bins print sizes with PREV_INUSE (+1 per chunk); fastbins do not.
+            assert arena.free_bytes - arena.rest_chunks <= row.measured_free_bytes
+            assert row.measured_free_bytes <= arena.free_bytes

@@ -12,6 +12,7 @@ from memforensics.analysis.heap import analyze
 from memforensics.analysis.residency import one_verdict, residency_advice, waterfall
 from memforensics.analysis.residency_build import build_residency
 from memforensics.analysis.trim_forecast import estimate_arena_releasable, forecast_trim
+from memforensics.model import glibc
 from memforensics.model.heap import Arena, HeapDump, SizeBucket
 from memforensics.model.heapscan import ArenaScan, HeapScan
 from memforensics.model.process import (
@@ -395,3 +396,25 @@ def test_residency_json_has_the_documented_keys() -> None:
     assert missing_keys(document, "memforensics/heap/1#residency") == []
     assert document["residency"]["measured_share"] == 0.75
     assert document["residency"]["arenas"][0]["estimated_bins"] == [1]
+
+
+def test_glibc_bins_follow_mallocs_index_macros() -> None:
+    """bin_index is glibc's smallbin_index/largebin_index_64; the ranges tile the sizes."""
+    assert [glibc.bin_index(s) for s in (32, 48, 1008, 1024, 1087, 1088, 3072)] == [
+        2,
+        3,
+        63,
+        64,
+        64,
+        65,
+        96,
+    ]
+    assert glibc.bin_index(3136) == 97 and glibc.bin_index(1 << 20) == 126
+    previous_high = glibc.bin_size_range(63)[1]
+    for index in range(64, 127):
+        low, high = glibc.bin_size_range(index)
+        assert low == previous_high + 1 if index > 64 else low == 1024
+        assert glibc.bin_index(low) == index == glibc.bin_index(high & ~15)
+        previous_high = high
+    assert glibc.systrim_release_bytes(64 * 1024, PAGE) == 15 * PAGE
+    assert glibc.mtrim_span(0x1000, 3 * PAGE, PAGE) == (0x2000, 0x4000)
