@@ -12,15 +12,32 @@ not one per chunk. Layout constants: memforensics.model.glibc.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import mmap
+import os
 import struct
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from types import ModuleType
 
 from memforensics.model import glibc
 from memforensics.sources.glibc_arenas import ArenaState, Heap, parse_state, read_state
 from memforensics.sources.procmem import PageMap, ProcessMemoryReader
+
+_native: ModuleType | None = None
+# The optional C loop (setup.py builds it where a compiler exists); MEMFORENSICS_PURE_PYTHON=1
+# keeps the Python loop even where it was built (to compare, or to rule it out).
+if not os.environ.get("MEMFORENSICS_PURE_PYTHON"):
+    with contextlib.suppress(ImportError):
+        _native = importlib.import_module("memforensics.sources._chunkwalk")
+
+
+def native_walk_available() -> bool:
+    """True when the C loop is built and in use."""
+    return _native is not None
+
 
 BIN_RETRIES = 4
 # Copy unit: 64 KiB of whole pages; dense heaps read each block once.
@@ -64,6 +81,45 @@ class ArenaWalk:
     budget_reached: bool = False
     top_bytes: int | None = None
     top_resident_bytes: int | None = None
+
+
+def walk_resident_copy_py(
+    buffer: memoryview, start: int, head: int, fd: int, bk: int, low: int, high: int, page: int
+) -> tuple[int, ...] | None:
+    """(chunks, bytes, resident bytes, trimmable bytes) of one free list followed through
+    ``buffer``, a static copy of a wholly resident heap starting at ``start``; None when the
+    list does not read back consistently. The hottest loop: nothing but the checks in it.
+    Misaligned pointers need no test of their own (they read words whose ``bk`` does not
+    name the previous chunk), and a static copy cannot cycle without returning to the head
+    (a chunk seen twice would need two predecessors), so no visits are counted.
+    memforensics.sources._chunkwalk.walk is the same loop in C, built where a compiler
+    exists (and used, also for partly resident heaps, when it was)."""
+    min_trim = page + glibc.MALLOC_CHUNK_BYTES
+    align_in = glibc.MALLOC_CHUNK_BYTES + page - 1
+    words = buffer if buffer.format == "Q" else buffer.cast("Q")
+    last_slot = (len(words) * 8 - 32) >> 3
+    end_slot = len(words)
+    count = total = trimmable = 0
+    previous = head
+    chunk = fd
+    while chunk != head:
+        slot = (chunk - start) >> 3
+        if not 0 <= slot <= last_slot or words[slot + 3] != previous:
+            return None
+        size = words[slot + 1] & ~7
+        if not low <= size <= high or slot + (size >> 3) > end_slot:
+            return None
+        count += 1
+        total += size
+        if size >= min_trim:
+            whole = ((chunk + size) // page - (chunk + align_in) // page) * page
+            if whole > 0:
+                trimmable += whole
+        previous = chunk
+        chunk = words[slot + 2]
+    if bk != previous:
+        return None
+    return count, total, total, trimmable
 
 
 class BufferPool:
@@ -209,6 +265,11 @@ class ArenaWalker:
             return None
         only = self._segments[0]
         if len(self._segments) == 1 and only.whole:
+            if _native is not None:
+                present = None if only.pages.all_resident else only.pages.present
+                return _native.walk(  # type: ignore[no-any-return]
+                    only.view, only.start, head, fd, bk, low, high, self._page, present
+                )
             return self._walk_list_copied(only, head, fd, bk, low, high)
         page = self._page
         min_trim = page + glibc.MALLOC_CHUNK_BYTES
@@ -279,7 +340,9 @@ class ArenaWalker:
         two predecessors); no visit counting is needed. A chunk whose pages are all
         resident (the prefix sums say so) counts whole; only others need page arithmetic."""
         if segment.pages.all_resident:
-            return self._walk_resident_copy(segment, head, fd, bk, low, high)
+            return walk_resident_copy_py(
+                segment.view, segment.start, head, fd, bk, low, high, self._page
+            )
         page = self._page
         shift = self._shift
         min_trim = page + glibc.MALLOC_CHUNK_BYTES
@@ -318,41 +381,6 @@ class ArenaWalker:
         if bk != previous:
             return None
         return count, total, resident, trimmable
-
-    def _walk_resident_copy(
-        self, segment: _Segment, head: int, fd: int, bk: int, low: int, high: int
-    ) -> tuple[int, ...] | None:
-        """The hottest loop: a wholly resident heap copied whole (every free byte resident).
-        Misaligned pointers need no test of their own: they read words whose ``bk`` does not
-        name the previous chunk."""
-        page = self._page
-        min_trim = page + glibc.MALLOC_CHUNK_BYTES
-        align_in = glibc.MALLOC_CHUNK_BYTES + page - 1
-        words = segment.words
-        start = segment.start
-        last_slot = (segment.length - 32) >> 3
-        end_slot = segment.length >> 3
-        count = total = trimmable = 0
-        previous = head
-        chunk = fd
-        while chunk != head:
-            slot = (chunk - start) >> 3
-            if not 0 <= slot <= last_slot or words[slot + 3] != previous:
-                return None
-            size = words[slot + 1] & ~7
-            if not low <= size <= high or slot + (size >> 3) > end_slot:
-                return None
-            count += 1
-            total += size
-            if size >= min_trim:
-                whole = ((chunk + size) // page - (chunk + align_in) // page) * page
-                if whole > 0:
-                    trimmable += whole
-            previous = chunk
-            chunk = words[slot + 2]
-        if bk != previous:
-            return None
-        return count, total, total, trimmable
 
     def _walk_fastbin(self, head: int, size_bytes: int) -> tuple[int, ...] | None:
         """(chunks, bytes, resident bytes, 0) of one fastbin (a NULL-terminated list)."""

@@ -53,6 +53,7 @@ class PageMap:
         # Flags sit in each little-endian entry's top byte: one C-speed pass per flag.
         top_bytes = entries[7::8] + bytes(pages - len(entries) // 8)
         present = top_bytes.translate(_PRESENT_TABLE)
+        self.present = present  # one byte per page: 1 = in RAM
         # Present or swapped: the page holds data; reading it does not create a page.
         self.readable = top_bytes.translate(_READABLE_TABLE)
         # prefix[i] = resident pages before page i: any span's count in two lookups.
