@@ -9,6 +9,8 @@ in a memory cgroup when one can be made. Each round runs, on that one process,
   * memforensics' residency read (``memforensics.live.read_heap_residency``: find the
     arenas, copy their heaps in runs of resident pages, walk every bin with its consistency
     checks, measure pages) with its default time budget, as inspect and trim run it;
+  * the same with the pure-Python loop (what runs where no C compiler built the optional
+    memforensics.sources._chunkwalk);
   * the manual way: the same bins followed with one /proc/PID/mem read per chunk (how the
     walk worked before, and what a gdb or Python script reading the target does), no budget,
 
@@ -43,6 +45,7 @@ sys.path.insert(0, str(REPO))
 from memforensics.live import read_heap_residency  # noqa: E402
 from memforensics.model import glibc  # noqa: E402
 from memforensics.model.heap import HeapDump  # noqa: E402
+from memforensics.sources import glibc_walk  # noqa: E402
 from memforensics.sources.glibc_arenas import (  # noqa: E402
     find_heaps,
     find_main_arena,
@@ -163,15 +166,16 @@ def run_case(arenas: int, free_chunks: int, rounds: int) -> None:
     with target(arenas, per_thread) as (pid, control):
         dump = dump_of(pid, control)
         print(f"dump: {len(dump.arenas)} arenas, {dump.rest_chunks:,} free chunks (bins + tops)")
-        rows: dict[str, list[tuple[float, float, float, float]]] = {
-            "memforensics": [],
-            "manual": [],
-        }
+        native = glibc_walk._native
+        names = ["memforensics", "pure Python", "manual"] if native else ["pure Python", "manual"]
+        rows: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in names}
         for turn in range(rounds):
-            order = ["memforensics", "manual"] if turn % 2 == 0 else ["manual", "memforensics"]
+            order = names if turn % 2 == 0 else names[::-1]
             for name in order:
-                if name == "memforensics":
+                if name != "manual":
+                    glibc_walk._native = native if name == "memforensics" else None
                     residency, wall, cpu = timed(lambda: read_heap_residency(pid, dump))
+                    glibc_walk._native = native
                     chunks = sum(a.walked_chunks for a in residency.arenas)
                     share = residency.measured_share
                 else:
@@ -188,9 +192,10 @@ def run_case(arenas: int, free_chunks: int, rounds: int) -> None:
             medians[name] = (wall_rate, cpu_rate)
             shown = "-" if math.isnan(share) else f"{share:.1%}"
             print(f"{name:14} {wall_rate:>14,.0f} {cpu_rate:>14,.0f} {shown:>9} {seconds:>8.2f}")
-        ratio_wall = medians["memforensics"][0] / medians["manual"][0]
-        ratio_cpu = medians["memforensics"][1] / medians["manual"][1]
-        print(f"ratio memforensics/manual: {ratio_wall:.1f}x (wall), {ratio_cpu:.1f}x (cpu)")
+        for name in names[:-1]:
+            ratio_wall = medians[name][0] / medians["manual"][0]
+            ratio_cpu = medians[name][1] / medians["manual"][1]
+            print(f"ratio {name}/manual: {ratio_wall:.1f}x (wall), {ratio_cpu:.1f}x (cpu)")
 
 
 def python_speed_seconds() -> float:

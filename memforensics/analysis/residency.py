@@ -128,9 +128,12 @@ def waterfall(memory: ProcessMemory, dump: HeapDump, residency: HeapResidency) -
     return Waterfall(lines=tuple(lines), notes=tuple(notes))
 
 
-# Advice codes that answer "what would a trim give back?": from the residency when there is
-# one, from the XML otherwise, never from both (one verdict per question).
-_TRIM_VERDICT_CODES = frozenset({"trim-would-release"})
+# Advice codes that answer "what would a trim give back, and what can it not?": from the
+# residency when there is one, from the XML otherwise, never from both (one verdict per
+# question). The residency's answers: trim-would-release, free-not-resident and
+# free-resident-fragmented (the XML's small-free-chunks says the last without knowing
+# which pages are still in RAM).
+_TRIM_VERDICT_CODES = frozenset({"trim-would-release", "small-free-chunks"})
 
 
 def one_verdict(

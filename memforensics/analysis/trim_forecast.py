@@ -124,8 +124,9 @@ def forecast_trim(
             "which pages are resident is unknown: the forecast assumes every free page the "
             "XML counts is still in RAM (an upper bound)"
         )
-    if not all_measured:
+    if estimated_total:
         notes.extend(NOTES_ESTIMATED)
+    if not all_measured:
         notes.append(
             f"error bar: {format_bytes(releasable_total - estimated_total)} measured, "
             f"{format_bytes(estimated_total)} estimated; {share:.0%} of the free bytes measured"

@@ -40,8 +40,9 @@ def native_walk_available() -> bool:
 
 
 BIN_RETRIES = 4
-# Copy unit: 64 KiB of whole pages; dense heaps read each block once.
 _LAZY_FILL_PAGES = 16  # a big arena read lazily: 64 KiB per read
+_CHASE_MAX_CHUNKS = 8192
+_CLOCK_EVERY_CHUNKS = 4095  # a list read block by block looks at the clock this often
 POOL_MAX_BYTES = 128 << 20  # copy buffers kept for the next arena
 _CHUNK_WORDS = struct.Struct("<4Q")  # prev_size, size, fd, bk
 _TWO_WORDS = struct.Struct("<2Q")
@@ -173,6 +174,10 @@ class _Segment:
         pool.give(self.buffer)
 
 
+class _OutOfTime(Exception):
+    """The walk's time budget ran out in the middle of a list read block by block."""
+
+
 class ArenaWalker:
     """Walks one arena's free lists over copies of its heap mappings."""
 
@@ -193,6 +198,7 @@ class ArenaWalker:
         self._prefetch_whole = resident <= PREFETCH_MAX_BYTES
         self._shift = self._page.bit_length() - 1
         self._fill_pages = _LAZY_FILL_PAGES
+        self._deadline = float("inf")
 
     def close(self) -> None:
         for segment in self._segments:
@@ -281,6 +287,8 @@ class ArenaWalker:
         pages = segment.pages
         all_resident = pages.all_resident
         limit = length // glibc.MINSIZE + 1
+        if self._fill_pages == 1:  # a chase helps short hot lists; a long one waits for a copy
+            limit = min(limit, _CHASE_MAX_CHUNKS)
         count = total = resident = trimmable = 0
         previous = head
         chunk = fd
@@ -313,6 +321,8 @@ class ArenaWalker:
             count += 1
             if count > limit:
                 return None  # a cycle that never comes back to the head
+            if not count & _CLOCK_EVERY_CHUNKS and time.monotonic() > self._deadline:
+                raise _OutOfTime
             total += size
             if all_resident:
                 resident += size
@@ -459,6 +469,7 @@ class ArenaWalker:
         """
         walk = ArenaWalk()
         clock = time.monotonic
+        self._deadline = deadline
         pending = [_FASTBIN, *_nonempty_bins(state, 1)]
         for attempt in range(BIN_RETRIES + 1):
             if clock() > deadline:
@@ -479,7 +490,12 @@ class ArenaWalker:
                     break
                 if chase:
                     state = self._reread_heads(state, index)
-                result = self._walk_bin(state, index)
+                try:
+                    result = self._walk_bin(state, index)
+                except _OutOfTime:
+                    walk.budget_reached = True
+                    failed.extend(pending[position:])
+                    break
                 if result is None:
                     failed.append(index)
                 else:
