@@ -231,6 +231,17 @@ def test_after_a_trim_the_report_gives_one_verdict_from_the_residency() -> None:
         residency_advice(dump, _residency(before, heap_resident=100 * MIB, anon=101 * MIB)),
     )
     assert [a.code for a in both].count("trim-would-release") == 1
+    # "Free memory in chunks too small to trim": the XML's small-free-chunks cannot know
+    # which pages are resident; with a residency only free-resident-fragmented may say it.
+    small = SizeBucket("bin", 513, 513, 513 * 80_000, 80_000)
+    fragmented = _dump(_arena(0, buckets=(small,), top=0, system=80 * MIB))
+    assert "small-free-chunks" in [a.code for a in analyze(fragmented).advice]
+    gone = ArenaResidency(0, 0x1000, (HeapSegment(0, 80 * MIB, MIB),), 0, "walked", 0)
+    verdict = one_verdict(
+        analyze(fragmented).advice,
+        residency_advice(fragmented, _residency(gone, heap_resident=MIB, anon=2 * MIB)),
+    )
+    assert "small-free-chunks" not in [a.code for a in verdict]
 
 
 def _scan_arena(**fields: object) -> ArenaScan:
