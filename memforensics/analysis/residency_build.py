@@ -57,6 +57,14 @@ def _match(dump: HeapDump, scan: HeapScan, notes: list[str]) -> tuple[MatchMetho
     return "totals", {}
 
 
+def _xml_free_bytes(arena: Arena) -> int:
+    """The dump's free bytes of ``arena`` as chunk bytes (without the +1 per chunk that
+    regular bins print), top included: what a complete walk would have found then."""
+    if arena.top_bytes is None:
+        return arena.free_bytes
+    return sum(b.chunk_bytes for b in arena.sizes if not b.suspect) + arena.top_bytes
+
+
 def _estimate_free_resident(arena: Arena, resident_bytes: int) -> int:
     """Without a walk: whatever is resident beyond the in-use bytes is free, at most all free."""
     return min(max(resident_bytes - arena.in_use_bytes, 0), arena.free_bytes)
@@ -80,12 +88,20 @@ def _arena_row(arena: Arena, scan: ArenaScan | None, page_bytes: int) -> ArenaRe
         )
     unmeasured = set(scan.unmeasured_bins)
     buckets = [b for b in arena.sizes if bucket_bin(b) in unmeasured and not b.suspect]
-    estimated = sum(b.chunk_bytes for b in buckets if b.kind != "fast")
+    lines_bytes = sum(b.chunk_bytes for b in buckets if b.kind != "fast")
     if _FASTBINS in unmeasured:
-        estimated += arena.fast_bytes or 0
-    top_missing = scan.top_bytes is None and arena.top_bytes
+        lines_bytes += arena.fast_bytes or 0
+    top_missing = scan.top_bytes is None and bool(arena.top_bytes)
     if top_missing:
-        estimated += arena.top_bytes or 0
+        lines_bytes += arena.top_bytes or 0
+    # The dump is a moment older than the walk, and chunks move between bins meanwhile (the
+    # unsorted bin, the hottest, is sorted into the others by the next malloc): its lines
+    # for the bins that kept moving can both miss chunks and repeat ones the walk measured
+    # elsewhere. What the dump's free total leaves beyond the measured bytes is what those
+    # bins hold; their lines only give the sizes (for the trim estimate).
+    remainder = max(_xml_free_bytes(arena) - scan.free_bytes, 0)
+    estimated = remainder if unmeasured or top_missing else 0
+    size_scale = min(estimated / lines_bytes, 1.0) if lines_bytes else 0.0
     # The estimated part is as resident as what was measured of the same arena (or its heap).
     measured_binned = scan.free_bytes - (scan.top_bytes or 0)
     measured_binned_resident = scan.free_resident_bytes - (scan.top_resident_bytes or 0)
@@ -96,11 +112,11 @@ def _arena_row(arena: Arena, scan: ArenaScan | None, page_bytes: int) -> ArenaRe
     free_resident = scan.free_resident_bytes + int(estimated * share)
     estimated_trimmable = estimate_buckets_releasable(
         [b for b in buckets if b.kind != "fast"],
-        share,
+        share * size_scale,
         page_bytes=page_bytes,
         top_bytes=(arena.top_bytes or 0) if top_missing and arena.index == 0 else 0,
     )
-    method: FreeMethod = "walked" if estimated == 0 else "partial"
+    method: FreeMethod = "partial" if unmeasured or top_missing else "walked"
     if scan.free_bytes == 0 and estimated:
         method = "estimate"
     return ArenaResidency(
