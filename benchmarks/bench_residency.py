@@ -45,7 +45,7 @@ sys.path.insert(0, str(REPO))
 from memforensics.live import read_heap_residency  # noqa: E402
 from memforensics.model import glibc  # noqa: E402
 from memforensics.model.heap import HeapDump  # noqa: E402
-from memforensics.sources import glibc_walk  # noqa: E402
+from memforensics.sources import heapcopy  # noqa: E402
 from memforensics.sources.glibc_arenas import (  # noqa: E402
     find_heaps,
     find_main_arena,
@@ -166,16 +166,16 @@ def run_case(arenas: int, free_chunks: int, rounds: int) -> None:
     with target(arenas, per_thread) as (pid, control):
         dump = dump_of(pid, control)
         print(f"dump: {len(dump.arenas)} arenas, {dump.rest_chunks:,} free chunks (bins + tops)")
-        native = glibc_walk._native
+        native = heapcopy._native
         names = ["memforensics", "pure Python", "manual"] if native else ["pure Python", "manual"]
         rows: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in names}
         for turn in range(rounds):
             order = names if turn % 2 == 0 else names[::-1]
             for name in order:
                 if name != "manual":
-                    glibc_walk._native = native if name == "memforensics" else None
+                    heapcopy._native = native if name == "memforensics" else None
                     residency, wall, cpu = timed(lambda: read_heap_residency(pid, dump))
-                    glibc_walk._native = native
+                    heapcopy._native = native
                     chunks = sum(a.walked_chunks for a in residency.arenas)
                     share = residency.measured_share
                 else:

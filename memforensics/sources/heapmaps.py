@@ -25,7 +25,8 @@ from memforensics.sources.glibc_arenas import (
     read_state,
     reread_heaps,
 )
-from memforensics.sources.glibc_walk import ArenaWalker, BufferPool
+from memforensics.sources.glibc_walk import ArenaWalker
+from memforensics.sources.heapcopy import BufferPool
 from memforensics.sources.procmaps import Mapping, read_smaps
 from memforensics.sources.procmem import ProcessMemoryReader
 

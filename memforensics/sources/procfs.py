@@ -302,33 +302,16 @@ def check_target(pid: int, *, allow_stopped: bool = False) -> ProcessFacts:
     return facts
 
 
-def _kib_fields(text: str) -> dict[str, int]:
+def _kib_fields(text: str, *, summed: bool = False) -> dict[str, int]:
+    """``Key: N kB`` lines as bytes; ``summed`` adds up repeated keys (smaps' mappings)."""
     fields: dict[str, int] = {}
     for line in text.splitlines():
         key, _, value = line.partition(":")
         parts = value.split()
         if len(parts) == 2 and parts[1] == "kB" and parts[0].isdigit():
-            fields[key.strip()] = int(parts[0]) * 1024
+            previous = fields.get(key.strip(), 0) if summed else 0
+            fields[key.strip()] = previous + int(parts[0]) * 1024
     return fields
-
-
-_ROLLUP_KEYS = ("Rss", "Pss", "Anonymous", "Swap", "Private_Clean", "Private_Dirty")
-
-
-def _summed_smaps(pid: int) -> dict[str, int]:
-    """What smaps_rollup would say, summed over /proc/PID/smaps (kernels before 4.14)."""
-    try:
-        text = _read_text(pid, "smaps")
-    except TargetPermissionError:
-        return {}
-    totals = dict.fromkeys(_ROLLUP_KEYS, 0)
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key in totals:
-            parts = value.split()
-            if len(parts) == 2 and parts[1] == "kB" and parts[0].isdigit():
-                totals[key] += int(parts[0]) * 1024
-    return totals
 
 
 def read_memory(pid: int) -> ProcessMemory:
@@ -344,8 +327,9 @@ def read_memory(pid: int) -> ProcessMemory:
     except TargetPermissionError:
         rollup = {}
     except NoSuchProcessError:
-        # status was read, so the process exists: this kernel has no smaps_rollup (< 4.14).
-        rollup = _summed_smaps(pid)
+        # status was read, so the process exists: this kernel has no smaps_rollup (< 4.14);
+        # smaps has the same fields per mapping, and the rollup is their sum.
+        rollup = _kib_fields(_read_text(pid, "smaps"), summed=True)
     rss = rollup.get("Rss", status.get("VmRSS"))
     anon = rollup.get("Anonymous", status.get("RssAnon"))
     shmem = status.get("RssShmem")

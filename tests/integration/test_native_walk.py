@@ -16,7 +16,7 @@ import pytest
 
 from memforensics.live import read_heap_residency
 from memforensics.model.process import HeapResidency
-from memforensics.sources import glibc_walk
+from memforensics.sources import heapcopy
 from tests.integration.test_residency_live import arenas_target
 from tests.support.targets import have_cc
 
@@ -43,7 +43,7 @@ def _figures(residency: HeapResidency) -> list[tuple[object, ...]]:
 
 
 @pytest.mark.skipif(
-    not glibc_walk.native_walk_available(),
+    not heapcopy.native_walk_available(),
     reason="the C loop was not built in this install (no compiler at install time)",
 )
 def test_c_and_python_loops_measure_the_same_heap(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -55,7 +55,7 @@ def test_c_and_python_loops_measure_the_same_heap(monkeypatch: pytest.MonkeyPatc
             dump = arenas.dump()
             native = read_heap_residency(arenas.pid, dump)
             with monkeypatch.context() as patch:
-                patch.setattr(glibc_walk, "_native", None)
+                patch.setattr(heapcopy, "_native", None)
                 python = read_heap_residency(arenas.pid, dump)
             assert _figures(native) == _figures(python)
             assert all(row.free_method == "walked" for row in native.arenas)
@@ -94,15 +94,15 @@ def test_without_a_compiler_pip_builds_a_pure_python_package(tmp_path: Path) -> 
     assert not [n for n in names if n.endswith(".so")]
     probe = (
         "import sys\n"
-        "from memforensics.sources import glibc_walk\n"
+        "from memforensics.sources import heapcopy\n"
         "from memforensics.live import read_heap_residency\n"
         "from memforensics.model.heap import Arena, HeapDump\n"
-        "assert not glibc_walk.native_walk_available(), glibc_walk.__file__\n"
+        "assert not heapcopy.native_walk_available(), heapcopy.__file__\n"
         "main = Arena(0, (), 0, 0, 1, 0, 0, 0)\n"
         "dump = HeapDump('1', (main,), 0, 0, 1, 0, 0, 0, 0, 0)\n"
         "row = read_heap_residency(int(sys.argv[1]), dump).arena(0)\n"
         "assert row is not None and row.walked_chunks > 0, row\n"
-        "print(glibc_walk.__file__)\n"
+        "print(heapcopy.__file__)\n"
     )
     code = "junk = [bytearray(3000) for _ in range(3000)]\ndel junk[::2]\nimport time\n"
     target = subprocess.Popen([sys.executable, "-c", code + "time.sleep(120)"])

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from memforensics.sources import glibc_walk
+from memforensics.sources import heapcopy
 
 PAGE = 4096
 START = 0x7F0000000000  # where the copied heap lay in the target
@@ -31,8 +31,8 @@ Walk = Callable[..., tuple[int, ...] | None]
 
 
 def _walks() -> list[Walk]:
-    walks: list[Walk] = [glibc_walk.walk_resident_copy_py]
-    native = glibc_walk._native
+    walks: list[Walk] = [heapcopy.walk_resident_copy_py]
+    native = heapcopy._native
     if native is not None:
         walks.append(lambda buf, *args: native.walk(buf, *args, None))
     return walks
@@ -74,7 +74,7 @@ def test_every_inconsistency_is_refused(walk: Walk) -> None:
 
 
 def test_the_c_loop_counts_partly_resident_pages_like_the_page_map() -> None:
-    native = glibc_walk._native
+    native = heapcopy._native
     if native is None:
         pytest.skip("the C loop was not built in this install (no compiler at install time)")
     heap, fd, bk = _heap(LIST)
