@@ -86,6 +86,21 @@ def _settle_layout(
     return state, heaps, bool(heaps) and state.system_bytes == sum(h.size_bytes for h in heaps)
 
 
+def _brk_extent(mappings: Sequence[Mapping]) -> tuple[int, int] | None:
+    """[start, end) of the main arena's brk heap. The kernel may show it as several adjacent
+    [heap] mappings (a forked child's inherited part and what it grew since, as in every
+    PostgreSQL backend): one heap for the walk, whose chunks cross that boundary."""
+    parts = [m for m in mappings if m.path == "[heap]"]
+    if not parts:
+        return None
+    end = parts[0].end_address
+    for part in parts[1:]:
+        if part.start_address != end:
+            break
+        end = part.end_address
+    return parts[0].start_address, end
+
+
 def _stack_resident_bytes(mappings: Sequence[Mapping], heap_starts: set[int]) -> int:
     """Anonymous RW mappings directly above an inaccessible guard page: thread stacks."""
     total = 0
@@ -180,14 +195,14 @@ def _scan(
             order = _arena_chain(mem, main_state, states)
     if order is None:
         order = list(states)
-    brk = next((m for m in mappings if m.path == "[heap]"), None)
+    brk = _brk_extent(mappings)
 
     deadline = started + budget_seconds
     rows: list[ArenaScan] = []
     all_heaps: list[Heap] = []
     if brk is not None:
-        main_heap = Heap(brk.start_address, 0, brk.size_bytes, brk.size_bytes)
-        main_heap.pages = mem.pagemap(brk.start_address, brk.end_address)
+        main_heap = Heap(brk[0], 0, brk[1] - brk[0], brk[1] - brk[0])
+        main_heap.pages = mem.pagemap(brk[0], brk[1])
         all_heaps.append(main_heap)
         rows.append(_scan_arena(mem, pool, main_state, [main_heap], True, True, deadline))
     for address in order:

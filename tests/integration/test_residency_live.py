@@ -26,6 +26,7 @@ from memforensics.model.heap import Arena, HeapDump
 from memforensics.render.process import residency_json, waterfall_json
 from memforensics.sources import procfs
 from memforensics.sources.malloc_xml import parse_dump
+from memforensics.sources.procmaps import read_maps
 from tests.support.targets import Target, c_target, compile_target, have_cc, running
 
 pytestmark = [
@@ -405,3 +406,35 @@ def test_fastbins_are_walked_through_safe_linking() -> None:
             # Regular bins print sizes with PREV_INUSE (+1 per chunk); fastbins do not.
             assert arena.free_bytes - arena.rest_chunks <= row.measured_free_bytes
             assert row.measured_free_bytes <= arena.free_bytes
+
+
+def test_forked_child_whose_heap_shows_as_two_mappings_is_walked_whole() -> None:
+    """A forked child that grew its heap (every PostgreSQL backend) shows [heap] as two
+    adjacent mappings; free chunks straddle them. Before, only the first was the main heap,
+    so every list leaving it read as inconsistent: 0.5 % of a backend's free bytes were
+    measured under pgbench. The heap is one, and it is walked whole."""
+    code = (
+        "import os, sys, time\n"
+        "keep = [bytearray(3000) for _ in range(2000)]\n"
+        "if os.fork() == 0:\n"
+        "    more = [bytearray(3000) for _ in range(6000)]\n"
+        "    del more[::2]\n"
+        "    print('ready', os.getpid(), flush=True)\n"
+        "    time.sleep(120)\n"
+        "    os._exit(0)\n"
+        "os.wait()\n"
+    )
+    with running([sys.executable, "-c", code]) as parent:
+        child = int(parent.ready_line.split()[-1])
+        try:
+            heaps = [m for m in read_maps(child) if m.path == "[heap]"]
+            assert len(heaps) >= 2, "precondition: the kernel split the child's heap"
+            facts = procfs.check_target(child)
+            main = Arena(0, (), 0, 0, 1, 0, 0, 0)
+            dump = HeapDump("1", (main,), 0, 0, 1, 0, 0, 0, 0, 0)
+            row = read_heap_residency(child, dump, libc_path=facts.libc_path).arena(0)
+            assert row is not None and row.free_method == "walked" and not row.estimated_bins
+            assert row.walked_chunks >= 2000
+            assert row.mapped_bytes == heaps[-1].end_address - heaps[0].start_address
+        finally:
+            os.kill(child, signal.SIGKILL)
