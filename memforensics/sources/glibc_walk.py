@@ -29,8 +29,9 @@ from memforensics.sources.procmem import ProcessMemoryReader
 
 BIN_RETRIES = 4
 _LAZY_FILL_PAGES = 16  # a big arena read lazily: 64 KiB per read
-_CHASE_MAX_CHUNKS = 8192
-_CLOCK_EVERY_CHUNKS = 4095  # a list read block by block looks at the clock this often
+_CHASE_MAX_CHUNKS = 2048  # each chunk may cost a read, and reads wait for the mmap lock
+CHASE_SECONDS = 0.05  # time box of one arena's chase round
+_CLOCK_EVERY_CHUNKS = 255  # a list read block by block looks at the clock this often
 _CHUNK_WORDS = struct.Struct("<4Q")  # prev_size, size, fd, bk
 _TWO_WORDS = struct.Struct("<2Q")
 _FASTBIN = 0  # pseudo bin number of the fastbins in ``unmeasured_bins``
@@ -358,22 +359,29 @@ class ArenaWalker:
             return parse_state(state.address, segment.view[offset : offset + glibc.STATE_BYTES])
         return read_state(self._mem, state.address)
 
-    def walk(self, state: ArenaState, *, deadline: float) -> ArenaWalk:
+    def walk(
+        self, state: ArenaState, *, deadline: float, retry_deadline: float | None = None
+    ) -> ArenaWalk:
         """Measure every bin (fastbins, unsorted, small, large) and the top of the arena.
 
         Rounds: the first reads a snapshot and walks every bin; later rounds, alternately
         chasing and from a fresh snapshot, walk only the bins whose lists read
-        inconsistently, at most BIN_RETRIES more times.
+        inconsistently, at most BIN_RETRIES more times, and only until ``retry_deadline``
+        (the caller's fair share of the budget: one hot arena must not starve the rest).
         """
         walk = ArenaWalk()
         clock = time.monotonic
-        self._deadline = deadline
         pending = [_FASTBIN, *_nonempty_bins(state, 1)]
         for attempt in range(BIN_RETRIES + 1):
             if clock() > deadline:
                 walk.budget_reached = True
                 break
+            if attempt and retry_deadline is not None and clock() > retry_deadline:
+                break  # its share of the time is spent: the bins still moving are estimated
             chase = attempt % 2 == 1
+            # A chase reads page by page, and each read waits for the target's mmap lock,
+            # which a busy allocator holds often: a chase round gets a short time box.
+            self._deadline = min(deadline, clock() + CHASE_SECONDS) if chase else deadline
             fresh = self._snapshot(state, chase=chase)
             if fresh is None:
                 break
@@ -382,8 +390,8 @@ class ArenaWalker:
                 self._measure_top(state, walk)
             failed: list[int] = []
             for position, index in enumerate(pending):
-                if clock() > deadline:
-                    walk.budget_reached = True
+                if clock() > self._deadline:
+                    walk.budget_reached = clock() > deadline
                     failed.extend(pending[position:])
                     break
                 if chase:
@@ -391,7 +399,7 @@ class ArenaWalker:
                 try:
                     result = self._walk_bin(state, index)
                 except _OutOfTime:
-                    walk.budget_reached = True
+                    walk.budget_reached = clock() > deadline
                     failed.extend(pending[position:])
                     break
                 if result is None:

@@ -205,13 +205,19 @@ def _scan(
         main_heap.pages = mem.pagemap(brk[0], brk[1])
         all_heaps.append(main_heap)
         rows.append(_scan_arena(mem, pool, main_state, [main_heap], True, True, deadline))
-    for address in order:
+    for position, address in enumerate(order):
         arena_heaps = by_arena.get(address) or heaps_from_top(mem, states[address])
         state, arena_heaps, layout_ok = _settle_layout(mem, states[address], arena_heaps)
         for heap in arena_heaps:
             heap.pages = mem.pagemap(heap.start, heap.start + heap.mprotect_bytes)
         all_heaps.extend(arena_heaps)
-        rows.append(_scan_arena(mem, pool, state, arena_heaps, False, layout_ok, deadline))
+        # Re-reads of a hot arena may use its fair share of what is left of the budget.
+        share = (deadline - time.monotonic()) / (len(order) - position)
+        rows.append(
+            _scan_arena(
+                mem, pool, state, arena_heaps, False, layout_ok, deadline, time.monotonic() + share
+            )
+        )
 
     heap_starts = {h.start for h in all_heaps}
     candidates = [
@@ -256,6 +262,7 @@ def _scan_arena(
     is_main: bool,
     layout_ok: bool,
     deadline: float,
+    retry_deadline: float | None = None,
 ) -> ArenaScan:
     segments = tuple(
         HeapSegment(h.start, h.size_bytes, h.pages.total_resident_bytes)
@@ -273,7 +280,7 @@ def _scan_arena(
         )
     walker = ArenaWalker(mem, heaps, is_main=is_main, pool=pool)
     try:
-        walk = walker.walk(state, deadline=deadline)
+        walk = walker.walk(state, deadline=deadline, retry_deadline=retry_deadline)
     finally:
         walker.close()
     return ArenaScan(
