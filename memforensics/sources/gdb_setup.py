@@ -1,0 +1,131 @@
+"""Starting gdb for a session: finding it, its settings, and its failures as project errors."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Iterator
+
+from memforensics.errors import (
+    DeadlineError,
+    GdbUnavailableError,
+    MemforensicsError,
+    TargetError,
+    TargetExitedError,
+    ToolingError,
+)
+from memforensics.sources import procfs
+from memforensics.sources.gdbmi import MiError, MiGdbExited, MiTimeout
+
+
+def mi_quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def find_gdb(gdb_path: str | None) -> str:
+    if gdb_path is not None:
+        if os.sep in gdb_path:
+            if os.path.isfile(gdb_path) and os.access(gdb_path, os.X_OK):
+                return gdb_path
+            raise GdbUnavailableError(f"gdb not found or not executable at {gdb_path}")
+        found = shutil.which(gdb_path)
+        if found is None:
+            raise GdbUnavailableError(f"{gdb_path} not found on PATH")
+        return found
+    found = shutil.which("gdb")
+    if found is None:
+        raise GdbUnavailableError("gdb is not installed (not found on PATH)")
+    return found
+
+
+def gdb_settings(pid: int, *, was_running: bool) -> list[str]:
+    """MI commands that keep the stop short and the calls safe (all sent before attaching)."""
+    settings = [
+        "-gdb-set mi-async on",  # accept -exec-interrupt while the target runs forward
+        "-gdb-set pagination off",
+        "-gdb-set confirm off",
+        "-gdb-set auto-solib-add off",  # read no library's symbols except libc's
+        "-gdb-set debuginfod enabled off",  # never fetch debug info over the network
+        '-interpreter-exec console "set debug-file-directory"',  # no separate debug files
+        '-interpreter-exec console "set auto-load off"',
+        "-gdb-set unwindonsignal on",  # an interrupted call is unwound, not left half-done
+        "-gdb-set print thread-events off",
+        "-gdb-set non-stop off",
+        # Without libthread_db gdb still stops and lists every thread (it attaches each
+        # LWP from /proc/PID/task); loading it and libc's symbols for it doubled the pause.
+        '-interpreter-exec console "set libthread-db-search-path /nonexistent"',
+        # Read the executable's symbols now, while the target still runs, not after attach.
+        f"-file-exec-and-symbols /proc/{pid}/exe",
+        # Signals the program gets while we work are delivered to it without stopping gdb:
+        # a stop would make gdb unwind our call half-way (unwindonsignal), possibly with an
+        # arena mutex held. Faults still stop, so a call that faults is unwound instead of
+        # killing the target.
+        '-interpreter-exec console "handle all nostop noprint pass"',
+        '-interpreter-exec console "handle SIGSEGV SIGBUS SIGFPE SIGILL SIGABRT SIGSYS stop"',
+    ]
+    if not was_running:
+        # A target someone else stopped (and the caller allowed) re-enters its group stop as
+        # soon as a thread runs our call; swallow that SIGSTOP during calls, and queue one for
+        # the detach (see _detach) so that the target is left stopped as it was.
+        settings.append('-interpreter-exec console "handle SIGSTOP nostop noprint nopass"')
+    return settings
+
+
+def gdb_error(
+    exc: Exception,
+    pid: int,
+    *,
+    doing: str,
+    call: bool = False,
+    attached: bool = True,
+    timeout_seconds: float | None = None,
+) -> MemforensicsError:
+    """The one place where gdb's failures become the project's errors.
+
+    A failure is the target's when the target is gone (it exited: exit 3, never "install gdb"),
+    the deadline's when gdb or a call did not answer in time, and gdb's own otherwise.
+    """
+    command = doing.split(maxsplit=1)[0] if doing else "a command"
+    message = str(exc).splitlines()[0] if str(exc) else ""
+    if attached and (not pid_alive(pid) or "has exited" in message or "not being run" in message):
+        return TargetExitedError(f"PID {pid} exited while being inspected", pid=pid)
+    if isinstance(exc, MiTimeout):
+        if call:
+            return DeadlineError(
+                f"a call into PID {pid} did not return within {timeout_seconds:g} s; "
+                "it was interrupted and unwound",
+                pid=pid,
+            )
+        if not attached:
+            return GdbUnavailableError(f"gdb did not answer gdb/MI commands ({command})")
+        waited = f" within {timeout_seconds:g} s" if timeout_seconds is not None else " in time"
+        return DeadlineError(f"gdb did not answer {command}{waited} for PID {pid}", pid=pid)
+    if isinstance(exc, MiGdbExited):
+        if not attached:
+            return GdbUnavailableError("gdb exited at start-up: not a working gdb with MI support")
+        return ToolingError(f"gdb exited unexpectedly during {command} on PID {pid}", pid=pid)
+    if call and "signaled while in a function called from GDB" in message:
+        return TargetError(
+            f"the call into PID {pid} raised a signal; gdb unwound it: {message}", pid=pid
+        )
+    if not attached:
+        return GdbUnavailableError(f"gdb rejected {doing!r}: {message or 'error'}")
+    return ToolingError(f"gdb: {message or 'error'}", pid=pid)
+
+
+@contextlib.contextmanager
+def gdb_failures(pid: int) -> Iterator[None]:
+    """Transport failures that escaped ``_command`` become the project's errors."""
+    try:
+        yield
+    except (MiGdbExited, MiTimeout, MiError) as exc:
+        raise gdb_error(exc, pid, doing="") from exc
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        state = procfs.process_state(pid)
+    except MemforensicsError:
+        return False
+    return state not in ("Z", "X")
