@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import struct
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any, NoReturn
 
@@ -51,10 +54,15 @@ from memforensics.sources.safepoint import (
     parse_threads,
 )
 from memforensics.sources.signals import TerminationHandlers, deferred_signals
+from memforensics.sources.target_memory import TargetMemory
 from memforensics.sources.watchdog import Watchdog
 
 # malloc_info of a process with thousands of arenas stays far below this; more is not XML we want.
 MAX_XML_BYTES = 64 * 1024 * 1024
+# While the XML is read from /proc/PID/mem, the calling thread sleeps this long in the target
+# (base + size / speed): long enough that the read ends before the threads are stopped again.
+_READ_SLEEP_BASE_US = 2000
+_READ_BYTES_PER_US = 200  # 200 MB/s, a fifth of what /proc/PID/mem reads here
 # How long cleanup may wait for gdb to abandon a call or stop a running target.
 _CLEANUP_SECONDS = 3.0
 
@@ -101,6 +109,9 @@ class GdbSession:
         self._signal_handlers = TerminationHandlers()
         self._target_exited = False
         self._call_abandoned = False  # a call was interrupted: make no further calls
+        self._memory: TargetMemory | None = None
+        self._sysroot: str | None = None  # private copy of a libc replaced on disk, for gdb
+        self._pending_calls: dict[int, str] = {}  # token -> command of calls sent, not awaited
 
     # -- public API --------------------------------------------------------------------------
 
@@ -178,7 +189,7 @@ class GdbSession:
                 raise TargetError(f"the memory stream of PID {self.pid} has no buffer")
             if not 0 < size_bytes <= MAX_XML_BYTES:
                 raise TargetError(f"malloc_info wrote an implausible {size_bytes} bytes")
-            xml = self._read_memory(buffer, size_bytes)
+            xml = self._read_document(buffer, size_bytes)
         finally:
             if stream:
                 self._best_effort_call(f"(int)((int (*)(void *)){fn['fclose']:#x})({stream:#x})")
@@ -212,6 +223,8 @@ class GdbSession:
         if facts.libc_path is None:
             raise NotGlibcMallocError(f"PID {self.pid} maps no shared glibc")
         self._libc = load_libc_image(self.pid, facts.libc_path)
+        with contextlib.suppress(OSError):  # without it, memory is read through gdb (slower)
+            self._memory = TargetMemory(self.pid)
         # Signals wait while the helper processes start, so that none is left unrecorded.
         with deferred_signals():
             try:
@@ -226,6 +239,15 @@ class GdbSession:
     def _configure_gdb(self) -> None:
         """Send gdb_settings() and collect every answer before attaching."""
         settings = gdb_settings(self.pid, was_running=self._was_running)
+        libc = self._libc_or_fail()
+        if libc.image is not None:
+            # libc was replaced on disk: gdb must unwind with the mapped image's CFI, not the
+            # new file's. A private sysroot holds the image under libc's path.
+            self._sysroot = tempfile.mkdtemp(prefix="memforensics-libc-")
+            copy = Path(self._sysroot) / libc.path.lstrip("/")
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.write_bytes(libc.image)
+            settings.append(f'-interpreter-exec console "set sysroot {self._sysroot}"')
         mi = self._mi_or_fail()
         # Sent all at once and then collected: gdb's start-up dominates, not the round trips.
         # Before attaching, every failure is gdb's own: the target was not touched yet.
@@ -406,7 +428,29 @@ class GdbSession:
         first, second = struct.unpack("<QQ", data)
         return first, second
 
+    def _read_document(self, address: int, size_bytes: int) -> bytes:
+        """Read the XML while the target's threads run, not while they are held.
+
+        The calling thread sleeps in ``usleep`` (a call: gdb resumes every thread for it, and
+        the buffer is ours until we free it), while we read the buffer from /proc/PID/mem.
+        Nothing proportional to the document happens while the threads are stopped.
+        """
+        memory = self._memory
+        if memory is None:
+            return self._read_memory(address, size_bytes)
+        usleep = self._libc_or_fail().functions["usleep"]
+        sleep_us = _READ_SLEEP_BASE_US + size_bytes // _READ_BYTES_PER_US
+        token = self._send_call(f"(int)((int (*)(unsigned int)){usleep:#x})({sleep_us})")
+        try:
+            data = memory.read(address, size_bytes)
+        finally:
+            self._await(token, self._pending_calls.pop(token), call=True)
+        return data
+
     def _read_memory(self, address: int, size_bytes: int) -> bytes:
+        if self._memory is not None:
+            with contextlib.suppress(TargetError):
+                return self._memory.read(address, size_bytes)
         result = self._command(f"-data-read-memory-bytes {address:#x} {size_bytes}")
         chunks = sorted(
             result.payload.get("memory") or [], key=lambda block: int(str(block["begin"]), 16)
@@ -424,8 +468,21 @@ class GdbSession:
     ) -> MiResult:
         """Run one MI command under a deadline, turning gdb's failures into our errors."""
         mi = self._mi_or_fail()
+        return self._await(mi.send(text), text, call=call, timeout_seconds=timeout_seconds)
+
+    def _send_call(self, expression: str) -> int:
+        """Start a cast call without waiting for it (see _read_document); _await ends it."""
+        text = f"-data-evaluate-expression {mi_quote(expression)}"
+        token = self._mi_or_fail().send(text)
+        self._pending_calls[token] = text
+        return token
+
+    def _await(
+        self, token: int, text: str, *, call: bool = False, timeout_seconds: float | None = None
+    ) -> MiResult:
+        """Wait for the result of command ``token`` under the deadline; errors become ours."""
+        mi = self._mi_or_fail()
         timeout = self.timeout_seconds if timeout_seconds is None else timeout_seconds
-        token = mi.send(text)
         try:
             return mi.wait_result(token, timeout_seconds=timeout)
         except MiTimeout as exc:
@@ -454,6 +511,10 @@ class GdbSession:
             finally:
                 if self._mi is not None:
                     self._mi.close()
+                if self._memory is not None:
+                    self._memory.close()
+                if self._sysroot is not None:
+                    shutil.rmtree(self._sysroot, ignore_errors=True)
                 self._restore_target_state()
                 if self._watchdog is not None:
                     self._watchdog.dismiss()

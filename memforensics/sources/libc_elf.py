@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from memforensics.errors import NotGlibcMallocError, TargetError, ToolingError
@@ -31,7 +32,16 @@ _ALLOCATOR_EXPORTS = frozenset(_ALLOCATOR_EXPORT_NAMES.split())
 # Allocator entry points where a thread holds no allocator lock yet: the run-forward targets.
 ENTRY_FUNCTIONS = ("malloc", "free", "calloc", "realloc")
 # libc functions the session calls, resolved to addresses in the target's own libc.
-_CALLED_FUNCTIONS = ("malloc", "free", "open_memstream", "fclose", "malloc_info", "malloc_trim")
+# (usleep parks the calling thread while the others run and we read the XML: see gdb.py.)
+_CALLED_FUNCTIONS = (
+    "malloc",
+    "free",
+    "open_memstream",
+    "fclose",
+    "malloc_info",
+    "malloc_trim",
+    "usleep",
+)
 _RESOLVED_FUNCTIONS = frozenset(_CALLED_FUNCTIONS + ENTRY_FUNCTIONS)
 
 _STT_FUNC = 2
@@ -52,6 +62,9 @@ class LibcImage:
     function_starts: tuple[int, ...]  # sorted absolute starts of exported functions
     function_names: tuple[str, ...]  # names parallel to function_starts
     text_range: tuple[int, int] = (0, 0)  # [first exported function, end of the last one)
+    # The file at ``path`` is no longer the mapped one: the mapped image, for gdb to read.
+    replaced_on_disk: bool = False
+    image: bytes | None = field(default=None, repr=False)
 
     def in_allocator(self, pc: int) -> bool:
         """True when ``pc`` lies in the allocator's code."""
@@ -77,29 +90,50 @@ def _libc_mapping(pid: int, libc_path: str) -> Mapping:
     raise NotGlibcMallocError(f"PID {pid} does not map {libc_path}", pid=pid)
 
 
+def _read_mapped_file(pid: int, mapping: Mapping) -> bytes:
+    """The very file behind ``mapping``, through /proc/PID/map_files (needs CAP_SYS_ADMIN).
+
+    The kernel keeps a replaced or deleted file alive while it is mapped; map_files opens
+    that inode, not whatever now sits at the path. The inode is checked all the same.
+    """
+    entry = f"/proc/{pid}/map_files/{mapping.start_address:x}-{mapping.end_address:x}"
+    with open(entry, "rb") as handle:
+        if os.fstat(handle.fileno()).st_ino != mapping.inode:
+            raise OSError(0, "the mapped file's inode differs from the mapping's")
+        return handle.read()
+
+
 def load_libc_image(pid: int, libc_path: str) -> LibcImage:
     """Read the exported functions of the libc mapped into PID (before attaching: no pause).
 
     The file is read through /proc/PID/root, so a target in a container is served by its own
-    libc; an inode that differs from the mapping's (libc upgraded under a running process)
-    is refused, because calling addresses from the wrong file would crash the target.
+    libc, when its inode is still the mapping's. When libc was upgraded or deleted on disk
+    since the process started (maps says "(deleted)"), the mapped image is read through
+    /proc/PID/map_files instead; only when that cannot be read either is the target refused,
+    because calling addresses taken from another build would crash it.
     """
     mapping = _libc_mapping(pid, libc_path)
     candidates = [Path(f"/proc/{pid}/root") / libc_path.lstrip("/"), Path(libc_path)]
-    data: bytes | None = None
     for candidate in candidates:
         with contextlib.suppress(OSError):
             if not mapping.deleted and candidate.stat().st_ino == mapping.inode:
-                data = candidate.read_bytes()
-                break
-    if data is None:
+                return _parse_libc(candidate.read_bytes(), mapping.start_address, libc_path)
+    try:
+        data = _read_mapped_file(pid, mapping)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        if isinstance(exc, PermissionError):
+            why = "reading /proc/PID/map_files needs root (CAP_SYS_ADMIN)"
         raise TargetError(
-            f"the libc mapped into PID {pid} ({libc_path}) is no longer on disk as mapped "
-            "(upgraded or deleted since the process started)",
-            hint="restart the process to inspect it; calling into a different libc is unsafe",
+            f"the libc mapped into PID {pid} ({libc_path}) was replaced or deleted on disk "
+            f"since the process started, and the mapped image cannot be read: {why}",
+            hint="run as root to read the mapped image, or restart the process; calling "
+            "into a different libc would crash it",
             pid=pid,
-        )
-    return _parse_libc(data, mapping.start_address, libc_path)
+        ) from exc
+    return replace(
+        _parse_libc(data, mapping.start_address, libc_path), image=data, replaced_on_disk=True
+    )
 
 
 def _parse_libc(data: bytes, base: int, path: str) -> LibcImage:
