@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NoReturn
 
 from memforensics.errors import (
     DeadlineError,
@@ -30,7 +29,6 @@ from memforensics.errors import (
     NoSuchProcessError,
     NotGlibcMallocError,
     TargetError,
-    TargetExitedError,
     ToolingError,
 )
 from memforensics.sources import procfs
@@ -41,18 +39,9 @@ from memforensics.sources.gdb_setup import (
     gdb_settings,
     mi_quote,
 )
+from memforensics.sources.gdb_threads import CLEANUP_SECONDS, ThreadControl
 from memforensics.sources.gdbmi import MiError, MiGdbExited, MiResult, MiTimeout, MiTransport
-from memforensics.sources.libc_elf import ENTRY_FUNCTIONS, LibcImage, load_libc_image
-from memforensics.sources.safepoint import (
-    Frame,
-    ThreadInfo,
-    describe_frames,
-    describe_thread,
-    frames_command,
-    in_allocator,
-    parse_frames,
-    parse_threads,
-)
+from memforensics.sources.libc_elf import LibcImage, load_libc_image
 from memforensics.sources.signals import TerminationHandlers, deferred_signals
 from memforensics.sources.target_memory import TargetMemory
 from memforensics.sources.watchdog import Watchdog
@@ -63,8 +52,6 @@ MAX_XML_BYTES = 64 * 1024 * 1024
 # (base + size / speed): long enough that the read ends before the threads are stopped again.
 _READ_SLEEP_BASE_US = 2000
 _READ_BYTES_PER_US = 200  # 200 MB/s, a fifth of what /proc/PID/mem reads here
-# How long cleanup may wait for gdb to abandon a call or stop a running target.
-_CLEANUP_SECONDS = 3.0
 
 
 # --- the session ----------------------------------------------------------------------------
@@ -79,7 +66,7 @@ class Capture:
     safe_point: str
 
 
-class GdbSession:
+class GdbSession(ThreadControl):
     """Attach to PID under gdb/MI, reach a safe point, make calls, always detach."""
 
     def __init__(
@@ -112,6 +99,8 @@ class GdbSession:
         self._memory: TargetMemory | None = None
         self._sysroot: str | None = None  # private copy of a libc replaced on disk, for gdb
         self._pending_calls: dict[int, str] = {}  # token -> command of calls sent, not awaited
+        self.non_stop = False  # set for a running target (see gdb_threads)
+        self._caller: str | None = None
 
     # -- public API --------------------------------------------------------------------------
 
@@ -220,6 +209,7 @@ class GdbSession:
         gdb = find_gdb(self.gdb_path)
         facts = procfs.check_target(self.pid, allow_stopped=self.allow_stopped)
         self._was_running = facts.state not in ("T", "t")
+        self.non_stop = self._was_running
         if facts.libc_path is None:
             raise NotGlibcMallocError(f"PID {self.pid} maps no shared glibc")
         self._libc = load_libc_image(self.pid, facts.libc_path)
@@ -238,7 +228,7 @@ class GdbSession:
 
     def _configure_gdb(self) -> None:
         """Send gdb_settings() and collect every answer before attaching."""
-        settings = gdb_settings(self.pid, was_running=self._was_running)
+        settings = gdb_settings(self.pid, was_running=self._was_running, non_stop=self.non_stop)
         libc = self._libc_or_fail()
         if libc.image is not None:
             # libc was replaced on disk: gdb must unwind with the mapped image's CFI, not the
@@ -262,142 +252,28 @@ class GdbSession:
     def _attach(self) -> None:
         mi = self._mi_or_fail()
         self._attach_started = time.monotonic()
+        # Non-stop: "&" leaves every thread running once attached; we stop only those we look at.
+        background = " &" if self.non_stop else ""
         try:
-            self._command(f"-target-attach {self.pid}")
+            self._command(f"-target-attach {self.pid}{background}")
         except MiError as exc:
             self._attach_started = None
             raise procfs.diagnose_attach_failure(self.pid, str(exc)) from exc
         self._attached = True
-        try:
-            mi.wait_async(
-                lambda r: r.get("message") == "stopped", timeout_seconds=self.timeout_seconds
-            )
-        except MiTimeout as exc:
-            raise DeadlineError(f"gdb did not stop PID {self.pid} in time after attaching") from exc
+        if not self.non_stop:
+            try:
+                mi.wait_async(
+                    lambda r: r.get("message") == "stopped", timeout_seconds=self.timeout_seconds
+                )
+            except MiTimeout as exc:
+                raise DeadlineError(
+                    f"gdb did not stop PID {self.pid} in time after attaching", pid=self.pid
+                ) from exc
         libc = self._libc_or_fail()
         # thread_db already reads libc's symbols on glibc >= 2.34; this is a no-op then.
         pattern = os.path.basename(libc.path).replace(".", "\\\\.")
         with contextlib.suppress(MiError):
             self._command(f'-interpreter-exec console "sharedlibrary {pattern}"')
-
-    def _reach_safe_point(self) -> None:
-        """Select a thread outside the allocator, running the target forward if needed."""
-        libc = self._libc_or_fail()
-        deadline = (self._attach_started or time.monotonic()) + self.timeout_seconds
-        stacks: list[tuple[ThreadInfo, list[Frame]]] = []
-        threads = self._threads()
-        for thread in threads:
-            if thread.pc is not None and libc.in_allocator(thread.pc):
-                stacks.append((thread, [Frame(thread.pc, "")]))  # inside already: no unwind
-                continue
-            frames = self._frames(thread.gdb_id)
-            stacks.append((thread, frames))
-            if not in_allocator(libc, frames):
-                self._select(thread.gdb_id)
-                self.safe_point = (
-                    f"{describe_thread(thread)} outside the allocator, "
-                    f"{describe_frames(libc, frames)}"
-                )
-                return
-        busy = ", ".join(
-            f"{describe_thread(thread)} {describe_frames(libc, frames)}"
-            for thread, frames in stacks
-        )
-        by_id = {thread.gdb_id: thread for thread in threads}
-        entry = {libc.functions[name]: name for name in ENTRY_FUNCTIONS}
-        for address in entry:
-            result = self._command(f"-break-insert *{address:#x}")
-            self._breakpoints.append(str(result.payload.get("bkpt", {}).get("number", "")))
-        try:
-            while True:
-                stopped = self._run_until_stop(deadline, busy)
-                reason = str(stopped.get("reason", ""))
-                if reason.startswith("exited"):
-                    self._target_exited = True
-                    raise TargetExitedError(
-                        f"PID {self.pid} exited while being inspected", pid=self.pid
-                    )
-                thread_id = str(stopped.get("thread-id", ""))
-                frame = stopped.get("frame") or {}
-                pc = int(str(frame.get("addr", "0")), 16)
-                if reason != "breakpoint-hit" or pc not in entry or not thread_id:
-                    continue  # a signal or another event: keep running forward
-                frames = self._frames(thread_id)
-                if len(frames) < 2 or in_allocator(libc, frames[1:]):
-                    continue  # the allocator calling itself (e.g. realloc -> malloc)
-                self._delete_breakpoints()
-                self._select(thread_id)
-                who = by_id.get(thread_id, ThreadInfo(thread_id, None, "", pc))
-                self.safe_point = (
-                    f"{describe_thread(who)} at the entry of {entry[pc]}() after running forward "
-                    f"{(time.monotonic() - (self._attach_started or 0)) * 1000:.0f} ms"
-                )
-                return
-        finally:
-            if self._breakpoints and not self._running:
-                self._delete_breakpoints()
-
-    def _run_until_stop(self, deadline: float, busy: str) -> dict[str, Any]:
-        mi = self._mi_or_fail()
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            self._give_up(busy)
-        mi.drain_async()
-        self._command("-exec-continue")
-        self._running = True
-        try:
-            record = mi.wait_async(
-                lambda r: r.get("message") == "stopped", timeout_seconds=remaining
-            )
-        except MiTimeout:
-            self._stop_running()
-            self._give_up(busy)
-        self._running = False
-        payload: dict[str, Any] = record.get("payload") or {}
-        return payload
-
-    def _give_up(self, busy: str) -> NoReturn:
-        raise DeadlineError(
-            f"no safe point in PID {self.pid} within {self.timeout_seconds:g} s: every thread "
-            f"stayed inside the allocator ({busy}); nothing was called",
-        )
-
-    def _stop_running(self) -> None:
-        """Stop a target that runs forward (all-stop), so that it can be detached."""
-        mi = self._mi_or_fail()
-        if not self._running:
-            return
-        try:
-            self._command("-exec-interrupt", timeout_seconds=_CLEANUP_SECONDS)
-            mi.wait_async(lambda r: r.get("message") == "stopped", timeout_seconds=_CLEANUP_SECONDS)
-            self._running = False
-        except (MiError, MiTimeout):
-            mi.interrupt()
-            mi.wait_async(lambda r: r.get("message") == "stopped", timeout_seconds=_CLEANUP_SECONDS)
-            self._running = False
-
-    def _select(self, thread: str) -> None:
-        """Make ``thread`` the caller; the others keep running while it calls (see docs)."""
-        self._command(f"-thread-select {thread}")
-        # scheduler-locking off: other threads run during each call. One of them may hold an
-        # arena mutex (or stdio's list lock) that malloc_info/open_memstream needs; stopped,
-        # it would deadlock the call, running it releases it as in any multi-threaded program.
-        # It also keeps the pause the process feels down to the attach and the detach.
-        self._command("-gdb-set scheduler-locking off")
-
-    def _threads(self) -> list[ThreadInfo]:
-        """Every thread, the main thread first."""
-        return parse_threads(self._command("-thread-info").payload)
-
-    def _frames(self, thread: str) -> list[Frame]:
-        return parse_frames(self._command(frames_command(thread)).payload)
-
-    def _delete_breakpoints(self) -> None:
-        if self._breakpoints:
-            numbers = " ".join(n for n in self._breakpoints if n)
-            self._breakpoints = []
-            if numbers:
-                self._command(f"-break-delete {numbers}", timeout_seconds=_CLEANUP_SECONDS)
 
     # -- calls ---------------------------------------------------------------------------------
 
@@ -410,7 +286,7 @@ class GdbSession:
 
     def _call(self, expression: str) -> int:
         """Evaluate a cast call in the target under the deadline and return its integer value."""
-        result = self._command(f"-data-evaluate-expression {mi_quote(expression)}", call=True)
+        result = self._command(f"{self._evaluate()} {mi_quote(expression)}", call=True)
         value = str(result.payload.get("value", "")).split()[0] if result.payload else ""
         try:
             return int(value, 0)
@@ -438,6 +314,8 @@ class GdbSession:
         memory = self._memory
         if memory is None:
             return self._read_memory(address, size_bytes)
+        if self.non_stop:
+            return memory.read(address, size_bytes)  # only the caller is held: just read
         usleep = self._libc_or_fail().functions["usleep"]
         sleep_us = _READ_SLEEP_BASE_US + size_bytes // _READ_BYTES_PER_US
         token = self._send_call(f"(int)((int (*)(unsigned int)){usleep:#x})({sleep_us})")
@@ -470,9 +348,23 @@ class GdbSession:
         mi = self._mi_or_fail()
         return self._await(mi.send(text), text, call=call, timeout_seconds=timeout_seconds)
 
+    def _evaluate(self) -> str:
+        """The evaluate command, bound to the calling thread once there is one."""
+        thread = f" --thread {self._caller}" if self._caller else ""
+        return f"-data-evaluate-expression{thread}"
+
+    def _interrupt_call(self) -> None:
+        """Make gdb abandon a call that overran; unwindonsignal restores the caller."""
+        mi = self._mi_or_fail()
+        if self.non_stop and self._caller:
+            with contextlib.suppress(MiGdbExited, OSError):
+                mi.send(f"-exec-interrupt --thread {self._caller}")
+        else:
+            mi.interrupt()
+
     def _send_call(self, expression: str) -> int:
         """Start a cast call without waiting for it (see _read_document); _await ends it."""
-        text = f"-data-evaluate-expression {mi_quote(expression)}"
+        text = f"{self._evaluate()} {mi_quote(expression)}"
         token = self._mi_or_fail().send(text)
         self._pending_calls[token] = text
         return token
@@ -489,9 +381,9 @@ class GdbSession:
             if call:
                 # unwindonsignal: gdb abandons the call and restores the thread's registers.
                 self._call_abandoned = True
-                mi.interrupt()
+                self._interrupt_call()
                 with contextlib.suppress(MiError, MiTimeout, MiGdbExited):
-                    mi.wait_result(token, timeout_seconds=_CLEANUP_SECONDS)
+                    mi.wait_result(token, timeout_seconds=CLEANUP_SECONDS)
             raise gdb_error(exc, self.pid, doing=text, call=call, timeout_seconds=timeout) from exc
         except (MiGdbExited, MiError) as exc:
             error = gdb_error(exc, self.pid, doing=text, call=call)
@@ -529,19 +421,21 @@ class GdbSession:
             return
         try:
             for token in list(mi.in_flight):
-                mi.interrupt()  # an abandoned call: gdb unwinds it (unwindonsignal)
+                self._interrupt_call()  # an abandoned call: gdb unwinds it (unwindonsignal)
                 with contextlib.suppress(MiError):
-                    mi.wait_result(token, timeout_seconds=_CLEANUP_SECONDS)
+                    mi.wait_result(token, timeout_seconds=CLEANUP_SECONDS)
             if self._running:
                 self._stop_running()
             with contextlib.suppress(MiError):
                 self._delete_breakpoints()
+            if self.non_stop:
+                self.release_bystanders()
             if not self._was_running:
                 # Leave a stopped target stopped: SIGSTOP is delivered as gdb lets go.
                 with contextlib.suppress(MiError):
                     self._command('-interpreter-exec console "handle SIGSTOP nostop noprint pass"')
                     self._command('-interpreter-exec console "queue-signal SIGSTOP"')
-            self._command("-target-detach", timeout_seconds=_CLEANUP_SECONDS)
+            self._command("-target-detach", timeout_seconds=CLEANUP_SECONDS)
         except (MiError, MiTimeout, MiGdbExited, MemforensicsError):
             # gdb is stuck or gone: closing it kills it and the kernel detaches ptrace;
             # _restore_target_state then resumes the target if it was left stopped.

@@ -39,7 +39,7 @@ def find_gdb(gdb_path: str | None) -> str:
     return found
 
 
-def gdb_settings(pid: int, *, was_running: bool) -> list[str]:
+def gdb_settings(pid: int, *, was_running: bool, non_stop: bool) -> list[str]:
     """MI commands that keep the stop short and the calls safe (all sent before attaching)."""
     settings = [
         "-gdb-set mi-async on",  # accept -exec-interrupt while the target runs forward
@@ -51,7 +51,7 @@ def gdb_settings(pid: int, *, was_running: bool) -> list[str]:
         '-interpreter-exec console "set auto-load off"',
         "-gdb-set unwindonsignal on",  # an interrupted call is unwound, not left half-done
         "-gdb-set print thread-events off",
-        "-gdb-set non-stop off",
+        f"-gdb-set non-stop {'on' if non_stop else 'off'}",  # see gdb_threads
         # Without libthread_db gdb still stops and lists every thread (it attaches each
         # LWP from /proc/PID/task); loading it and libc's symbols for it doubled the pause.
         '-interpreter-exec console "set libthread-db-search-path /nonexistent"',

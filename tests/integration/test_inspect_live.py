@@ -4,7 +4,6 @@ and memforensics itself interrupted (Ctrl-C, SIGTERM) or SIGKILLed in the middle
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -214,44 +213,55 @@ def _read_until_attached(read_end: int) -> None:
     raise AssertionError("no attach in memforensics' log")
 
 
+def _frozen_while_gdb_holds(target: Target) -> subprocess.Popen[bytes]:
+    """Start `inspect` and SIGSTOP it at a moment when gdb holds a thread of the target
+    stopped (state t); retries with a fresh inspect if one finishes before being caught."""
+    for _ in range(20):
+        proc = subprocess.Popen(
+            [*MEMFORENSICS, "inspect", str(target.pid)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        while proc.poll() is None:
+            status = _status(target.pid)
+            if status["TracerPid"] != "0" and status["State"][0] == "t":
+                os.kill(proc.pid, signal.SIGSTOP)
+                time.sleep(0.05)  # gdb's own short stops (a signal passed on) end by themselves
+                status = _status(target.pid)
+                if status["TracerPid"] != "0" and status["State"][0] == "t":
+                    return proc
+                os.kill(proc.pid, signal.SIGCONT)
+        proc.wait()
+    raise AssertionError("never caught gdb holding the target")
+
+
 def test_sigkilled_while_target_is_stopped_leaves_it_running() -> None:
-    """memforensics blocks writing its -v log to a full pipe while gdb holds the target stopped;
-    SIGKILL it there: the watchdog must end gdb and the target must end up running."""
-    read_end, write_end = os.pipe()
-    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
-    try:
-        with c_target("busy_heap", "0") as target:
-            with _memforensics("inspect", "-v", str(target.pid), stderr=write_end) as tool:
-                os.close(write_end)
-                write_end = -1
-                _read_until_attached(read_end)
-                # No more reading: the log of the ~7 KB XML read back cannot fit in the pipe.
-
-                def stopped_by_gdb() -> bool:
-                    status = _status(target.pid)
-                    return status["TracerPid"] != "0" and status["State"][0] == "t"
-
-                _wait_for(stopped_by_gdb, 20, "gdb to hold the target stopped")
-                time.sleep(0.3)
-                assert stopped_by_gdb()  # memforensics is stuck on its stderr: still stopped
-                gdb_pid = int(_status(target.pid)["TracerPid"])
-                tool.kill()
-                tool.wait(timeout=10)
-                _wait_for(lambda: _process_gone(gdb_pid), 10, "the watchdog to end gdb")
-                _wait_for(lambda: _untraced_and_not_stopped(target.pid), 10, "target running")
-            # It keeps running: new heartbeats keep coming and no corruption was reported.
-            assert target.proc.stdout is not None
-            os.set_blocking(target.proc.stdout.fileno(), False)
-            before = (target.proc.stdout.read() or b"").decode()
+    """memforensics is frozen while gdb holds the target's thread stopped, then SIGKILLed:
+    the watchdog must end gdb and the target must end up running."""
+    with c_target("busy_heap", "0") as target:
+        tool = _frozen_while_gdb_holds(target)
+        try:
+            gdb_pid = int(_status(target.pid)["TracerPid"])
             time.sleep(0.3)
-            after = (target.proc.stdout.read() or b"").decode()
-            assert "beat" in after
-            assert "corrupt" not in before + after
-            assert target.alive()
-    finally:
-        os.close(read_end)
-        if write_end >= 0:
-            os.close(write_end)
+            assert _status(target.pid)["State"][0] == "t"  # still held: memforensics is frozen
+            tool.kill()
+            tool.wait(timeout=10)
+            _wait_for(lambda: _process_gone(gdb_pid), 10, "the watchdog to end gdb")
+            _wait_for(lambda: _untraced_and_not_stopped(target.pid), 10, "target running")
+        finally:
+            if tool.poll() is None:
+                tool.kill()
+            tool.wait(timeout=10)
+        # It keeps running: new heartbeats keep coming and no corruption was reported.
+        assert target.proc.stdout is not None
+        os.set_blocking(target.proc.stdout.fileno(), False)
+        before = (target.proc.stdout.read() or b"").decode()
+        time.sleep(0.3)
+        after = (target.proc.stdout.read() or b"").decode()
+        assert "beat" in after
+        assert "corrupt" not in before + after
+        assert target.alive()
 
 
 def _killed_after_attach(target: Target, *, delay_seconds: float) -> threading.Thread:

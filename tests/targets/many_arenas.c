@@ -1,7 +1,7 @@
 /* A target with many arenas (or one huge free list) and a ticker that feels every stop.
  *
  * usage: many_arenas THREADS BLOCKS
- * Each of THREADS workers allocates BLOCKS small blocks (24..1000 bytes) in its own arena
+ * Each of THREADS workers allocates BLOCKS small blocks (24..984 bytes) in its own arena
  * (run it with GLIBC_TUNABLES=glibc.malloc.arena_max=N to get one arena per thread beyond
  * glibc's 8-per-core default) and frees every other one: BLOCKS/2 free chunks per arena that
  * cannot coalesce, so malloc_info's walk and document grow with THREADS x BLOCKS. The workers
@@ -34,7 +34,7 @@ static void *worker(void *arg) {
     void **blocks = malloc((size_t)blocks_per_thread * sizeof(void *));
     if (!blocks) abort();
     for (long i = 0; i < blocks_per_thread; i++) {
-        size_t size = 24 + (size_t)(i % 41) * 24;
+        size_t size = 24 + (size_t)(i % 61) * 16;
         blocks[i] = malloc(size);
         if (!blocks[i]) abort();
         memset(blocks[i], 0x5a, size);
@@ -42,7 +42,8 @@ static void *worker(void *arg) {
     for (long i = 1; i < blocks_per_thread; i += 2) free(blocks[i]);
     /* A request no free chunk fits sorts the unsorted chunks into their bins, so that
      * malloc_info lists each size range (as in a heap that has lived a while). */
-    free(malloc(64 * 1024 - 64));
+    void *volatile sorter = malloc(64 * 1024 - 64); /* volatile: the pair is not optimised away */
+    free(sorter);
     pthread_barrier_wait(&barrier);
     for (;;) pause();
     return NULL;
