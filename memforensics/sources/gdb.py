@@ -38,6 +38,7 @@ from memforensics.sources.gdb_setup import (
     gdb_failures,
     gdb_settings,
     mi_quote,
+    protect_from_oom_killer,
 )
 from memforensics.sources.gdb_threads import CLEANUP_SECONDS, ThreadControl
 from memforensics.sources.gdbmi import MiError, MiGdbExited, MiResult, MiTimeout, MiTransport
@@ -222,6 +223,8 @@ class GdbSession(ThreadControl):
             except OSError as exc:
                 raise GdbUnavailableError(f"cannot run {gdb}: {exc.strerror}") from exc
             self._watchdog = Watchdog(self.pid, self._mi.pid, was_running=self._was_running)
+            protect_from_oom_killer(self._mi.pid)
+        self._tell_watchdog_the_call_dummy()
         self._configure_gdb()
         self._attach()
         self._reach_safe_point()
@@ -346,6 +349,8 @@ class GdbSession(ThreadControl):
     ) -> MiResult:
         """Run one MI command under a deadline, turning gdb's failures into our errors."""
         mi = self._mi_or_fail()
+        if call:
+            self._tell_call(True)
         return self._await(mi.send(text), text, call=call, timeout_seconds=timeout_seconds)
 
     def _evaluate(self) -> str:
@@ -365,6 +370,7 @@ class GdbSession(ThreadControl):
     def _send_call(self, expression: str) -> int:
         """Start a cast call without waiting for it (see _read_document); _await ends it."""
         text = f"{self._evaluate()} {mi_quote(expression)}"
+        self._tell_call(True)
         token = self._mi_or_fail().send(text)
         self._pending_calls[token] = text
         return token
@@ -376,7 +382,10 @@ class GdbSession(ThreadControl):
         mi = self._mi_or_fail()
         timeout = self.timeout_seconds if timeout_seconds is None else timeout_seconds
         try:
-            return mi.wait_result(token, timeout_seconds=timeout)
+            result = mi.wait_result(token, timeout_seconds=timeout)
+            if call:
+                self._tell_call(False)
+            return result
         except MiTimeout as exc:
             if call:
                 # unwindonsignal: gdb abandons the call and restores the thread's registers.
@@ -386,6 +395,8 @@ class GdbSession(ThreadControl):
                     mi.wait_result(token, timeout_seconds=CLEANUP_SECONDS)
             raise gdb_error(exc, self.pid, doing=text, call=call, timeout_seconds=timeout) from exc
         except (MiGdbExited, MiError) as exc:
+            if call and isinstance(exc, MiError):
+                self._tell_call(False)  # gdb answered: it unwound or finished the call
             error = gdb_error(exc, self.pid, doing=text, call=call)
             if isinstance(exc, MiGdbExited) or isinstance(error, NoSuchProcessError):
                 self._attached = False

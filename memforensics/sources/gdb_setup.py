@@ -39,6 +39,13 @@ def find_gdb(gdb_path: str | None) -> str:
     return found
 
 
+def protect_from_oom_killer(pid: int) -> None:
+    """oom_score_adj -1000 for gdb where allowed (CAP_SYS_RESOURCE): on a host out of memory,
+    the OOM killer choosing gdb mid-call would leave the target to the watchdog's rescue."""
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/oom_score_adj", "w") as handle:
+        handle.write("-1000")
+
+
 def gdb_settings(pid: int, *, was_running: bool, non_stop: bool) -> list[str]:
     """MI commands that keep the stop short and the calls safe (all sent before attaching)."""
     settings = [

@@ -6,18 +6,28 @@ nothing that grows with the thread count stops the whole process (with 1,500 thr
 all-stop call cost ~280 ms of stopping and resuming all of them). A target someone else stopped
 is attached in **all-stop** mode, so that it stays stopped as it was.
 
-Either way the calling thread is one whose frames are all outside glibc's allocator, or one
-stopped at an allocator entry breakpoint with no allocator frame below it; otherwise nothing
-is called and the search gives up at the deadline (DeadlineError).
+Either way the calling thread is one whose frames are all outside glibc's allocator. In
+non-stop mode, a target whose threads are all inside it is let run and looked at again (never
+a breakpoint: see _non_stop_safe_point); in all-stop mode it runs forward to an allocator entry
+breakpoint, accepted with no allocator frame below it. Otherwise nothing is called and the
+search gives up at the deadline (DeadlineError).
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from memforensics.errors import DeadlineError, TargetExitedError
+from memforensics.errors import DeadlineError, TargetError, TargetExitedError
+from memforensics.sources.call_context import (
+    entry_point,
+    guardian_line,
+    register_numbers,
+    saved_registers,
+)
+from memforensics.sources.gdb_setup import pid_alive
 from memforensics.sources.gdbmi import MiError, MiResult, MiTimeout, MiTransport
 from memforensics.sources.libc_elf import ENTRY_FUNCTIONS, LibcImage
 from memforensics.sources.safepoint import (
@@ -30,7 +40,11 @@ from memforensics.sources.safepoint import (
     parse_frames,
     parse_threads,
 )
+from memforensics.sources.target_memory import TargetMemory
+from memforensics.sources.watchdog import Watchdog
 
+# Non-stop run-forward: how long the threads run between two looks.
+_RESAMPLE_SECONDS = 0.002
 # How long cleanup may wait for gdb to stop a running target or delete breakpoints.
 CLEANUP_SECONDS = 3.0
 
@@ -51,6 +65,8 @@ class ThreadControl:
     _breakpoints: list[str]
     _target_exited: bool
     _caller: str | None  # gdb's id of the thread that makes the calls
+    _watchdog: Watchdog | None
+    _memory: TargetMemory | None
     _command: Callable[..., MiResult]
     _mi_or_fail: Callable[[], MiTransport]
     _libc_or_fail: Callable[[], LibcImage]
@@ -61,68 +77,78 @@ class ThreadControl:
             self._non_stop_safe_point()
         else:
             self._all_stop_safe_point()
+        self._tell_watchdog_the_caller()
+
+    def _tell_watchdog_the_call_dummy(self) -> None:
+        """Where gdb's calls return to, and the byte its breakpoint there replaces."""
+        address = entry_point(self.pid)
+        if address is None or self._watchdog is None or self._memory is None:
+            return
+        with contextlib.suppress(TargetError):
+            original = self._memory.read(address, 1)
+            self._watchdog.tell(f"entry {address:x} {original.hex()}")
+
+    def _tell_call(self, running: bool) -> None:
+        if self._watchdog is not None:
+            self._watchdog.tell("call" if running else "ret")
+
+    def _tell_watchdog_the_caller(self) -> None:
+        """The caller's registers as gdb will restore them, for the watchdog's guardian."""
+        if self._watchdog is None or self._caller is None:
+            return
+        lwp = self._thread_info(self._caller).lwp
+        if lwp is None:
+            return
+        numbers = register_numbers(self._command("-data-list-register-names").payload)
+        values = self._command(
+            f"-data-list-register-values --thread {self._caller} r "
+            + " ".join(str(n) for n in sorted(numbers))
+        ).payload
+        self._watchdog.tell(guardian_line(lwp, saved_registers(values, numbers)))
 
     # -- non-stop --------------------------------------------------------------------------
 
     def _non_stop_safe_point(self) -> None:
+        """Look at one thread at a time; if all are in the allocator, let them run a moment and
+        look again. No breakpoint is written into the target's code: should gdb die at any
+        moment here, nothing is left behind that could trap a thread (an int3 at malloc's
+        entry kills the process at its next malloc once no debugger is there)."""
         libc = self._libc_or_fail()
         deadline = (self._attach_started or time.monotonic()) + self.timeout_seconds
-        looked: list[tuple[str, list[Frame]]] = []
-        for thread_id in self._thread_ids():
-            if time.monotonic() > deadline:
-                break
-            if not self._hold(thread_id, deadline):
-                continue  # it exited meanwhile
-            frames = self._frames(thread_id)
-            if not in_allocator(libc, frames):
-                self._choose(thread_id)
-                self.safe_point = (
-                    f"{describe_thread(self._thread_info(thread_id))} outside the allocator, "
-                    f"{describe_frames(libc, frames)}"
-                )
-                return
-            looked.append((thread_id, frames))
-            self._release(thread_id)
-        busy = ", ".join(f"thread {tid} {describe_frames(libc, fr)}" for tid, fr in looked)
-        entry = {libc.functions[name]: name for name in ENTRY_FUNCTIONS}
-        self._insert_entry_breakpoints(entry)
-        mi = self._mi_or_fail()
-        try:
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    self._give_up(busy)
-                try:
-                    stopped = mi.wait_async(_is_stopped, timeout_seconds=remaining)
-                except MiTimeout:
-                    self._give_up(busy)
-                payload: dict[str, Any] = stopped.get("payload") or {}
-                reason = str(payload.get("reason", ""))
-                if reason.startswith("exited"):
-                    self._target_exited = True
-                    raise TargetExitedError(
-                        f"PID {self.pid} exited while being inspected", pid=self.pid
+        first_look = True
+        busy = "no thread could be stopped in time"
+        while True:
+            looked: list[tuple[str, list[Frame]]] = []
+            for thread_id in self._thread_ids():
+                if time.monotonic() > deadline:
+                    break
+                if not self._hold(thread_id, deadline):
+                    continue  # it exited meanwhile
+                frames = self._frames(thread_id)
+                if not in_allocator(libc, frames):
+                    self._choose(thread_id)
+                    waited = ""
+                    if not first_look:
+                        held_ms = (time.monotonic() - (self._attach_started or 0)) * 1000
+                        waited = f" after running forward {held_ms:.0f} ms"
+                    self.safe_point = (
+                        f"{describe_thread(self._thread_info(thread_id))} outside the "
+                        f"allocator, {describe_frames(libc, frames)}{waited}"
                     )
-                thread_id = str(payload.get("thread-id", ""))
-                pc = int(str((payload.get("frame") or {}).get("addr", "0")), 16)
-                if not thread_id:
-                    continue
-                if reason == "breakpoint-hit" and pc in entry:
-                    frames = self._frames(thread_id)
-                    if len(frames) >= 2 and not in_allocator(libc, frames[1:]):
-                        self._delete_breakpoints()
-                        self._choose(thread_id)
-                        self.safe_point = (
-                            f"{describe_thread(self._thread_info(thread_id))} at the entry of "
-                            f"{entry[pc]}() after running forward "
-                            f"{(time.monotonic() - (self._attach_started or 0)) * 1000:.0f} ms"
-                        )
-                        return
-                self._release(thread_id)  # a signal, or the allocator calling itself
-        finally:
-            if self._breakpoints:
-                self._delete_breakpoints()
-            self.release_bystanders()
+                    return
+                looked.append((thread_id, frames))
+                self._release(thread_id)
+            if not looked and not pid_alive(self.pid):
+                self._target_exited = True
+                raise TargetExitedError(
+                    f"PID {self.pid} exited while being inspected", pid=self.pid
+                )
+            if looked:
+                busy = ", ".join(f"thread {t} {describe_frames(libc, f)}" for t, f in looked)
+            if time.monotonic() + _RESAMPLE_SECONDS > deadline:
+                self._give_up(busy)
+            first_look = False
+            time.sleep(_RESAMPLE_SECONDS)  # let them run out of malloc/free, then look again
 
     def release_bystanders(self) -> None:
         """Resume threads that stopped at a breakpoint while another became the caller."""
