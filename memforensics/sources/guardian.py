@@ -28,6 +28,7 @@ _PTRACE_SETREGS = 13
 _PTRACE_GETREGSET = 0x4204
 _PTRACE_SETREGSET = 0x4205
 _PTRACE_SEIZE = 0x4206
+_PTRACE_INTERRUPT = 0x4207
 _PTRACE_EVENT_STOP = 128
 _NT_X86_XSTATE = 0x202
 _WALL = 0x40000000
@@ -144,10 +145,10 @@ def _restore_registers(tid: int, saved: dict[str, int]) -> None:
     _ptrace(_PTRACE_SETREGSET, tid, _NT_X86_XSTATE, ctypes.addressof(iov))
 
 
-def _rip(tid: int) -> int:
+def _register(tid: int, name: str) -> int:
     regs = (ctypes.c_ulonglong * len(USER_REGS))()
     _ptrace(_PTRACE_GETREGS, tid, 0, ctypes.addressof(regs))
-    return int(regs[USER_REGS.index("rip")])
+    return int(regs[USER_REGS.index(name)])
 
 
 def write_text(pid: int, address: int, data: bytes) -> None:
@@ -174,9 +175,11 @@ def finish_call(
     """
     try:
         _ptrace(_PTRACE_SEIZE, tid)
+        _ptrace(_PTRACE_INTERRUPT, tid)  # one look: is it really inside a call?
     except OSError as exc:
         return f"could not seize thread {tid}: {exc.strerror}"
     deadline = time.monotonic() + timeout_seconds
+    checked = False
     try:
         while time.monotonic() < deadline:
             waited, status = os.waitpid(tid, os.WNOHANG | _WALL)
@@ -188,10 +191,18 @@ def finish_call(
             if not os.WIFSTOPPED(status):
                 continue
             sig = os.WSTOPSIG(status)
+            if not checked:
+                checked = True
+                # In a call the stack pointer is in gdb's dummy frame, below the caller's
+                # red zone. At or above the saved one, gdb never started the call (it died
+                # first) or had already restored the thread: nothing to do.
+                if "rsp" in saved and _register(tid, "rsp") >= saved["rsp"]:
+                    _ptrace(_PTRACE_DETACH, tid, 0, 0 if status >> 16 else sig)
+                    return "the thread was not inside a call; detached"
             if status >> 16 == _PTRACE_EVENT_STOP:
                 _ptrace(_PTRACE_CONT, tid, 0, 0)  # a group-stop or interrupt: keep running
                 continue
-            if sig == signal.SIGTRAP and _rip(tid) == dummy_address + 1:
+            if sig == signal.SIGTRAP and _register(tid, "rip") == dummy_address + 1:
                 _restore_registers(tid, saved)
                 write_text(pid, dummy_address, dummy_byte)
                 _ptrace(_PTRACE_DETACH, tid, 0, 0)
