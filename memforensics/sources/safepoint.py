@@ -85,6 +85,8 @@ def in_allocator(libc: LibcImage, frames: list[Frame]) -> bool:
 
 
 def _frame_words(libc: LibcImage, frame: Frame) -> str | None:
+    if frame.name.startswith("<"):  # "<signal handler called>"
+        return frame.name.strip("<>")
     if frame.name and frame.name != "??":
         return f"{frame.name}()"
     if libc.in_text(frame.pc):

@@ -26,7 +26,7 @@ import pytest
 
 from memforensics.errors import MemforensicsError
 from memforensics.sources.gdb import GdbSession
-from tests.support.targets import compile_target, live_skip_reason
+from tests.support.targets import compile_target, live_skip_reason, running
 
 _SKIP = live_skip_reason()
 pytestmark = [
@@ -199,3 +199,30 @@ def test_gdb_killed_during_a_long_call_the_guardian_finishes_it() -> None:
         with GdbSession(target.pid, timeout_seconds=10) as again:
             assert again.malloc_info().startswith(b"<malloc")
         _left_running(target)
+
+
+@pytest.mark.slow
+def test_nothing_in_the_target_changes_across_dozens_of_inspects_and_trims() -> None:
+    """Issue 10 item 3: registers (upper ymm lanes too) held across a loop, a blocking read()
+    of an ordered byte stream, SIGALRM every 2 ms and heap buffers: all intact."""
+    binary = compile_target("integrity", "-mavx2")
+    with running([str(binary)]) as target:
+        safe_points: set[str] = set()
+        for round_index in range(36):
+            with GdbSession(target.pid, timeout_seconds=10) as session:
+                if round_index % 3 == 2:
+                    assert session.malloc_trim(0) in (0, 1)
+                else:
+                    assert session.malloc_info().startswith(b"<malloc")
+            safe_points.add(session.safe_point.split(",", 1)[-1].strip())
+            assert target.alive(), target.proc.stdout.read() if target.proc.stdout else ""
+        os.kill(target.pid, signal.SIGTERM)
+        assert target.proc.wait(timeout=20) == 0
+        assert target.proc.stdout is not None
+        report = target.proc.stdout.read().decode()
+        assert "corrupt" not in report
+        match = re.search(r"ok loops=(\d+) bytes=(\d+) alarms=(\d+)", report)
+        assert match and int(match.group(2)) > 0 and int(match.group(3)) > 0, report
+        # Calls were made from more than one place of the main thread: its register loop,
+        # its read() and its SIGALRM handler (gdb stops it wherever it is).
+        assert len(safe_points) >= 2, safe_points
