@@ -85,8 +85,20 @@ def test_busy_single_threaded_target_survives_repeated_trims() -> None:
     # 2000 live blocks up to 16 KiB, replaced as fast as the CPU allows: gdb often stops it
     # inside malloc/free, where calling malloc_trim would corrupt the unlocked heap.
     with c_target("trim_busy", "2000", "16384") as target:
-        for _ in range(5):
-            result = trim_process(target.pid, TrimSettings(timeout_seconds=10))
+        for attempt in range(5):
+            try:
+                result = trim_process(target.pid, TrimSettings(timeout_seconds=10))
+            except Exception:
+                # Say how the target went (a signal from us, a heap it found corrupt, or its
+                # own lifetime), not only that it is gone.
+                time.sleep(0.2)
+                if target.proc.poll() is not None:
+                    assert target.proc.stdout is not None
+                    pytest.fail(
+                        f"trim {attempt}: the target ended with {target.proc.returncode}: "
+                        f"{target.proc.stdout.read().decode(errors='replace')[-500:]}"
+                    )
+                raise
             assert result.trimmed
             assert target.alive()
         os.kill(target.pid, signal.SIGTERM)  # the target verifies every live block, then exits
