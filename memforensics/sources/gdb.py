@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import struct
 import tempfile
 import time
@@ -358,15 +357,6 @@ class GdbSession(ThreadControl):
         thread = f" --thread {self._caller}" if self._caller else ""
         return f"-data-evaluate-expression{thread}"
 
-    def _interrupt_call(self) -> None:
-        """Make gdb abandon a call that overran; unwindonsignal restores the caller."""
-        mi = self._mi_or_fail()
-        if self.non_stop and self._caller:
-            with contextlib.suppress(MiGdbExited, OSError):
-                mi.send(f"-exec-interrupt --thread {self._caller}")
-        else:
-            mi.interrupt()
-
     def _send_call(self, expression: str) -> int:
         """Start a cast call without waiting for it (see _read_document); _await ends it."""
         text = f"{self._evaluate()} {mi_quote(expression)}"
@@ -458,21 +448,6 @@ class GdbSession(ThreadControl):
         if self._attach_started is not None and self._detached_at is None:
             self._detached_at = time.monotonic()
         self._attached = False
-
-    def _restore_target_state(self) -> None:
-        """A target that was running must not stay in T (stopped) after we let go of it."""
-        if not self._was_running or self._attach_started is None:
-            return
-        for _ in range(5):
-            try:
-                state = procfs.process_state(self.pid)
-            except MemforensicsError:
-                return
-            if state != "T":
-                return
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGCONT)
-            time.sleep(0.01)
 
     def _mi_or_fail(self) -> MiTransport:
         if self._mi is None:

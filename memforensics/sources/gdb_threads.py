@@ -16,11 +16,14 @@ search gives up at the deadline (DeadlineError).
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from memforensics.errors import DeadlineError, TargetError, TargetExitedError
+from memforensics.errors import DeadlineError, MemforensicsError, TargetError, TargetExitedError
+from memforensics.sources import procfs
 from memforensics.sources.call_context import (
     entry_point,
     guardian_line,
@@ -28,7 +31,7 @@ from memforensics.sources.call_context import (
     saved_registers,
 )
 from memforensics.sources.gdb_setup import pid_alive
-from memforensics.sources.gdbmi import MiError, MiResult, MiTimeout, MiTransport
+from memforensics.sources.gdbmi import MiError, MiGdbExited, MiResult, MiTimeout, MiTransport
 from memforensics.sources.libc_elf import ENTRY_FUNCTIONS, LibcImage
 from memforensics.sources.safepoint import (
     Frame,
@@ -67,6 +70,7 @@ class ThreadControl:
     _caller: str | None  # gdb's id of the thread that makes the calls
     _watchdog: Watchdog | None
     _memory: TargetMemory | None
+    _was_running: bool
     _command: Callable[..., MiResult]
     _mi_or_fail: Callable[[], MiTransport]
     _libc_or_fail: Callable[[], LibcImage]
@@ -204,6 +208,30 @@ class ThreadControl:
         for address in entry:
             result = self._command(f"-break-insert *{address:#x}")
             self._breakpoints.append(str(result.payload.get("bkpt", {}).get("number", "")))
+
+    def _interrupt_call(self) -> None:
+        """Make gdb abandon a call that overran; unwindonsignal restores the caller."""
+        mi = self._mi_or_fail()
+        if self.non_stop and self._caller:
+            with contextlib.suppress(MiGdbExited, OSError):
+                mi.send(f"-exec-interrupt --thread {self._caller}")
+        else:
+            mi.interrupt()
+
+    def _restore_target_state(self) -> None:
+        """A target that was running must not stay in T (stopped) after we let go of it."""
+        if not self._was_running or self._attach_started is None:
+            return
+        for _ in range(5):
+            try:
+                state = procfs.process_state(self.pid)
+            except MemforensicsError:
+                return
+            if state != "T":
+                return
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGCONT)
+            time.sleep(0.01)
 
     # -- all-stop ------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from memforensics.errors import (
     TargetPermissionError,
 )
 from memforensics.model.process import AllocatorInfo, ProcessFacts, ProcessMemory
-from memforensics.sources.procmaps import read_maps
+from memforensics.sources.procmaps import replaced_file
 
 PROC = Path("/proc")
 # PF_KTHREAD from include/linux/sched.h: the task is a kernel thread (no user memory at all).
@@ -96,6 +96,10 @@ def _maps_paths(pid: int) -> list[str]:
     return list(seen)
 
 
+def _libc_file(pid: int, path: str) -> Path:  # the mapped one, even if replaced on disk
+    return replaced_file(pid, path) or _open_in_target(pid, path)
+
+
 def _open_in_target(pid: int, path: str) -> Path:
     """The path as seen from the target's root (a container has another filesystem)."""
     inside = _proc(pid, "root") / path.lstrip("/")
@@ -103,24 +107,6 @@ def _open_in_target(pid: int, path: str) -> Path:
         return inside if inside.exists() else Path(path)
     except OSError:  # /proc/PID/root of another user's process: EACCES without the cap
         return Path(path)
-
-
-def _mapped_file(pid: int, path: str) -> Path:
-    """The file mapped at ``path``: through map_files when it was replaced on disk since.
-
-    A libc upgraded under a running process shows as "(deleted)"; the file now at the path
-    is another build (or nothing), while map_files still opens the mapped one (needs root).
-    """
-    with contextlib.suppress(MemforensicsError):
-        for mapping in read_maps(pid):
-            if mapping.path == path and mapping.deleted:
-                entry = _proc(pid, "map_files") / (
-                    f"{mapping.start_address:x}-{mapping.end_address:x}"
-                )
-                if os.access(entry, os.R_OK):
-                    return entry
-                break
-    return _open_in_target(pid, path)
 
 
 def _scan_binary(path: Path) -> tuple[bool, str | None]:
@@ -158,7 +144,7 @@ def _glibc_version(pid: int, libc_path: str) -> str | None:
     old_name = _OLD_LIBC_NAME_RE.search(os.path.basename(libc_path))
     if old_name:
         return old_name.group(1)
-    return _scan_binary(_mapped_file(pid, libc_path))[1]
+    return _scan_binary(_libc_file(pid, libc_path))[1]
 
 
 def _is_glibc_libc(path: str) -> bool:
@@ -194,7 +180,7 @@ def detect_allocator(pid: int) -> AllocatorInfo:
     libc_path = next((p for p in paths if _is_glibc_libc(p)), None)
     if libc_path is not None:
         version = _glibc_version(pid, libc_path)
-        if version is None and _readable(_mapped_file(pid, libc_path)):
+        if version is None and _readable(_libc_file(pid, libc_path)):
             return AllocatorInfo(
                 kind="unknown",
                 detail=f"{libc_path} is not glibc (no glibc version banner in it)",
