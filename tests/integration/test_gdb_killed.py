@@ -226,3 +226,25 @@ def test_nothing_in_the_target_changes_across_dozens_of_inspects_and_trims() -> 
         # Calls were made from more than one place of the main thread: its register loop,
         # its read() and its SIGALRM handler (gdb stops it wherever it is).
         assert len(safe_points) >= 2, safe_points
+
+
+@pytest.mark.slow
+def test_call_past_its_deadline_is_unwound_and_the_target_left_running() -> None:
+    """A call that overruns (here: waiting for an arena mutex another thread holds) is
+    interrupted and unwound; once the mutex is free the target carries on, untraced."""
+    with victim() as target:
+        assert target.say("stall") == "stalling"
+        started = time.monotonic()
+        with (
+            pytest.raises(MemforensicsError) as info,
+            GdbSession(target.pid, timeout_seconds=1.5) as session,
+        ):
+            session.malloc_info()
+        assert info.value.exit_code == 6, info.value
+        assert time.monotonic() - started < 15
+        target.drain_stderr()
+        _left_running(target)
+        target.drain_stderr()
+        with GdbSession(target.pid, timeout_seconds=10) as again:
+            assert again.malloc_info().startswith(b"<malloc")
+        _left_running(target)
