@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import select
 import signal
 import subprocess
@@ -70,7 +71,10 @@ class MiTransport:
             bufsize=0,
             start_new_session=True,  # the terminal's SIGINT must not reach gdb
             close_fds=True,
+            cwd="/",  # nothing of gdb's (a core file if it crashes) lands in the user's directory
         )
+        with contextlib.suppress(OSError, ValueError):
+            resource.prlimit(self.process.pid, resource.RLIMIT_CORE, (0, 0))
         assert self.process.stdout is not None
         self._fd = self.process.stdout.fileno()
         os.set_blocking(self._fd, False)
@@ -142,7 +146,7 @@ class MiTransport:
     def close(self, *, grace_seconds: float = 1.0) -> None:
         """Ask gdb to exit, then make sure it is gone (SIGKILL after the grace period)."""
         if self.alive():
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, MiGdbExited):  # it may die as we ask
                 self._send("-gdb-exit")
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout=grace_seconds)
