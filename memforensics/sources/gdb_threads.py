@@ -181,9 +181,9 @@ class ThreadControl:
         """Interrupt one thread and wait until gdb reports it stopped; False if it is gone."""
         try:
             self._command(f"-exec-interrupt --thread {thread_id}")
-        except DeadlineError:
+        except (DeadlineError, TargetExitedError):
             raise
-        except Exception:
+        except MemforensicsError:  # the thread exited between the list and now
             return False
         mi = self._mi_or_fail()
 
