@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -153,3 +154,46 @@ def test_periodic_rounds_then_ctrl_c_stops_cleanly() -> None:
         time.sleep(0.1)
         assert target.alive() and target.state() in ("S", "R")
         assert procfs.read_process(target.pid).tracer_pid == 0
+
+
+def test_name_match_that_exits_mid_trim_is_skipped_and_the_others_trimmed() -> None:
+    """Issue 10 item 5 for trim: a --name match that exits mid-run is a note, not a failure."""
+    blocks = str(3000 + os.getpid() % 1000)
+    with (
+        c_target("trim_fragmented", "2", blocks, "1024", "8") as first,
+        c_target("trim_fragmented", "2", blocks, "1024", "8") as second,
+    ):
+
+        def kill_first_once_attached() -> None:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                if procfs.read_process(first.pid).tracer_pid:
+                    break
+                time.sleep(0.0005)
+            os.kill(first.pid, signal.SIGKILL)
+            first.proc.wait(timeout=10)
+
+        killer = threading.Thread(target=kill_first_once_attached, daemon=True)
+        killer.start()
+        binary = os.path.basename(str(first.proc.args[0]))  # type: ignore[index]
+        outcome = subprocess.run(  # noqa: PLW1510
+            [
+                sys.executable,
+                "-m",
+                "memforensics",
+                "trim",
+                "--json",
+                "--name",
+                f"{binary} 2 {blocks} ",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        killer.join(timeout=30)
+        assert outcome.returncode == 0, outcome.stderr
+        assert f"note: PID {first.pid} (matched by --name) exited; skipped" in outcome.stderr
+        document = json.loads(outcome.stdout)
+        results = document.get("results", [document])
+        assert [r["pid"] for r in results] == [second.pid]
+        assert second.alive()
