@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import time
 from collections.abc import Iterator
 
 from memforensics.errors import (
@@ -95,7 +96,11 @@ def gdb_error(
     """
     command = doing.split(maxsplit=1)[0] if doing else "a command"
     message = str(exc).splitlines()[0] if str(exc) else ""
-    if attached and (not pid_alive(pid) or "has exited" in message or "not being run" in message):
+    # Before the attach too: gdb failing to read /proc/PID/exe of a process that is exiting is
+    # the target's doing, never a reason to reinstall gdb.
+    if _exited(pid, message) or (
+        attached and ("has exited" in message or "not being run" in message)
+    ):
         return TargetExitedError(f"PID {pid} exited while being inspected", pid=pid)
     if isinstance(exc, MiTimeout):
         if call:
@@ -128,6 +133,20 @@ def gdb_failures(pid: int) -> Iterator[None]:
         yield
     except (MiGdbExited, MiTimeout, MiError) as exc:
         raise gdb_error(exc, pid, doing="") from exc
+
+
+def _exited(pid: int, message: str) -> bool:
+    """The target is gone, or going: an exiting process loses /proc/PID/exe before it is a
+    zombie, so when gdb says a /proc file of it is missing, give the exit a moment to show."""
+    if not pid_alive(pid):
+        return True
+    if f"/proc/{pid}/" not in message and "No such process" not in message:
+        return False
+    for _ in range(10):
+        time.sleep(0.005)
+        if not pid_alive(pid):
+            return True
+    return False
 
 
 def pid_alive(pid: int) -> bool:

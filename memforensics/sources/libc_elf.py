@@ -14,7 +14,7 @@ import struct
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from memforensics.errors import NotGlibcMallocError, TargetError, ToolingError
+from memforensics.errors import NotGlibcMallocError, TargetError, TargetExitedError, ToolingError
 from memforensics.sources.procmaps import Mapping, read_maps
 
 # Exported functions defined in glibc's malloc/malloc.c (which #includes arena.c, hooks.c and,
@@ -84,7 +84,10 @@ class LibcImage:
 
 def _libc_mapping(pid: int, libc_path: str) -> Mapping:
     """The mapping of the libc file's offset 0 in PID (its load address and inode)."""
-    for mapping in read_maps(pid):
+    mappings = read_maps(pid)
+    if not mappings:  # only a process that is exiting (its memory already gone) maps nothing
+        raise TargetExitedError(f"PID {pid} exited while being inspected", pid=pid)
+    for mapping in mappings:
         if mapping.path == libc_path and mapping.offset_bytes == 0:
             return mapping
     raise NotGlibcMallocError(f"PID {pid} does not map {libc_path}", pid=pid)

@@ -31,6 +31,7 @@ from tests.support.targets import (
     c_target,
     compile_target,
     live_skip_reason,
+    python_target,
     running,
 )
 
@@ -278,3 +279,19 @@ def test_dismissed_watchdog_touches_nothing() -> None:
         finally:
             stand_in_gdb.kill()
             stand_in_gdb.wait()
+
+
+@pytest.mark.parametrize("life_seconds", [0.0, 0.02, 0.05, 0.1, 0.2, 0.4])
+def test_target_exiting_before_or_during_the_attach_is_a_target_error(
+    life_seconds: float,
+) -> None:
+    """Issue 10 item 5: whenever the target exits, the error is the target's (exit 3)."""
+    code = f"import os, time; print('ready', flush=True); time.sleep({life_seconds}); os._exit(0)"
+    with python_target(code) as target:
+        try:
+            with GdbSession(target.pid, timeout_seconds=10) as session:
+                session.malloc_info()
+        except TargetError as exc:  # exit 3: exited while being inspected, gone, or a zombie
+            assert exc.exit_code == 3
+        except ToolingError as exc:
+            pytest.fail(f"a target that exited was reported as a tooling error: {exc}")
