@@ -437,6 +437,8 @@ class GdbSession(ThreadControl):
                     self._command('-interpreter-exec console "handle SIGSTOP nostop noprint pass"')
                     self._command('-interpreter-exec console "queue-signal SIGSTOP"')
             self._command("-target-detach", timeout_seconds=CLEANUP_SECONDS)
+            if self._watchdog is not None:
+                self._watchdog.tell("detached")  # gdb's exit from now on is expected
         except (MiError, MiTimeout, MiGdbExited, MemforensicsError):
             # gdb is stuck or gone: closing it kills it and the kernel detaches ptrace;
             # _restore_target_state then resumes the target if it was left stopped.

@@ -74,6 +74,7 @@ class _Session:
     """What memforensics told us about the session so far."""
 
     done: bool = False
+    detached: bool = False  # gdb let go of the target cleanly
     in_call: bool = False
     caller_tid: int | None = None
     saved: dict[str, int] = field(default_factory=dict)
@@ -87,6 +88,8 @@ class _Session:
             return
         if words[0] == "done":
             self.done = True
+        elif words[0] == "detached":
+            self.detached = True
         elif words[0] == "call":
             self.in_call = True
         elif words[0] == "ret":
@@ -135,9 +138,13 @@ def main(argv: list[str]) -> int:
             events = poller.poll()
         except InterruptedError:
             continue
-        for fd, _event in events:
+        # What memforensics said comes first: a "detached" and gdb's exit may arrive together.
+        for fd, _event in sorted(events, key=lambda event: event[0] != 0):
             if fd == gdb_fd:  # gdb is gone: expected after a detach, a rescue mid-call
                 _rescue_call(target_pid, session)
+                if not session.detached:
+                    # gdb died holding the target: a SIGSTOP of its attach may still land.
+                    _leave_running(target_pid, was_running=was_running)
                 poller.unregister(gdb_fd)
                 os.close(gdb_fd)
                 gdb_fd = None
