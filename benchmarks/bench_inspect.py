@@ -1,19 +1,27 @@
-"""Pause and wall time of `memforensics inspect` vs the manual gdb recipe: same target, same run.
+"""Stop and wall time of `memforensics inspect` vs the manual gdb recipe: same target, same run.
 
-The target (tests/targets/bench_fragmented.c) has 16 worker threads, each with a fragmented heap
-in its own arena, and a ticker thread that wakes every millisecond and records the longest gap
-between two wake-ups: the longest time the process was kept from running, measured by the
-target's own clock. Each round runs, on that one process, the manual recipe
+Three cases, each a target with a ticker thread that wakes every millisecond and records the
+longest gap between two wake-ups: the longest stop the process felt, by its own clock.
+
+* 16 arenas: tests/targets/bench_fragmented.c, 16 worker threads with fragmented heaps
+  (targets: stop <= 0.1x the recipe's, wall <= 1.0x);
+* 1,500 arenas: tests/targets/many_arenas.c, 1,500 threads under
+  GLIBC_TUNABLES=glibc.malloc.arena_max=1500, each with its own arena of sorted free chunks,
+  a malloc_info document of several MB (targets: stop <= 0.2x, wall <= 2.0x);
+* 2 million free chunks: many_arenas.c, one arena, every other 24-byte block freed in a
+  scattered order (malloc_info walks 2 million chunks).
+
+Each round runs, on that one process, the manual recipe
 
     gdb -p PID -batch -ex 'set $f=(void*)fopen(FILE,"w")' \\
         -ex 'call (int)malloc_info(0,$f)' -ex 'call (int)fclose($f)'
 
 and `memforensics inspect --json PID`, plus the gdb session alone (``capture_malloc_info`` in a
 fresh Python, no /proc reading or report), reversing the order every other round; the ticker's
-gap is reset before each and read after. Prints medians and the ratios memforensics/recipe
-(targets: pause <= 0.1, wall <= 1.0). Asserts nothing.
+gap is reset before each and read after. Prints medians and the ratios memforensics/recipe.
+Asserts nothing.
 
-usage: python benchmarks/bench_inspect.py [--rounds N] [--threads T] [--blocks B]
+usage: python benchmarks/bench_inspect.py [--rounds N] [--cases 16,1500,2m]
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -37,14 +46,15 @@ from tests.support.targets import compile_target  # noqa: E402
 
 
 class Target:
-    """The benchmark target, driven through its stdin ("reset", "gap")."""
+    """A benchmark target, driven through its stdin ("reset", "gap")."""
 
-    def __init__(self, threads: int, blocks: int) -> None:
-        binary = compile_target("bench_fragmented")
+    def __init__(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
+        binary = compile_target(name)
         self.proc = subprocess.Popen(
-            [str(binary), str(threads), str(blocks)],
+            [str(binary), *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            env={**os.environ, **(env or {})},
             start_new_session=True,
         )
         assert self.proc.stdout is not None
@@ -75,6 +85,34 @@ class Target:
     def close(self) -> None:
         self.proc.kill()
         self.proc.wait()
+
+
+@dataclass(frozen=True)
+class Case:
+    """One benchmark case: a target and the issue's bars for it."""
+
+    key: str
+    title: str
+    target: str
+    args: list[str]
+    env: dict[str, str]
+    stop_bar: float | None
+    wall_bar: float | None
+
+
+CASES = (
+    Case("16", "16 arenas", "bench_fragmented", ["16", "20000"], {}, 0.1, 1.0),
+    Case(
+        "1500",
+        "1,500 arenas",
+        "many_arenas",
+        ["1500", "600"],
+        {"GLIBC_TUNABLES": "glibc.malloc.arena_max=1500"},
+        0.2,
+        2.0,
+    ),
+    Case("2m", "2 million free chunks", "many_arenas", ["1", "4000000", "24"], {}, None, None),
+)
 
 
 def run_recipe(pid: int, scratch: Path) -> None:
@@ -133,15 +171,8 @@ def scratch_dir() -> Iterator[Path]:
         yield Path(name)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--threads", type=int, default=16)
-    parser.add_argument("--blocks", type=int, default=20000, help="blocks per worker thread")
-    args = parser.parse_args()
-    if shutil.which("gdb") is None:
-        print("bench_inspect: gdb is not installed; nothing to measure", file=sys.stderr)
-        return 0
+def measure(case: Case, rounds: int) -> dict[str, tuple[float, float]]:
+    """method -> (median stop felt, median wall) seconds, on one target for the case."""
     methods: dict[str, Callable[[int, Path], None]] = {
         "recipe": run_recipe,
         "memforensics": run_memforensics,
@@ -149,12 +180,12 @@ def main() -> int:
     }
     pauses: dict[str, list[float]] = {name: [] for name in methods}
     walls: dict[str, list[float]] = {name: [] for name in methods}
-    target = Target(args.threads, args.blocks)
+    target = Target(case.target, case.args, case.env)
     try:
         with scratch_dir() as scratch:
             for method in methods.values():  # warm-up: page cache, compiled target
                 method(target.pid, scratch)
-            for round_index in range(args.rounds):
+            for round_index in range(rounds):
                 names = list(methods)
                 order = names if round_index % 2 == 0 else names[::-1]
                 for name in order:
@@ -165,22 +196,39 @@ def main() -> int:
                     pauses[name].append(target.longest_gap_seconds())
     finally:
         target.close()
-    print(
-        f"bench_inspect: {args.threads} threads x {args.blocks} blocks, {args.rounds} rounds, "
-        f"{os.cpu_count()} CPUs; medians (target's longest gap = pause)"
-    )
-    print(f"  {'method':<14}{'pause ms':>10}{'wall ms':>10}")
-    for name in methods:
-        print(
-            f"  {name:<14}{statistics.median(pauses[name]) * 1000:>10.1f}"
-            f"{statistics.median(walls[name]) * 1000:>10.1f}"
-        )
-    pause_ratio = statistics.median(pauses["memforensics"]) / statistics.median(pauses["recipe"])
-    wall_ratio = statistics.median(walls["memforensics"]) / statistics.median(walls["recipe"])
-    print(f"  pause ratio memforensics/recipe: {pause_ratio:.3f}  (target <= 0.100)")
-    print(f"  wall ratio  memforensics/recipe: {wall_ratio:.3f}  (target <= 1.000)")
-    capture_wall = statistics.median(walls["capture-only"]) / statistics.median(walls["recipe"])
-    print(f"  wall ratio  capture-only/recipe: {capture_wall:.3f}  (the gdb session alone)")
+    return {
+        name: (statistics.median(pauses[name]), statistics.median(walls[name])) for name in methods
+    }
+
+
+def report(case: Case, rounds: int, medians: dict[str, tuple[float, float]]) -> None:
+    print(f"{case.title} ({case.target} {' '.join(case.args)}), {rounds} rounds, medians:")
+    print(f"  {'method':<14}{'stop ms':>10}{'wall ms':>10}")
+    for name, (stop, wall) in medians.items():
+        print(f"  {name:<14}{stop * 1000:>10.1f}{wall * 1000:>10.1f}")
+    recipe_stop, recipe_wall = medians["recipe"]
+    stop, wall = medians["memforensics"]
+    stop_bar = f"  (target <= {case.stop_bar:.3f})" if case.stop_bar is not None else ""
+    wall_bar = f"  (target <= {case.wall_bar:.3f})" if case.wall_bar is not None else ""
+    print(f"  stop ratio memforensics/recipe: {stop / recipe_stop:.3f}{stop_bar}")
+    print(f"  wall ratio memforensics/recipe: {wall / recipe_wall:.3f}{wall_bar}")
+    capture = medians["capture-only"][1] / recipe_wall
+    print(f"  wall ratio capture-only/recipe: {capture:.3f}  (the gdb session alone)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--cases", default="16,1500,2m", help="comma-separated: 16, 1500, 2m")
+    args = parser.parse_args()
+    if shutil.which("gdb") is None:
+        print("bench_inspect: gdb is not installed; nothing to measure", file=sys.stderr)
+        return 0
+    wanted = set(args.cases.split(","))
+    print(f"bench_inspect: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+    for case in CASES:
+        if case.key in wanted:
+            report(case, args.rounds, measure(case, args.rounds))
     return 0
 
 

@@ -18,13 +18,19 @@ from memforensics.analysis.residency import one_verdict, residency_advice, water
 from memforensics.analysis.residency_build import build_residency
 from memforensics.analysis.trim import skip_reason
 from memforensics.analysis.trim_forecast import forecast_trim
-from memforensics.errors import MemforensicsError, NoSuchProcessError, NotGlibcMallocError
+from memforensics.errors import (
+    MemforensicsError,
+    NoSuchProcessError,
+    NotGlibcMallocError,
+    TargetExitedError,
+)
 from memforensics.model.advice import Advice
 from memforensics.model.heap import HeapDump
 from memforensics.model.process import HeapResidency, ProcessFacts, ProcessMemory, Waterfall
 from memforensics.model.trim import TrimFailure, TrimOutcome, TrimResult
 from memforensics.sources import procfs
 from memforensics.sources.gdb import Capture, GdbSession, capture_malloc_info
+from memforensics.sources.gdb_setup import pid_alive
 from memforensics.sources.heapmaps import WALK_BUDGET_SECONDS, scan_heap
 from memforensics.sources.malloc_xml import parse_dump
 
@@ -96,6 +102,13 @@ class Inspection:
     residency_error: str | None = None
 
 
+def exited_error(pid: int, exc: MemforensicsError) -> TargetExitedError:
+    """A process that was there when we started and is gone now: say so, whatever step noticed."""
+    if isinstance(exc, TargetExitedError):
+        return exc
+    return TargetExitedError(f"PID {pid} exited while being inspected", pid=pid)
+
+
 def inspect_process(
     pid: int,
     *,
@@ -104,7 +117,33 @@ def inspect_process(
     allow_stopped: bool,
     log: Any = None,
 ) -> Inspection:
-    """Capture malloc_info safely (the session refuses what it cannot inspect), then read /proc."""
+    """Capture malloc_info safely (the session refuses what it cannot inspect), then read /proc.
+
+    A process that exits at any moment after the first look gives TargetExitedError.
+    """
+    procfs.check_target(pid, allow_stopped=allow_stopped)  # no such PID: NoSuchProcessError
+    try:
+        return _inspect(
+            pid,
+            timeout_seconds=timeout_seconds,
+            gdb_path=gdb_path,
+            allow_stopped=allow_stopped,
+            log=log,
+        )
+    except MemforensicsError as exc:
+        if isinstance(exc, NoSuchProcessError) or not pid_alive(pid):
+            raise exited_error(pid, exc) from exc
+        raise
+
+
+def _inspect(
+    pid: int,
+    *,
+    timeout_seconds: float,
+    gdb_path: str | None,
+    allow_stopped: bool,
+    log: Any,
+) -> Inspection:
     capture = capture_malloc_info(
         pid,
         timeout_seconds=timeout_seconds,
@@ -157,6 +196,15 @@ def trim_process(pid: int, settings: TrimSettings) -> TrimResult:
     and left running.
     """
     facts = procfs.check_target(pid)  # refuses non-glibc before anything touches the target
+    try:
+        return _trim(pid, facts, settings)
+    except MemforensicsError as exc:
+        if isinstance(exc, NoSuchProcessError) or not pid_alive(pid):
+            raise exited_error(pid, exc) from exc
+        raise
+
+
+def _trim(pid: int, facts: ProcessFacts, settings: TrimSettings) -> TrimResult:
     started = now_utc()
     before = procfs.read_memory(pid)
     if before.rss_bytes is None:
@@ -237,7 +285,16 @@ def trim_outcome(pid: int, settings: TrimSettings) -> TrimOutcome:
 
 def resolve_pids(pids: Sequence[int], names: Sequence[str]) -> list[int]:
     """The PIDs given plus those matching each ``--name``, in order, without repeats."""
-    found = list(pids)
+    return [pid for pid, _explicit in resolve_targets(pids, names)]
+
+
+def resolve_targets(pids: Sequence[int], names: Sequence[str]) -> list[tuple[int, bool]]:
+    """(pid, explicit) for the PIDs given and those matching each name, without repeats.
+
+    ``explicit`` is False for a match by name: such a process may come and go (a backend
+    exiting mid-run), and callers skip it with a note instead of failing the run.
+    """
+    found: dict[int, bool] = dict.fromkeys(pids, True)
     for name in names:
         matches = procfs.find_pids_by_name(name)
         if not matches:
@@ -245,5 +302,6 @@ def resolve_pids(pids: Sequence[int], names: Sequence[str]) -> list[int]:
                 f"no process matches --name {name!r}",
                 hint="check the name with `pgrep -a NAME`; it is a regex over name and cmdline",
             )
-        found.extend(matches)
-    return list(dict.fromkeys(found))
+        for pid in matches:
+            found.setdefault(pid, False)
+    return list(found.items())

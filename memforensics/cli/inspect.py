@@ -22,8 +22,8 @@ from memforensics.cli.options import (
     verbose_option,
 )
 from memforensics.cli.output import emit_json, stderr_console, stdout_console
-from memforensics.errors import MemforensicsError, ToolingError
-from memforensics.live import Inspection, inspect_process, resolve_pids
+from memforensics.errors import MemforensicsError, NoSuchProcessError, ToolingError
+from memforensics.live import Inspection, inspect_process, resolve_targets
 from memforensics.render.heap import SortKey, heap_json, render_heap
 from memforensics.render.process import (
     process_json,
@@ -174,12 +174,12 @@ def command(
     detaches, leaving the target running."""
     if not pids and not names:
         raise click.UsageError("give at least one PID or --name PATTERN")
-    targets = resolve_pids(pids, names)
+    targets = resolve_targets(pids, names)
     several = len(targets) > 1
     out = stdout_console()
     documents: list[dict[str, Any]] = []
     worst = 0
-    for pid in targets:
+    for pid, explicit in targets:
         try:
             result = inspect_process(
                 pid,
@@ -192,6 +192,15 @@ def command(
                 path = save_xml_path(save_xml, pid, several=several)
                 write_atomically(path, result.capture.xml)
                 stderr_console().print(f"saved malloc_info XML of PID {pid} to {path}")
+        except NoSuchProcessError as exc:
+            if explicit:
+                if not several:
+                    raise
+                _report_error(pid, exc)
+                worst = max(worst, exc.exit_code)
+            else:  # a --name match that came and went: the others are the report
+                click.echo(f"note: PID {pid} (matched by --name) exited; skipped", err=True)
+            continue
         except MemforensicsError as exc:
             if not several:
                 raise

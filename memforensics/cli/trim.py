@@ -23,7 +23,15 @@ from memforensics.cli.options import (
     verbose_option,
 )
 from memforensics.cli.output import emit_json, stderr_console, stdout_console
-from memforensics.live import Log, TrimSettings, now_utc, resolve_pids, trim_outcome
+from memforensics.errors import MemforensicsError, NoSuchProcessError
+from memforensics.live import (
+    Log,
+    TrimSettings,
+    now_utc,
+    resolve_targets,
+    trim_outcome,
+    trim_process,
+)
 from memforensics.model.trim import TrimFailure, TrimOutcome, TrimResult, TrimRound
 from memforensics.render import trim as render
 
@@ -192,7 +200,8 @@ def command(
         def log(line: str) -> None:
             click.echo(line, err=True)
 
-    targets = resolve_pids(pids, names)
+    resolved = resolve_targets(pids, names)
+    targets = [pid for pid, _explicit in resolved]
     settings = TrimSettings(
         pad_bytes=pad_bytes,
         dry_run=dry_run,
@@ -202,13 +211,32 @@ def command(
         log=log,
     )
     if interval_seconds is None:
-        outcomes = [trim_outcome(pid, settings) for pid in targets]
+        outcomes = [
+            outcome
+            for pid, explicit in resolved
+            if (outcome := _trim_once(pid, settings, explicit=explicit)) is not None
+        ]
         _report_once(outcomes, as_json=as_json, out=out, err=err)
         code = exit_code(outcomes)
         if code:
             click.get_current_context().exit(code)
         return
     _periodic(targets, settings, interval_seconds, count, as_json=as_json, out=out, status=status)
+
+
+def _trim_once(pid: int, settings: TrimSettings, *, explicit: bool) -> TrimOutcome | None:
+    """One target's outcome; None for a --name match that exited (skipped with a note)."""
+    if explicit:
+        return trim_outcome(pid, settings)
+    try:
+        return trim_process(pid, settings)
+    except NoSuchProcessError:
+        click.echo(f"note: PID {pid} (matched by --name) exited; skipped", err=True)
+        return None
+    except MemforensicsError as exc:
+        return TrimFailure(
+            pid=pid, time=now_utc(), message=exc.message, hint=exc.hint, exit_code=exc.exit_code
+        )
 
 
 def _report_once(

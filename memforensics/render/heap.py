@@ -98,21 +98,30 @@ def arena_table(analysis: HeapAnalysis, *, top: int | None = 20, sort: SortKey =
         box=box.SIMPLE_HEAD,
         pad_edge=False,
     )
-    for name in ("arena", "system", "in use", "free", "free%"):
-        table.add_column(name, justify="right", no_wrap=True)
-    table.add_column(f"{IN_USE_GLYPH}used {FREE_GLYPH}free", no_wrap=True)
-    table.add_column("top", justify="right", no_wrap=True)
-    table.add_column("heaps", justify="right", no_wrap=True)
-    for arena in shown:
-        table.add_row(
+    cells = [
+        (
             str(arena.index) + (" !" if arena.suspect else ""),
             format_bytes(arena.system_bytes),
             format_bytes(arena.in_use_bytes),
             format_bytes(arena.free_bytes),
             f"{arena.free_ratio:.0%}",
-            usage_bar(arena.in_use_bytes, arena.free_bytes, TABLE_BAR_WIDTH),
             format_bytes(arena.top_bytes),
             "" if arena.subheaps is None else str(arena.subheaps),
+        )
+        for arena in shown
+    ]
+    names = ("arena", "system", "in use", "free", "free%", "top", "heaps")
+    # Numbers are never cut: each numeric column is as wide as its widest cell, and at 80
+    # columns only the bar gives way.
+    widths = [max([len(name)] + [len(row[i]) for row in cells]) for i, name in enumerate(names)]
+    for name, width in zip(names[:5], widths[:5], strict=True):
+        table.add_column(name, justify="right", no_wrap=True, min_width=width)
+    table.add_column(f"{IN_USE_GLYPH}used {FREE_GLYPH}free", overflow="crop")  # may shrink
+    for name, width in zip(names[5:], widths[5:], strict=True):
+        table.add_column(name, justify="right", no_wrap=True, min_width=width)
+    for arena, row in zip(shown, cells, strict=True):
+        table.add_row(
+            *row[:5], usage_bar(arena.in_use_bytes, arena.free_bytes, TABLE_BAR_WIDTH), *row[5:]
         )
     if len(shown) < len(rows):
         table.caption = f"… {len(rows) - len(shown)} more arenas (--top 0 shows all)"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import select
 import signal
 import subprocess
@@ -56,7 +57,8 @@ class MiTransport:
         self._log = log
         self.program = str(argv[0])
         self._next_token = 1
-        self._buffer = b""
+        self._partial: list[bytes] = []  # pieces of the line still being received
+        self._partial_bytes = 0
         self._lines: deque[str] = deque()
         self._async: deque[dict[str, Any]] = deque()
         self._eof = False
@@ -69,7 +71,10 @@ class MiTransport:
             bufsize=0,
             start_new_session=True,  # the terminal's SIGINT must not reach gdb
             close_fds=True,
+            cwd="/",  # nothing of gdb's (a core file if it crashes) lands in the user's directory
         )
+        with contextlib.suppress(OSError, ValueError):
+            resource.prlimit(self.process.pid, resource.RLIMIT_CORE, (0, 0))
         assert self.process.stdout is not None
         self._fd = self.process.stdout.fileno()
         os.set_blocking(self._fd, False)
@@ -141,7 +146,7 @@ class MiTransport:
     def close(self, *, grace_seconds: float = 1.0) -> None:
         """Ask gdb to exit, then make sure it is gone (SIGKILL after the grace period)."""
         if self.alive():
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, MiGdbExited):  # it may die as we ask
                 self._send("-gdb-exit")
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout=grace_seconds)
@@ -195,13 +200,23 @@ class MiTransport:
             return
         if not chunk:
             self._eof = True
-            if self._buffer:
-                self._lines.append(self._buffer.decode(errors="replace"))
-                self._buffer = b""
+            if self._partial:
+                self._lines.append(b"".join(self._partial).decode(errors="replace"))
+                self._partial, self._partial_bytes = [], 0
                 return
             raise MiGdbExited("gdb exited")
-        self._buffer += chunk
-        if len(self._buffer) > _MAX_LINE_BYTES:
-            raise MiGdbExited("gdb sent an implausibly long line")
-        *complete, self._buffer = self._buffer.split(b"\n")
-        self._lines.extend(part.rstrip(b"\r").decode(errors="replace") for part in complete)
+        # Only the new chunk is searched for line ends, and a long line is joined once when it
+        # ends: the work stays linear in what gdb sends however long its lines are.
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            piece = chunk[start:end]
+            if self._partial:
+                piece = b"".join((*self._partial, piece))
+                self._partial, self._partial_bytes = [], 0
+            self._lines.append(piece.rstrip(b"\r").decode(errors="replace"))
+            start = end + 1
+        if start < len(chunk):
+            self._partial.append(chunk[start:])
+            self._partial_bytes += len(chunk) - start
+            if self._partial_bytes > _MAX_LINE_BYTES:
+                raise MiGdbExited("gdb sent an implausibly long line")

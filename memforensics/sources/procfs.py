@@ -22,7 +22,7 @@ from memforensics.errors import (
     TargetPermissionError,
 )
 from memforensics.model.process import AllocatorInfo, ProcessFacts, ProcessMemory
-from memforensics.sources.procmaps import parse_maps
+from memforensics.sources.procmaps import parse_maps, replaced_file
 
 PROC = Path("/proc")
 # PF_KTHREAD from include/linux/sched.h: the task is a kernel thread (no user memory at all).
@@ -91,6 +91,10 @@ def _maps_paths(pid: int) -> list[str]:
     return list(dict.fromkeys(m.path for m in parse_maps(_read_text(pid, "maps")) if m.file_backed))
 
 
+def _libc_file(pid: int, path: str) -> Path:  # the mapped one, even if replaced on disk
+    return replaced_file(pid, path) or _open_in_target(pid, path)
+
+
 def _open_in_target(pid: int, path: str) -> Path:
     """The path as seen from the target's root (a container has another filesystem)."""
     inside = _proc(pid, "root") / path.lstrip("/")
@@ -135,7 +139,7 @@ def _glibc_version(pid: int, libc_path: str) -> str | None:
     old_name = _OLD_LIBC_NAME_RE.search(os.path.basename(libc_path))
     if old_name:
         return old_name.group(1)
-    return _scan_binary(_open_in_target(pid, libc_path))[1]
+    return _scan_binary(_libc_file(pid, libc_path))[1]
 
 
 def _is_glibc_libc(path: str) -> bool:
@@ -171,7 +175,7 @@ def detect_allocator(pid: int) -> AllocatorInfo:
     libc_path = next((p for p in paths if _is_glibc_libc(p)), None)
     if libc_path is not None:
         version = _glibc_version(pid, libc_path)
-        if version is None and _readable(_open_in_target(pid, libc_path)):
+        if version is None and _readable(_libc_file(pid, libc_path)):
             return AllocatorInfo(
                 kind="unknown",
                 detail=f"{libc_path} is not glibc (no glibc version banner in it)",

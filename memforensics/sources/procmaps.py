@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from memforensics.errors import NoSuchProcessError, TargetPermissionError
 
@@ -111,3 +114,20 @@ def read_maps(pid: int) -> list[Mapping]:
 def read_smaps(pid: int) -> list[Mapping]:
     """The mappings of a live process with Rss/Anonymous (walks the page tables)."""
     return parse_smaps(_read_proc_text(pid, "smaps"))
+
+
+def replaced_file(pid: int, path: str) -> Path | None:
+    """/proc/PID/map_files entry of ``path`` when the mapped file was replaced on disk since.
+
+    A library upgraded under a running process shows as "(deleted)": the file now at the path
+    is another build (or nothing), while map_files still opens the mapped one (needs root).
+    None when the mapping is not deleted, or the entry cannot be read.
+    """
+    with contextlib.suppress(NoSuchProcessError, TargetPermissionError):
+        for mapping in read_maps(pid):
+            if mapping.path == path and mapping.deleted:
+                entry = Path(
+                    f"/proc/{pid}/map_files/{mapping.start_address:x}-{mapping.end_address:x}"
+                )
+                return entry if os.access(entry, os.R_OK) else None
+    return None

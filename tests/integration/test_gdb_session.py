@@ -14,6 +14,7 @@ import pytest
 
 from memforensics.errors import (
     DeadlineError,
+    GdbUnavailableError,
     NoSuchProcessError,
     NotGlibcMallocError,
     TargetError,
@@ -21,18 +22,16 @@ from memforensics.errors import (
     ToolingError,
 )
 from memforensics.sources import procfs
-from memforensics.sources.gdb import (
-    GdbSession,
-    _Watchdog,
-    capture_malloc_info,
-    load_libc_image,
-)
+from memforensics.sources.gdb import GdbSession, capture_malloc_info
+from memforensics.sources.libc_elf import load_libc_image
 from memforensics.sources.malloc_xml import parse_dump
+from memforensics.sources.watchdog import Watchdog
 from tests.support.targets import (
     Target,
     c_target,
     compile_target,
     live_skip_reason,
+    python_target,
     running,
 )
 
@@ -228,6 +227,7 @@ def test_stopped_target_is_refused_or_left_stopped() -> None:
 def test_missing_gdb_and_missing_pid() -> None:
     with pytest.raises(ToolingError) as info, GdbSession(os.getpid(), gdb_path="/nonexistent/gdb"):
         pass
+    assert isinstance(info.value, GdbUnavailableError)
     assert (
         info.value.exit_code == 5 and info.value.hint and "apt-get install gdb" in info.value.hint
     )
@@ -249,7 +249,7 @@ def test_watchdog_resumes_a_target_left_stopped_when_memforensics_dies() -> None
     with c_target("busy_heap", "0") as target:
         stand_in_gdb = subprocess.Popen(["sleep", "60"], start_new_session=True)
         try:
-            dog = _Watchdog(target.pid, stand_in_gdb.pid, was_running=True)
+            dog = Watchdog(target.pid, stand_in_gdb.pid, was_running=True)
             os.kill(target.pid, signal.SIGSTOP)
             _wait_state(target, "T")
             assert dog._proc is not None and dog._proc.stdin is not None
@@ -268,7 +268,7 @@ def test_dismissed_watchdog_touches_nothing() -> None:
     with c_target("idle_arenas", "1", "10") as target:
         stand_in_gdb = subprocess.Popen(["sleep", "60"], start_new_session=True)
         try:
-            dog = _Watchdog(target.pid, stand_in_gdb.pid, was_running=True)
+            dog = Watchdog(target.pid, stand_in_gdb.pid, was_running=True)
             os.kill(target.pid, signal.SIGSTOP)
             _wait_state(target, "T")
             dog.dismiss()
@@ -279,3 +279,19 @@ def test_dismissed_watchdog_touches_nothing() -> None:
         finally:
             stand_in_gdb.kill()
             stand_in_gdb.wait()
+
+
+@pytest.mark.parametrize("life_seconds", [0.0, 0.02, 0.05, 0.1, 0.2, 0.4])
+def test_target_exiting_before_or_during_the_attach_is_a_target_error(
+    life_seconds: float,
+) -> None:
+    """Issue 10 item 5: whenever the target exits, the error is the target's (exit 3)."""
+    code = f"import os, time; print('ready', flush=True); time.sleep({life_seconds}); os._exit(0)"
+    with python_target(code) as target:
+        try:
+            with GdbSession(target.pid, timeout_seconds=10) as session:
+                session.malloc_info()
+        except TargetError as exc:  # exit 3: exited while being inspected, gone, or a zombie
+            assert exc.exit_code == 3
+        except ToolingError as exc:
+            pytest.fail(f"a target that exited was reported as a tooling error: {exc}")

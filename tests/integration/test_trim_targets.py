@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -85,8 +86,20 @@ def test_busy_single_threaded_target_survives_repeated_trims() -> None:
     # 2000 live blocks up to 16 KiB, replaced as fast as the CPU allows: gdb often stops it
     # inside malloc/free, where calling malloc_trim would corrupt the unlocked heap.
     with c_target("trim_busy", "2000", "16384") as target:
-        for _ in range(5):
-            result = trim_process(target.pid, TrimSettings(timeout_seconds=10))
+        for attempt in range(5):
+            try:
+                result = trim_process(target.pid, TrimSettings(timeout_seconds=10))
+            except Exception:
+                # Say how the target went (a signal from us, a heap it found corrupt, or its
+                # own lifetime), not only that it is gone.
+                time.sleep(0.2)
+                if target.proc.poll() is not None:
+                    assert target.proc.stdout is not None
+                    pytest.fail(
+                        f"trim {attempt}: the target ended with {target.proc.returncode}: "
+                        f"{target.proc.stdout.read().decode(errors='replace')[-500:]}"
+                    )
+                raise
             assert result.trimmed
             assert target.alive()
         os.kill(target.pid, signal.SIGTERM)  # the target verifies every live block, then exits
@@ -141,3 +154,46 @@ def test_periodic_rounds_then_ctrl_c_stops_cleanly() -> None:
         time.sleep(0.1)
         assert target.alive() and target.state() in ("S", "R")
         assert procfs.read_process(target.pid).tracer_pid == 0
+
+
+def test_name_match_that_exits_mid_trim_is_skipped_and_the_others_trimmed() -> None:
+    """Issue 10 item 5 for trim: a --name match that exits mid-run is a note, not a failure."""
+    blocks = str(3000 + os.getpid() % 1000)
+    with (
+        c_target("trim_fragmented", "2", blocks, "1024", "8") as first,
+        c_target("trim_fragmented", "2", blocks, "1024", "8") as second,
+    ):
+
+        def kill_first_once_attached() -> None:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                if procfs.read_process(first.pid).tracer_pid:
+                    break
+                time.sleep(0.0005)
+            os.kill(first.pid, signal.SIGKILL)
+            first.proc.wait(timeout=10)
+
+        killer = threading.Thread(target=kill_first_once_attached, daemon=True)
+        killer.start()
+        binary = os.path.basename(str(first.proc.args[0]))  # type: ignore[index]
+        outcome = subprocess.run(  # noqa: PLW1510
+            [
+                sys.executable,
+                "-m",
+                "memforensics",
+                "trim",
+                "--json",
+                "--name",
+                f"{binary} 2 {blocks} ",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        killer.join(timeout=30)
+        assert outcome.returncode == 0, outcome.stderr
+        assert f"note: PID {first.pid} (matched by --name) exited; skipped" in outcome.stderr
+        document = json.loads(outcome.stdout)
+        results = document.get("results", [document])
+        assert [r["pid"] for r in results] == [second.pid]
+        assert second.alive()

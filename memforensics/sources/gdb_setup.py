@@ -1,0 +1,157 @@
+"""Starting gdb for a session: finding it, its settings, and its failures as project errors."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import time
+from collections.abc import Iterator
+
+from memforensics.errors import (
+    DeadlineError,
+    GdbUnavailableError,
+    MemforensicsError,
+    TargetError,
+    TargetExitedError,
+    ToolingError,
+)
+from memforensics.sources import procfs
+from memforensics.sources.gdbmi import MiError, MiGdbExited, MiTimeout
+
+
+def mi_quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def find_gdb(gdb_path: str | None) -> str:
+    if gdb_path is not None:
+        if os.sep in gdb_path:
+            if os.path.isfile(gdb_path) and os.access(gdb_path, os.X_OK):
+                return gdb_path
+            raise GdbUnavailableError(f"gdb not found or not executable at {gdb_path}")
+        found = shutil.which(gdb_path)
+        if found is None:
+            raise GdbUnavailableError(f"{gdb_path} not found on PATH")
+        return found
+    found = shutil.which("gdb")
+    if found is None:
+        raise GdbUnavailableError("gdb is not installed (not found on PATH)")
+    return found
+
+
+def protect_from_oom_killer(pid: int) -> None:
+    """oom_score_adj -1000 for gdb where allowed (CAP_SYS_RESOURCE): on a host out of memory,
+    the OOM killer choosing gdb mid-call would leave the target to the watchdog's rescue."""
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/oom_score_adj", "w") as handle:
+        handle.write("-1000")
+
+
+def gdb_settings(pid: int, *, was_running: bool, non_stop: bool) -> list[str]:
+    """MI commands that keep the stop short and the calls safe (all sent before attaching)."""
+    settings = [
+        "-gdb-set mi-async on",  # accept -exec-interrupt while the target runs forward
+        "-gdb-set pagination off",
+        "-gdb-set confirm off",
+        "-gdb-set auto-solib-add off",  # read no library's symbols except libc's
+        "-gdb-set debuginfod enabled off",  # never fetch debug info over the network
+        '-interpreter-exec console "set debug-file-directory"',  # no separate debug files
+        '-interpreter-exec console "set auto-load off"',
+        "-gdb-set unwindonsignal on",  # an interrupted call is unwound, not left half-done
+        "-gdb-set print thread-events off",
+        f"-gdb-set non-stop {'on' if non_stop else 'off'}",  # see gdb_threads
+        # Without libthread_db gdb still stops and lists every thread (it attaches each
+        # LWP from /proc/PID/task); loading it and libc's symbols for it doubled the pause.
+        '-interpreter-exec console "set libthread-db-search-path /nonexistent"',
+        # Read the executable's symbols now, while the target still runs, not after attach.
+        f"-file-exec-and-symbols /proc/{pid}/exe",
+        # Signals the program gets while we work are delivered to it without stopping gdb:
+        # a stop would make gdb unwind our call half-way (unwindonsignal), possibly with an
+        # arena mutex held. Faults still stop, so a call that faults is unwound instead of
+        # killing the target.
+        '-interpreter-exec console "handle all nostop noprint pass"',
+        '-interpreter-exec console "handle SIGSEGV SIGBUS SIGFPE SIGILL SIGABRT SIGSYS stop"',
+    ]
+    if not was_running:
+        # A target someone else stopped (and the caller allowed) re-enters its group stop as
+        # soon as a thread runs our call; swallow that SIGSTOP during calls, and queue one for
+        # the detach (see _detach) so that the target is left stopped as it was.
+        settings.append('-interpreter-exec console "handle SIGSTOP nostop noprint nopass"')
+    return settings
+
+
+def gdb_error(
+    exc: Exception,
+    pid: int,
+    *,
+    doing: str,
+    call: bool = False,
+    attached: bool = True,
+    timeout_seconds: float | None = None,
+) -> MemforensicsError:
+    """The one place where gdb's failures become the project's errors.
+
+    A failure is the target's when the target is gone (it exited: exit 3, never "install gdb"),
+    the deadline's when gdb or a call did not answer in time, and gdb's own otherwise.
+    """
+    command = doing.split(maxsplit=1)[0] if doing else "a command"
+    message = str(exc).splitlines()[0] if str(exc) else ""
+    # Before the attach too: gdb failing to read /proc/PID/exe of a process that is exiting is
+    # the target's doing, never a reason to reinstall gdb.
+    if _exited(pid, message) or (
+        attached and ("has exited" in message or "not being run" in message)
+    ):
+        return TargetExitedError(f"PID {pid} exited while being inspected", pid=pid)
+    if isinstance(exc, MiTimeout):
+        if call:
+            return DeadlineError(
+                f"a call into PID {pid} did not return within {timeout_seconds:g} s; "
+                "it was interrupted and unwound",
+                pid=pid,
+            )
+        if not attached:
+            return GdbUnavailableError(f"gdb did not answer gdb/MI commands ({command})")
+        waited = f" within {timeout_seconds:g} s" if timeout_seconds is not None else " in time"
+        return DeadlineError(f"gdb did not answer {command}{waited} for PID {pid}", pid=pid)
+    if isinstance(exc, MiGdbExited):
+        if not attached:
+            return GdbUnavailableError("gdb exited at start-up: not a working gdb with MI support")
+        return ToolingError(f"gdb exited unexpectedly during {command} on PID {pid}", pid=pid)
+    if call and "signaled while in a function called from GDB" in message:
+        return TargetError(
+            f"the call into PID {pid} raised a signal; gdb unwound it: {message}", pid=pid
+        )
+    if not attached:
+        return GdbUnavailableError(f"gdb rejected {doing!r}: {message or 'error'}")
+    return ToolingError(f"gdb: {message or 'error'}", pid=pid)
+
+
+@contextlib.contextmanager
+def gdb_failures(pid: int) -> Iterator[None]:
+    """Transport failures that escaped ``_command`` become the project's errors."""
+    try:
+        yield
+    except (MiGdbExited, MiTimeout, MiError) as exc:
+        raise gdb_error(exc, pid, doing="") from exc
+
+
+def _exited(pid: int, message: str) -> bool:
+    """The target is gone, or going: an exiting process loses /proc/PID/exe before it is a
+    zombie, so when gdb says a /proc file of it is missing, give the exit a moment to show."""
+    if not pid_alive(pid):
+        return True
+    if f"/proc/{pid}/" not in message and "No such process" not in message:
+        return False
+    for _ in range(10):
+        time.sleep(0.005)
+        if not pid_alive(pid):
+            return True
+    return False
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        state = procfs.process_state(pid)
+    except MemforensicsError:
+        return False
+    return state not in ("Z", "X")

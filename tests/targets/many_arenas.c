@@ -1,0 +1,126 @@
+/* A target with many arenas (or one huge free list) and a ticker that feels every stop.
+ *
+ * usage: many_arenas THREADS BLOCKS [MAX_BYTES]
+ * Each of THREADS workers allocates BLOCKS small blocks (24..MAX_BYTES, default 984) in its own arena
+ * (run it with GLIBC_TUNABLES=glibc.malloc.arena_max=N to get one arena per thread beyond
+ * glibc's 8-per-core default) and frees every other one: BLOCKS/2 free chunks per arena that
+ * cannot coalesce, so malloc_info's walk and document grow with THREADS x BLOCKS. The workers
+ * then sleep. A ticker thread wakes every millisecond and records the longest gap between two
+ * wake-ups: the longest stop the process felt.
+ * Prints "ready threads=T" once every worker is done. Then reads commands on stdin, one per
+ * line: "reset" clears the longest gap, "gap" prints "gap <microseconds>", "stall" starts a
+ * thread that fills stderr (give it a pipe of 4 KiB nobody reads yet) and then calls
+ * malloc_stats(), which blocks in its fprintf holding the main arena's mutex until stderr is
+ * drained: a malloc_info called meanwhile waits for it, a call as long as the test wants.
+ * On EOF it keeps sleeping (tests that start it with stdin closed still get a live target).
+ */
+#include <malloc.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static pthread_barrier_t barrier;
+static long blocks_per_thread;
+static long size_steps = 61; /* block sizes 24, 40, ... 24 + 16 * (size_steps - 1) */
+static atomic_long longest_gap_us;
+
+static long now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000L + ts.tv_nsec / 1000L;
+}
+
+static void *worker(void *arg) {
+    (void)arg;
+    void **blocks = malloc((size_t)blocks_per_thread * sizeof(void *));
+    if (!blocks) abort();
+    for (long i = 0; i < blocks_per_thread; i++) {
+        size_t size = 24 + (size_t)(i % size_steps) * 16;
+        blocks[i] = malloc(size);
+        if (!blocks[i]) abort();
+        memset(blocks[i], 0x5a, size);
+    }
+    /* Every other block, in a scattered order: the free lists then jump around memory as a
+     * long-lived heap's do, and walking them (malloc_info) costs a cache miss per chunk. */
+    long odd = blocks_per_thread / 2, stride = 7919; /* a prime: k * stride % odd visits all */
+    while (odd % stride == 0) stride += 2;
+    for (long k = 0; k < odd; k++) free(blocks[2 * ((k * stride) % odd) + 1]);
+    /* A request no free chunk fits sorts the unsorted chunks into their bins, so that
+     * malloc_info lists each size range (as in a heap that has lived a while). */
+    void *volatile sorter = malloc(64 * 1024 - 64); /* volatile: the pair is not optimised away */
+    free(sorter);
+    pthread_barrier_wait(&barrier);
+    for (;;) pause();
+    return NULL;
+}
+
+static void *ticker(void *arg) {
+    (void)arg;
+    struct timespec one_ms = {0, 1000000L};
+    long last = now_us();
+    for (;;) {
+        nanosleep(&one_ms, NULL);
+        long now = now_us();
+        long gap = now - last;
+        last = now;
+        long seen = atomic_load(&longest_gap_us);
+        while (gap > seen && !atomic_compare_exchange_weak(&longest_gap_us, &seen, gap)) {}
+    }
+    return NULL;
+}
+
+static void *staller(void *arg) {
+    (void)arg;
+    static char filler[4096 - 64];
+    memset(filler, '.', sizeof filler);
+    if (write(2, filler, sizeof filler) < 0) return NULL;
+    malloc_stats();
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3 && argc != 4) {
+        fprintf(stderr, "usage: %s THREADS BLOCKS [MAX_BYTES]\n", argv[0]);
+        return 2;
+    }
+    int threads = atoi(argv[1]);
+    blocks_per_thread = atol(argv[2]);
+    if (argc == 4) size_steps = (atol(argv[3]) - 24) / 16 + 1;
+    if (size_steps < 1) return 2;
+    if (threads < 1 || blocks_per_thread < 2) return 2;
+    pthread_barrier_init(&barrier, NULL, (unsigned)threads + 1);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 256 * 1024); /* thousands of threads: small stacks */
+    for (int i = 0; i < threads; i++) {
+        pthread_t tid;
+        if (pthread_create(&tid, &attr, worker, NULL) != 0) {
+            fprintf(stderr, "pthread_create failed at thread %d\n", i);
+            return 1;
+        }
+    }
+    pthread_barrier_wait(&barrier);
+    pthread_t tick;
+    pthread_create(&tick, NULL, ticker, NULL);
+    printf("ready threads=%d\n", threads);
+    fflush(stdout);
+    char line[64];
+    while (fgets(line, sizeof line, stdin)) {
+        if (strncmp(line, "reset", 5) == 0) {
+            atomic_store(&longest_gap_us, 0);
+        } else if (strncmp(line, "stall", 5) == 0) {
+            pthread_t stall;
+            pthread_create(&stall, NULL, staller, NULL);
+            printf("stalling\n");
+            fflush(stdout);
+        } else if (strncmp(line, "gap", 3) == 0) {
+            printf("gap %ld\n", atomic_load(&longest_gap_us));
+            fflush(stdout);
+        }
+    }
+    for (;;) pause();
+}
