@@ -20,6 +20,7 @@ from memforensics.errors import (
     NotGlibcMallocError,
     TargetError,
     TargetPermissionError,
+    TargetStoppedError,
 )
 from memforensics.model.process import AllocatorInfo, ProcessFacts, ProcessMemory
 from memforensics.sources.procmaps import parse_maps, replaced_file
@@ -286,10 +287,8 @@ def check_target(pid: int, *, allow_stopped: bool = False) -> ProcessFacts:
             hint="detach the other debugger or tracer (gdb, strace, a profiler) and retry",
         )
     if facts.state in ("T", "t") and not allow_stopped:
-        raise TargetError(
-            f"{label} is stopped (state {facts.state}) by someone else",
-            hint="memforensics will not resume it; resume it (kill -CONT PID) or pass "
-            "--allow-stopped to inspect it and leave it stopped",
+        raise TargetStoppedError(
+            f"{label} is stopped (state {facts.state}) by someone else", pid=pid
         )
     try:
         os.readlink(_proc(pid, "exe"))

@@ -21,6 +21,7 @@ from memforensics.errors import (
     NotGlibcMallocError,
     TargetError,
     TargetPermissionError,
+    TargetStoppedError,
 )
 from memforensics.sources import procfs
 from tests.support.targets import TARGETS_DIR, c_target, have_cc, running
@@ -175,9 +176,10 @@ def test_stopped_target_refused_unless_allowed() -> None:
         os.kill(target.pid, signal.SIGSTOP)
         try:
             _wait_state(target.pid, "T")
-            with pytest.raises(TargetError, match="stopped") as err:
+            with pytest.raises(TargetStoppedError, match="stopped") as err:
                 procfs.check_target(target.pid)
-            assert "--allow-stopped" in (err.value.hint or "")
+            assert err.value.pid == target.pid
+            assert "kill -CONT" in (err.value.hint or "")
             assert procfs.process_state(target.pid) == "T"  # still stopped: not resumed
             facts = procfs.check_target(target.pid, allow_stopped=True)
             assert facts.state == "T"
