@@ -42,8 +42,8 @@ from memforensics.sources.gdb_setup import (
 from memforensics.sources.gdb_threads import CLEANUP_SECONDS, ThreadControl
 from memforensics.sources.gdbmi import MiError, MiGdbExited, MiResult, MiTimeout, MiTransport
 from memforensics.sources.libc_elf import LibcImage, load_libc_image
+from memforensics.sources.procmem import TargetMemory
 from memforensics.sources.signals import TerminationHandlers, deferred_signals
-from memforensics.sources.target_memory import TargetMemory
 from memforensics.sources.watchdog import Watchdog
 
 # malloc_info of a process with thousands of arenas stays far below this; more is not XML we want.

@@ -33,6 +33,7 @@ from memforensics.sources.call_context import (
 from memforensics.sources.gdb_setup import pid_alive
 from memforensics.sources.gdbmi import MiError, MiGdbExited, MiResult, MiTimeout, MiTransport
 from memforensics.sources.libc_elf import ENTRY_FUNCTIONS, LibcImage
+from memforensics.sources.procmem import TargetMemory
 from memforensics.sources.safepoint import (
     Frame,
     ThreadInfo,
@@ -43,7 +44,6 @@ from memforensics.sources.safepoint import (
     parse_frames,
     parse_threads,
 )
-from memforensics.sources.target_memory import TargetMemory
 from memforensics.sources.watchdog import Watchdog
 
 # Non-stop run-forward: how long the threads run between two looks.
