@@ -5,14 +5,15 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
 
 import click
 from rich.console import Console
 
-from memforensics.analysis.trim import exit_code, summarize
+from memforensics.analysis.trim import summarize
+from memforensics.cli.failures import report_recorded, worst_exit_code
 from memforensics.cli.options import (
     DURATION,
     SIZE,
@@ -23,6 +24,7 @@ from memforensics.cli.options import (
     verbose_option,
 )
 from memforensics.cli.output import emit_json, stderr_console, stdout_console
+from memforensics.errors import EXIT_TARGET
 from memforensics.live import Log, TrimSettings, now_utc, resolve_pids, trim_outcome
 from memforensics.model.trim import TrimFailure, TrimOutcome, TrimResult, TrimRound
 from memforensics.render import trim as render
@@ -96,7 +98,7 @@ def run_rounds(
         on_round(trim_round)
         if stop.requested or (count is not None and index >= count):
             break
-        if all(isinstance(o, TrimFailure) and o.exit_code == 3 for o in outcomes):
+        if all(isinstance(o, TrimFailure) and o.exit_code == EXIT_TARGET for o in outcomes):
             break  # every target is gone: nothing left to trim
         next_start += interval_seconds
         if stop.wait(max(next_start - time.monotonic(), 0.0)):
@@ -203,23 +205,23 @@ def command(
     )
     if interval_seconds is None:
         outcomes = [trim_outcome(pid, settings) for pid in targets]
-        _report_once(outcomes, as_json=as_json, out=out, err=err)
-        code = exit_code(outcomes)
+        _report_once(outcomes, as_json=as_json, out=out)
+        code = _worst(outcomes)
         if code:
             click.get_current_context().exit(code)
         return
     _periodic(targets, settings, interval_seconds, count, as_json=as_json, out=out, status=status)
 
 
-def _report_once(
-    outcomes: Sequence[TrimOutcome], *, as_json: bool, out: Console, err: Console
-) -> None:
+def _worst(outcomes: Iterable[TrimOutcome]) -> int:
+    return worst_exit_code(o.exit_code for o in outcomes if isinstance(o, TrimFailure))
+
+
+def _report_once(outcomes: Sequence[TrimOutcome], *, as_json: bool, out: Console) -> None:
     for outcome in outcomes:
         if isinstance(outcome, TrimFailure):
             # Library messages already name the PID ("PID 123 (app) is a zombie").
-            err.print(f"error: {outcome.message}", highlight=False, markup=False)
-            if outcome.hint:
-                err.print(f"hint: {outcome.hint}", highlight=False, markup=False)
+            report_recorded(outcome.message, outcome.hint, outcome.exit_code)
     if as_json:
         emit_json(render.trim_document(outcomes, now=now_utc()))
         return
@@ -283,6 +285,6 @@ def _periodic(
     else:
         status(render.summary_line(summary, interrupted=stop.requested))
     # The worst over the whole run: a round that timed out is worth knowing about.
-    code = exit_code(o for r in rounds for o in r.outcomes)
+    code = _worst(o for r in rounds for o in r.outcomes)
     if code:
         click.get_current_context().exit(code)

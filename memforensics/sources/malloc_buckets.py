@@ -1,0 +1,134 @@
+"""The ``<sizes>`` table of one arena: checked whole in C, kept as text, decoded once.
+
+A big dump has a million bucket lines. Building one Python object per line dominated parse
+time, so the common, well-formed table is serialised by libxml2, checked by one regular
+expression, and decoded into columns (:class:`~memforensics.model.heap.BucketColumns`) the
+first time a report reads it. Anything else takes the careful path, element by element, which
+names the exact line of a bad value.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import overload
+
+from lxml import etree
+
+from memforensics.model.heap import (
+    BucketColumns,
+    ColumnarSizes,
+    SizeBucket,
+    is_suspect,
+)
+
+# One bucket line as lxml serialises glibc's output: fixed attribute order, 1-19 digits
+# (a 20-digit value may exceed 2**64 and is left to the careful path).
+BUCKET_LINE_RE = re.compile(
+    rb'<(size|unsorted) from="(\d{1,19})" to="(\d{1,19})" total="(\d{1,19})" count="(\d{1,19})"/>'
+)
+SIZES_BLOCK_RE = re.compile(rb"<sizes>(?:\s*" + BUCKET_LINE_RE.pattern + rb")*\s*</sizes>|<sizes/>")
+
+# Decoding trick: in a checked table every number follows an `=`. Keeping only digits and
+# turning `=` into `,` leaves ",17,32,384,12,..." that the C JSON decoder turns into ints.
+_EQUALS_TO_COMMA = bytes.maketrans(b"=", b",")
+_NOT_DIGIT_OR_EQUALS = bytes(c for c in range(256) if c not in b"0123456789=")
+
+
+def decode_numbers(raw: bytes) -> list[int]:
+    """Every ``from, to, total, count`` of a checked table, in order."""
+    text = raw.translate(_EQUALS_TO_COMMA, _NOT_DIGIT_OR_EQUALS)
+    try:
+        numbers: list[int] = json.loads(b"[" + text[1:] + b"]")
+    except ValueError:  # a leading zero ("007") is not JSON; rare enough for a slow path
+        numbers = [
+            int(digits) for match in BUCKET_LINE_RE.finditer(raw) for digits in match.groups()[1:]
+        ]
+    return numbers
+
+
+class SizeTable(ColumnarSizes):
+    """An arena's checked bucket lines kept as serialised XML, decoded on first use.
+
+    ``first_line`` is the source line of ``<sizes>``; each bucket's line is counted from the
+    newlines really in the text, so a dump written on one line reports line 1, not invented
+    lines.
+    """
+
+    __slots__ = ("_buckets", "_columns", "_count", "_first_line", "_raw")
+
+    def __init__(self, raw: bytes, count: int, first_line: int):
+        self._raw = raw
+        self._count = count
+        self._first_line = first_line
+        self._columns: BucketColumns | None = None
+        self._buckets: tuple[SizeBucket, ...] | None = None
+
+    def columns(self) -> BucketColumns:
+        """The table as columns, decoded once."""
+        if self._columns is None:
+            unsorted = []
+            position = self._raw.find(b"<unsorted")
+            while position >= 0:
+                # Each line opens with one "<"; the first "<" is <sizes> itself.
+                unsorted.append(self._raw.count(b"<", 0, position) - 1)
+                position = self._raw.find(b"<unsorted", position + 1)
+            self._columns = BucketColumns.from_numbers(decode_numbers(self._raw), unsorted)
+        return self._columns
+
+    def _materialize(self) -> tuple[SizeBucket, ...]:
+        if self._buckets is None:
+            columns = self.columns()
+            lines = []
+            line, previous = self._first_line, 0
+            for match in BUCKET_LINE_RE.finditer(self._raw):
+                line += self._raw.count(b"\n", previous, match.start())
+                previous = match.start()
+                lines.append(line)
+            self._buckets = tuple(
+                SizeBucket(kind, low, high, total, count, at, is_suspect(total, count))
+                for kind, low, high, total, count, at in zip(
+                    columns.kinds,
+                    columns.froms,
+                    columns.tos,
+                    columns.totals,
+                    columns.counts,
+                    lines,
+                    strict=True,
+                )
+            )
+        return self._buckets
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, index: int) -> SizeBucket: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[SizeBucket, ...]: ...
+    def __getitem__(self, index: int | slice) -> SizeBucket | tuple[SizeBucket, ...]:
+        return self._materialize()[index]
+
+    def __iter__(self) -> Iterator[SizeBucket]:
+        return iter(self._materialize())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (tuple, list, ColumnarSizes)):
+            return tuple(self) == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._materialize())
+
+    def __repr__(self) -> str:
+        return f"SizeTable({len(self)} buckets)"
+
+
+def checked_table(sizes: etree._Element) -> SizeTable | None:
+    """The table of ``<sizes>`` if every line is a well-formed bucket line, else None."""
+    raw = etree.tostring(sizes, with_tail=False)
+    if SIZES_BLOCK_RE.fullmatch(raw) is None:
+        return None
+    line = sizes.sourceline
+    return SizeTable(raw, len(sizes), line if isinstance(line, int) else 0)
