@@ -169,6 +169,11 @@ def bucket_columns(sizes: Sequence[SizeBucket]) -> BucketColumns:
     return BucketColumns.from_buckets(sizes)
 
 
+def process_source(pid: int) -> str:
+    """How a dump taken from a live process names its source (``pid:N``, docs/json.md)."""
+    return f"pid:{pid}"
+
+
 class FreeFigures:
     """free / in use / free ratio, defined once for an arena and for a whole dump.
 

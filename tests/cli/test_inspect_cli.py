@@ -101,6 +101,7 @@ def test_json_document_of_a_live_target() -> None:
         assert code == 0, err
         document = json.loads(out)
         assert document["schema"] == "memforensics/heap/1"
+        assert document["source"] == f"pid:{target.pid}"  # the form docs/json.md documents
         for key in ("arenas", "system_bytes", "free_bytes", "in_use_bytes", "free_ratio"):
             assert key in document["totals"]
         process = document["process"]

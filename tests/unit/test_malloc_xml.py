@@ -275,3 +275,35 @@ def test_all_zero_dump_means_another_allocator() -> None:
 """
     assert one(zero).all_zero
     assert not one(MODERN).all_zero
+
+
+def test_one_line_dump_reports_real_lines_not_invented_ones() -> None:
+    """Bucket lines used to be numbered as if each sat on its own line: a dump written on one
+    line reported lines 3, 4, 5 … that do not exist. They come from the text now."""
+    flat = b" ".join(MODERN.split(b"\n"))
+    dump = one(flat)
+    assert [b.line for b in dump.arenas[0].sizes] == [1, 1, 1]
+    assert dump.arenas[0].line == 1 and dump.line == 1
+
+
+def test_two_buckets_on_a_line_share_its_number() -> None:
+    packed = MODERN.replace(b'count="2"/>\n  <size from="1041"', b'count="2"/><size from="1041"')
+    assert [b.line for b in one(packed).arenas[0].sizes] == [4, 4, 5]
+
+
+def test_fast_and_careful_bucket_paths_agree() -> None:
+    """The checked-text path (columns) and the element-by-element path build equal buckets."""
+    fast = one(MODERN).arenas[0].sizes
+    # An unknown attribute sends the table down the careful path (and is kept in `extra`).
+    careful_dump = one(MODERN.replace(b'<size from="33"', b'<size x="1" from="33"'))
+    careful = careful_dump.arenas[0].sizes
+    assert type(fast) is not type(careful)
+    assert [(b.kind, b.from_bytes, b.to_bytes, b.total_bytes, b.count, b.line) for b in fast] == [
+        (b.kind, b.from_bytes, b.to_bytes, b.total_bytes, b.count, b.line) for b in careful
+    ]
+
+
+def test_leading_zeros_are_read_as_decimal() -> None:
+    """``007`` is not a JSON number: the columns decoder falls back and still reads 7."""
+    dump = one(MODERN.replace(b'total="96" count="2"', b'total="096" count="02"'))
+    assert (dump.arenas[0].sizes[0].total_bytes, dump.arenas[0].sizes[0].count) == (96, 2)
