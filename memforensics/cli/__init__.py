@@ -10,7 +10,13 @@ from typing import Any
 import click
 
 from memforensics import __version__
-from memforensics.cli.failures import EXIT_INTERRUPTED, exit_code_for, print_error, report
+from memforensics.cli.failures import (
+    EXIT_INTERRUPTED,
+    command_options,
+    exit_code_for,
+    print_error,
+    report,
+)
 from memforensics.cli.options import exit_codes_epilog
 from memforensics.errors import MemforensicsError
 
@@ -49,7 +55,10 @@ class MemforensicsGroup(click.Group):
         except MemforensicsError as exc:
             if ctx.meta.get("memforensics.verbose"):
                 traceback.print_exc()
-            report(exc)
+            # The subcommand's context is gone by now; its options decide the flag hints.
+            name = ctx.invoked_subcommand
+            command = self.get_command(ctx, name) if name else None
+            report(exc, options=command_options(command))
             ctx.exit(exit_code_for(exc))
         except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
             raise

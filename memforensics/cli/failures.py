@@ -38,26 +38,38 @@ FLAG_HINTS: tuple[tuple[type[MemforensicsError], str | None, str], ...] = (
 _FLAG_HINTS_BY_EXIT_CODE = {EXIT_TIMEOUT: FLAG_HINTS[0]}
 
 
-def _command_options(ctx: click.Context | None) -> set[str]:
-    if ctx is None:
-        return set()
-    return {opt for param in ctx.command.params for opt in getattr(param, "opts", ())}
+def command_options(command: click.Command | None) -> frozenset[str]:
+    """Every option string a command accepts (``--timeout``, ``-v`` …)."""
+    if command is None:
+        return frozenset()
+    return frozenset(opt for param in command.params for opt in getattr(param, "opts", ()))
 
 
-def _with_flag(hint: str | None, rule: tuple[object, str | None, str] | None) -> str | None:
+def _running_command_options() -> frozenset[str]:
+    ctx = click.get_current_context(silent=True)
+    return command_options(ctx.command if ctx is not None else None)
+
+
+def _with_flag(
+    hint: str | None, rule: tuple[object, str | None, str] | None, options: frozenset[str]
+) -> str | None:
     if rule is None:
         return hint
     _, option, words = rule
-    if option is None or option not in _command_options(click.get_current_context(silent=True)):
+    if option is None or option not in options:
         return hint
     return f"{hint}; {words}" if hint else words
 
 
-def cli_hint(exc: MemforensicsError) -> str | None:
-    """The library's hint plus, where one applies, the flag of this command that helps."""
+def cli_hint(exc: MemforensicsError, options: frozenset[str] | None = None) -> str | None:
+    """The library's hint plus, where one applies, the flag of the command that helps.
+
+    ``options``: what the command accepts (default: the command running now).
+    """
+    accepted = _running_command_options() if options is None else options
     for cls, option, words in FLAG_HINTS:
         if isinstance(exc, cls):
-            return _with_flag(exc.hint, (cls, option, words))
+            return _with_flag(exc.hint, (cls, option, words), accepted)
     return exc.hint
 
 
@@ -83,11 +95,14 @@ def print_error(message: str, hint: str | None = None, *, prefix: str = "") -> N
         click.echo(f"hint: {' '.join(hint.split())}", err=True)
 
 
-def report(exc: MemforensicsError, *, prefix: str = "") -> None:
+def report(
+    exc: MemforensicsError, *, prefix: str = "", options: frozenset[str] | None = None
+) -> None:
     """Print a library error with the CLI's hint."""
-    print_error(exc.message, cli_hint(exc), prefix=prefix)
+    print_error(exc.message, cli_hint(exc, options), prefix=prefix)
 
 
 def report_recorded(message: str, hint: str | None, exit_code: int) -> None:
     """Print a failure recorded earlier (message, hint and exit code kept, not the error)."""
-    print_error(message, _with_flag(hint, _FLAG_HINTS_BY_EXIT_CODE.get(exit_code)))
+    rule = _FLAG_HINTS_BY_EXIT_CODE.get(exit_code)
+    print_error(message, _with_flag(hint, rule, _running_command_options()))

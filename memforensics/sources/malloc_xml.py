@@ -22,7 +22,7 @@ from typing import BinaryIO, cast
 
 from lxml import etree
 
-from memforensics.errors import InputDataError
+from memforensics.errors import InputDataError, MemforensicsError
 from memforensics.model.heap import Arena, HeapDump
 from memforensics.sources.malloc_elements import (
     DEFAULT_HINT,
@@ -225,6 +225,8 @@ def iter_dumps(
         while True:
             try:
                 chunk = stream.read(READ_CHUNK_BYTES)
+            except MemforensicsError:
+                raise  # already says what went wrong (a PermissionError too, but ours)
             except OSError as exc:
                 raise fail(f"cannot read: {exc.strerror or exc}", label, None) from None
             if not chunk:

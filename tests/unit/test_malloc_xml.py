@@ -307,3 +307,15 @@ def test_leading_zeros_are_read_as_decimal() -> None:
     """``007`` is not a JSON number: the columns decoder falls back and still reads 7."""
     dump = one(MODERN.replace(b'total="96" count="2"', b'total="096" count="02"'))
     assert (dump.arenas[0].sizes[0].total_bytes, dump.arenas[0].sizes[0].count) == (96, 2)
+
+
+def test_a_project_error_from_the_stream_is_not_rewrapped() -> None:
+    """TargetPermissionError is also an OSError; reading must not turn it into 'cannot read'."""
+    from memforensics.errors import TargetPermissionError
+
+    class Refusing(io.RawIOBase):
+        def read(self, size: int = -1) -> bytes:
+            raise TargetPermissionError("not allowed to read PID 1's memory", pid=1)
+
+    with pytest.raises(TargetPermissionError):
+        list(iter_dumps(Refusing(), name="pid:1"))  # type: ignore[arg-type]
