@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -11,18 +12,17 @@ from memforensics.analysis.oom import find_events, scan, select_events, summariz
 from memforensics.model.oom import OomEvent
 from memforensics.sources.logfile import read_text_log
 from memforensics.sources.logrecord import KERNEL, LogRecord
+from tests.support.timezone import pinned_timezone
 
 OOM = Path(__file__).resolve().parent.parent.parent / "fixtures" / "oom"
 KiB = 1024
 
 
 @pytest.fixture(autouse=True)
-def utc(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Local-time stamps (syslog, dmesg -T) are read in TZ; pin it."""
-    import time
-
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
+def utc() -> Iterator[None]:
+    """Local-time stamps (syslog, dmesg -T) are read in TZ; pin it, then put it back."""
+    with pinned_timezone("UTC"):
+        yield
 
 
 def events(name: str) -> list[OomEvent]:

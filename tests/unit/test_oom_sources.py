@@ -5,7 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import random
-import time
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,6 +19,7 @@ from memforensics.sources import kmsg, logfile
 from memforensics.sources.logfile import parse_line, read_text_log
 from memforensics.sources.logrecord import KERNEL, LogRecord
 from memforensics.sources.logtime import month_number, parse_user_time
+from tests.support.timezone import pinned_timezone
 
 OOM = Path(__file__).resolve().parent.parent.parent / "fixtures" / "oom"
 REFERENCE = datetime(2024, 6, 1, tzinfo=timezone.utc)
@@ -34,9 +35,10 @@ NOISE = [
 
 
 @pytest.fixture(autouse=True)
-def utc(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
+def utc() -> Iterator[None]:
+    """Local-time stamps (syslog, dmesg -T) are read in TZ; pin it, then put it back."""
+    with pinned_timezone("UTC"):
+        yield
 
 
 @pytest.mark.parametrize(

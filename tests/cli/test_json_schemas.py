@@ -1,0 +1,77 @@
+"""Real `--json` output against docs/json.md, and the checker itself on broken documents."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from memforensics.cli import cli
+from tests.support.schema import missing_keys
+
+FIXTURES = Path(__file__).resolve().parent.parent.parent / "fixtures"
+DUMPS = sorted(p.name for p in FIXTURES.glob("*.xml"))
+
+
+def _json(*args: str) -> object:
+    result = CliRunner().invoke(cli, list(args))
+    assert result.exit_code in (0, 1), result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("name", DUMPS)
+def test_parse_json_of_every_fixture_meets_the_schema(name: str) -> None:
+    document = _json("parse", "--json", str(FIXTURES / name))
+    assert missing_keys(document, "memforensics/heap/1") == []
+
+
+def test_diff_json_meets_the_schema() -> None:
+    old, new = (
+        FIXTURES / n for n in ("free-all-but-last-before-trim.xml", "threads-fragmented.xml")
+    )
+    document = _json("diff", "--json", str(old), str(new))
+    assert missing_keys(document, "memforensics/heap-diff/1") == []
+
+
+def _good() -> dict[str, object]:
+    document = _json("parse", "--json", str(FIXTURES / "threads-fragmented.xml"))
+    assert isinstance(document, dict)
+    return document
+
+
+def test_checker_refuses_an_empty_list_where_elements_are_promised() -> None:
+    document = _good()
+    document["arenas"] = []
+    assert "arenas[].index" in missing_keys(document, "memforensics/heap/1")
+    assert "arenas[].index" not in missing_keys(
+        document, "memforensics/heap/1", may_be_empty=["arenas"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "why"),
+    [
+        ("free_bytes", 1.5, "integers"),
+        ("free_bytes", -4096, "below zero"),
+        ("free_bytes", True, "integers"),
+        ("free_ratio", 1.25, "0 to 1"),
+        ("free_ratio", None, "0 to 1"),
+    ],
+)
+def test_checker_looks_at_values(where: str, value: object, why: str) -> None:
+    document = _good()
+    totals = document["totals"]
+    assert isinstance(totals, dict)
+    totals[where] = value
+    problems = missing_keys(document, "memforensics/heap/1")
+    assert any(p.startswith(f"totals.{where}: ") and why in p for p in problems), problems
+
+
+def test_checker_knows_the_schema_name_and_times() -> None:
+    document = _good()
+    document["schema"] = "memforensics/heap/2"
+    document["time"] = "23/11/2026 16:00"
+    problems = " | ".join(missing_keys(document, "memforensics/heap/1"))
+    assert "schema must be memforensics/heap/1" in problems and "ISO-8601" in problems
