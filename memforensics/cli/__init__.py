@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-import traceback
 from typing import Any
 
 import click
@@ -32,6 +31,12 @@ COMMAND_MODULES = {
 }
 
 
+def _print_traceback() -> None:
+    import traceback  # only with -v: not worth loading on every start
+
+    traceback.print_exc()
+
+
 class MemforensicsGroup(click.Group):
     """A group that loads commands lazily and turns library errors into one-line
     messages and documented exit codes."""
@@ -54,7 +59,7 @@ class MemforensicsGroup(click.Group):
             return super().invoke(ctx)
         except MemforensicsError as exc:
             if ctx.meta.get("memforensics.verbose"):
-                traceback.print_exc()
+                _print_traceback()
             # The subcommand's context is gone by now; its options decide the flag hints.
             name = ctx.invoked_subcommand
             command = self.get_command(ctx, name) if name else None
@@ -73,7 +78,7 @@ class MemforensicsGroup(click.Group):
             ctx.exit(0)
         except Exception as exc:
             if ctx.meta.get("memforensics.verbose"):
-                traceback.print_exc()
+                _print_traceback()
             print_error(
                 f"internal error: {type(exc).__name__}: {exc}",
                 "rerun with -v for the traceback and report it as a bug",
