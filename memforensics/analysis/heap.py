@@ -6,7 +6,7 @@ from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import compress, repeat
-from operator import and_, floordiv, lshift, mul, sub
+from operator import and_, floordiv, gt, lshift, mul, sub
 
 from memforensics.model.advice import Advice
 from memforensics.model.heap import Arena, BucketColumns, HeapDump, bucket_columns
@@ -184,8 +184,10 @@ def _class_sums(columns: BucketColumns) -> tuple[list[int], list[int]]:
     (a bincount in big-integer arithmetic). Suspect lines and empty lines are left out.
     """
     counts, totals = columns.counts, columns.totals
-    # glibc prints regular bins with PREV_INUSE set (odd sizes, total over by count).
-    chunk_bytes = list(map(sub, totals, map(mul, counts, map(and_, columns.tos, repeat(1)))))
+    # glibc prints regular bins with PREV_INUSE set (odd sizes, total over by count);
+    # `(to & 1) > fast` is "odd and not a fastbin" (SizeBucket.chunk_bytes), line by line in C.
+    prev_inuse = map(gt, map(and_, columns.tos, repeat(1)), columns.fast)
+    chunk_bytes = list(map(sub, totals, map(mul, counts, prev_inuse)))
     keep: list[bool] | None = None
     if columns.any_suspect or 0 in counts:
         keep = [c > 0 and not s for c, s in zip(counts, columns.suspects(), strict=True)]

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from memforensics.analysis.diff import diff_dumps
 from memforensics.analysis.gates import check_gates
-from memforensics.analysis.heap import PAGE_BYTES, analyze
-from memforensics.sources.malloc_xml import parse_dump
+from memforensics.analysis.heap import PAGE_BYTES, analyze, histogram
+from memforensics.model.heap import Arena, SizeBucket, bucket_columns
+from memforensics.sources.malloc_xml import iter_dumps, parse_dump
+
+FIXTURES = Path(__file__).resolve().parent.parent.parent / "fixtures"
 
 MiB = 1 << 20
 
@@ -170,3 +180,63 @@ def test_diff_matches_by_index_and_reports_appearing_arenas() -> None:
     assert diff.total_delta("system_bytes") == 3 * MiB
     back = diff_dumps(new, old)
     assert back.arenas[2].change == "vanished"
+
+
+# ------------------------------------------------------------------------------------------
+# The column-wise histogram and bin sums against a plain per-bucket reading of the same lines.
+
+_LIMITS = (64, 128, 256, 512, 1024, PAGE_BYTES - 1, 16 << 10, 64 << 10, 256 << 10, MiB)
+
+
+def _reference_histogram(arenas: Iterable[Arena]) -> list[tuple[int, int, int]]:
+    """(class index, chunks, bytes): one bucket at a time, as the docs define it."""
+    chunks = [0] * (len(_LIMITS) + 1)
+    sizes = [0] * (len(_LIMITS) + 1)
+    for arena in arenas:
+        for bucket in arena.sizes:
+            if bucket.suspect or bucket.count == 0:
+                continue
+            mean = bucket.chunk_bytes // bucket.count
+            position = next((i for i, lim in enumerate(_LIMITS) if mean <= lim), len(_LIMITS))
+            chunks[position] += bucket.count
+            sizes[position] += bucket.chunk_bytes
+    return [(i, c, b) for i, (c, b) in enumerate(zip(chunks, sizes, strict=True)) if c]
+
+
+def _as_triples(arenas: Iterable[Arena]) -> list[tuple[int, int, int]]:
+    rows = histogram(arenas)
+    starts = [1] + [lim + 1 for lim in _LIMITS]
+    return [(starts.index(r.from_bytes), r.chunks, r.bytes) for r in rows]
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("*.xml")))
+def test_histogram_matches_a_per_bucket_reading_on_every_fixture(name: str) -> None:
+    for dump in iter_dumps(FIXTURES / name):
+        assert _as_triples(dump.arenas) == _reference_histogram(dump.arenas)
+        for arena in dump.arenas:
+            bins = [b for b in arena.sizes if b.kind != "fast"]
+            assert bucket_columns(arena.sizes).bin_sums() == (
+                sum(b.count for b in bins),
+                sum(b.total_bytes for b in bins),
+            )
+
+
+_BUCKET = st.builds(
+    SizeBucket,
+    kind=st.sampled_from(["fast", "bin", "unsorted"]),
+    from_bytes=st.integers(0, 1 << 22),
+    to_bytes=st.integers(0, 1 << 22),
+    total_bytes=st.one_of(st.integers(0, 1 << 40), st.just(1 << 57)),
+    count=st.one_of(st.integers(0, 5000), st.just(10**10)),
+    suspect=st.booleans(),
+)
+
+
+@given(st.lists(st.lists(_BUCKET, max_size=40), max_size=6))
+@settings(max_examples=200, deadline=None)
+def test_histogram_matches_a_per_bucket_reading_on_any_buckets(
+    tables: list[list[SizeBucket]],
+) -> None:
+    """Odd and even sizes, empty and suspect lines, totals below the count: same answer."""
+    arenas = [Arena(i, tuple(t), None, None, 0, 0, 0, 0) for i, t in enumerate(tables)]
+    assert _as_triples(arenas) == _reference_histogram(arenas)
