@@ -94,8 +94,12 @@ def iter_json(value: Any, level: int = 0) -> Iterator[str]:
         inner = "\n" + _INDENT * (level + 1)
         separator = "{" + inner
         for key, item in value.items():
-            yield f"{separator}{encode_basestring_ascii(str(key))}: "
-            yield from iter_json(item, level + 1)
+            head = f"{separator}{encode_basestring_ascii(str(key))}: "
+            if item is None or isinstance(item, (str, int, float)):
+                yield head + scalar_text(item)  # most values: no nested generator
+            else:
+                yield head
+                yield from iter_json(item, level + 1)
             separator = "," + inner
         yield "\n" + _INDENT * level + "}"
     elif isinstance(value, (list, tuple)) or (

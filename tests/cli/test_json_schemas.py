@@ -75,3 +75,31 @@ def test_checker_knows_the_schema_name_and_times() -> None:
     document["time"] = "23/11/2026 16:00"
     problems = " | ".join(missing_keys(document, "memforensics/heap/1"))
     assert "schema must be memforensics/heap/1" in problems and "ISO-8601" in problems
+
+
+@pytest.mark.parametrize("name", ["threads-fragmented.xml", "series-5.xml", "python3-idle.xml"])
+def test_written_text_is_what_json_dumps_would_write(name: str) -> None:
+    """The piecewise writer and the per-arena bucket template keep json.dumps's layout."""
+    result = CliRunner().invoke(cli, ["parse", "--json", str(FIXTURES / name)])
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == json.dumps(json.loads(result.stdout), indent=2) + "\n"
+
+
+def test_writer_handles_every_kind_of_value() -> None:
+    from memforensics.render.jsondoc import write_json
+
+    document = {
+        "empty_list": [],
+        "empty_dict": {},
+        "lazy": (i * 2 for i in range(3)),
+        "lazy_empty": iter(()),
+        "nested": {"a": [1, {"b": None}], "t": True, "f": False},
+        "text": 'naïve "quoted" \\ line\nbreak',
+        "ratio": 0.1 + 0.2,
+        "big": 2**64 - 1,
+    }
+    pieces: list[str] = []
+    write_json(document, pieces.append, buffer_chars=8)
+    expected = dict(document, lazy=[0, 2, 4], lazy_empty=[])
+    assert "".join(pieces) == json.dumps(expected, indent=2) + "\n"
+    assert len(pieces) > 1  # written in pieces, not held whole
