@@ -3,7 +3,7 @@
 The required keys come from the ```keys SCHEMA``` blocks of docs/json.md. A path through a
 list (``a[].b``) must reach at least one element: an empty list proves nothing, so it counts as
 missing unless the caller says that list may be empty. Values are checked by the naming
-contract (DESIGN.md, docs/json.md): ``*_bytes`` are integers (or null), ``*_seconds``
+contract (docs/json.md): ``*_bytes`` are integers (or null), ``*_seconds``
 non-negative numbers, ``free_ratio`` between 0 and 1, ``time`` ISO-8601 UTC, ``schema`` the
 schema's own name.
 """
