@@ -36,13 +36,26 @@ class Prerendered:
 
 
 def _plain(value: Any) -> Any:
-    if isinstance(value, float):
+    kind = type(value)
+    if value is None or kind is int or kind is str or kind is bool:
+        return value  # the common case first: most fields are counts
+    if kind is float:
         return round(value, FLOAT_DECIMALS)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return record(value)
     if isinstance(value, tuple):
         return [_plain(item) for item in value]
     return value
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(kind: type) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(kind)
+    if names is None:
+        names = _FIELD_NAMES[kind] = tuple(field.name for field in dataclasses.fields(kind))
+    return names
 
 
 def record(
@@ -52,12 +65,13 @@ def record(
 
     ``drop`` leaves fields out; ``rename`` maps a field to its published key.
     """
+    names = _field_names(type(obj))
+    if not drop and not rename:
+        return {name: _plain(getattr(obj, name)) for name in names}
     skip = set(drop)
-    names = rename or {}
+    published = rename or {}
     return {
-        names.get(field.name, field.name): _plain(getattr(obj, field.name))
-        for field in dataclasses.fields(obj)
-        if field.name not in skip
+        published.get(name, name): _plain(getattr(obj, name)) for name in names if name not in skip
     }
 
 

@@ -1,10 +1,11 @@
-"""The ``<sizes>`` table of one arena: checked whole in C, kept as text, decoded once.
+"""One arena as glibc prints it, checked whole in C; its ``<sizes>`` table kept as text.
 
-A big dump has a million bucket lines. Building one Python object per line dominated parse
-time, so the common, well-formed table is serialised by libxml2, checked by one regular
-expression, and decoded into columns (:class:`~memforensics.model.heap.BucketColumns`) the
-first time a report reads it. Anything else takes the careful path, element by element, which
-names the exact line of a bad value.
+A big dump has thousands of arenas and a million bucket lines. Python work per element
+dominated parse time, so a ``<heap>`` of exactly the shape glibc writes is serialised by
+libxml2 and checked by one regular expression; its totals come from the match, and its bucket
+table is decoded into columns (:class:`~memforensics.model.heap.BucketColumns`) the first time
+a report reads it. Anything else takes the careful path (``malloc_elements``), element by
+element, which names the exact line of a bad value and keeps unknown elements.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import overload
 from lxml import etree
 
 from memforensics.model.heap import (
+    Arena,
     BucketColumns,
     ColumnarSizes,
     SizeBucket,
@@ -28,7 +30,11 @@ from memforensics.model.heap import (
 BUCKET_LINE_RE = re.compile(
     rb'<(size|unsorted) from="(\d{1,19})" to="(\d{1,19})" total="(\d{1,19})" count="(\d{1,19})"/>'
 )
-SIZES_BLOCK_RE = re.compile(rb"<sizes>(?:\s*" + BUCKET_LINE_RE.pattern + rb")*\s*</sizes>|<sizes/>")
+# The same without capturing groups, for checking whole blocks (captures cost in loops).
+_BUCKET_LINE = (
+    rb'<(?:size|unsorted) from="\d{1,19}" to="\d{1,19}" total="\d{1,19}" count="\d{1,19}"/>'
+)
+SIZES_BLOCK_RE = re.compile(rb"<sizes>(?:\s*" + _BUCKET_LINE + rb")*\s*</sizes>|<sizes/>")
 
 # Decoding trick: in a checked table every number follows an `=`. Keeping only digits and
 # turning `=` into `,` leaves ",17,32,384,12,..." that the C JSON decoder turns into ints.
@@ -123,6 +129,79 @@ class SizeTable(ColumnarSizes):
 
     def __repr__(self) -> str:
         return f"SizeTable({len(self)} buckets)"
+
+
+def _number_re(tag: str, kind: str, *attrs: str) -> bytes:
+    fields = " ".join(f'{attr}="(\\d{{1,19}})"' for attr in attrs)
+    return f'\\s*<{tag} type="{kind}" {fields}/>'.encode()
+
+
+# A <heap> exactly as glibc 2.26+ prints it (fastbin totals optional: none after 2.43;
+# aspace lines optional; subheaps only for non-main arenas).
+HEAP_RE = re.compile(
+    rb'<heap nr="(\d{1,19})">\s*(?P<sizes>'
+    + SIZES_BLOCK_RE.pattern
+    + rb")"
+    + b"(?:"
+    + _number_re("total", "fast", "count", "size")
+    + b")?"
+    + _number_re("total", "rest", "count", "size")
+    + _number_re("system", "current", "size")
+    + _number_re("system", "max", "size")
+    + b"(?:"
+    + _number_re("aspace", "total", "size")
+    + _number_re("aspace", "mprotect", "size")
+    + b")?"
+    + b"(?:"
+    + _number_re("aspace", "subheaps", "size")
+    + b")?"
+    + rb"\s*</heap>"
+)
+
+
+def _optional(value: bytes | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def arena_from_text(heap: etree._Element) -> Arena | None:
+    """The arena of a ``<heap>`` of exactly glibc's shape, or None for the careful path."""
+    raw = etree.tostring(heap, with_tail=False)
+    match = HEAP_RE.fullmatch(raw)
+    if match is None:
+        return None
+    line = heap.sourceline if isinstance(heap.sourceline, int) else 0
+    start, end = match.span("sizes")
+    sizes_line = line + raw.count(b"\n", 0, start)
+    # Groups: nr, the table, fast count/size, rest count/size, system current/max,
+    # aspace total/mprotect, subheaps.
+    (
+        nr,
+        _,
+        fast_count,
+        fast_size,
+        rest_count,
+        rest_size,
+        current,
+        peak,
+        total,
+        mprotect,
+        subheaps,
+    ) = match.groups()
+    table = SizeTable(raw[start:end], raw.count(b' from="', start, end), sizes_line)
+    return Arena(
+        index=int(nr),
+        sizes=table,
+        fast_chunks=_optional(fast_count),
+        fast_bytes=_optional(fast_size),
+        rest_chunks=int(rest_count),
+        rest_bytes=int(rest_size),
+        system_bytes=int(current),
+        system_max_bytes=int(peak),
+        aspace_total_bytes=_optional(total),
+        aspace_mprotect_bytes=_optional(mprotect),
+        subheaps=_optional(subheaps),
+        line=line,
+    )
 
 
 def checked_table(sizes: etree._Element) -> SizeTable | None:

@@ -15,7 +15,7 @@ from lxml import etree
 
 from memforensics.errors import InputDataError
 from memforensics.model.heap import Arena, HeapDump, SizeBucket, bucket_kind, is_suspect
-from memforensics.sources.malloc_buckets import checked_table
+from memforensics.sources.malloc_buckets import arena_from_text, checked_table
 
 _MAX_VALUE = (1 << 64) - 1
 _OTHER_ALLOCATORS = {
@@ -189,6 +189,10 @@ def _buckets_careful(
 
 
 def arena_of(heap: etree._Element, source: str) -> Arena:
+    """The arena of one closed ``<heap>``: glibc's exact shape fast, anything else carefully."""
+    arena = arena_from_text(heap)
+    if arena is not None:
+        return arena
     line = line_of(heap)
     index = _number(heap.get("nr"), "<heap> nr", source, line)
     totals = _Totals()
