@@ -163,11 +163,20 @@ def _optional(value: bytes | None) -> int | None:
     return None if value is None else int(value)
 
 
-def arena_from_text(heap: etree._Element) -> Arena | None:
-    """The arena of a ``<heap>`` of exactly glibc's shape, or None for the careful path."""
-    raw = etree.tostring(heap, with_tail=False)
-    match = HEAP_RE.fullmatch(raw)
+def arena_from_text(heap: etree._Element, text: bytes | None = None) -> Arena | None:
+    """The arena of a ``<heap>`` of exactly glibc's shape, or None for the careful path.
+
+    ``text`` is the element's source text if the reader has it (else the tree is serialised);
+    it is used only if it matches the whole pattern and names the same arena as the element.
+    """
+    raw = text
+    match = HEAP_RE.fullmatch(raw) if raw is not None else None
+    if match is not None and match.group(1) != (heap.get("nr") or "").encode():
+        match = None
     if match is None:
+        raw = etree.tostring(heap, with_tail=False)
+        match = HEAP_RE.fullmatch(raw)
+    if match is None or raw is None:
         return None
     line = heap.sourceline if isinstance(heap.sourceline, int) else 0
     start, end = match.span("sizes")

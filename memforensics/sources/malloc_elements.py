@@ -188,9 +188,12 @@ def _buckets_careful(
     return buckets
 
 
-def arena_of(heap: etree._Element, source: str) -> Arena:
-    """The arena of one closed ``<heap>``: glibc's exact shape fast, anything else carefully."""
-    arena = arena_from_text(heap)
+def arena_of(heap: etree._Element, source: str, text: bytes | None = None) -> Arena:
+    """The arena of one closed ``<heap>``: glibc's exact shape fast, anything else carefully.
+
+    ``text``: the element's source text where the reader could cut it out of the input.
+    """
+    arena = arena_from_text(heap, text)
     if arena is not None:
         return arena
     line = line_of(heap)

@@ -51,6 +51,62 @@ def _drop_consumed(elem: etree._Element) -> None:
             del parent[0]
 
 
+# Markup after which a literal "<heap" or "</heap" in the text may not be an element of ours.
+_UNTRUSTED_TEXT = (b"<!--", b"<![CDATA[", b"<?", b"xmlns")
+_TAG_END_BYTES = (b">", b" ", b"\t", b"\r", b"\n")  # what may follow "</heap"
+
+
+class _HeapTexts:
+    """The source text of each closed ``<heap>``, cut from the bytes fed to libxml2.
+
+    Serialising every arena back out of the tree cost as much as parsing it. In glibc's
+    output every ``</heap>`` in the text is the end tag of a heap element, so the k-th one
+    belongs to the k-th heap end event; comments, CDATA, processing instructions and
+    namespaces could break that, so once any of them appears the texts are no longer used
+    (the tree is serialised instead). A text is only ever used after the arena pattern has
+    matched it whole, and its ``nr`` agrees with the element's.
+    """
+
+    def __init__(self) -> None:
+        self.buffer = b""
+        self.position = 0  # everything before it belongs to heaps already handed out
+        self.tail = b""
+        self.usable = True
+
+    def add(self, chunk: bytes) -> None:
+        """Keep ``chunk``, the next bytes given to the parser."""
+        if not self.usable:
+            return
+        window = self.tail + chunk
+        if any(marker in window for marker in _UNTRUSTED_TEXT):
+            self.drop()
+            return
+        self.tail = chunk[-16:]
+        self.buffer = self.buffer[self.position :] + chunk
+        self.position = 0
+
+    def drop(self) -> None:
+        """Stop using texts for the rest of the input."""
+        self.usable = False
+        self.buffer = b""
+
+    def next_heap(self) -> bytes | None:
+        """The text from ``<heap`` to the next ``</heap>``, or None."""
+        if not self.usable:
+            return None
+        end_tag = self.buffer.find(b"</heap", self.position)
+        while end_tag >= 0 and self.buffer[end_tag + 6 : end_tag + 7] not in _TAG_END_BYTES:
+            end_tag = self.buffer.find(b"</heap", end_tag + 6)
+        close = self.buffer.find(b">", end_tag) if end_tag >= 0 else -1
+        if close < 0:
+            self.drop()  # the parser saw an end tag we cannot find: stop trusting the text
+            return None
+        start = self.buffer.rfind(b"<heap", self.position, end_tag)
+        text = self.buffer[start : close + 1] if start >= 0 else None
+        self.position = close + 1
+        return text
+
+
 class _Reader:
     """Feeds chunks to libxml2 and turns closing elements into arenas and dumps."""
 
@@ -75,6 +131,7 @@ class _Reader:
         self.newlines = 0  # lines fed so far, for errors outside any element
         self.tail = b""
         self.started = False
+        self.texts = _HeapTexts()
         # libxml2 reports the first fatal error in the thread's log, behind later ones;
         # clear it so an error message never comes from an earlier parse.
         etree.clear_error_log()
@@ -119,6 +176,7 @@ class _Reader:
                     hint="malloc_info never writes a DTD: this file was altered or is hostile",
                 )
         self.tail = chunk[-16:]
+        self.texts.add(chunk)
         try:
             self.parser.feed(chunk)
             yield from self._events()
@@ -187,7 +245,7 @@ class _Reader:
                         line_of(elem),
                         hint='a pasted excerpt? the <malloc version="1"> root is missing',
                     )
-                self.arenas.append(arena_of(elem, self.source))
+                self.arenas.append(arena_of(elem, self.source, self.texts.next_heap()))
                 _drop_consumed(elem)
 
 
