@@ -8,8 +8,15 @@ from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import and_, floordiv, gt, lshift, mul, sub
 
+from memforensics.analysis.bucket_arrays import dump_sums
 from memforensics.model.advice import Advice
-from memforensics.model.heap import Arena, BucketColumns, HeapDump, bucket_columns
+from memforensics.model.heap import (
+    Arena,
+    BucketColumns,
+    HeapDump,
+    bucket_columns,
+    top_chunk_bytes,
+)
 
 PAGE_BYTES = 4096
 MiB = 1 << 20
@@ -233,8 +240,13 @@ def histogram(arenas: Iterable[Arena]) -> tuple[HistogramRow, ...]:
     return _rows(chunks, sizes)
 
 
-def arena_figures(arena: Arena) -> ArenaFigures:
-    """The per-arena figures (docs/heap-report.md): free = fast + rest, in use = system − free."""
+def arena_figures(arena: Arena, summed: tuple[int | None, bool] | None = None) -> ArenaFigures:
+    """The per-arena figures (docs/heap-report.md): free = fast + rest, in use = system − free.
+
+    ``summed``: (top bytes, suspect) where the bucket lines were already summed; else they
+    are read from the arena's lines.
+    """
+    top_bytes, suspect = summed if summed is not None else (arena.top_bytes, arena.suspect)
     return ArenaFigures(
         index=arena.index,
         system_bytes=arena.system_bytes,
@@ -246,11 +258,11 @@ def arena_figures(arena: Arena) -> ArenaFigures:
         rest_chunks=arena.rest_chunks,
         in_use_bytes=arena.in_use_bytes,
         free_ratio=arena.free_ratio,
-        top_bytes=arena.top_bytes,
+        top_bytes=top_bytes,
         subheaps=arena.subheaps,
         aspace_total_bytes=arena.aspace_total_bytes,
         aspace_mprotect_bytes=arena.aspace_mprotect_bytes,
-        suspect=arena.suspect,
+        suspect=suspect,
     )
 
 
@@ -362,8 +374,16 @@ def _notes(dump: HeapDump) -> tuple[str, ...]:
 
 def analyze(dump: HeapDump) -> HeapAnalysis:
     """Compute every figure, the histogram and the advice for ``dump``."""
-    figures = tuple(arena_figures(a) for a in dump.arenas)
-    rows = histogram(dump.arenas)
+    sums = dump_sums(dump.arenas, _CLASS_LIMITS_BYTES)
+    if sums is None:
+        figures = tuple(arena_figures(a) for a in dump.arenas)
+        rows = histogram(dump.arenas)
+    else:  # a big dump: the same sums, vectorised over all its lines at once
+        figures = tuple(
+            arena_figures(a, (top_chunk_bytes(a, *bins), suspect))
+            for a, bins, suspect in zip(dump.arenas, sums.bins, sums.suspect, strict=True)
+        )
+        rows = _rows(sums.class_chunks, sums.class_bytes)
     return HeapAnalysis(
         dump=dump,
         arenas=figures,

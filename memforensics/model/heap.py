@@ -169,6 +169,17 @@ def bucket_columns(sizes: Sequence[SizeBucket]) -> BucketColumns:
     return BucketColumns.from_buckets(sizes)
 
 
+def top_chunk_bytes(arena: Arena, bin_chunks: int, bin_bytes: int) -> int | None:
+    """The top chunk's bytes from rest and the sums of the non-fast bins (None: not counted).
+
+    glibc 2.31 added top to ``rest`` as one extra block (BZ #24026).
+    """
+    if arena.rest_chunks != bin_chunks + 1:
+        return None
+    top = arena.rest_bytes - bin_bytes
+    return top if top >= 0 else None
+
+
 def process_source(pid: int) -> str:
     """How a dump taken from a live process names its source (``pid:N``, docs/json.md)."""
     return f"pid:{pid}"
@@ -229,11 +240,7 @@ class Arena(FreeFigures):
         glibc 2.31 added top to ``rest`` as one extra block (BZ #24026), so rest's count is
         one more than the bins' and top is rest minus the bins; older glibc leaves it out.
         """
-        bin_chunks, bin_bytes = bucket_columns(self.sizes).bin_sums()
-        if self.rest_chunks != bin_chunks + 1:
-            return None
-        top = self.rest_bytes - bin_bytes
-        return top if top >= 0 else None
+        return top_chunk_bytes(self, *bucket_columns(self.sizes).bin_sums())
 
     @property
     def suspect(self) -> bool:

@@ -97,56 +97,82 @@ def scalar_text(value: Any) -> str:
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
-def iter_json(value: Any, level: int = 0) -> Iterator[str]:
-    """Pieces of ``value``'s JSON text (``json.dumps(indent=2)`` layout), produced lazily."""
-    if isinstance(value, Prerendered):
-        yield value.render(level)
+_KEY_TEXT: dict[str, str] = {}  # encoded keys: the same few dozen names, millions of times
+_END = object()
+
+
+def _key(name: str) -> str:
+    text = _KEY_TEXT.get(name)
+    if text is None:
+        text = _KEY_TEXT[name] = encode_basestring_ascii(str(name)) + ": "
+    return text
+
+
+def _encode(value: Any, level: int, parts: list[str], flush: Callable[[], None]) -> None:
+    """Append ``value``'s JSON text (``json.dumps(indent=2)`` layout) to ``parts``.
+
+    Lists given as iterators are pulled one item at a time and ``flush`` is offered the text
+    after each item, so a long lazy list is written as it is produced.
+    """
+    kind = type(value)
+    if value is None or kind is int or kind is str or kind is bool or kind is float:
+        parts.append(scalar_text(value))
+    elif kind is Prerendered:
+        parts.append(value.render(level))
     elif isinstance(value, Mapping):
         if not value:
-            yield "{}"
+            parts.append("{}")
             return
         inner = "\n" + _INDENT * (level + 1)
         separator = "{" + inner
         for key, item in value.items():
-            head = f"{separator}{encode_basestring_ascii(str(key))}: "
-            if item is None or isinstance(item, (str, int, float)):
-                yield head + scalar_text(item)  # most values: no nested generator
+            item_kind = type(item)
+            if item is None or item_kind is int or item_kind is str or item_kind is bool:
+                parts.append(separator + _key(key) + scalar_text(item))  # most values
             else:
-                yield head
-                yield from iter_json(item, level + 1)
+                parts.append(separator + _key(key))
+                _encode(item, level + 1, parts, flush)
             separator = "," + inner
-        yield "\n" + _INDENT * level + "}"
-    elif isinstance(value, (list, tuple)) or (
-        isinstance(value, Iterable) and not isinstance(value, (str, bytes))
-    ):
+        parts.append("\n" + _INDENT * level + "}")
+    elif isinstance(value, Iterable) and not isinstance(value, (bytes, bytearray)):
+        lazy = not isinstance(value, (list, tuple))
         items = iter(value)
         first = next(items, _END)
         if first is _END:
-            yield "[]"
+            parts.append("[]")
             return
         inner = "\n" + _INDENT * (level + 1)
         separator = "[" + inner
         for item in chain((first,), items):
-            yield separator
-            yield from iter_json(item, level + 1)
+            parts.append(separator)
+            _encode(item, level + 1, parts, flush)
             separator = "," + inner
-        yield "\n" + _INDENT * level + "]"
+            if lazy:
+                flush()
+        parts.append("\n" + _INDENT * level + "]")
     else:
-        yield scalar_text(value)
+        parts.append(scalar_text(value))
 
 
-_END = object()
+def iter_json(value: Any) -> Iterator[str]:
+    """Pieces of ``value``'s JSON text (``json.dumps(indent=2)`` layout)."""
+    parts: list[str] = []
+    _encode(value, 0, parts, lambda: None)
+    yield from parts
 
 
 def write_json(document: Any, write: Callable[[str], Any], *, buffer_chars: int = 1 << 16) -> None:
-    """Write ``document`` and a newline through ``write`` in pieces of about ``buffer_chars``."""
-    pending: list[str] = []
-    size = 0
-    for piece in iter_json(document):
-        pending.append(piece)
-        size += len(piece)
-        if size >= buffer_chars:
-            write("".join(pending))
-            pending, size = [], 0
-    pending.append("\n")
-    write("".join(pending))
+    """Write ``document`` and a newline through ``write``, in pieces of about ``buffer_chars``.
+
+    Lazy lists (``arenas`` of a big dump) are written item by item, never held whole.
+    """
+    parts: list[str] = []
+
+    def flush() -> None:
+        if len(parts) > 64 and sum(map(len, parts)) >= buffer_chars:
+            write("".join(parts))
+            parts.clear()
+
+    _encode(document, 0, parts, flush)
+    parts.append("\n")
+    write("".join(parts))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -240,3 +241,93 @@ def test_histogram_matches_a_per_bucket_reading_on_any_buckets(
     """Odd and even sizes, empty and suspect lines, totals below the count: same answer."""
     arenas = [Arena(i, tuple(t), None, None, 0, 0, 0, 0) for i, t in enumerate(tables)]
     assert _as_triples(arenas) == _reference_histogram(arenas)
+
+
+# ------------------------------------------------------------------------------------------
+# Big dumps: numpy (one vectorised pass) and the per-arena path give the same report.
+
+
+def _big_dump_xml(arenas: int, *, suspect_arena: int | None = None) -> bytes:
+    """``arenas`` glibc-2.36-shaped arenas of 126 lines each (fast, small, large, unsorted)."""
+    rng = random.Random(7)
+    out = ['<malloc version="1">']
+    for nr in range(arenas):
+        lines = []
+        bins_count = bins_bytes = fast_count = fast_bytes = 0
+        for chunk in range(32, 129, 16):  # fastbins: even `to`
+            count = rng.randint(1, 50)
+            lines.append((chunk - 15, chunk, chunk * count, count))
+            fast_count, fast_bytes = fast_count + count, fast_bytes + chunk * count
+        for chunk in range(32, 32 + 16 * 118, 16):  # regular bins: odd (PREV_INUSE)
+            count = rng.randint(1, 30)
+            low = high = chunk + 1 if chunk < 1024 else chunk * 3 + 1
+            if chunk >= 1024:
+                high = low + 4096 * rng.randint(0, 8)
+            total = low * count + rng.randint(0, high - low) if count else 0
+            lines.append((low, high, total, count))
+            bins_count, bins_bytes = bins_count + count, bins_bytes + total
+        count = rng.randint(1, 5)
+        unsorted = (49, 200001, 49 * count + 199952, count)
+        if nr == suspect_arena:
+            unsorted = (49, 200001, 49 * count, 10**12)  # old glibc's uninitialised slot
+        bins_count, bins_bytes = bins_count + unsorted[3], bins_bytes + unsorted[2]
+        top = rng.randrange(0, 1 << 20, 16)
+        system = (fast_bytes + bins_bytes + top) * 2
+        out.append(f'<heap nr="{nr}">\n<sizes>')
+        out += [f'  <size from="{a}" to="{b}" total="{c}" count="{d}"/>' for a, b, c, d in lines]
+        low, high, total, count = unsorted
+        out.append(f'  <unsorted from="{low}" to="{high}" total="{total}" count="{count}"/>')
+        out += [
+            "</sizes>",
+            f'<total type="fast" count="{fast_count}" size="{fast_bytes}"/>',
+            f'<total type="rest" count="{bins_count + 1}" size="{bins_bytes + top}"/>',
+            f'<system type="current" size="{system}"/>',
+            f'<system type="max" size="{system}"/>',
+            "</heap>",
+        ]
+    out += [
+        '<total type="fast" count="0" size="0"/>',
+        '<total type="rest" count="0" size="0"/>',
+        '<system type="current" size="0"/>',
+        '<system type="max" size="0"/>',
+        "</malloc>",
+    ]
+    return "\n".join(out).encode()
+
+
+def _without_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    from memforensics.analysis import bucket_arrays
+    from memforensics.sources import malloc_buckets
+
+    monkeypatch.setattr(malloc_buckets, "numpy_module", lambda: None)
+    monkeypatch.setattr(bucket_arrays, "numpy_module", lambda: None)
+
+
+@pytest.mark.parametrize("suspect_arena", [None, 3])
+def test_big_dump_report_is_the_same_with_and_without_numpy(
+    monkeypatch: pytest.MonkeyPatch, suspect_arena: int | None
+) -> None:
+    from memforensics.analysis.bucket_arrays import MIN_LINES, dump_sums
+    from memforensics.render.heap import heap_document
+    from memforensics.render.jsondoc import write_json
+
+    pytest.importorskip("numpy", reason="the vectorised path needs numpy")
+    xml = _big_dump_xml(MIN_LINES // 126 + 5, suspect_arena=suspect_arena)  # 126 lines each
+
+    def report() -> tuple[object, str]:
+        analysis = analyze(parse_dump(xml))
+        pieces: list[str] = []
+        write_json(heap_document(analysis), pieces.append)
+        return (analysis.arenas, analysis.histogram, analysis.advice), "".join(pieces)
+
+    dump = parse_dump(xml)
+    vectorised = dump_sums(dump.arenas, _LIMITS)
+    assert (vectorised is None) == (suspect_arena is not None)  # suspect: the exact path
+    with_numpy = report()
+    with monkeypatch.context() as patch:
+        _without_numpy(patch)
+        assert dump_sums(parse_dump(xml).arenas, _LIMITS) is None
+        without = report()
+    assert with_numpy == without
+    # And both agree with the per-bucket reading of the docs.
+    assert _as_triples(dump.arenas) == _reference_histogram(dump.arenas)
