@@ -15,8 +15,9 @@ from typing import Any
 from memforensics.model.heap import SUSPECT_BYTES, SUSPECT_COUNT, Arena
 from memforensics.sources.malloc_buckets import SizeTable, numpy_module
 
-# Below this many lines the per-arena path is fast enough and numpy's import is not paid.
-MIN_LINES = 20_000
+# Below this much table text (~20,000 lines) the per-arena path is fast enough and numpy's
+# import is not paid.
+MIN_TEXT_BYTES = 1 << 20
 _SAFE_SUM = 1 << 63  # every sum below stays under this, or the exact path is taken
 
 
@@ -33,17 +34,18 @@ class DumpSums:
 def dump_sums(arenas: Sequence[Arena], class_limits: Sequence[int]) -> DumpSums | None:
     """The sums for ``arenas``, or None where the per-arena path must do it."""
     tables = [arena.sizes for arena in arenas]
-    if sum(len(t) for t in tables) < MIN_LINES:
-        return None
     if not all(isinstance(t, SizeTable) for t in tables):
+        return None
+    checked = [t for t in tables if isinstance(t, SizeTable)]
+    if sum(t.text_bytes for t in checked) < MIN_TEXT_BYTES:
         return None
     numpy = numpy_module()
     if numpy is None:
         return None
-    arrays = [t.array() for t in tables if isinstance(t, SizeTable)]
-    if any(a is None or len(a) != 4 * len(t) for a, t in zip(arrays, tables, strict=True)):
+    arrays = [t.array() for t in checked]
+    if any(a is None or len(a) % 4 for a in arrays):
         return None
-    return _sums(numpy, arrays, [t for t in tables if isinstance(t, SizeTable)], class_limits)
+    return _sums(numpy, arrays, checked, class_limits)
 
 
 def _sums(
@@ -58,7 +60,7 @@ def _sums(
     if lines and int(clean_totals.max()) * lines >= _SAFE_SUM:
         return None  # hostile magnitudes: exact Python integers instead
     unsorted = np.zeros(lines, dtype=bool)
-    sizes = np.array([len(t) for t in tables], dtype=np.int64)
+    sizes = np.array([len(a) // 4 for a in arrays], dtype=np.int64)
     starts = np.concatenate(([0], np.cumsum(sizes)[:-1])) if len(sizes) else sizes
     for table, start in zip(tables, starts.tolist(), strict=True):
         for position in table.unsorted_positions():

@@ -105,9 +105,9 @@ class SizeTable(ColumnarSizes):
 
     __slots__ = ("_array", "_buckets", "_columns", "_count", "_first_line", "_raw")
 
-    def __init__(self, raw: bytes, count: int, first_line: int):
+    def __init__(self, raw: bytes, count: int | None, first_line: int):
         self._raw = raw
-        self._count = count
+        self._count = count  # None: counted on first len()
         self._first_line = first_line
         self._array: Any = None
         self._columns: BucketColumns | None = None
@@ -168,7 +168,14 @@ class SizeTable(ColumnarSizes):
         return self._buckets
 
     def __len__(self) -> int:
+        if self._count is None:
+            self._count = self._raw.count(b' from="')  # one per bucket line
         return self._count
+
+    @property
+    def text_bytes(self) -> int:
+        """Size of the table's text: what decoding it costs."""
+        return len(self._raw)
 
     @overload
     def __getitem__(self, index: int) -> SizeBucket: ...
@@ -224,24 +231,24 @@ def _optional(value: bytes | None) -> int | None:
     return None if value is None else int(value)
 
 
-def arena_from_text(heap: etree._Element, text: bytes | None = None) -> Arena | None:
+def arena_from_text(heap: etree._Element, text: re.Match[bytes] | None = None) -> Arena | None:
     """The arena of a ``<heap>`` of exactly glibc's shape, or None for the careful path.
 
-    ``text`` is the element's source text if the reader has it (else the tree is serialised);
-    it is used only if it matches the whole pattern and names the same arena as the element.
+    ``text`` is the arena pattern matched on the element's source text, if the reader has it
+    (else the tree is serialised); it is used only if it names the same arena as the element.
     """
-    raw = text
-    match = HEAP_RE.fullmatch(raw) if raw is not None else None
+    match = text
     if match is not None and match.group(1) != (heap.get("nr") or "").encode():
         match = None
     if match is None:
-        raw = etree.tostring(heap, with_tail=False)
-        match = HEAP_RE.fullmatch(raw)
-    if match is None or raw is None:
+        match = HEAP_RE.fullmatch(etree.tostring(heap, with_tail=False))
+    if match is None:
         return None
+    raw = match.string
+    heap_start = match.start()
     line = heap.sourceline if isinstance(heap.sourceline, int) else 0
     start, end = match.span("sizes")
-    sizes_line = line + raw.count(b"\n", 0, start)
+    sizes_line = line + raw.count(b"\n", heap_start, start)
     # Groups: nr, the table, fast count/size, rest count/size, system current/max,
     # aspace total/mprotect, subheaps.
     (
@@ -257,7 +264,7 @@ def arena_from_text(heap: etree._Element, text: bytes | None = None) -> Arena | 
         mprotect,
         subheaps,
     ) = match.groups()
-    table = SizeTable(raw[start:end], raw.count(b' from="', start, end), sizes_line)
+    table = SizeTable(raw[start:end], None, sizes_line)
     return Arena(
         index=int(nr),
         sizes=table,

@@ -8,6 +8,7 @@ Unknown elements and attributes are kept verbatim in ``extra`` rather than refus
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
@@ -188,10 +189,10 @@ def _buckets_careful(
     return buckets
 
 
-def arena_of(heap: etree._Element, source: str, text: bytes | None = None) -> Arena:
+def arena_of(heap: etree._Element, source: str, text: re.Match[bytes] | None = None) -> Arena:
     """The arena of one closed ``<heap>``: glibc's exact shape fast, anything else carefully.
 
-    ``text``: the element's source text where the reader could cut it out of the input.
+    ``text``: the arena pattern matched on the element's source text, where the reader has it.
     """
     arena = arena_from_text(heap, text)
     if arena is not None:

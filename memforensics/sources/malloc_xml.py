@@ -24,6 +24,7 @@ from lxml import etree
 
 from memforensics.errors import InputDataError, MemforensicsError
 from memforensics.model.heap import Arena, HeapDump
+from memforensics.sources.malloc_buckets import HEAP_RE
 from memforensics.sources.malloc_elements import (
     DEFAULT_HINT,
     arena_of,
@@ -39,7 +40,7 @@ _SERIES_OPEN = b"<memforensics-series>"
 _SERIES_CLOSE = b"</memforensics-series>"
 _SERIES_TAG = "memforensics-series"
 _DECL_RE = re.compile(rb"^\s*<\?xml[^>]*\?>")
-_FORBIDDEN = (b"<!DOCTYPE", b"<!ENTITY")
+_FORBIDDEN = re.compile(rb"<!DOCTYPE|<!ENTITY")
 
 
 def _drop_consumed(elem: etree._Element) -> None:
@@ -51,20 +52,20 @@ def _drop_consumed(elem: etree._Element) -> None:
             del parent[0]
 
 
-# Markup after which a literal "<heap" or "</heap" in the text may not be an element of ours.
-_UNTRUSTED_TEXT = (b"<!--", b"<![CDATA[", b"<?", b"xmlns")
-_TAG_END_BYTES = (b">", b" ", b"\t", b"\r", b"\n")  # what may follow "</heap"
+# Markup after which a literal "<heap" in the text may not be an element of ours.
+_UNTRUSTED_TEXT = re.compile(rb"<!--|<!\[CDATA\[|<\?|xmlns")
+_AFTER_NAME = (b" ", b"\t", b"\r", b"\n", b">", b"/")  # what may follow a tag name "heap"
 
 
 class _HeapTexts:
-    """The source text of each closed ``<heap>``, cut from the bytes fed to libxml2.
+    """The source text of each closed ``<heap>``, read from the bytes fed to libxml2.
 
     Serialising every arena back out of the tree cost as much as parsing it. In glibc's
-    output every ``</heap>`` in the text is the end tag of a heap element, so the k-th one
-    belongs to the k-th heap end event; comments, CDATA, processing instructions and
+    output every ``<heap`` in the text starts a heap element, in document order, so the k-th
+    one belongs to the k-th heap event; comments, CDATA, processing instructions and
     namespaces could break that, so once any of them appears the texts are no longer used
-    (the tree is serialised instead). A text is only ever used after the arena pattern has
-    matched it whole, and its ``nr`` agrees with the element's.
+    (the tree is serialised instead). A text is used only where the whole arena pattern
+    matches it and its ``nr`` agrees with the element's.
     """
 
     def __init__(self) -> None:
@@ -77,8 +78,7 @@ class _HeapTexts:
         """Keep ``chunk``, the next bytes given to the parser."""
         if not self.usable:
             return
-        window = self.tail + chunk
-        if any(marker in window for marker in _UNTRUSTED_TEXT):
+        if _UNTRUSTED_TEXT.search(self.tail + chunk):
             self.drop()
             return
         self.tail = chunk[-16:]
@@ -90,21 +90,32 @@ class _HeapTexts:
         self.usable = False
         self.buffer = b""
 
-    def next_heap(self) -> bytes | None:
-        """The text from ``<heap`` to the next ``</heap>``, or None."""
+    def _find(self, tag: bytes, start: int) -> int:
+        position = self.buffer.find(tag, start)
+        while position >= 0 and self.buffer[position + len(tag) :][:1] not in _AFTER_NAME:
+            position = self.buffer.find(tag, position + len(tag))
+        return position
+
+    def next_heap(self) -> re.Match[bytes] | None:
+        """The arena pattern matched on the next heap's text, or None (then use the tree)."""
         if not self.usable:
             return None
-        end_tag = self.buffer.find(b"</heap", self.position)
-        while end_tag >= 0 and self.buffer[end_tag + 6 : end_tag + 7] not in _TAG_END_BYTES:
-            end_tag = self.buffer.find(b"</heap", end_tag + 6)
-        close = self.buffer.find(b">", end_tag) if end_tag >= 0 else -1
-        if close < 0:
-            self.drop()  # the parser saw an end tag we cannot find: stop trusting the text
+        start = self._find(b"<heap", self.position)
+        if start < 0:
+            self.drop()  # the parser saw a heap we cannot find: stop trusting the text
             return None
-        start = self.buffer.rfind(b"<heap", self.position, end_tag)
-        text = self.buffer[start : close + 1] if start >= 0 else None
+        match = HEAP_RE.match(self.buffer, start)
+        if match is not None:
+            self.position = match.end()
+            return match
+        # Not glibc's exact shape: step over it so the next heap pairs with the next text.
+        end = self._find(b"</heap", start)
+        close = self.buffer.find(b">", end) if end >= 0 else -1
+        if close < 0:
+            self.drop()
+            return None
         self.position = close + 1
-        return text
+        return None
 
 
 class _Reader:
@@ -164,17 +175,17 @@ class _Reader:
                 stripped = _DECL_RE.sub(lambda m: b"\n" * m.group(0).count(b"\n"), stripped, 1)
             chunk = stripped
         window = self.tail + chunk
-        for marker in _FORBIDDEN:
-            position = window.find(marker)
-            if position >= 0:
-                line = self.newlines - self.tail.count(b"\n") + window.count(b"\n", 0, position)
-                raise fail(
-                    "DTDs and entity declarations are not allowed in a malloc_info dump "
-                    "(refused; nothing was resolved or fetched)",
-                    self.source,
-                    line + 1,
-                    hint="malloc_info never writes a DTD: this file was altered or is hostile",
-                )
+        forbidden = _FORBIDDEN.search(window)
+        if forbidden is not None:
+            position = forbidden.start()
+            line = self.newlines - self.tail.count(b"\n") + window.count(b"\n", 0, position)
+            raise fail(
+                "DTDs and entity declarations are not allowed in a malloc_info dump "
+                "(refused; nothing was resolved or fetched)",
+                self.source,
+                line + 1,
+                hint="malloc_info never writes a DTD: this file was altered or is hostile",
+            )
         self.tail = chunk[-16:]
         self.texts.add(chunk)
         try:

@@ -307,12 +307,13 @@ def _without_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_big_dump_report_is_the_same_with_and_without_numpy(
     monkeypatch: pytest.MonkeyPatch, suspect_arena: int | None
 ) -> None:
-    from memforensics.analysis.bucket_arrays import MIN_LINES, dump_sums
+    from memforensics.analysis.bucket_arrays import MIN_TEXT_BYTES, dump_sums
     from memforensics.render.heap import heap_document
     from memforensics.render.jsondoc import write_json
 
     pytest.importorskip("numpy", reason="the vectorised path needs numpy")
-    xml = _big_dump_xml(MIN_LINES // 126 + 5, suspect_arena=suspect_arena)  # 126 lines each
+    # 126 lines of ~50 bytes each per arena: enough arenas to pass the threshold.
+    xml = _big_dump_xml(MIN_TEXT_BYTES // (126 * 45) + 5, suspect_arena=suspect_arena)
 
     def report() -> tuple[object, str]:
         analysis = analyze(parse_dump(xml))

@@ -319,3 +319,31 @@ def test_a_project_error_from_the_stream_is_not_rewrapped() -> None:
 
     with pytest.raises(TargetPermissionError):
         list(iter_dumps(Refusing(), name="pid:1"))  # type: ignore[arg-type]
+
+
+def _figures(xml: bytes) -> list[tuple[int, int, int, list[tuple[int, int]]]]:
+    return [
+        (a.index, a.rest_bytes, a.system_bytes, [(b.total_bytes, b.count) for b in a.sizes])
+        for a in one(xml).arenas
+    ]
+
+
+def test_a_fake_heap_in_a_comment_is_not_taken_for_the_real_one() -> None:
+    """Arenas are read from the input text where it is safe; a comment holding a heap of the
+    same number must not lend its figures to the real element."""
+    fake = (
+        b'<!-- <heap nr="0"><sizes></sizes><total type="rest" count="1" size="999"/>'
+        b'<system type="current" size="999"/><system type="max" size="999"/></heap> -->\n'
+    )
+    commented = MODERN.replace(b'<heap nr="0">', fake + b'<heap nr="0">', 1)
+    assert _figures(commented) == _figures(MODERN)
+
+
+def test_an_odd_heap_does_not_shift_the_ones_after_it() -> None:
+    """A heap glibc would not print (an unknown element) takes the careful path; the
+    heaps after it still get their own figures."""
+    odd = MODERN.replace(b'<heap nr="0">\n<sizes>', b'<heap nr="0">\n<note x="1"/>\n<sizes>', 1)
+    assert _figures(odd) == _figures(MODERN)
+    assert ("note", "x=1") in one(odd).arenas[0].extra
+    many = MODERN.replace(b"</malloc>", b"").replace(b'<heap nr="1">', b'<heap nr="1" >')
+    assert [a.index for a in one(many + b"</malloc>").arenas] == [0, 1]
