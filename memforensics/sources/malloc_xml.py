@@ -40,7 +40,7 @@ _SERIES_OPEN = b"<memforensics-series>"
 _SERIES_CLOSE = b"</memforensics-series>"
 _SERIES_TAG = "memforensics-series"
 _DECL_RE = re.compile(rb"^\s*<\?xml[^>]*\?>")
-_FORBIDDEN = re.compile(rb"<!DOCTYPE|<!ENTITY")
+_FORBIDDEN = (b"<!DOCTYPE", b"<!ENTITY")
 
 
 def _drop_consumed(elem: etree._Element) -> None:
@@ -53,7 +53,7 @@ def _drop_consumed(elem: etree._Element) -> None:
 
 
 # Markup after which a literal "<heap" in the text may not be an element of ours.
-_UNTRUSTED_TEXT = re.compile(rb"<!--|<!\[CDATA\[|<\?|xmlns")
+_UNTRUSTED_TEXT = (b"<!--", b"<![CDATA[", b"<?", b"xmlns")
 _AFTER_NAME = (b" ", b"\t", b"\r", b"\n", b">", b"/")  # what may follow a tag name "heap"
 
 
@@ -78,7 +78,9 @@ class _HeapTexts:
         """Keep ``chunk``, the next bytes given to the parser."""
         if not self.usable:
             return
-        if _UNTRUSTED_TEXT.search(self.tail + chunk):
+        window = self.tail + chunk
+        # bytes.find per marker: several times faster than one regular-expression search.
+        if any(marker in window for marker in _UNTRUSTED_TEXT):
             self.drop()
             return
         self.tail = chunk[-16:]
@@ -91,9 +93,12 @@ class _HeapTexts:
         self.buffer = b""
 
     def _find(self, tag: bytes, start: int) -> int:
+        size = len(tag)
         position = self.buffer.find(tag, start)
-        while position >= 0 and self.buffer[position + len(tag) :][:1] not in _AFTER_NAME:
-            position = self.buffer.find(tag, position + len(tag))
+        while (
+            position >= 0 and self.buffer[position + size : position + size + 1] not in _AFTER_NAME
+        ):
+            position = self.buffer.find(tag, position + size)
         return position
 
     def next_heap(self) -> re.Match[bytes] | None:
@@ -175,17 +180,17 @@ class _Reader:
                 stripped = _DECL_RE.sub(lambda m: b"\n" * m.group(0).count(b"\n"), stripped, 1)
             chunk = stripped
         window = self.tail + chunk
-        forbidden = _FORBIDDEN.search(window)
-        if forbidden is not None:
-            position = forbidden.start()
-            line = self.newlines - self.tail.count(b"\n") + window.count(b"\n", 0, position)
-            raise fail(
-                "DTDs and entity declarations are not allowed in a malloc_info dump "
-                "(refused; nothing was resolved or fetched)",
-                self.source,
-                line + 1,
-                hint="malloc_info never writes a DTD: this file was altered or is hostile",
-            )
+        for marker in _FORBIDDEN:
+            position = window.find(marker)
+            if position >= 0:
+                line = self.newlines - self.tail.count(b"\n") + window.count(b"\n", 0, position)
+                raise fail(
+                    "DTDs and entity declarations are not allowed in a malloc_info dump "
+                    "(refused; nothing was resolved or fetched)",
+                    self.source,
+                    line + 1,
+                    hint="malloc_info never writes a DTD: this file was altered or is hostile",
+                )
         self.tail = chunk[-16:]
         self.texts.add(chunk)
         try:
