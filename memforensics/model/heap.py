@@ -161,6 +161,36 @@ class ColumnarSizes(Sequence[SizeBucket]):
     def columns(self) -> BucketColumns:
         """The table as columns (computed once)."""
 
+    def line_codes(self) -> tuple[list[int], list[int]]:
+        """See :func:`line_codes`."""
+        return _line_codes_of(self.columns())
+
+
+# Kinds by line code; a suspect line's code is its kind's plus 3.
+LINE_KINDS: tuple[BucketKind, BucketKind, BucketKind] = ("bin", "fast", "unsorted")
+SUSPECT_CODE_OFFSET = 3
+
+
+def line_codes(sizes: Sequence[SizeBucket]) -> tuple[list[int], list[int]]:
+    """Per line a code (index in LINE_KINDS, plus 3 when suspect), and every line's
+    ``from, to, total, count`` in one flat list: what a writer of all lines needs."""
+    if isinstance(sizes, ColumnarSizes):
+        return sizes.line_codes()
+    return _line_codes_of(BucketColumns.from_buckets(sizes))
+
+
+def _line_codes_of(columns: BucketColumns) -> tuple[list[int], list[int]]:
+    codes = [
+        LINE_KINDS.index(kind) + SUSPECT_CODE_OFFSET * suspect
+        for kind, suspect in zip(columns.kinds, columns.suspects(), strict=True)
+    ]
+    numbers: list[int] = [0] * (4 * len(codes))
+    numbers[0::4] = columns.froms
+    numbers[1::4] = columns.tos
+    numbers[2::4] = columns.totals
+    numbers[3::4] = columns.counts
+    return codes, numbers
+
 
 def bucket_columns(sizes: Sequence[SizeBucket]) -> BucketColumns:
     """The columns of any bucket table: the parser's lazy table or a tuple of buckets."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from rich import box
@@ -13,7 +14,7 @@ from rich.text import Text
 
 from memforensics.analysis.heap import ArenaFigures, HeapAnalysis, HistogramRow
 from memforensics.model.advice import Advice
-from memforensics.model.heap import Arena, BucketColumns, bucket_columns
+from memforensics.model.heap import LINE_KINDS, Arena, SizeBucket, line_codes
 from memforensics.render.jsondoc import Prerendered, record
 from memforensics.units import format_bytes
 
@@ -186,57 +187,54 @@ def render_heap(
     return Group(*parts)
 
 
-def _sizes_text(columns: BucketColumns, level: int) -> str:
+def _sizes_text(sizes: Sequence[SizeBucket], level: int) -> str:
     """``arenas[].sizes`` as JSON text, exactly as ``json.dumps(indent=2)`` writes it.
 
-    Every line has the same shape, so one ``%`` format over a template repeated per line
-    writes a whole arena in one C call; the generic encoder took seconds for the million
-    lines of a big dump.
+    Every line has one of six shapes (kind x suspect), so a template of the arena's line
+    shapes filled by one ``%`` over all its numbers writes a whole arena in two C calls; the
+    generic encoder took seconds for the million lines of a big dump.
     """
-    count = len(columns)
-    if not count:
+    codes, numbers = line_codes(sizes)
+    if not codes:
         return "[]"
-    values: list[object] = [None] * (6 * count)
-    values[0::6] = columns.kinds
-    values[1::6] = columns.froms
-    values[2::6] = columns.tos
-    values[3::6] = columns.totals
-    values[4::6] = columns.counts
-    values[5::6] = map(_BOOL_TEXT.__getitem__, columns.suspects())
-    return _sizes_template(count, level) % tuple(values)
+    shapes = _line_shapes(level)
+    outer = "\n" + "  " * (level + 1)
+    template = "[" + outer + ("," + outer).join(map(shapes.__getitem__, codes))
+    return template % tuple(numbers) + "\n" + "  " * level + "]"
 
 
-_BOOL_TEXT = ("false", "true")
-
-
-@functools.lru_cache(maxsize=64)
-def _sizes_template(count: int, level: int) -> str:
+@functools.lru_cache(maxsize=16)
+def _line_shapes(level: int) -> tuple[str, ...]:
+    """One bucket object's text per line code (model.heap.LINE_KINDS, +3 when suspect)."""
     outer = "\n" + "  " * (level + 1)
     key = outer + "  "
-    line = (
-        "{"
-        + key
-        + '"kind": "%s",'
-        + key
-        + '"from_bytes": %d,'
-        + key
-        + '"to_bytes": %d,'
-        + key
-        + '"total_bytes": %d,'
-        + key
-        + '"count": %d,'
-        + key
-        + '"suspect": %s'
-        + outer
-        + "}"
-    )
-    return "[" + outer + ("," + outer).join([line] * count) + "\n" + "  " * level + "]"
+    shapes = []
+    for suspect in ("false", "true"):
+        for kind in LINE_KINDS:
+            shapes.append(
+                "{"
+                + key
+                + f'"kind": "{kind}",'
+                + key
+                + '"from_bytes": %d,'
+                + key
+                + '"to_bytes": %d,'
+                + key
+                + '"total_bytes": %d,'
+                + key
+                + '"count": %d,'
+                + key
+                + f'"suspect": {suspect}'
+                + outer
+                + "}"
+            )
+    return tuple(shapes)
 
 
 def _arena_json(figures: ArenaFigures, arena: Arena) -> dict[str, Any]:
     document = record(figures)
     sizes = arena.sizes
-    document["sizes"] = Prerendered(lambda level: _sizes_text(bucket_columns(sizes), level))
+    document["sizes"] = Prerendered(lambda level: _sizes_text(sizes, level))
     return document
 
 

@@ -19,6 +19,9 @@ from typing import Any, overload
 from lxml import etree
 
 from memforensics.model.heap import (
+    SUSPECT_BYTES,
+    SUSPECT_CODE_OFFSET,
+    SUSPECT_COUNT,
     Arena,
     BucketColumns,
     ColumnarSizes,
@@ -143,6 +146,18 @@ class SizeTable(ColumnarSizes):
             else:
                 self._columns = _columns_of_array(array, self.unsorted_positions())
         return self._columns
+
+    def line_codes(self) -> tuple[list[int], list[int]]:
+        """Line codes and flat numbers (model.heap.line_codes), by numpy where decoded so."""
+        array = self._array if self._array is not None and self._array is not False else None
+        if array is None:
+            return super().line_codes()
+        froms, tos, totals, counts = array[0::4], array[1::4], array[2::4], array[3::4]
+        codes = (((tos & 1) == 0) & (froms < tos)).astype("int8")
+        codes[self.unsorted_positions()] = 2
+        suspect = (counts >= SUSPECT_COUNT) | (totals >= SUSPECT_BYTES)
+        codes += suspect.astype("int8") * SUSPECT_CODE_OFFSET
+        return codes.tolist(), array.tolist()
 
     def _materialize(self) -> tuple[SizeBucket, ...]:
         if self._buckets is None:
