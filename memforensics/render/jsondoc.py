@@ -48,6 +48,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
+_AS_IS = frozenset({int, str, bool, type(None)})
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
@@ -67,7 +68,12 @@ def record(
     """
     names = _field_names(type(obj))
     if not drop and not rename:
-        return {name: _plain(getattr(obj, name)) for name in names}
+        # Counts, names and None pass as they are; only the rest goes through _plain.
+        return {
+            name: value if type(value) in _AS_IS else _plain(value)
+            for name in names
+            for value in (getattr(obj, name),)
+        }
     skip = set(drop)
     published = rename or {}
     return {
@@ -126,11 +132,14 @@ def _encode(value: Any, level: int, parts: list[str], flush: Callable[[], None])
         inner = "\n" + _INDENT * (level + 1)
         separator = "{" + inner
         for key, item in value.items():
+            head = separator + (_KEY_TEXT.get(key) or _key(key))
             item_kind = type(item)
-            if item is None or item_kind is int or item_kind is str or item_kind is bool:
-                parts.append(separator + _key(key) + scalar_text(item))  # most values
+            if item_kind is int:  # most values are byte counts
+                parts.append(head + int.__repr__(item))
+            elif item is None or item_kind is str or item_kind is bool or item_kind is float:
+                parts.append(head + scalar_text(item))
             else:
-                parts.append(separator + _key(key))
+                parts.append(head)
                 _encode(item, level + 1, parts, flush)
             separator = "," + inner
         parts.append("\n" + _INDENT * level + "}")
