@@ -25,7 +25,7 @@ from memforensics.errors import (
     TargetExitedError,
 )
 from memforensics.model.advice import Advice
-from memforensics.model.heap import HeapDump
+from memforensics.model.heap import HeapDump, process_source
 from memforensics.model.process import HeapResidency, ProcessFacts, ProcessMemory, Waterfall
 from memforensics.model.trim import TrimFailure, TrimOutcome, TrimResult
 from memforensics.sources import procfs
@@ -155,7 +155,7 @@ def _inspect(
     # from /proc alone and would only lengthen the pause.
     facts = procfs.read_process(pid)
     memory = procfs.read_memory(pid)
-    dump = parse_dump(capture.xml, name=f"PID {pid}")
+    dump = parse_dump(capture.xml, name=process_source(pid))
     residency: HeapResidency | None = None
     flow: Waterfall | None = None
     extra: tuple[Advice, ...] = ()
@@ -213,7 +213,7 @@ def _trim(pid: int, facts: ProcessFacts, settings: TrimSettings) -> TrimResult:
         pid, timeout_seconds=settings.timeout_seconds, gdb_path=settings.gdb_path, log=settings.log
     )
     pause_seconds = capture.pause_seconds
-    dump = parse_dump(capture.xml, name=f"pid {pid}")
+    dump = parse_dump(capture.xml, name=process_source(pid))
     if dump.all_zero:
         # glibc's malloc holds nothing: jemalloc/tcmalloc replaced it; trimming is pointless.
         raise NotGlibcMallocError(

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import and_, floordiv, gt, lshift, mul, sub
 
+from memforensics.analysis.bucket_arrays import dump_sums
 from memforensics.model.advice import Advice
-from memforensics.model.heap import Arena, HeapDump
+from memforensics.model.heap import (
+    Arena,
+    BucketColumns,
+    HeapDump,
+    bucket_columns,
+    top_chunk_bytes,
+)
 
 PAGE_BYTES = 4096
 MiB = 1 << 20
@@ -52,19 +62,78 @@ class HistogramRow:
 
 @dataclass(frozen=True, slots=True)
 class ArenaFigures:
-    """The figures a report shows for one arena (bucket artefacts already removed)."""
+    """The figures a report shows for one arena, in the order its JSON lists them.
+
+    Every field is a key of ``arenas[]`` in ``memforensics/heap/1`` (docs/json.md): a new
+    field here is a new key there.
+    """
 
     index: int
     system_bytes: int
     system_max_bytes: int
     free_bytes: int
     fast_bytes: int | None
+    fast_chunks: int | None
     rest_bytes: int
+    rest_chunks: int
     in_use_bytes: int
     free_ratio: float
     top_bytes: int | None
     subheaps: int | None
+    aspace_total_bytes: int | None
+    aspace_mprotect_bytes: int | None
     suspect: bool
+
+
+@dataclass(frozen=True, slots=True)
+class HeapTotals:
+    """Whole-process figures of one dump, in the order ``totals`` lists them in JSON."""
+
+    arenas: int
+    system_bytes: int
+    system_max_bytes: int
+    free_bytes: int
+    fast_bytes: int | None
+    fast_chunks: int | None
+    rest_bytes: int
+    rest_chunks: int
+    in_use_bytes: int
+    mmap_bytes: int | None
+    mmap_chunks: int | None
+    free_ratio: float
+    page_or_larger_free_bytes: int
+    aspace_total_bytes: int | None
+    aspace_mprotect_bytes: int | None
+    all_zero: bool
+    suspect: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesRow:
+    """One dump of a file holding a series: where it is and its headline figures."""
+
+    sequence: int
+    line: int
+    arenas: int
+    system_bytes: int
+    free_bytes: int
+    in_use_bytes: int
+    mmap_bytes: int | None
+    free_ratio: float
+
+
+def series_row(dump: HeapDump) -> SeriesRow:
+    """The headline figures of one dump of a series."""
+    return SeriesRow(
+        dump.sequence,
+        dump.line,
+        len(dump.arenas),
+        dump.system_bytes,
+        dump.free_bytes,
+        dump.in_use_bytes,
+        dump.mmap_bytes,
+        dump.free_ratio,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,33 +152,71 @@ class HeapAnalysis:
         """True when some arena's counters are implausible (old glibc garbage)."""
         return any(a.suspect for a in self.arenas)
 
+    @property
+    def totals(self) -> HeapTotals:
+        """The whole-process figures."""
+        dump = self.dump
+        return HeapTotals(
+            arenas=len(dump.arenas),
+            system_bytes=dump.system_bytes,
+            system_max_bytes=dump.system_max_bytes,
+            free_bytes=dump.free_bytes,
+            fast_bytes=dump.fast_bytes,
+            fast_chunks=dump.fast_chunks,
+            rest_bytes=dump.rest_bytes,
+            rest_chunks=dump.rest_chunks,
+            in_use_bytes=dump.in_use_bytes,
+            mmap_bytes=dump.mmap_bytes,
+            mmap_chunks=dump.mmap_chunks,
+            free_ratio=dump.free_ratio,
+            page_or_larger_free_bytes=self.page_or_larger_free_bytes,
+            aspace_total_bytes=dump.aspace_total_bytes,
+            aspace_mprotect_bytes=dump.aspace_mprotect_bytes,
+            all_zero=dump.all_zero,
+            suspect=self.suspect,
+        )
 
-def _class_index(chunk_bytes: int) -> int:
-    for position, limit in enumerate(_CLASS_LIMITS_BYTES):
-        if chunk_bytes <= limit:
-            return position
-    return len(_CLASS_LIMITS_BYTES)
+
+_CLASSES = len(_CLASS_LIMITS_BYTES) + 1
+# Width of one class's field in the packed sums below: holds 2**72 lines of 2**56 bytes.
+_FIELD_BITS = 128
+_FIELD_MASK = (1 << _FIELD_BITS) - 1
 
 
-def histogram(arenas: Iterable[Arena]) -> tuple[HistogramRow, ...]:
-    """Free chunks by size class across all arenas (empty classes left out).
+def _class_sums(columns: BucketColumns) -> tuple[list[int], list[int]]:
+    """(chunks, bytes) per size class over one arena's lines, without a per-line Python loop.
 
-    A bucket line spanning a range (large bins, unsorted) is classed by its mean chunk
-    size; suspect lines (uninitialised counters) are left out rather than skew the picture.
+    A line spanning a range (large bins, unsorted) is classed by its mean chunk size. The
+    weighted per-class sums are one C-level ``sum`` of values shifted into a field per class
+    (a bincount in big-integer arithmetic). Suspect lines and empty lines are left out.
     """
-    classes = len(_CLASS_LIMITS_BYTES) + 1
-    chunks = [0] * classes
-    sizes = [0] * classes
-    for arena in arenas:
-        for bucket in arena.sizes:
-            if bucket.suspect or bucket.count == 0:
-                continue
-            chunk_bytes = bucket.chunk_bytes
-            position = _class_index(chunk_bytes // bucket.count)
-            chunks[position] += bucket.count
-            sizes[position] += chunk_bytes
+    counts, totals = columns.counts, columns.totals
+    # glibc prints regular bins with PREV_INUSE set (odd sizes, total over by count);
+    # `(to & 1) > fast` is "odd and not a fastbin" (SizeBucket.chunk_bytes), line by line in C.
+    prev_inuse = map(gt, map(and_, columns.tos, repeat(1)), columns.fast)
+    chunk_bytes = list(map(sub, totals, map(mul, counts, prev_inuse)))
+    keep: list[bool] | None = None
+    if columns.any_suspect or 0 in counts:
+        keep = [c > 0 and not s for c, s in zip(counts, columns.suspects(), strict=True)]
+    if min(chunk_bytes, default=0) < 0:
+        chunk_bytes = [max(b, 0) for b in chunk_bytes]
+    if keep is not None:
+        counts, chunk_bytes = list(compress(counts, keep)), list(compress(chunk_bytes, keep))
+    means = map(floordiv, chunk_bytes, counts)
+    shifts = list(
+        map(mul, map(bisect_left, repeat(_CLASS_LIMITS_BYTES), means), repeat(_FIELD_BITS))
+    )
+    packed_chunks = sum(map(lshift, counts, shifts))
+    packed_bytes = sum(map(lshift, chunk_bytes, shifts))
+    return (
+        [(packed_chunks >> (_FIELD_BITS * k)) & _FIELD_MASK for k in range(_CLASSES)],
+        [(packed_bytes >> (_FIELD_BITS * k)) & _FIELD_MASK for k in range(_CLASSES)],
+    )
+
+
+def _rows(chunks: list[int], sizes: list[int]) -> tuple[HistogramRow, ...]:
     rows = []
-    for position in range(classes):
+    for position in range(_CLASSES):
         if chunks[position] == 0:
             continue
         low = 1 if position == 0 else _CLASS_LIMITS_BYTES[position - 1] + 1
@@ -118,20 +225,44 @@ def histogram(arenas: Iterable[Arena]) -> tuple[HistogramRow, ...]:
     return tuple(rows)
 
 
-def arena_figures(arena: Arena) -> ArenaFigures:
-    """The per-arena figures of DESIGN.md: free = fast + rest, in use = system − free."""
+def histogram(arenas: Iterable[Arena]) -> tuple[HistogramRow, ...]:
+    """Free chunks by size class across all arenas (empty classes left out).
+
+    A bucket line spanning a range (large bins, unsorted) is classed by its mean chunk
+    size; suspect lines (uninitialised counters) are left out rather than skew the picture.
+    """
+    chunks = [0] * _CLASSES
+    sizes = [0] * _CLASSES
+    for arena in arenas:
+        arena_chunks, arena_sizes = _class_sums(bucket_columns(arena.sizes))
+        chunks = list(map(int.__add__, chunks, arena_chunks))
+        sizes = list(map(int.__add__, sizes, arena_sizes))
+    return _rows(chunks, sizes)
+
+
+def arena_figures(arena: Arena, summed: tuple[int | None, bool] | None = None) -> ArenaFigures:
+    """The per-arena figures (docs/heap-report.md): free = fast + rest, in use = system − free.
+
+    ``summed``: (top bytes, suspect) where the bucket lines were already summed; else they
+    are read from the arena's lines.
+    """
+    top_bytes, suspect = summed if summed is not None else (arena.top_bytes, arena.suspect)
     return ArenaFigures(
         index=arena.index,
         system_bytes=arena.system_bytes,
         system_max_bytes=arena.system_max_bytes,
         free_bytes=arena.free_bytes,
         fast_bytes=arena.fast_bytes,
+        fast_chunks=arena.fast_chunks,
         rest_bytes=arena.rest_bytes,
+        rest_chunks=arena.rest_chunks,
         in_use_bytes=arena.in_use_bytes,
         free_ratio=arena.free_ratio,
-        top_bytes=arena.top_bytes,
+        top_bytes=top_bytes,
         subheaps=arena.subheaps,
-        suspect=arena.suspect,
+        aspace_total_bytes=arena.aspace_total_bytes,
+        aspace_mprotect_bytes=arena.aspace_mprotect_bytes,
+        suspect=suspect,
     )
 
 
@@ -243,8 +374,16 @@ def _notes(dump: HeapDump) -> tuple[str, ...]:
 
 def analyze(dump: HeapDump) -> HeapAnalysis:
     """Compute every figure, the histogram and the advice for ``dump``."""
-    figures = tuple(arena_figures(a) for a in dump.arenas)
-    rows = histogram(dump.arenas)
+    sums = dump_sums(dump.arenas, _CLASS_LIMITS_BYTES)
+    if sums is None:
+        figures = tuple(arena_figures(a) for a in dump.arenas)
+        rows = histogram(dump.arenas)
+    else:  # a big dump: the same sums, vectorised over all its lines at once
+        figures = tuple(
+            arena_figures(a, (top_chunk_bytes(a, *bins), suspect))
+            for a, bins, suspect in zip(dump.arenas, sums.bins, sums.suspect, strict=True)
+        )
+        rows = _rows(sums.class_chunks, sums.class_bytes)
     return HeapAnalysis(
         dump=dump,
         arenas=figures,

@@ -4,22 +4,20 @@ from __future__ import annotations
 
 import importlib
 import sys
-import traceback
 from typing import Any
 
 import click
 
 from memforensics import __version__
+from memforensics.cli.failures import (
+    EXIT_INTERRUPTED,
+    command_options,
+    exit_code_for,
+    print_error,
+    report_failure,
+)
 from memforensics.cli.options import exit_codes_epilog
-from memforensics.errors import EXIT_TOOLING, MemforensicsError
-
-
-def _print_error(message: str, hint: str | None) -> None:
-    # One line each, whatever a tool we drive put in the text.
-    click.echo(f"error: {' '.join(message.split())}", err=True)
-    if hint:
-        click.echo(f"hint: {' '.join(hint.split())}", err=True)
-
+from memforensics.errors import MemforensicsError
 
 # Command name -> module; imported only when the command runs (or --help lists it), so
 # `parse` never pays for loading the gdb machinery.
@@ -34,6 +32,12 @@ COMMAND_MODULES = {
     "watch": "memforensics.cli.watch",
     "report": "memforensics.cli.report",
 }
+
+
+def _print_traceback() -> None:
+    import traceback  # only with -v: not worth loading on every start
+
+    traceback.print_exc()
 
 
 class MemforensicsGroup(click.Group):
@@ -58,15 +62,18 @@ class MemforensicsGroup(click.Group):
             return super().invoke(ctx)
         except MemforensicsError as exc:
             if ctx.meta.get("memforensics.verbose"):
-                traceback.print_exc()
-            _print_error(exc.message, exc.hint)
-            ctx.exit(exc.exit_code)
+                _print_traceback()
+            # The subcommand's context is gone by now; its options decide the flag hints.
+            name = ctx.invoked_subcommand
+            command = self.get_command(ctx, name) if name else None
+            report_failure(exc, options=command_options(command))
+            ctx.exit(exit_code_for(exc))
         except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
             raise
         except KeyboardInterrupt as exc:
             # Ctrl-C is 130; a SIGTERM/SIGHUP turned into an exception carries its own status.
-            status = getattr(exc, "exit_status", 130)
-            _print_error("interrupted" if status == 130 else f"interrupted: {exc}", None)
+            status = exit_code_for(exc)
+            print_error("interrupted" if status == EXIT_INTERRUPTED else f"interrupted: {exc}")
             ctx.exit(status)
         except BrokenPipeError:
             # `memforensics … | head`: the reader went away; nothing left to report.
@@ -74,12 +81,12 @@ class MemforensicsGroup(click.Group):
             ctx.exit(0)
         except Exception as exc:
             if ctx.meta.get("memforensics.verbose"):
-                traceback.print_exc()
-            _print_error(
+                _print_traceback()
+            print_error(
                 f"internal error: {type(exc).__name__}: {exc}",
                 "rerun with -v for the traceback and report it as a bug",
             )
-            ctx.exit(EXIT_TOOLING)
+            ctx.exit(exit_code_for(exc))
 
 
 @click.group(

@@ -27,7 +27,7 @@ from memforensics.cli.output import emit_json, stderr_console, stdout_console
 from memforensics.errors import DeadlineError, TargetError
 from memforensics.live import Log, TrimSettings, inspect_process, trim_process
 from memforensics.render import trim as render
-from memforensics.render.process import render_waterfall, waterfall_json
+from memforensics.render.process import render_waterfall
 from memforensics.units import format_bytes
 
 # Allocation speed is ~1 µs per block in CPython; give slow machines a wide margin.
@@ -241,15 +241,13 @@ def command(
             proc.pid, TrimSettings(timeout_seconds=timeout_seconds, gdb_path=gdb_path, log=log)
         )
     if as_json:
-        document = render.trim_document([result], now=result.time)
-        document["demo"] = {
-            "buffers": spec.buffers,
-            "size_bytes": spec.size_bytes,
-            "threads": spec.threads,
-            "allocated_bytes": spec.allocated_bytes,
-        }
-        if inspection.waterfall is not None:
-            document["demo"]["waterfall_before"] = waterfall_json(inspection.waterfall)
+        document = render.demo_document(
+            result,
+            buffers=spec.buffers,
+            size_bytes=spec.size_bytes,
+            threads=spec.threads,
+            waterfall_before=inspection.waterfall,
+        )
         emit_json(document)
         return
     out = stdout_console(soft_wrap=True, highlight=True)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from memforensics.analysis.diff import diff_dumps
+from memforensics.cli.inputs import input_source
 from memforensics.cli.options import exit_codes_epilog, json_option, verbose_option
 from memforensics.cli.output import emit_json, stdout_console
 from memforensics.errors import InputDataError
@@ -27,8 +26,7 @@ A file holding a series of dumps contributes its last dump.
 
 
 def _last_dump(name: str) -> HeapDump:
-    source = sys.stdin.buffer if name == "-" else name
-    label = "<stdin>" if name == "-" else name
+    source, label = input_source(name)
     last = None
     for dump in iter_dumps(source, name=label):
         last = dump

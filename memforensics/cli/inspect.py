@@ -5,14 +5,12 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Group, RenderableType
-from rich.text import Text
 
+from memforensics.cli.failures import exit_code_for, report_failure, worst_exit_code
 from memforensics.cli.options import (
     exit_codes_epilog,
     gdb_option,
@@ -23,15 +21,9 @@ from memforensics.cli.options import (
 )
 from memforensics.cli.output import emit_json, stderr_console, stdout_console
 from memforensics.errors import MemforensicsError, NoSuchProcessError, ToolingError
-from memforensics.live import Inspection, inspect_process, resolve_targets
-from memforensics.render.heap import SortKey, heap_json, render_heap
-from memforensics.render.process import (
-    process_json,
-    render_process_header,
-    render_waterfall,
-    residency_json,
-    waterfall_json,
-)
+from memforensics.live import inspect_process, resolve_targets
+from memforensics.render.heap import SortKey
+from memforensics.render.inspect import inspection_document, render_inspection
 
 EXAMPLES = """\b
 Examples:
@@ -46,43 +38,6 @@ written inside the target's filesystem; the XML is read back from its memory.
 """
 
 
-def inspection_json(result: Inspection) -> dict[str, Any]:
-    """The ``memforensics/heap/1`` document plus process, pause, residency and waterfall."""
-    document = heap_json(result.analysis, extra_advice=result.extra_advice)
-    document["process"] = process_json(result.facts, result.memory)
-    document["pause_seconds"] = round(result.capture.pause_seconds, 6)
-    document["safe_point"] = result.capture.safe_point
-    document["residency"] = residency_json(result.residency) if result.residency else None
-    document["waterfall"] = waterfall_json(result.waterfall) if result.waterfall else None
-    document["residency_error"] = result.residency_error
-    return document
-
-
-def render_inspection(result: Inspection, *, top: int, sort: SortKey) -> RenderableType:
-    """Process header, RSS waterfall and the heap report, in that order."""
-    parts: list[RenderableType] = [
-        render_process_header(
-            result.facts, result.memory, pause_seconds=result.capture.pause_seconds
-        ),
-        Text(f"safe point: {result.capture.safe_point}", style="dim"),
-        Text(""),
-    ]
-    if result.waterfall is not None:
-        parts.extend([render_waterfall(result.waterfall), Text("")])
-    elif result.residency_error:
-        parts.append(Text(f"no residency figures: {result.residency_error}", style="dim"))
-    parts.append(
-        render_heap(
-            result.analysis,
-            top=top,
-            sort=sort,
-            title=f"PID {result.facts.pid} ({result.facts.name})",
-            extra_advice=result.extra_advice,
-        )
-    )
-    return Group(*parts)
-
-
 def save_xml_path(template: str, pid: int, *, several: bool) -> Path:
     """Where one target's XML goes: ``{pid}`` in PATH is replaced; several targets get .PID."""
     if "{pid}" in template:
@@ -95,6 +50,8 @@ def save_xml_path(template: str, pid: int, *, several: bool) -> Path:
 
 def write_atomically(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file and a rename: no half-written dump."""
+    import tempfile  # only for --save-xml
+
     directory = path.parent if str(path.parent) else Path(".")
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
@@ -115,12 +72,6 @@ def write_atomically(path: Path, data: bytes) -> None:
         raise ToolingError(
             f"cannot write {path}: {exc.strerror}", hint="choose a writable --save-xml path"
         ) from exc
-
-
-def _report_error(pid: int, exc: MemforensicsError) -> None:
-    click.echo(f"error: PID {pid}: {exc.message}", err=True)
-    if exc.hint:
-        click.echo(f"hint: {exc.hint}", err=True)
 
 
 def _mi_logger(line: str) -> None:
@@ -196,19 +147,19 @@ def command(
             if explicit:
                 if not several:
                     raise
-                _report_error(pid, exc)
-                worst = max(worst, exc.exit_code)
+                report_failure(exc, prefix=f"PID {pid}: ")
+                worst = worst_exit_code((worst, exit_code_for(exc)))
             else:  # a --name match that came and went: the others are the report
                 click.echo(f"note: PID {pid} (matched by --name) exited; skipped", err=True)
             continue
         except MemforensicsError as exc:
             if not several:
                 raise
-            _report_error(pid, exc)
-            worst = max(worst, exc.exit_code)
+            report_failure(exc, prefix=f"PID {pid}: ")
+            worst = worst_exit_code((worst, exit_code_for(exc)))
             continue
         if as_json:
-            documents.append(inspection_json(result))
+            documents.append(inspection_document(result))
         else:
             out.print(render_inspection(result, top=top, sort=sort))
     if as_json and documents:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
-import click
 from rich.console import Console
+
+from memforensics.render.jsondoc import write_json
 
 
 def stdout_console(*, soft_wrap: bool = False, highlight: bool = False) -> Console:
@@ -24,5 +24,6 @@ def stderr_console(*, soft_wrap: bool = False, highlight: bool = False) -> Conso
 
 
 def emit_json(document: Any) -> None:
-    """One JSON document on stdout: plain json.dumps, so `| jq` always works."""
-    click.echo(json.dumps(document, indent=2, sort_keys=False))
+    """One JSON document on stdout, written as it is produced, so `| jq` always works."""
+    write_json(document, sys.stdout.write)
+    sys.stdout.flush()

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
-from typing import Any
 
 import click
-from rich.table import Table
 
 from memforensics.analysis.gates import GateViolation, check_gates
-from memforensics.analysis.heap import HeapAnalysis, analyze
+from memforensics.analysis.heap import HeapAnalysis, SeriesRow, analyze, series_row
+from memforensics.cli.inputs import input_source
 from memforensics.cli.options import (
     RATIO,
     SIZE,
@@ -22,9 +20,9 @@ from memforensics.cli.options import (
 from memforensics.cli.output import emit_json, stderr_console, stdout_console
 from memforensics.errors import EXIT_GATE
 from memforensics.model.heap import HeapDump
-from memforensics.render.heap import SortKey, heap_json, render_heap
+from memforensics.render.heap import SortKey, render_heap
+from memforensics.render.parse import gate_line, parse_document, series_table
 from memforensics.sources.malloc_xml import iter_dumps
-from memforensics.units import format_bytes
 
 EXAMPLES = """\b
 Examples:
@@ -49,21 +47,8 @@ class FileResult:
 
     name: str
     last: HeapAnalysis
-    series: list[dict[str, Any]] = field(default_factory=list)
+    series: list[SeriesRow] = field(default_factory=list)
     violations: list[tuple[int, GateViolation]] = field(default_factory=list)
-
-
-def _series_row(dump: HeapDump) -> dict[str, Any]:
-    return {
-        "sequence": dump.sequence,
-        "line": dump.line,
-        "arenas": len(dump.arenas),
-        "system_bytes": dump.system_bytes,
-        "free_bytes": dump.free_bytes,
-        "in_use_bytes": dump.in_use_bytes,
-        "mmap_bytes": dump.mmap_bytes,
-        "free_ratio": round(dump.free_ratio, 6),
-    }
 
 
 def read_file(
@@ -74,16 +59,15 @@ def read_file(
     max_arenas: int | None,
 ) -> FileResult:
     """Parse every dump in ``name`` keeping only the last one whole (bounded memory)."""
-    source = sys.stdin.buffer if name == "-" else name
-    label = "<stdin>" if name == "-" else name
+    source, label = input_source(name)
     last: HeapDump | None = None
-    series: list[dict[str, Any]] = []
+    series: list[SeriesRow] = []
     violations: list[tuple[int, GateViolation]] = []
     status = stderr_console()
     with status.status(f"reading {label}…") as spinner:
         for dump in iter_dumps(source, name=label):
             last = dump
-            series.append(_series_row(dump))
+            series.append(series_row(dump))
             for violation in check_gates(
                 dump,
                 max_free_ratio=max_free_ratio,
@@ -95,50 +79,6 @@ def read_file(
                 spinner.update(f"reading {label}… {dump.sequence + 1} dumps")
     assert last is not None  # iter_dumps raises when a file holds no dump
     return FileResult(label, analyze(last), series, violations)
-
-
-def _series_table(result: FileResult) -> Table:
-    table = Table(title=f"{len(result.series)} dumps in {result.name}", title_justify="left")
-    for column in ("#", "line", "arenas", "system", "in use", "free", "free %", "mmap"):
-        table.add_column(column, justify="right")
-    for row in result.series:
-        table.add_row(
-            str(row["sequence"] + 1),
-            str(row["line"]),
-            str(row["arenas"]),
-            format_bytes(row["system_bytes"]),
-            format_bytes(row["in_use_bytes"]),
-            format_bytes(row["free_bytes"]),
-            f"{row['free_ratio']:.0%}",
-            format_bytes(row["mmap_bytes"]),
-        )
-    return table
-
-
-def _document(result: FileResult) -> dict[str, Any]:
-    document = heap_json(result.last)
-    document["source"] = result.name
-    document["dumps"] = len(result.series)
-    if len(result.series) > 1:
-        document["series"] = result.series
-    document["gates"] = [
-        {
-            "gate": v.gate,
-            "dump": sequence,
-            "arena": v.arena_index,
-            "value": v.value,
-            "limit": v.limit,
-            "message": v.message,
-        }
-        for sequence, v in result.violations
-    ]
-    return document
-
-
-def gate_line(result: FileResult, sequence: int, violation: GateViolation) -> str:
-    """One stderr line per violated gate, naming file (and dump in a series), arena, value."""
-    where = result.name if len(result.series) == 1 else f"{result.name}[dump {sequence + 1}]"
-    return f"gate failed: {where}: {violation.message}"
 
 
 @click.command(name="parse", epilog=EXAMPLES + "\n" + exit_codes_epilog())
@@ -200,15 +140,15 @@ def command(
                 else f"dump {sequence + 1} of {len(result.series)} — {result.name}"
             )
             if len(result.series) > 1:
-                out.print(_series_table(result))
+                out.print(series_table(result.name, result.series))
             out.print(render_heap(result.last, top=top, sort=sort, title=title))
     if as_json:
-        documents = [_document(r) for r in results]
+        documents = [parse_document(r.name, r.last, r.series, r.violations) for r in results]
         emit_json(documents[0] if len(documents) == 1 else documents)
     failed = False
     for result in results:
         for sequence, violation in result.violations:
-            click.echo(gate_line(result, sequence, violation), err=True)
+            click.echo(gate_line(result.name, len(result.series), sequence, violation), err=True)
             failed = True
     if failed:
         click.get_current_context().exit(EXIT_GATE)

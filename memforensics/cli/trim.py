@@ -5,14 +5,15 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
 
 import click
 from rich.console import Console
 
-from memforensics.analysis.trim import exit_code, summarize
+from memforensics.analysis.trim import summarize
+from memforensics.cli.failures import report_recorded, worst_exit_code
 from memforensics.cli.options import (
     DURATION,
     SIZE,
@@ -23,7 +24,7 @@ from memforensics.cli.options import (
     verbose_option,
 )
 from memforensics.cli.output import emit_json, stderr_console, stdout_console
-from memforensics.errors import MemforensicsError, NoSuchProcessError
+from memforensics.errors import EXIT_TARGET, MemforensicsError, NoSuchProcessError
 from memforensics.live import (
     Log,
     TrimSettings,
@@ -104,7 +105,7 @@ def run_rounds(
         on_round(trim_round)
         if stop.requested or (count is not None and index >= count):
             break
-        if all(isinstance(o, TrimFailure) and o.exit_code == 3 for o in outcomes):
+        if all(isinstance(o, TrimFailure) and o.exit_code == EXIT_TARGET for o in outcomes):
             break  # every target is gone: nothing left to trim
         next_start += interval_seconds
         if stop.wait(max(next_start - time.monotonic(), 0.0)):
@@ -216,8 +217,8 @@ def command(
             for pid, explicit in resolved
             if (outcome := _trim_once(pid, settings, explicit=explicit)) is not None
         ]
-        _report_once(outcomes, as_json=as_json, out=out, err=err)
-        code = exit_code(outcomes)
+        _report_once(outcomes, as_json=as_json, out=out)
+        code = _worst(outcomes)
         if code:
             click.get_current_context().exit(code)
         return
@@ -239,15 +240,15 @@ def _trim_once(pid: int, settings: TrimSettings, *, explicit: bool) -> TrimOutco
         )
 
 
-def _report_once(
-    outcomes: Sequence[TrimOutcome], *, as_json: bool, out: Console, err: Console
-) -> None:
+def _worst(outcomes: Iterable[TrimOutcome]) -> int:
+    return worst_exit_code(o.exit_code for o in outcomes if isinstance(o, TrimFailure))
+
+
+def _report_once(outcomes: Sequence[TrimOutcome], *, as_json: bool, out: Console) -> None:
     for outcome in outcomes:
         if isinstance(outcome, TrimFailure):
             # Library messages already name the PID ("PID 123 (app) is a zombie").
-            err.print(f"error: {outcome.message}", highlight=False, markup=False)
-            if outcome.hint:
-                err.print(f"hint: {outcome.hint}", highlight=False, markup=False)
+            report_recorded(outcome.message, outcome.hint, outcome.exit_code)
     if as_json:
         emit_json(render.trim_document(outcomes, now=now_utc()))
         return
@@ -311,6 +312,6 @@ def _periodic(
     else:
         status(render.summary_line(summary, interrupted=stop.requested))
     # The worst over the whole run: a round that timed out is worth knowing about.
-    code = exit_code(o for r in rounds for o in r.outcomes)
+    code = _worst(o for r in rounds for o in r.outcomes)
     if code:
         click.get_current_context().exit(code)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator, Sequence
+from abc import abstractmethod
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, overload
+from itertools import compress, repeat
+from operator import and_, lt, not_
+from typing import Literal
 
 BucketKind = Literal["fast", "bin", "unsorted"]
 
@@ -52,80 +54,203 @@ def bucket_kind(tag: str, from_bytes: int, to_bytes: int) -> BucketKind:
     return "bin"
 
 
-# One bucket line as lxml serialises glibc's output: fixed attribute order, 1-19 digits
-# (a 20-digit value may exceed 2**64 and is left to the parser's careful path).
-BUCKET_LINE_RE = re.compile(
-    rb'<(size|unsorted) from="(\d{1,19})" to="(\d{1,19})" total="(\d{1,19})" count="(\d{1,19})"/>'
-)
+def is_suspect(total_bytes: int, count: int) -> bool:
+    """True for counters no real heap prints (old glibc's uninitialised <unsorted> slot)."""
+    return count >= SUSPECT_COUNT or total_bytes >= SUSPECT_BYTES
 
 
-class SizeTable(Sequence[SizeBucket]):
-    """An arena's bucket lines kept as serialised XML, turned into SizeBuckets on use.
+_KIND_BY_FAST: tuple[BucketKind, BucketKind] = ("bin", "fast")
 
-    A big dump has hundreds of thousands of bucket lines; keeping their text and building
-    objects only when a report asks keeps parsing near libxml2's own speed and memory low.
-    The parser has already checked that ``raw`` is nothing but well-formed bucket lines.
+
+class BucketColumns:
+    """An arena's bucket lines as parallel columns: what reports and sums read.
+
+    A dump with thousands of arenas has a million bucket lines; summing columns with
+    C-level ``map``/``sum`` instead of one object per line keeps reports near libxml2's speed.
+    Treat as read-only.
     """
 
-    __slots__ = ("_buckets", "_count", "_first_line", "_raw")
+    __slots__ = ("_kinds", "counts", "fast", "flagged", "froms", "tos", "totals", "unsorted")
 
-    def __init__(self, raw: bytes, count: int, first_line: int):
-        self._raw = raw
-        self._count = count
-        self._first_line = first_line
-        self._buckets: tuple[SizeBucket, ...] | None = None
+    def __init__(
+        self,
+        froms: list[int],
+        tos: list[int],
+        totals: list[int],
+        counts: list[int],
+        *,
+        fast: list[bool],
+        unsorted: Iterable[int] = (),
+        flagged: list[bool] | None = None,
+    ) -> None:
+        self.froms, self.tos, self.totals, self.counts = froms, tos, totals, counts
+        self.fast = fast  # kinds[i] == "fast", as a mask for compress()
+        self.unsorted = tuple(unsorted)  # positions of <unsorted> lines
+        self.flagged = flagged  # suspect flags set by hand; None: judged from the values
+        self._kinds: list[BucketKind] | None = None
 
-    def _materialize(self) -> tuple[SizeBucket, ...]:
-        if self._buckets is None:
-            built = []
-            for position, match in enumerate(BUCKET_LINE_RE.finditer(self._raw)):
-                tag, *digits = match.groups()
-                from_bytes, to_bytes, total_bytes, count = map(int, digits)
-                built.append(
-                    SizeBucket(
-                        bucket_kind(tag.decode(), from_bytes, to_bytes),
-                        from_bytes,
-                        to_bytes,
-                        total_bytes,
-                        count,
-                        self._first_line + position,
-                        count >= SUSPECT_COUNT or total_bytes >= SUSPECT_BYTES,
-                    )
-                )
-            self._buckets = tuple(built)
-        return self._buckets
+    @classmethod
+    def from_numbers(cls, numbers: list[int], unsorted: Iterable[int] = ()) -> BucketColumns:
+        """Columns from ``from, to, total, count`` repeated, with the ``<unsorted>`` positions."""
+        unsorted = tuple(unsorted)
+        froms, tos = numbers[0::4], numbers[1::4]
+        # fast: an even `to` above `from` (bucket_kind), decided without a Python-level loop.
+        fast = list(map(and_, map(lt, froms, tos), map(not_, map(and_, tos, repeat(1)))))
+        for position in unsorted:
+            fast[position] = False
+        return cls(froms, tos, numbers[2::4], numbers[3::4], fast=fast, unsorted=unsorted)
+
+    @classmethod
+    def from_buckets(cls, buckets: Iterable[SizeBucket]) -> BucketColumns:
+        """Columns of bucket objects (a hand-built arena, or the parser's careful path)."""
+        rows = list(buckets)
+        return cls(
+            [b.from_bytes for b in rows],
+            [b.to_bytes for b in rows],
+            [b.total_bytes for b in rows],
+            [b.count for b in rows],
+            fast=[b.kind == "fast" for b in rows],
+            unsorted=[i for i, b in enumerate(rows) if b.kind == "unsorted"],
+            flagged=[b.suspect for b in rows],
+        )
+
+    @property
+    def kinds(self) -> list[BucketKind]:
+        """Per line: ``fast``, ``bin`` or ``unsorted`` (built on first use)."""
+        if self._kinds is None:
+            kinds: list[BucketKind] = list(map(_KIND_BY_FAST.__getitem__, self.fast))
+            for position in self.unsorted:
+                kinds[position] = "unsorted"
+            self._kinds = kinds
+        return self._kinds
 
     def __len__(self) -> int:
-        return self._count
+        return len(self.counts)
 
-    @overload
-    def __getitem__(self, index: int) -> SizeBucket: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[SizeBucket]: ...
-    def __getitem__(self, index: int | slice) -> SizeBucket | Sequence[SizeBucket]:
-        return self._materialize()[index]
+    @property
+    def any_suspect(self) -> bool:
+        """True when some line has implausible counters."""
+        if self.flagged is not None:
+            return any(self.flagged)
+        return bool(self.counts) and (
+            max(self.counts) >= SUSPECT_COUNT or max(self.totals) >= SUSPECT_BYTES
+        )
 
-    def __iter__(self) -> Iterator[SizeBucket]:
-        return iter(self._materialize())
+    def suspects(self) -> list[bool]:
+        """Per line: implausible counters (old glibc garbage)."""
+        if self.flagged is not None:
+            return self.flagged
+        if not self.any_suspect:
+            return [False] * len(self.counts)
+        return list(map(is_suspect, self.totals, self.counts))
 
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Sequence):
-            return tuple(self) == tuple(other)
-        return NotImplemented
+    def bin_sums(self) -> tuple[int, int]:
+        """(chunks, bytes) over the lines that are not fastbins: what glibc sums into rest."""
+        return (
+            sum(self.counts) - sum(compress(self.counts, self.fast)),
+            sum(self.totals) - sum(compress(self.totals, self.fast)),
+        )
 
-    def __hash__(self) -> int:
-        return hash(self._materialize())
 
-    def __repr__(self) -> str:
-        return f"SizeTable({len(self)} buckets)"
+class ColumnarSizes(Sequence[SizeBucket]):
+    """A bucket table that can give its columns without building one object per line."""
+
+    __slots__ = ()
+
+    @abstractmethod
+    def columns(self) -> BucketColumns:
+        """The table as columns (computed once)."""
+
+    def line_codes(self) -> tuple[list[int], list[int]]:
+        """See :func:`line_codes`."""
+        return _line_codes_of(self.columns())
+
+
+# Kinds by line code; a suspect line's code is its kind's plus 3.
+LINE_KINDS: tuple[BucketKind, BucketKind, BucketKind] = ("bin", "fast", "unsorted")
+SUSPECT_CODE_OFFSET = 3
+
+
+def line_codes(sizes: Sequence[SizeBucket]) -> tuple[list[int], list[int]]:
+    """Per line a code (index in LINE_KINDS, plus 3 when suspect), and every line's
+    ``from, to, total, count`` in one flat list: what a writer of all lines needs."""
+    if isinstance(sizes, ColumnarSizes):
+        return sizes.line_codes()
+    return _line_codes_of(BucketColumns.from_buckets(sizes))
+
+
+def _line_codes_of(columns: BucketColumns) -> tuple[list[int], list[int]]:
+    codes = [
+        LINE_KINDS.index(kind) + SUSPECT_CODE_OFFSET * suspect
+        for kind, suspect in zip(columns.kinds, columns.suspects(), strict=True)
+    ]
+    numbers: list[int] = [0] * (4 * len(codes))
+    numbers[0::4] = columns.froms
+    numbers[1::4] = columns.tos
+    numbers[2::4] = columns.totals
+    numbers[3::4] = columns.counts
+    return codes, numbers
+
+
+def bucket_columns(sizes: Sequence[SizeBucket]) -> BucketColumns:
+    """The columns of any bucket table: the parser's lazy table or a tuple of buckets."""
+    if isinstance(sizes, ColumnarSizes):
+        return sizes.columns()
+    return BucketColumns.from_buckets(sizes)
+
+
+def top_chunk_bytes(arena: Arena, bin_chunks: int, bin_bytes: int) -> int | None:
+    """The top chunk's bytes from rest and the sums of the non-fast bins (None: not counted).
+
+    glibc 2.31 added top to ``rest`` as one extra block (BZ #24026).
+    """
+    if arena.rest_chunks != bin_chunks + 1:
+        return None
+    top = arena.rest_bytes - bin_bytes
+    return top if top >= 0 else None
+
+
+def process_source(pid: int) -> str:
+    """How a dump taken from a live process names its source (``pid:N``, docs/json.md)."""
+    return f"pid:{pid}"
+
+
+class FreeFigures:
+    """free / in use / free ratio, defined once for an arena and for a whole dump.
+
+    free = fast + rest (chunks sitting in bins); in use = system current − free, an upper
+    bound (docs/heap-report.md).
+    """
+
+    __slots__ = ()
+    fast_bytes: int | None
+    rest_bytes: int
+    system_bytes: int
+
+    @property
+    def free_bytes(self) -> int:
+        """Bytes in free chunks held in bins (fast + rest)."""
+        return (self.fast_bytes or 0) + self.rest_bytes
+
+    @property
+    def in_use_bytes(self) -> int:
+        """Upper bound of bytes in use: system current minus free."""
+        return max(self.system_bytes - self.free_bytes, 0)
+
+    @property
+    def free_ratio(self) -> float:
+        """Share of the system memory that sits free in bins (0..1)."""
+        if self.system_bytes <= 0:
+            return 0.0
+        return min(self.free_bytes / self.system_bytes, 1.0)
 
 
 @dataclass(frozen=True, slots=True)
-class Arena:
+class Arena(FreeFigures):
     """One ``<heap nr=N>``: a malloc arena (0 is the main arena, 1 the newest)."""
 
     index: int
-    sizes: Sequence[SizeBucket]  # a tuple, or a lazily built SizeTable from the parser
+    sizes: Sequence[SizeBucket]  # a tuple, or the parser's lazy ColumnarSizes
     fast_chunks: int | None  # None: glibc without fastbins (after 2.43) prints no line
     fast_bytes: int | None
     rest_chunks: int
@@ -145,37 +270,16 @@ class Arena:
         glibc 2.31 added top to ``rest`` as one extra block (BZ #24026), so rest's count is
         one more than the bins' and top is rest minus the bins; older glibc leaves it out.
         """
-        bins = [b for b in self.sizes if b.kind != "fast"]
-        if self.rest_chunks != sum(b.count for b in bins) + 1:
-            return None
-        top = self.rest_bytes - sum(b.total_bytes for b in bins)
-        return top if top >= 0 else None
-
-    @property
-    def free_bytes(self) -> int:
-        """Bytes in free chunks the arena holds in its bins (fast + rest)."""
-        return (self.fast_bytes or 0) + self.rest_bytes
-
-    @property
-    def in_use_bytes(self) -> int:
-        """Upper bound of bytes in use: system current minus free (DESIGN.md)."""
-        return max(self.system_bytes - self.free_bytes, 0)
-
-    @property
-    def free_ratio(self) -> float:
-        """Share of the arena's system memory that sits free in bins (0..1)."""
-        if self.system_bytes <= 0:
-            return 0.0
-        return min(self.free_bytes / self.system_bytes, 1.0)
+        return top_chunk_bytes(self, *bucket_columns(self.sizes).bin_sums())
 
     @property
     def suspect(self) -> bool:
         """True when glibc printed implausible numbers (old uninitialised counters)."""
-        return any(bucket.suspect for bucket in self.sizes)
+        return bucket_columns(self.sizes).any_suspect
 
 
 @dataclass(frozen=True, slots=True)
-class HeapDump:
+class HeapDump(FreeFigures):
     """One ``<malloc version="1">`` document: every arena plus the process totals."""
 
     version: str
@@ -195,23 +299,6 @@ class HeapDump:
     sequence: int = 0  # position of this dump in a file holding a series
     extra: tuple[tuple[str, str], ...] = ()
     notes: tuple[str, ...] = field(default=())  # what the parser noticed about the dialect
-
-    @property
-    def free_bytes(self) -> int:
-        """Bytes in free chunks across all arenas (fast + rest)."""
-        return (self.fast_bytes or 0) + self.rest_bytes
-
-    @property
-    def in_use_bytes(self) -> int:
-        """Upper bound of bytes in use inside arenas: system current minus free."""
-        return max(self.system_bytes - self.free_bytes, 0)
-
-    @property
-    def free_ratio(self) -> float:
-        """Share of arena memory that sits free in bins (0..1)."""
-        if self.system_bytes <= 0:
-            return 0.0
-        return min(self.free_bytes / self.system_bytes, 1.0)
 
     @property
     def all_zero(self) -> bool:

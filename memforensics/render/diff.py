@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from memforensics.analysis.diff import ArenaDelta, Figures, HeapDiff
+from memforensics.render.jsondoc import record
 from memforensics.units import format_bytes
 
 DIFF_SCHEMA = "memforensics/heap-diff/1"
@@ -90,14 +91,7 @@ def _delta_cells(delta: ArenaDelta) -> list[str | Text]:
 
 
 def _figures_json(figures: Figures | None) -> dict[str, Any] | None:
-    if figures is None:
-        return None
-    return {
-        "system_bytes": figures.system_bytes,
-        "in_use_bytes": figures.in_use_bytes,
-        "free_bytes": figures.free_bytes,
-        "free_ratio": round(figures.free_ratio, 6),
-    }
+    return None if figures is None else record(figures)
 
 
 def diff_json(diff: HeapDiff, *, old_name: str, new_name: str) -> dict[str, Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from rich import box
@@ -12,6 +14,8 @@ from rich.text import Text
 
 from memforensics.analysis.heap import ArenaFigures, HeapAnalysis, HistogramRow
 from memforensics.model.advice import Advice
+from memforensics.model.heap import LINE_KINDS, Arena, SizeBucket, line_codes
+from memforensics.render.jsondoc import Prerendered, record
 from memforensics.units import format_bytes
 
 HEAP_SCHEMA = "memforensics/heap/1"
@@ -192,81 +196,73 @@ def render_heap(
     return Group(*parts)
 
 
-def _advice_json(advice: tuple[Advice, ...]) -> list[dict[str, str]]:
-    return [{"code": a.code, "severity": a.severity, "message": a.message} for a in advice]
+def _sizes_text(sizes: Sequence[SizeBucket], level: int) -> str:
+    """``arenas[].sizes`` as JSON text, exactly as ``json.dumps(indent=2)`` writes it.
+
+    Every line has one of six shapes (kind x suspect), so a template of the arena's line
+    shapes filled by one ``%`` over all its numbers writes a whole arena in two C calls; the
+    generic encoder took seconds for the million lines of a big dump.
+    """
+    codes, numbers = line_codes(sizes)
+    if not codes:
+        return "[]"
+    shapes = _line_shapes(level)
+    outer = "\n" + "  " * (level + 1)
+    template = "[" + outer + ("," + outer).join(map(shapes.__getitem__, codes))
+    return template % tuple(numbers) + "\n" + "  " * level + "]"
 
 
-def heap_json(analysis: HeapAnalysis, *, extra_advice: tuple[Advice, ...] = ()) -> dict[str, Any]:
-    """The ``memforensics/heap/1`` document (docs/json.md); inspect adds its own keys."""
+@functools.lru_cache(maxsize=16)
+def _line_shapes(level: int) -> tuple[str, ...]:
+    """One bucket object's text per line code (model.heap.LINE_KINDS, +3 when suspect)."""
+    outer = "\n" + "  " * (level + 1)
+    key = outer + "  "
+    shapes = []
+    for suspect in ("false", "true"):
+        for kind in LINE_KINDS:
+            shapes.append(
+                "{"
+                + key
+                + f'"kind": "{kind}",'
+                + key
+                + '"from_bytes": %d,'
+                + key
+                + '"to_bytes": %d,'
+                + key
+                + '"total_bytes": %d,'
+                + key
+                + '"count": %d,'
+                + key
+                + f'"suspect": {suspect}'
+                + outer
+                + "}"
+            )
+    return tuple(shapes)
+
+
+def _arena_json(figures: ArenaFigures, arena: Arena) -> dict[str, Any]:
+    document = record(figures)
+    sizes = arena.sizes
+    document["sizes"] = Prerendered(lambda level: _sizes_text(sizes, level))
+    return document
+
+
+def heap_document(
+    analysis: HeapAnalysis, *, extra_advice: tuple[Advice, ...] = ()
+) -> dict[str, Any]:
+    """The ``memforensics/heap/1`` document (docs/json.md); parse and inspect add keys.
+
+    ``arenas`` is produced lazily while the document is written (``write_json``).
+    """
     dump = analysis.dump
-    arenas_by_index = {a.index: a for a in dump.arenas}
-    arenas = []
-    for figures in analysis.arenas:
-        arena = arenas_by_index[figures.index]
-        arenas.append(
-            {
-                "index": figures.index,
-                "system_bytes": figures.system_bytes,
-                "system_max_bytes": figures.system_max_bytes,
-                "free_bytes": figures.free_bytes,
-                "fast_bytes": figures.fast_bytes,
-                "fast_chunks": arena.fast_chunks,
-                "rest_bytes": figures.rest_bytes,
-                "rest_chunks": arena.rest_chunks,
-                "in_use_bytes": figures.in_use_bytes,
-                "free_ratio": round(figures.free_ratio, 6),
-                "top_bytes": figures.top_bytes,
-                "subheaps": figures.subheaps,
-                "aspace_total_bytes": arena.aspace_total_bytes,
-                "aspace_mprotect_bytes": arena.aspace_mprotect_bytes,
-                "suspect": figures.suspect,
-                "sizes": [
-                    {
-                        "kind": b.kind,
-                        "from_bytes": b.from_bytes,
-                        "to_bytes": b.to_bytes,
-                        "total_bytes": b.total_bytes,
-                        "count": b.count,
-                        "suspect": b.suspect,
-                    }
-                    for b in arena.sizes
-                ],
-            }
-        )
     return {
         "schema": HEAP_SCHEMA,
         "source": dump.source,
         "sequence": dump.sequence,
         "malloc_version": dump.version,
-        "totals": {
-            "arenas": len(dump.arenas),
-            "system_bytes": dump.system_bytes,
-            "system_max_bytes": dump.system_max_bytes,
-            "free_bytes": dump.free_bytes,
-            "fast_bytes": dump.fast_bytes,
-            "fast_chunks": dump.fast_chunks,
-            "rest_bytes": dump.rest_bytes,
-            "rest_chunks": dump.rest_chunks,
-            "in_use_bytes": dump.in_use_bytes,
-            "mmap_bytes": dump.mmap_bytes,
-            "mmap_chunks": dump.mmap_chunks,
-            "free_ratio": round(dump.free_ratio, 6),
-            "page_or_larger_free_bytes": analysis.page_or_larger_free_bytes,
-            "aspace_total_bytes": dump.aspace_total_bytes,
-            "aspace_mprotect_bytes": dump.aspace_mprotect_bytes,
-            "all_zero": dump.all_zero,
-            "suspect": analysis.suspect,
-        },
-        "arenas": arenas,
-        "histogram": [
-            {
-                "from_bytes": r.from_bytes,
-                "to_bytes": r.to_bytes,
-                "chunks": r.chunks,
-                "bytes": r.bytes,
-            }
-            for r in analysis.histogram
-        ],
-        "advice": _advice_json(analysis.advice + extra_advice),
+        "totals": record(analysis.totals),
+        "arenas": map(_arena_json, analysis.arenas, dump.arenas),
+        "histogram": [record(row) for row in analysis.histogram],
+        "advice": [record(item) for item in analysis.advice + extra_advice],
         "notes": list(analysis.notes),
     }

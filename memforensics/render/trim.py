@@ -11,7 +11,9 @@ from rich.table import Table
 from rich.text import Text
 
 from memforensics.analysis.trim import RoundsSummary, forecast_ratio
+from memforensics.model.process import Waterfall
 from memforensics.model.trim import TrimFailure, TrimOutcome, TrimResult, TrimRound
+from memforensics.render.process import waterfall_json
 from memforensics.units import format_bytes, format_duration
 
 SCHEMA = "memforensics/trim/1"
@@ -269,6 +271,27 @@ def summary_line(summary: RoundsSummary, *, interrupted: bool) -> str:
         f"{summary.failures} failed; released {format_bytes(summary.released_bytes)} in total, "
         f"targets paused {format_duration(summary.pause_seconds)} in total"
     )
+
+
+def demo_document(
+    result: TrimResult,
+    *,
+    buffers: int,
+    size_bytes: int,
+    threads: int,
+    waterfall_before: Waterfall | None,
+) -> dict[str, Any]:
+    """`memforensics demo --json`: the trim/1 document plus what the child allocated."""
+    document = trim_document([result], now=result.time)
+    document["demo"] = {
+        "buffers": buffers,
+        "size_bytes": size_bytes,
+        "threads": threads,
+        "allocated_bytes": buffers * size_bytes,
+    }
+    if waterfall_before is not None:
+        document["demo"]["waterfall_before"] = waterfall_json(waterfall_before)
+    return document
 
 
 def render_demo(result: TrimResult, allocated_bytes: int, threads: int) -> RenderableType:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -15,11 +14,8 @@ from click.testing import CliRunner
 from memforensics.cli import cli
 from memforensics.cli.inspect import save_xml_path, write_atomically
 from memforensics.errors import ToolingError
-from tests.support.targets import c_target, have_cc
+from tests.support.targets import c_target, needs_live
 
-needs_live = pytest.mark.skipif(
-    shutil.which("gdb") is None or not have_cc(), reason="needs gdb and cc for a live target"
-)
 NO_SUCH_PID = 4194000  # above the default pid_max of 4194304 minus a margin: never in use
 
 
@@ -101,6 +97,7 @@ def test_json_document_of_a_live_target() -> None:
         assert code == 0, err
         document = json.loads(out)
         assert document["schema"] == "memforensics/heap/1"
+        assert document["source"] == f"pid:{target.pid}"  # the form docs/json.md documents
         for key in ("arenas", "system_bytes", "free_bytes", "in_use_bytes", "free_ratio"):
             assert key in document["totals"]
         process = document["process"]

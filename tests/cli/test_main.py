@@ -23,7 +23,7 @@ def test_top_level_help_lists_every_command_and_exit_codes() -> None:
 
 @pytest.mark.parametrize("name", COMMANDS)
 def test_every_command_help_teaches_and_documents_exit_codes(name: str) -> None:
-    """Each --help has examples or usage text, --json, and the exit-code table (DESIGN.md)."""
+    """Each --help has examples or usage text, --json, and the exit-code table (README.md)."""
     result = CliRunner().invoke(cli, [name, "--help"])
     assert result.exit_code == 0, result.output
     assert "Exit codes:" in result.stdout

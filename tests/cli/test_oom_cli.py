@@ -7,7 +7,7 @@ import json
 import os
 import re
 import shutil
-import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,14 +15,16 @@ from click.testing import CliRunner, Result
 
 from memforensics.cli import cli
 from tests.support.schema import missing_keys
+from tests.support.timezone import pinned_timezone
 
 OOM = Path(__file__).resolve().parent.parent.parent / "fixtures" / "oom"
 
 
 @pytest.fixture(autouse=True)
-def utc(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
+def utc() -> Iterator[None]:
+    """Local-time stamps (syslog, dmesg -T) are read in TZ; pin it, then put it back."""
+    with pinned_timezone("UTC"):
+        yield
 
 
 def run(*args: str, input: bytes | None = None, env: dict[str, str] | None = None) -> Result:

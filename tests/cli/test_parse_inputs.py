@@ -1,7 +1,7 @@
 """`memforensics parse` on every kind of input in fixtures/: real, published, dialects, and the
 broken and hostile files, through click's CliRunner and, for a few, a real subprocess.
 
-The contract pinned here (DESIGN.md, issue 2): bad input is exit 7 with one line
+The contract pinned here (README.md "Exit codes"): bad input is exit 7 with one line
 ``error: FILE:LINE: what`` on stderr, a hint, nothing on stdout and no traceback; entities
 are never resolved (no /etc/passwd text in any output) and nothing is fetched (a live local
 HTTP server sees no request).

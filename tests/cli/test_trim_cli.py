@@ -13,9 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from memforensics.cli import cli
-from tests.support.targets import python_target, running
-
-needs_gdb = pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb is not installed")
+from tests.support.targets import needs_live, python_target, running
 
 # A glibc Python process with a fragmented heap of ~8 MiB, idle in sleep (a safe point).
 FRAGMENTED_PY = """
@@ -116,7 +114,7 @@ def test_trim_zombie_exits_3() -> None:
         proc.wait()
 
 
-@needs_gdb
+@needs_live
 def test_trim_gdb_missing_exits_5_and_target_untouched() -> None:
     with python_target(FRAGMENTED_PY) as target:
         code, _, err = run("trim", "--gdb", "/nonexistent/gdb", str(target.pid))
@@ -125,7 +123,7 @@ def test_trim_gdb_missing_exits_5_and_target_untouched() -> None:
         assert target.alive() and target.state() in ("S", "R")  # running, not left stopped
 
 
-@needs_gdb
+@needs_live
 def test_trim_json_success_exit_0() -> None:
     with python_target(FRAGMENTED_PY) as target:
         code, out, err = run("trim", "--json", str(target.pid))
@@ -141,7 +139,7 @@ def test_trim_json_success_exit_0() -> None:
         assert document["pause_seconds"] > 0
 
 
-@needs_gdb
+@needs_live
 def test_trim_several_targets_worst_exit_code_and_one_result_each() -> None:
     gone = dead_pid()
     with python_target(FRAGMENTED_PY) as target:
@@ -155,7 +153,7 @@ def test_trim_several_targets_worst_exit_code_and_one_result_each() -> None:
         assert f"PID {gone}" in err
 
 
-@needs_gdb
+@needs_live
 def test_trim_human_report() -> None:
     with python_target(FRAGMENTED_PY) as target:
         code, out, _ = run("trim", str(target.pid))
@@ -164,7 +162,7 @@ def test_trim_human_report() -> None:
             assert word in out
 
 
-@needs_gdb
+@needs_live
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to start a target as another user")
 @pytest.mark.skipif(shutil.which("setpriv") is None, reason="setpriv (util-linux) missing")
 def test_trim_other_users_process_exits_4() -> None:
@@ -183,7 +181,7 @@ def test_trim_other_users_process_exits_4() -> None:
         assert target.alive() and target.state() in ("S", "R")  # running, not left stopped
 
 
-@needs_gdb
+@needs_live
 def test_trim_timeout_exits_6_and_target_left_running() -> None:
     # A 1 ms deadline cannot even cover gdb's attach: the session gives up and detaches.
     with python_target(FRAGMENTED_PY) as target:
@@ -195,7 +193,7 @@ def test_trim_timeout_exits_6_and_target_left_running() -> None:
         assert Path(f"/proc/{target.pid}/status").read_text().count("TracerPid:\t0\n") == 1
 
 
-@needs_gdb
+@needs_live
 def test_demo_timeout_exits_6_and_child_stopped() -> None:
     code, _, err = run("demo", "--buffers", "2000", "--timeout", "1ms")
     assert code == 6
@@ -203,7 +201,7 @@ def test_demo_timeout_exits_6_and_child_stopped() -> None:
     assert not _demo_children()
 
 
-@needs_gdb
+@needs_live
 def test_demo_gdb_missing_exits_5_and_child_stopped() -> None:
     code, _, err = run("demo", "--buffers", "2000", "--gdb", "/nonexistent/gdb")
     assert code == 5

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,12 +19,11 @@ from memforensics.sources import procfs
 from memforensics.sources.gdb import GdbSession
 from memforensics.sources.malloc_xml import parse_dump
 from tests.support.schema import missing_keys
-from tests.support.targets import c_target, have_cc
+from tests.support.targets import c_target, needs_live
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb is not installed"),
-    pytest.mark.skipif(not have_cc(), reason="no C compiler (cc) to build the targets"),
+    needs_live,
 ]
 
 MIB = 1024 * 1024

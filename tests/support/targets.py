@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -15,6 +16,8 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 TARGETS_DIR = Path(__file__).resolve().parent.parent / "targets"
 _BUILD_DIR = Path(tempfile.gettempdir()) / f"memforensics-test-targets-{os.getuid()}"
@@ -61,6 +64,10 @@ def live_skip_reason() -> str | None:
     return None
 
 
+# Integration tests that attach gdb skip, with the reason, where this machine cannot.
+needs_live = pytest.mark.skipif(live_skip_reason() is not None, reason=str(live_skip_reason()))
+
+
 def compile_target(name: str, *extra_flags: str) -> Path:
     """Compile tests/targets/NAME.c (cached by content and flags) and return the binary."""
     source = TARGETS_DIR / f"{name}.c"
@@ -78,22 +85,42 @@ def compile_target(name: str, *extra_flags: str) -> Path:
     return binary
 
 
-def _read_ready(proc: subprocess.Popen[bytes]) -> str:
-    """Wait for a line starting with 'ready' on the target's stdout."""
+def _read_ready(proc: subprocess.Popen[bytes], timeout_seconds: float) -> str:
+    """Wait for a line starting with 'ready' on the target's stdout, for at most the deadline.
+
+    Reads with select() and os.read(), never a blocking readline(): a target that hangs
+    before printing, or prints half a line, fails its test instead of hanging the suite.
+    """
     assert proc.stdout is not None
-    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
-    os.set_blocking(proc.stdout.fileno(), True)
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline().decode(errors="replace").strip()
-        if line.startswith("ready"):
-            return line
-        if not line and proc.poll() is not None:
+    fd = proc.stdout.fileno()
+    deadline = time.monotonic() + timeout_seconds
+    pending = b""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise RuntimeError(f"target did not say ready within {timeout_seconds:g} s")
+        readable, _, _ = select.select([fd], [], [], min(left, 0.5))
+        if not readable:
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            proc.wait(timeout=max(deadline - time.monotonic(), 1.0))
             raise RuntimeError(f"target exited with {proc.returncode} before saying ready")
-    raise RuntimeError("target did not say ready in time")
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for raw in lines:
+            line = raw.decode(errors="replace").strip()
+            if line.startswith("ready"):
+                return line
 
 
 @contextlib.contextmanager
-def running(argv: Sequence[str], *, env: dict[str, str] | None = None) -> Iterator[Target]:
+def running(
+    argv: Sequence[str],
+    *,
+    env: dict[str, str] | None = None,
+    ready_timeout_seconds: float = READY_TIMEOUT_SECONDS,
+) -> Iterator[Target]:
     """Start ``argv``, wait for its "ready" line, yield it, and kill it in ``finally``."""
     full_env = dict(os.environ)
     if env:
@@ -107,7 +134,7 @@ def running(argv: Sequence[str], *, env: dict[str, str] | None = None) -> Iterat
         start_new_session=True,
     )
     try:
-        yield Target(proc=proc, ready_line=_read_ready(proc))
+        yield Target(proc=proc, ready_line=_read_ready(proc, ready_timeout_seconds))
     finally:
         if proc.poll() is None:
             # A target left stopped by a failed test still dies: SIGKILL works on stopped tasks.

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import random
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from memforensics.analysis.diff import diff_dumps
 from memforensics.analysis.gates import check_gates
-from memforensics.analysis.heap import PAGE_BYTES, analyze
-from memforensics.sources.malloc_xml import parse_dump
+from memforensics.analysis.heap import PAGE_BYTES, analyze, histogram
+from memforensics.model.heap import Arena, SizeBucket, bucket_columns
+from memforensics.sources.malloc_xml import iter_dumps, parse_dump
+
+FIXTURES = Path(__file__).resolve().parent.parent.parent / "fixtures"
 
 MiB = 1 << 20
 
@@ -170,3 +181,154 @@ def test_diff_matches_by_index_and_reports_appearing_arenas() -> None:
     assert diff.total_delta("system_bytes") == 3 * MiB
     back = diff_dumps(new, old)
     assert back.arenas[2].change == "vanished"
+
+
+# ------------------------------------------------------------------------------------------
+# The column-wise histogram and bin sums against a plain per-bucket reading of the same lines.
+
+_LIMITS = (64, 128, 256, 512, 1024, PAGE_BYTES - 1, 16 << 10, 64 << 10, 256 << 10, MiB)
+
+
+def _reference_histogram(arenas: Iterable[Arena]) -> list[tuple[int, int, int]]:
+    """(class index, chunks, bytes): one bucket at a time, as the docs define it."""
+    chunks = [0] * (len(_LIMITS) + 1)
+    sizes = [0] * (len(_LIMITS) + 1)
+    for arena in arenas:
+        for bucket in arena.sizes:
+            if bucket.suspect or bucket.count == 0:
+                continue
+            mean = bucket.chunk_bytes // bucket.count
+            position = next((i for i, lim in enumerate(_LIMITS) if mean <= lim), len(_LIMITS))
+            chunks[position] += bucket.count
+            sizes[position] += bucket.chunk_bytes
+    return [(i, c, b) for i, (c, b) in enumerate(zip(chunks, sizes, strict=True)) if c]
+
+
+def _as_triples(arenas: Iterable[Arena]) -> list[tuple[int, int, int]]:
+    rows = histogram(arenas)
+    starts = [1] + [lim + 1 for lim in _LIMITS]
+    return [(starts.index(r.from_bytes), r.chunks, r.bytes) for r in rows]
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("*.xml")))
+def test_histogram_matches_a_per_bucket_reading_on_every_fixture(name: str) -> None:
+    for dump in iter_dumps(FIXTURES / name):
+        assert _as_triples(dump.arenas) == _reference_histogram(dump.arenas)
+        for arena in dump.arenas:
+            bins = [b for b in arena.sizes if b.kind != "fast"]
+            assert bucket_columns(arena.sizes).bin_sums() == (
+                sum(b.count for b in bins),
+                sum(b.total_bytes for b in bins),
+            )
+
+
+_BUCKET = st.builds(
+    SizeBucket,
+    kind=st.sampled_from(["fast", "bin", "unsorted"]),
+    from_bytes=st.integers(0, 1 << 22),
+    to_bytes=st.integers(0, 1 << 22),
+    total_bytes=st.one_of(st.integers(0, 1 << 40), st.just(1 << 57)),
+    count=st.one_of(st.integers(0, 5000), st.just(10**10)),
+    suspect=st.booleans(),
+)
+
+
+@given(st.lists(st.lists(_BUCKET, max_size=40), max_size=6))
+@settings(max_examples=200, deadline=None)
+def test_histogram_matches_a_per_bucket_reading_on_any_buckets(
+    tables: list[list[SizeBucket]],
+) -> None:
+    """Odd and even sizes, empty and suspect lines, totals below the count: same answer."""
+    arenas = [Arena(i, tuple(t), None, None, 0, 0, 0, 0) for i, t in enumerate(tables)]
+    assert _as_triples(arenas) == _reference_histogram(arenas)
+
+
+# ------------------------------------------------------------------------------------------
+# Big dumps: numpy (one vectorised pass) and the per-arena path give the same report.
+
+
+def _big_dump_xml(arenas: int, *, suspect_arena: int | None = None) -> bytes:
+    """``arenas`` glibc-2.36-shaped arenas of 126 lines each (fast, small, large, unsorted)."""
+    rng = random.Random(7)
+    out = ['<malloc version="1">']
+    for nr in range(arenas):
+        lines = []
+        bins_count = bins_bytes = fast_count = fast_bytes = 0
+        for chunk in range(32, 129, 16):  # fastbins: even `to`
+            count = rng.randint(1, 50)
+            lines.append((chunk - 15, chunk, chunk * count, count))
+            fast_count, fast_bytes = fast_count + count, fast_bytes + chunk * count
+        for chunk in range(32, 32 + 16 * 118, 16):  # regular bins: odd (PREV_INUSE)
+            count = rng.randint(1, 30)
+            low = high = chunk + 1 if chunk < 1024 else chunk * 3 + 1
+            if chunk >= 1024:
+                high = low + 4096 * rng.randint(0, 8)
+            total = low * count + rng.randint(0, high - low) if count else 0
+            lines.append((low, high, total, count))
+            bins_count, bins_bytes = bins_count + count, bins_bytes + total
+        count = rng.randint(1, 5)
+        unsorted = (49, 200001, 49 * count + 199952, count)
+        if nr == suspect_arena:
+            unsorted = (49, 200001, 49 * count, 10**12)  # old glibc's uninitialised slot
+        bins_count, bins_bytes = bins_count + unsorted[3], bins_bytes + unsorted[2]
+        top = rng.randrange(0, 1 << 20, 16)
+        system = (fast_bytes + bins_bytes + top) * 2
+        out.append(f'<heap nr="{nr}">\n<sizes>')
+        out += [f'  <size from="{a}" to="{b}" total="{c}" count="{d}"/>' for a, b, c, d in lines]
+        low, high, total, count = unsorted
+        out.append(f'  <unsorted from="{low}" to="{high}" total="{total}" count="{count}"/>')
+        out += [
+            "</sizes>",
+            f'<total type="fast" count="{fast_count}" size="{fast_bytes}"/>',
+            f'<total type="rest" count="{bins_count + 1}" size="{bins_bytes + top}"/>',
+            f'<system type="current" size="{system}"/>',
+            f'<system type="max" size="{system}"/>',
+            "</heap>",
+        ]
+    out += [
+        '<total type="fast" count="0" size="0"/>',
+        '<total type="rest" count="0" size="0"/>',
+        '<system type="current" size="0"/>',
+        '<system type="max" size="0"/>',
+        "</malloc>",
+    ]
+    return "\n".join(out).encode()
+
+
+def _without_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    from memforensics.analysis import bucket_arrays
+    from memforensics.sources import malloc_buckets
+
+    monkeypatch.setattr(malloc_buckets, "numpy_module", lambda: None)
+    monkeypatch.setattr(bucket_arrays, "numpy_module", lambda: None)
+
+
+@pytest.mark.parametrize("suspect_arena", [None, 3])
+def test_big_dump_report_is_the_same_with_and_without_numpy(
+    monkeypatch: pytest.MonkeyPatch, suspect_arena: int | None
+) -> None:
+    from memforensics.analysis.bucket_arrays import MIN_TEXT_BYTES, dump_sums
+    from memforensics.render.heap import heap_document
+    from memforensics.render.jsondoc import write_json
+
+    pytest.importorskip("numpy", reason="the vectorised path needs numpy")
+    # 126 lines of ~50 bytes each per arena: enough arenas to pass the threshold.
+    xml = _big_dump_xml(MIN_TEXT_BYTES // (126 * 45) + 5, suspect_arena=suspect_arena)
+
+    def report() -> tuple[object, str]:
+        analysis = analyze(parse_dump(xml))
+        pieces: list[str] = []
+        write_json(heap_document(analysis), pieces.append)
+        return (analysis.arenas, analysis.histogram, analysis.advice), "".join(pieces)
+
+    dump = parse_dump(xml)
+    vectorised = dump_sums(dump.arenas, _LIMITS)
+    assert (vectorised is None) == (suspect_arena is not None)  # suspect: the exact path
+    with_numpy = report()
+    with monkeypatch.context() as patch:
+        _without_numpy(patch)
+        assert dump_sums(parse_dump(xml).arenas, _LIMITS) is None
+        without = report()
+    assert with_numpy == without
+    # And both agree with the per-bucket reading of the docs.
+    assert _as_triples(dump.arenas) == _reference_histogram(dump.arenas)

@@ -275,3 +275,75 @@ def test_all_zero_dump_means_another_allocator() -> None:
 """
     assert one(zero).all_zero
     assert not one(MODERN).all_zero
+
+
+def test_one_line_dump_reports_real_lines_not_invented_ones() -> None:
+    """Bucket lines used to be numbered as if each sat on its own line: a dump written on one
+    line reported lines 3, 4, 5 … that do not exist. They come from the text now."""
+    flat = b" ".join(MODERN.split(b"\n"))
+    dump = one(flat)
+    assert [b.line for b in dump.arenas[0].sizes] == [1, 1, 1]
+    assert dump.arenas[0].line == 1 and dump.line == 1
+
+
+def test_two_buckets_on_a_line_share_its_number() -> None:
+    packed = MODERN.replace(b'count="2"/>\n  <size from="1041"', b'count="2"/><size from="1041"')
+    assert [b.line for b in one(packed).arenas[0].sizes] == [4, 4, 5]
+
+
+def test_fast_and_careful_bucket_paths_agree() -> None:
+    """The checked-text path (columns) and the element-by-element path build equal buckets."""
+    fast = one(MODERN).arenas[0].sizes
+    # An unknown attribute sends the table down the careful path (and is kept in `extra`).
+    careful_dump = one(MODERN.replace(b'<size from="33"', b'<size x="1" from="33"'))
+    careful = careful_dump.arenas[0].sizes
+    assert type(fast) is not type(careful)
+    assert [(b.kind, b.from_bytes, b.to_bytes, b.total_bytes, b.count, b.line) for b in fast] == [
+        (b.kind, b.from_bytes, b.to_bytes, b.total_bytes, b.count, b.line) for b in careful
+    ]
+
+
+def test_leading_zeros_are_read_as_decimal() -> None:
+    """``007`` is not a JSON number: the columns decoder falls back and still reads 7."""
+    dump = one(MODERN.replace(b'total="96" count="2"', b'total="096" count="02"'))
+    assert (dump.arenas[0].sizes[0].total_bytes, dump.arenas[0].sizes[0].count) == (96, 2)
+
+
+def test_a_project_error_from_the_stream_is_not_rewrapped() -> None:
+    """TargetPermissionError is also an OSError; reading must not turn it into 'cannot read'."""
+    from memforensics.errors import TargetPermissionError
+
+    class Refusing(io.RawIOBase):
+        def read(self, size: int = -1) -> bytes:
+            raise TargetPermissionError("not allowed to read PID 1's memory", pid=1)
+
+    with pytest.raises(TargetPermissionError):
+        list(iter_dumps(Refusing(), name="pid:1"))  # type: ignore[arg-type]
+
+
+def _figures(xml: bytes) -> list[tuple[int, int, int, list[tuple[int, int]]]]:
+    return [
+        (a.index, a.rest_bytes, a.system_bytes, [(b.total_bytes, b.count) for b in a.sizes])
+        for a in one(xml).arenas
+    ]
+
+
+def test_a_fake_heap_in_a_comment_is_not_taken_for_the_real_one() -> None:
+    """Arenas are read from the input text where it is safe; a comment holding a heap of the
+    same number must not lend its figures to the real element."""
+    fake = (
+        b'<!-- <heap nr="0"><sizes></sizes><total type="rest" count="1" size="999"/>'
+        b'<system type="current" size="999"/><system type="max" size="999"/></heap> -->\n'
+    )
+    commented = MODERN.replace(b'<heap nr="0">', fake + b'<heap nr="0">', 1)
+    assert _figures(commented) == _figures(MODERN)
+
+
+def test_an_odd_heap_does_not_shift_the_ones_after_it() -> None:
+    """A heap glibc would not print (an unknown element) takes the careful path; the
+    heaps after it still get their own figures."""
+    odd = MODERN.replace(b'<heap nr="0">\n<sizes>', b'<heap nr="0">\n<note x="1"/>\n<sizes>', 1)
+    assert _figures(odd) == _figures(MODERN)
+    assert ("note", "x=1") in one(odd).arenas[0].extra
+    many = MODERN.replace(b"</malloc>", b"").replace(b'<heap nr="1">', b'<heap nr="1" >')
+    assert [a.index for a in one(many + b"</malloc>").arenas] == [0, 1]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -12,6 +12,7 @@ from memforensics.analysis.oom_select import scan, select_events, summarize
 from memforensics.model.logrecord import KERNEL, LogRecord
 from memforensics.model.oom import OomEvent
 from memforensics.sources.logfile import read_text_log
+from tests.support.timezone import pinned_timezone
 
 
 def find_events(records: Iterable[LogRecord]) -> list[OomEvent]:
@@ -24,12 +25,10 @@ KiB = 1024
 
 
 @pytest.fixture(autouse=True)
-def utc(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Local-time stamps (syslog, dmesg -T) are read in TZ; pin it."""
-    import time
-
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
+def utc() -> Iterator[None]:
+    """Local-time stamps (syslog, dmesg -T) are read in TZ; pin it, then put it back."""
+    with pinned_timezone("UTC"):
+        yield
 
 
 def events(name: str) -> list[OomEvent]:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import random
-import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,6 +20,7 @@ from memforensics.sources import kmsg, logfile, logprefilter
 from memforensics.sources.logfile import read_text_log
 from memforensics.sources.logline import parse_line
 from memforensics.sources.logtime import month_number, parse_user_time
+from tests.support.timezone import pinned_timezone
 
 
 def find_events(records: Iterable[LogRecord]) -> list[OomEvent]:
@@ -42,9 +42,10 @@ NOISE = [
 
 
 @pytest.fixture(autouse=True)
-def utc(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
+def utc() -> Iterator[None]:
+    """Local-time stamps (syslog, dmesg -T) are read in TZ; pin it, then put it back."""
+    with pinned_timezone("UTC"):
+        yield
 
 
 @pytest.mark.parametrize(
