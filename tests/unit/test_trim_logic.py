@@ -17,7 +17,7 @@ from memforensics.render import trim as render
 
 MIB = 1024 * 1024
 T0 = datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=timezone.utc)
-# Keys docs/json.md and DESIGN.md promise in every trim/1 result.
+# Keys docs/json.md promises in every trim/1 result.
 PROMISED_KEYS = {
     "pid",
     "rss_before_bytes",

@@ -1,0 +1,100 @@
+"""The layering of docs/architecture.md, checked on the code as it is.
+
+cli -> render -> entry points (live, watching, collect, …) -> analysis -> sources -> model ->
+errors/units: imports point downward only; only cli/ and render/ may import click or rich;
+no module grows past 500 lines. A failure names the file and the import that broke the rule.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "memforensics"
+# Higher may import lower, never the other way round.
+RANK = {
+    "cli": 6,
+    "render": 5,
+    "entry": 4,
+    "analysis": 3,
+    "sources": 2,
+    "model": 1,
+    "errors": 0,
+    "units": 0,
+}
+MAX_MODULE_LINES = 500
+# `python -m memforensics` runs the CLI: the one module allowed to point up.
+ALLOWED_UPWARD = {("memforensics.__main__", "memforensics.cli")}
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "memforensics":
+        return None
+    if len(parts) == 1:
+        return "entry"
+    return parts[1] if parts[1] in RANK else "entry"
+
+
+def _modules() -> list[tuple[str, Path]]:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        dotted = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        found.append((dotted.removesuffix(".__init__"), path))
+    return found
+
+
+def _imports(path: Path) -> list[str]:
+    names: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+    return names
+
+
+MODULES = _modules()
+
+
+def test_the_package_has_the_layers_the_doc_describes() -> None:
+    layers = {_layer(name) for name, _ in MODULES}
+    assert {"cli", "render", "analysis", "sources", "model", "entry"} <= layers
+
+
+@pytest.mark.parametrize(("module", "path"), MODULES, ids=[name for name, _ in MODULES])
+def test_imports_point_downward_only(module: str, path: Path) -> None:
+    mine = _layer(module)
+    assert mine is not None
+    upward = [
+        name
+        for name in _imports(path)
+        if (other := _layer(name)) is not None
+        and RANK[other] > RANK[mine]
+        and (module, name) not in ALLOWED_UPWARD
+    ]
+    assert upward == [], f"{module} ({mine}) imports a higher layer: {upward}"
+
+
+@pytest.mark.parametrize(("module", "path"), MODULES, ids=[name for name, _ in MODULES])
+def test_only_cli_and_render_import_click_or_rich(module: str, path: Path) -> None:
+    if _layer(module) in ("cli", "render"):
+        return
+    ui = [name for name in _imports(path) if name.split(".")[0] in ("click", "rich")]
+    assert ui == [], f"library module {module} imports {ui}"
+
+
+@pytest.mark.parametrize(("module", "path"), MODULES, ids=[name for name, _ in MODULES])
+def test_no_module_is_longer_than_500_lines(module: str, path: Path) -> None:
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_MODULE_LINES, f"{module} has {lines} lines: split it along its seams"
+
+
+def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
+    """The rule above is not vacuous: a model module importing the CLI is caught."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("from memforensics.cli import main\nimport rich\n")
+    assert "memforensics.cli" in _imports(bad)
+    assert RANK[_layer("memforensics.cli") or ""] > RANK[_layer("memforensics.model.heap") or ""]
