@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from memforensics.errors import EXIT_OK
 from memforensics.model.process import TrimForecast
-from memforensics.model.trim import SkipReason, TrimFailure, TrimOutcome, TrimResult, TrimRound
+from memforensics.model.trim import SkipReason, TrimFailure, TrimResult, TrimRound
 from memforensics.units import format_bytes
 
 
@@ -36,14 +35,6 @@ def forecast_ratio(result: TrimResult) -> float | None:
     if not result.trimmed or released is None or result.forecast_bytes <= 0:
         return None
     return released / result.forecast_bytes
-
-
-def exit_code(outcomes: Iterable[TrimOutcome]) -> int:
-    """The worst (highest) exit code over all targets: 0 when every one was handled."""
-    return max(
-        (o.exit_code for o in outcomes if isinstance(o, TrimFailure)),
-        default=EXIT_OK,
-    )
 
 
 @dataclass(frozen=True, slots=True)

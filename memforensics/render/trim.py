@@ -42,6 +42,8 @@ def result_json(result: TrimResult) -> dict[str, Any]:
         "anon_released_bytes": result.anon_released_bytes,
         "forecast_bytes": result.forecast_bytes,
         "forecast_measured": forecast.measured,
+        "forecast_estimated_bytes": forecast.estimated_bytes,
+        "forecast_measured_share": round(forecast.measured_share, 6),
         "forecast_ratio": forecast_ratio(result),
         "free_bytes": result.free_bytes,
         "heap_bytes": result.heap_bytes,

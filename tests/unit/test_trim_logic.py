@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from memforensics.analysis.trim import exit_code, forecast_ratio, skip_reason, summarize
+from memforensics.analysis.trim import forecast_ratio, skip_reason, summarize
 from memforensics.model.process import ArenaTrimForecast, TrimForecast
 from memforensics.model.trim import TrimFailure, TrimResult, TrimRound
 from memforensics.render import trim as render
@@ -87,14 +87,6 @@ def test_forecast_ratio() -> None:
     assert ratio is not None and abs(ratio - 200 / 199) < 1e-9
     assert forecast_ratio(result(forecast=forecast(0))) is None
     assert forecast_ratio(result(trim_returned=None, rss_after_bytes=None)) is None
-
-
-def test_exit_code_is_the_worst_failure() -> None:
-    gone = TrimFailure(pid=1, time=T0, message="gone", hint=None, exit_code=3)
-    timeout = TrimFailure(pid=2, time=T0, message="slow", hint=None, exit_code=6)
-    assert exit_code([result()]) == 0
-    assert exit_code([result(), gone]) == 3
-    assert exit_code([gone, timeout, result()]) == 6
 
 
 def test_summarize_counts_trims_skips_failures() -> None:
