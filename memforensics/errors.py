@@ -63,6 +63,12 @@ class TargetExitedError(NoSuchProcessError):
     default_hint = "the process ended on its own; nothing was left stopped or traced"
 
 
+class ThreadVanishedError(TargetError):
+    """A thread of the target (not the process) exited while gdb was looking at it."""
+
+    default_hint = "the process lives on and was left running; try again"
+
+
 class TargetStoppedError(TargetError):
     """The target was already stopped (SIGSTOP, a debugger) before we came."""
 

@@ -28,6 +28,7 @@ from memforensics.errors import (
     NoSuchProcessError,
     NotGlibcMallocError,
     TargetError,
+    ThreadVanishedError,
     ToolingError,
 )
 from memforensics.sources import procfs
@@ -48,6 +49,8 @@ from memforensics.sources.watchdog import Watchdog
 
 # malloc_info of a process with thousands of arenas stays far below this; more is not XML we want.
 MAX_XML_BYTES = 64 * 1024 * 1024
+# A thread exiting under gdb (ThreadVanishedError) costs one more attempt, at most this many.
+CAPTURE_ATTEMPTS = 3
 # While the XML is read from /proc/PID/mem, the calling thread sleeps this long in the target
 # (base + size / speed): long enough that the read ends before the threads are stopped again.
 _READ_SLEEP_BASE_US = 2000
@@ -470,14 +473,27 @@ def capture_malloc_info(
     log: Callable[[str], None] | None = None,
     allow_stopped: bool = False,
 ) -> Capture:
-    """Attach, take one malloc_info document at a safe point, detach: the whole inspect dance."""
-    session = GdbSession(
-        pid,
-        timeout_seconds=timeout_seconds,
-        gdb_path=gdb_path,
-        log=log,
-        allow_stopped=allow_stopped,
-    )
-    with session:
-        xml = session.malloc_info()
-    return Capture(xml=xml, pause_seconds=session.pause_seconds, safe_point=session.safe_point)
+    """Attach, take one malloc_info document at a safe point, detach: the whole inspect dance.
+
+    A thread that exits while gdb reads it costs a new attempt (malloc_info only reads the
+    heap, so repeating it is harmless); the pause reported is that of every attempt.
+    """
+    paused_seconds = 0.0
+    for attempt in range(1, CAPTURE_ATTEMPTS + 1):
+        session = GdbSession(
+            pid,
+            timeout_seconds=timeout_seconds,
+            gdb_path=gdb_path,
+            log=log,
+            allow_stopped=allow_stopped,
+        )
+        try:
+            with session:
+                xml = session.malloc_info()
+        except ThreadVanishedError:
+            if attempt == CAPTURE_ATTEMPTS:
+                raise
+        else:
+            return Capture(xml, paused_seconds + session.pause_seconds, session.safe_point)
+        paused_seconds += session.pause_seconds
+    raise AssertionError("unreachable: the last attempt returns or raises")

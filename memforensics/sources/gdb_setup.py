@@ -14,6 +14,7 @@ from memforensics.errors import (
     MemforensicsError,
     TargetError,
     TargetExitedError,
+    ThreadVanishedError,
     ToolingError,
 )
 from memforensics.sources import procfs
@@ -102,6 +103,13 @@ def gdb_error(
         attached and ("has exited" in message or "not being run" in message)
     ):
         return TargetExitedError(f"PID {pid} exited while being inspected", pid=pid)
+    if not call and "No such process" in message:
+        # The process lives (checked above): one of its threads exited between gdb's thread
+        # list and its look at that thread (a JVM's compiler threads come and go). A race of
+        # the target's, which a second attempt does not meet.
+        return ThreadVanishedError(
+            f"a thread of PID {pid} exited while gdb read it ({message})", pid=pid
+        )
     if isinstance(exc, MiTimeout):
         if call:
             return DeadlineError(

@@ -1,0 +1,70 @@
+"""gdb's failures become the project's errors in one place (sources/gdb_setup.gdb_error).
+
+The process used as the "target" is this test process: alive, so every rule below is the
+one for a live target whose gdb said something went wrong.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from memforensics.errors import (
+    EXIT_TARGET,
+    EXIT_TIMEOUT,
+    EXIT_TOOLING,
+    DeadlineError,
+    TargetExitedError,
+    ThreadVanishedError,
+    ToolingError,
+)
+from memforensics.sources.gdb_setup import gdb_error
+from memforensics.sources.gdbmi import MiError, MiTimeout
+
+
+def test_a_thread_gone_under_gdb_is_the_targets_race_not_a_tooling_error() -> None:
+    """A JVM's compiler thread exiting between gdb's thread list and its register read gave
+    "gdb: Couldn't get registers: No such process." and exit 5 ("install gdb" territory)."""
+    error = gdb_error(
+        MiError("Couldn't get registers: No such process."),
+        os.getpid(),
+        doing="-stack-list-frames --thread 7",
+    )
+    assert isinstance(error, ThreadVanishedError)
+    assert error.exit_code == EXIT_TARGET
+    assert error.pid == os.getpid()
+    assert "exited while gdb read it" in error.message
+
+
+def test_the_same_words_during_our_call_are_not_taken_for_a_thread_race() -> None:
+    error = gdb_error(
+        MiError("Couldn't get registers: No such process."),
+        os.getpid(),
+        doing="-data-evaluate-expression malloc_info",
+        call=True,
+    )
+    assert not isinstance(error, ThreadVanishedError)
+    assert isinstance(error, ToolingError)
+    assert error.exit_code == EXIT_TOOLING
+
+
+def test_a_process_that_is_gone_is_an_exit_of_the_target() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait(timeout=30)  # reaped: the pid names no process now
+    error = gdb_error(MiError("ptrace: No such process."), child.pid, doing="-target-attach")
+    assert isinstance(error, TargetExitedError)
+    assert isinstance(error, ProcessLookupError)
+
+
+def test_a_call_past_its_deadline_is_a_timeout() -> None:
+    error = gdb_error(
+        MiTimeout("no answer"),
+        os.getpid(),
+        doing="-data-evaluate-expression x",
+        call=True,
+        timeout_seconds=2.0,
+    )
+    assert isinstance(error, DeadlineError) and isinstance(error, TimeoutError)
+    assert error.exit_code == EXIT_TIMEOUT
+    assert "2 s" in error.message
