@@ -1,0 +1,156 @@
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.io.OutputStreamWriter;
+import java.io.PrintWriter;
+import java.lang.reflect.Field;
+import java.net.InetAddress;
+import java.net.ServerSocket;
+import java.net.Socket;
+import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
+import java.util.Random;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.zip.DataFormatException;
+import java.util.zip.Deflater;
+import java.util.zip.Inflater;
+import sun.misc.Unsafe;
+
+/**
+ * A JVM service that churns native memory from many threads, with a health check.
+ *
+ * <p>Usage: java NativeChurn [THREADS [RING]] (defaults 16 and 6). java.util.zip's Deflater and
+ * Inflater keep their zlib state in memory that zlib mallocs in native code (a deflate state is
+ * ~260 KiB at the default settings), so each worker thread fills its own glibc arena. Every
+ * worker keeps RING live Deflaters and RING off-heap blocks (Unsafe.allocateMemory, which is
+ * malloc) of random sizes up to 320 KiB, and replaces one of each per round: native chunks of
+ * mixed sizes and ages are freed and reused all the time while the total stays steady. Each
+ * round compresses generated data, parks it in the new off-heap block, and inflates it back
+ * with a fresh Inflater; a round trip that does not give the input back counts as an error.
+ *
+ * <p>Health check: a TCP listener on 127.0.0.1 (kernel-chosen port, printed as "ready
+ * port=N"); every line received is answered "pong ops=N errors=E".
+ */
+public final class NativeChurn {
+    private static final AtomicLong OPERATIONS = new AtomicLong();
+    private static final AtomicLong ERRORS = new AtomicLong();
+
+    private static final Unsafe UNSAFE = unsafe();
+    private static final long BYTES = Unsafe.ARRAY_BYTE_BASE_OFFSET;
+
+    private NativeChurn() {}
+
+    private static Unsafe unsafe() {
+        try {
+            Field field = Unsafe.class.getDeclaredField("theUnsafe");
+            field.setAccessible(true);
+            return (Unsafe) field.get(null);
+        } catch (ReflectiveOperationException e) {
+            throw new IllegalStateException(e);
+        }
+    }
+
+    private static byte[] payload(Random random) {
+        // Compressible but not trivial: words from a small alphabet with random lengths.
+        byte[] data = new byte[8192 + random.nextInt(57344)];
+        for (int i = 0; i < data.length; i++) {
+            data[i] = (byte) ('a' + random.nextInt(6) + ((i / 64) % 3));
+        }
+        return data;
+    }
+
+    private static boolean roundTrip(Deflater deflater, byte[] input, long[] block, int slack)
+            throws DataFormatException {
+        deflater.reset();
+        deflater.setInput(input);
+        deflater.finish();
+        byte[] packed = new byte[input.length + 1024];
+        int packedLength = 0;
+        while (!deflater.finished()) {
+            packedLength += deflater.deflate(packed, packedLength, packed.length - packedLength);
+        }
+        // Park the compressed bytes off-heap, as a native cache would: a malloced block of
+        // its own size, freed when the next round replaces it (not whenever a GC runs).
+        if (block[0] != 0) {
+            UNSAFE.freeMemory(block[0]);
+        }
+        block[0] = UNSAFE.allocateMemory(packedLength + slack);
+        UNSAFE.copyMemory(packed, BYTES, null, block[0], packedLength);
+        byte[] parked = new byte[packedLength];
+        UNSAFE.copyMemory(null, block[0], parked, BYTES, packedLength);
+        Inflater inflater = new Inflater();
+        try {
+            inflater.setInput(parked);
+            byte[] output = new byte[input.length];
+            int outputLength = 0;
+            while (!inflater.finished() && outputLength < output.length) {
+                outputLength += inflater.inflate(output, outputLength, output.length - outputLength);
+            }
+            return outputLength == input.length && Arrays.equals(output, input);
+        } finally {
+            inflater.end(); // frees zlib's native inflate state now, not at GC
+        }
+    }
+
+    private static void work(int id, int ring) {
+        Random random = new Random(id);
+        Deflater[] live = new Deflater[ring];
+        long[][] blocks = new long[ring][1];
+        for (int i = 0; i < ring; i++) {
+            live[i] = new Deflater(1 + random.nextInt(9));
+        }
+        int next = 0;
+        while (true) {
+            try {
+                int slack = random.nextInt(262144);
+                if (!roundTrip(live[next], payload(random), blocks[next], slack)) {
+                    ERRORS.incrementAndGet();
+                }
+                live[next].end(); // native deflate state freed, a new one malloced below
+                live[next] = new Deflater(1 + random.nextInt(9));
+                next = (next + 1) % ring;
+                OPERATIONS.incrementAndGet();
+                Thread.sleep(2); // busy, not a CPU hog on a shared machine
+            } catch (DataFormatException e) {
+                ERRORS.incrementAndGet();
+            } catch (InterruptedException e) {
+                return;
+            }
+        }
+    }
+
+    public static void main(String[] args) throws Exception {
+        int threads = args.length > 0 ? Integer.parseInt(args[0]) : 16;
+        int ring = args.length > 1 ? Integer.parseInt(args[1]) : 6;
+        try (ServerSocket server = new ServerSocket(0, 8, InetAddress.getLoopbackAddress())) {
+            for (int t = 0; t < threads; t++) {
+                final int id = t + 1;
+                Thread worker = new Thread(() -> work(id, ring), "churn-" + id);
+                worker.setDaemon(true);
+                worker.start();
+            }
+            while (OPERATIONS.get() < threads * 4L) {
+                Thread.sleep(5);
+            }
+            System.out.println("ready port=" + server.getLocalPort());
+            System.out.flush();
+            while (true) {
+                try (Socket conn = server.accept();
+                        BufferedReader in =
+                                new BufferedReader(
+                                        new InputStreamReader(
+                                                conn.getInputStream(), StandardCharsets.US_ASCII));
+                        PrintWriter out =
+                                new PrintWriter(
+                                        new OutputStreamWriter(
+                                                conn.getOutputStream(), StandardCharsets.US_ASCII),
+                                        true)) {
+                    while (in.readLine() != null) {
+                        out.println("pong ops=" + OPERATIONS.get() + " errors=" + ERRORS.get());
+                    }
+                } catch (java.io.IOException e) {
+                    // a client that went away mid-line: keep serving the next one
+                }
+            }
+        }
+    }
+}
