@@ -104,14 +104,21 @@ class SteadyTrim:
 def trim_at_steady_state(service: str, pid: int, *, samples: int = 3) -> SteadyTrim:
     """Inspect ``samples`` times, then trim (``memforensics.live.trim_process``), recorded.
 
-    Free memory counts as steady when the inspections' and the trim's free bytes stay within
-    STEADY_SPREAD of their mean (service_figures.is_steady).
+    Steady means both malloc_info's free bytes and the anonymous RSS, over the inspections
+    and the trim's own "before", stay within STEADY_SPREAD of their mean: a service that frees
+    memory of its own between "before" and "after" would otherwise count as released.
     """
-    free = [inspect(service, pid).analysis.dump.free_bytes for _ in range(samples)]
+    free: list[int] = []
+    anon: list[int] = []
+    for _ in range(samples):
+        inspection = inspect(service, pid)
+        free.append(inspection.analysis.dump.free_bytes)
+        anon.append(inspection.memory.anon_bytes or 0)
     result = trim_process(pid, TrimSettings(timeout_seconds=CALL_TIMEOUT_SECONDS))
     free.append(result.free_bytes)
-    steady = is_steady(free)
-    trim_figure(service, result, steady=steady, note=f"free bytes seen {free}")
+    anon.append(result.anon_before_bytes or 0)
+    steady = is_steady(free) and is_steady(anon)
+    trim_figure(service, result, steady=steady, note=f"free bytes {free}, anon bytes {anon}")
     return SteadyTrim(result=result, free_before=tuple(free), steady=steady)
 
 
