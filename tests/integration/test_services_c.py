@@ -46,10 +46,14 @@ def test_inspections_under_load_measure_the_free_bytes(busy_c_service: TcpServic
     shares = []
     with Prober(busy_c_service.port, "status", _healthy) as probe:
         for _ in range(INSPECTIONS - 1):
-            inspection = inspect(SERVICE, busy_c_service.pid)
+            inspection = inspect(
+                SERVICE, busy_c_service.pid, health=lambda: busy_c_service.health("status")
+            )
             assert len(inspection.analysis.dump.arenas) >= 5  # main + one per worker
             shares.append(share_of(inspection))
-        document = cli_inspect(SERVICE, busy_c_service.pid)
+        document = cli_inspect(
+            SERVICE, busy_c_service.pid, health=lambda: busy_c_service.health("status")
+        )
         shares.append(json_measured_share(document))
     ops_after, errors = _status(busy_c_service)
     assert errors == 0, f"the service found {errors} corrupted buffers"
@@ -64,7 +68,9 @@ def test_trim_forecast_within_tolerance_at_steady_state(busy_c_service: TcpServi
     """The working set has a constant size, so the free memory is steady: the forecast must be
     within 25 % of the RSS the trim gave back; the service keeps working through it."""
     with Prober(busy_c_service.port, "status", _healthy) as probe:
-        trim = trim_at_steady_state(SERVICE, busy_c_service.pid)
+        trim = trim_at_steady_state(
+            SERVICE, busy_c_service.pid, health=lambda: busy_c_service.health("status")
+        )
     assert probe.failures == [], probe.failures[:3]
     assert _status(busy_c_service)[1] == 0
     assert trim.steady, f"free bytes moved too much to compare: {trim.free_before}"

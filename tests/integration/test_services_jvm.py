@@ -45,11 +45,17 @@ def test_inspections_under_load_measure_the_free_bytes(jvm_service: TcpService) 
     shares = []
     with Prober(jvm_service.port, "ping", _healthy) as probe:
         for _ in range(INSPECTIONS - 1):
-            inspection = inspect(SERVICE, jvm_service.pid)
+            inspection = inspect(
+                SERVICE, jvm_service.pid, health=lambda: jvm_service.health("ping")
+            )
             assert len(inspection.analysis.dump.arenas) >= 8  # the workers spread over arenas
             shares.append(share_of(inspection))
             assert jvm_service.target.alive()
-        shares.append(json_measured_share(cli_inspect(SERVICE, jvm_service.pid)))
+        shares.append(
+            json_measured_share(
+                cli_inspect(SERVICE, jvm_service.pid, health=lambda: jvm_service.health("ping"))
+            )
+        )
     ops_after, errors = _status(jvm_service)
     assert errors == 0, f"{errors} compress/inflate round trips gave wrong bytes"
     assert ops_after > ops_before, "the JVM made no progress"
@@ -62,7 +68,9 @@ def test_trim_forecast_within_tolerance_at_steady_state(jvm_service: TcpService)
     """Each worker replaces one Deflater and one off-heap block per round, so native free
     memory is steady: the forecast must be within 25 % of the release."""
     with Prober(jvm_service.port, "ping", _healthy) as probe:
-        trim = trim_at_steady_state(SERVICE, jvm_service.pid)
+        trim = trim_at_steady_state(
+            SERVICE, jvm_service.pid, health=lambda: jvm_service.health("ping")
+        )
     assert probe.failures == [], probe.failures[:3]
     assert _status(jvm_service)[1] == 0
     assert trim.steady, f"free bytes moved too much to compare: {trim.free_before}"

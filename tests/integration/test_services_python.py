@@ -44,11 +44,15 @@ def test_inspections_under_load_measure_the_free_bytes(
     with Prober(service.port, "ping", _healthy) as probe:
         for _ in range(INSPECTIONS - 1):
             ok_before = load.ok
-            inspection = inspect(SERVICE, service.pid)
+            inspection = inspect(SERVICE, service.pid, health=lambda: service.health("ping"))
             assert len(inspection.analysis.dump.arenas) >= 2  # handler threads get arenas
             shares.append(share_of(inspection))
             _assert_load_healthy(load, ok_before)
-        shares.append(json_measured_share(cli_inspect(SERVICE, service.pid)))
+        shares.append(
+            json_measured_share(
+                cli_inspect(SERVICE, service.pid, health=lambda: service.health("ping"))
+            )
+        )
     assert probe.failures == [], probe.failures[:3]
     _assert_load_healthy(load, load.ok)
     assert_most_measured(shares, SERVICE)
@@ -63,7 +67,7 @@ def test_trim_forecast_within_tolerance_at_steady_state(
     service, load = py_service_under_load
     ok_before = load.ok
     with Prober(service.port, "ping", _healthy) as probe:
-        trim = trim_at_steady_state(SERVICE, service.pid)
+        trim = trim_at_steady_state(SERVICE, service.pid, health=lambda: service.health("ping"))
     assert probe.failures == [], probe.failures[:3]
     _assert_load_healthy(load, ok_before)
     assert trim.steady, f"free bytes moved too much to compare: {trim.free_before}"

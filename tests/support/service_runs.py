@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from memforensics.errors import MemforensicsError
 from memforensics.live import Inspection, TrimSettings, inspect_process, trim_process
 from memforensics.model.trim import TrimResult
 from tests.support.service_figures import (
@@ -31,11 +33,21 @@ CLI_TIMEOUT_SECONDS = 90.0
 MIB = 1024 * 1024
 
 
-def inspect(service: str, pid: int) -> Inspection:
-    """One library inspection (``memforensics.live.inspect_process``), recorded."""
-    inspection = inspect_process(
-        pid, timeout_seconds=CALL_TIMEOUT_SECONDS, gdb_path=None, allow_stopped=False
-    )
+def inspect(service: str, pid: int, *, health: Callable[[], str] | None = None) -> Inspection:
+    """One library inspection (``memforensics.live.inspect_process``), recorded.
+
+    When it fails and ``health`` is given, the failure says how the service is doing after it
+    (did the inspection hurt it?)."""
+    try:
+        inspection = inspect_process(
+            pid, timeout_seconds=CALL_TIMEOUT_SECONDS, gdb_path=None, allow_stopped=False
+        )
+    except MemforensicsError as exc:
+        if health is None:
+            raise
+        raise AssertionError(
+            f"inspect failed: {type(exc).__name__}: {exc}; afterwards {health()}"
+        ) from exc
     inspection_figure(service, inspection)
     return inspection
 
@@ -45,7 +57,7 @@ def share_of(inspection: Inspection) -> float:
     return measured_share(inspection.residency, inspection.analysis.dump)
 
 
-def cli_json(command: str, pid: int) -> dict[str, Any]:
+def cli_json(command: str, pid: int, *, health: Callable[[], str] | None = None) -> dict[str, Any]:
     """``memforensics COMMAND PID --json`` in a subprocess, as a user runs it; exit code 0."""
     done = subprocess.run(
         [sys.executable, "-m", "memforensics", command, str(pid), "--json"],
@@ -54,14 +66,18 @@ def cli_json(command: str, pid: int) -> dict[str, Any]:
         timeout=CLI_TIMEOUT_SECONDS,
         check=False,
     )
-    assert done.returncode == 0, f"{command} exited {done.returncode}: {done.stderr.strip()}"
+    if done.returncode != 0:
+        after = f"; afterwards {health()}" if health is not None else ""
+        raise AssertionError(f"{command} exited {done.returncode}: {done.stderr.strip()}{after}")
     document: dict[str, Any] = json.loads(done.stdout)
     return document
 
 
-def cli_inspect(service: str, pid: int) -> dict[str, Any]:
+def cli_inspect(
+    service: str, pid: int, *, health: Callable[[], str] | None = None
+) -> dict[str, Any]:
     """``memforensics inspect PID --json``, recorded like a library inspection."""
-    document = cli_json("inspect", pid)
+    document = cli_json("inspect", pid, health=health)
     assert document["schema"] == "memforensics/heap/1"
     assert document["process"]["pid"] == pid
     residency = document.get("residency") or {}
@@ -101,7 +117,9 @@ class SteadyTrim:
         return forecast_error(self.result)
 
 
-def trim_at_steady_state(service: str, pid: int, *, samples: int = 3) -> SteadyTrim:
+def trim_at_steady_state(
+    service: str, pid: int, *, samples: int = 3, health: Callable[[], str] | None = None
+) -> SteadyTrim:
     """Inspect ``samples`` times, then trim (``memforensics.live.trim_process``), recorded.
 
     Steady means both malloc_info's free bytes and the anonymous RSS, over the inspections
@@ -111,10 +129,17 @@ def trim_at_steady_state(service: str, pid: int, *, samples: int = 3) -> SteadyT
     free: list[int] = []
     anon: list[int] = []
     for _ in range(samples):
-        inspection = inspect(service, pid)
+        inspection = inspect(service, pid, health=health)
         free.append(inspection.analysis.dump.free_bytes)
         anon.append(inspection.memory.anon_bytes or 0)
-    result = trim_process(pid, TrimSettings(timeout_seconds=CALL_TIMEOUT_SECONDS))
+    try:
+        result = trim_process(pid, TrimSettings(timeout_seconds=CALL_TIMEOUT_SECONDS))
+    except MemforensicsError as exc:
+        if health is None:
+            raise
+        raise AssertionError(
+            f"trim failed: {type(exc).__name__}: {exc}; afterwards {health()}"
+        ) from exc
     free.append(result.free_bytes)
     anon.append(result.anon_before_bytes or 0)
     steady = is_steady(free) and is_steady(anon)

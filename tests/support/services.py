@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tests.support.targets import TARGETS_DIR, Target, compile_target, running
@@ -66,6 +67,7 @@ class TcpService:
     name: str
     target: Target
     port: int
+    crash_logs: Path | None = None  # where the service writes crash reports (JVM hs_err)
 
     @property
     def pid(self) -> int:
@@ -77,6 +79,22 @@ class TcpService:
             return client.ask(line)
         finally:
             client.close()
+
+    def health(self, line: str) -> str:
+        """In words, for a failure message: the answer to ``line``, or why there is none
+        (with the exit status and the end of stderr when the service died)."""
+        if not self.target.alive():
+            stderr = self.target.proc.stderr
+            tail = stderr.read().decode(errors="replace")[-1500:] if stderr is not None else ""
+            crash = ""
+            if self.crash_logs is not None:
+                for log in sorted(self.crash_logs.glob("hs_err_pid*.log"))[:1]:
+                    crash = "; " + " | ".join(log.read_text(errors="replace").splitlines()[:10])
+            return f"{self.name} died ({self.target.proc.returncode}); stderr: {tail!r}{crash}"
+        try:
+            return f"{self.name} answered {self.ask(line)!r} (state {self.target.state()})"
+        except OSError as exc:
+            return f"{self.name} did not answer: {exc} (state {self.target.state()})"
 
 
 @dataclass
@@ -130,10 +148,12 @@ class Prober:
 
 
 @contextlib.contextmanager
-def tcp_service(name: str, argv: list[str]) -> Iterator[TcpService]:
+def tcp_service(
+    name: str, argv: list[str], *, crash_logs: Path | None = None
+) -> Iterator[TcpService]:
     """Run ``argv`` (a "ready port=N" service) and yield it; killed in ``finally``."""
     with running(argv) as target:
-        yield TcpService(name=name, target=target, port=_port_of(target))
+        yield TcpService(name=name, target=target, port=_port_of(target), crash_logs=crash_logs)
 
 
 # -- C, JVM, Python ------------------------------------------------------------------------
@@ -165,15 +185,20 @@ def java_service(*args: str) -> Iterator[TcpService]:
         )
         argv = [
             "java",
-            "-Xmx64m",  # the churn is native; the Java heap only holds the work arrays
+            # The churn is native; the Java heap only holds the work arrays. Touched whole at
+            # start, so its growth does not blur the RSS a trim gives back.
+            "-Xms64m",
+            "-Xmx64m",
+            "-XX:+AlwaysPreTouch",
             "-XX:+UseSerialGC",  # one GC thread: the 16 workers are the busy ones
             "-XX:TieredStopAtLevel=1",  # quick warm-up, little compiler CPU on 2 cores
+            f"-XX:ErrorFile={classes}/hs_err_pid%p.log",  # a crash report, not in the cwd
             "-cp",
             classes,
             "NativeChurn",
             *args,
         ]
-        with tcp_service("OpenJDK NativeChurn", argv) as service:
+        with tcp_service("OpenJDK NativeChurn", argv, crash_logs=Path(classes)) as service:
             yield service
 
 

@@ -7,7 +7,9 @@ import java.net.InetAddress;
 import java.net.ServerSocket;
 import java.net.Socket;
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.List;
 import java.util.Random;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.zip.DataFormatException;
@@ -18,14 +20,16 @@ import sun.misc.Unsafe;
 /**
  * A JVM service that churns native memory from many threads, with a health check.
  *
- * <p>Usage: java NativeChurn [THREADS [RING]] (defaults 16 and 6). java.util.zip's Deflater and
+ * <p>Usage: java NativeChurn [THREADS [RING [BURST]]] (defaults 16, 6 and 24). java.util.zip's Deflater and
  * Inflater keep their zlib state in memory that zlib mallocs in native code (a deflate state is
  * ~260 KiB at the default settings), so each worker thread fills its own glibc arena. Every
  * worker keeps RING live Deflaters and RING off-heap blocks (Unsafe.allocateMemory, which is
- * malloc) of random sizes up to 320 KiB, and replaces one of each per round: native chunks of
+ * malloc) of random sizes up to 64 KiB, and replaces one of each per round: native chunks of
  * mixed sizes and ages are freed and reused all the time while the total stays steady. Each
  * round compresses generated data, parks it in the new off-heap block, and inflates it back
  * with a fresh Inflater; a round trip that does not give the input back counts as an error.
+ * Before the churn each worker makes a burst of BURST Deflaters and ends all but every sixth,
+ * as a spike of work does: the arenas keep that memory free, resident and steady.
  *
  * <p>Health check: a TCP listener on 127.0.0.1 (kernel-chosen port, printed as "ready
  * port=N"); every line received is answered "pong ops=N errors=E".
@@ -33,6 +37,7 @@ import sun.misc.Unsafe;
 public final class NativeChurn {
     private static final AtomicLong OPERATIONS = new AtomicLong();
     private static final AtomicLong ERRORS = new AtomicLong();
+    private static final int KEEP_EVERY = 6;
 
     private static final Unsafe UNSAFE = unsafe();
     private static final long BYTES = Unsafe.ARRAY_BYTE_BASE_OFFSET;
@@ -91,8 +96,23 @@ public final class NativeChurn {
         }
     }
 
-    private static void work(int id, int ring) {
+    private static void work(int id, int ring, int burst) {
         Random random = new Random(id);
+        // The burst: many Deflaters at once (a batch job, a traffic spike), then all ended but
+        // every KEEP_EVERY-th, which stays for good (a pool). Their native states leave holes
+        // between the kept ones: free memory that stays resident until a trim.
+        Deflater[] spike = new Deflater[burst];
+        for (int i = 0; i < burst; i++) {
+            spike[i] = new Deflater(1 + random.nextInt(9));
+        }
+        List<Deflater> pool = new ArrayList<>();
+        for (int i = 0; i < burst; i++) {
+            if (i % KEEP_EVERY == 0) {
+                pool.add(spike[i]);
+            } else {
+                spike[i].end();
+            }
+        }
         Deflater[] live = new Deflater[ring];
         long[][] blocks = new long[ring][1];
         for (int i = 0; i < ring; i++) {
@@ -101,8 +121,9 @@ public final class NativeChurn {
         int next = 0;
         while (true) {
             try {
-                int slack = random.nextInt(262144);
-                if (!roundTrip(live[next], payload(random), blocks[next], slack)) {
+                int slack = random.nextInt(65536);
+                Deflater deflater = (next % 2 == 0) ? live[next] : pool.get(next % pool.size());
+                if (!roundTrip(deflater, payload(random), blocks[next], slack)) {
                     ERRORS.incrementAndGet();
                 }
                 live[next].end(); // native deflate state freed, a new one malloced below
@@ -121,14 +142,15 @@ public final class NativeChurn {
     public static void main(String[] args) throws Exception {
         int threads = args.length > 0 ? Integer.parseInt(args[0]) : 16;
         int ring = args.length > 1 ? Integer.parseInt(args[1]) : 6;
+        int burst = args.length > 2 ? Integer.parseInt(args[2]) : 24;
         try (ServerSocket server = new ServerSocket(0, 8, InetAddress.getLoopbackAddress())) {
             for (int t = 0; t < threads; t++) {
                 final int id = t + 1;
-                Thread worker = new Thread(() -> work(id, ring), "churn-" + id);
+                Thread worker = new Thread(() -> work(id, ring, burst), "churn-" + id);
                 worker.setDaemon(true);
                 worker.start();
             }
-            while (OPERATIONS.get() < threads * 4L) {
+            while (OPERATIONS.get() < threads * 100L) { // past the warm-up (JIT, first GCs)
                 Thread.sleep(5);
             }
             System.out.println("ready port=" + server.getLocalPort());
