@@ -1,6 +1,6 @@
 """PostgreSQL 15 backends inspected and trimmed while pgbench drives them.
 
-A throwaway cluster (tests/support/postgres.py) runs ``pgbench -c 4 -T 60`` from the module's
+A throwaway cluster (tests/support/postgres.py) runs ``pgbench -c 4 -T 75`` from the module's
 first test; the tests pick the backends serving pgbench (children of the postmaster whose
 title names the bench database), inspect each several times and trim some, and the last test
 waits for pgbench to finish: 0 failed transactions, and a server log without a crash.
