@@ -60,7 +60,7 @@ def busy_c_service() -> Iterator[TcpService]:
 @pytest.fixture(scope="module")
 def jvm_service() -> Iterator[TcpService]:
     _skip_unless_live(java_skip_reason())
-    with java_service("16", "10") as service:
+    with java_service("16", "10", "48") as service:
         yield service
 
 

@@ -24,7 +24,7 @@ import sun.misc.Unsafe;
  * Inflater keep their zlib state in memory that zlib mallocs in native code (a deflate state is
  * ~260 KiB at the default settings), so each worker thread fills its own glibc arena. Every
  * worker keeps RING live Deflaters and RING off-heap blocks (Unsafe.allocateMemory, which is
- * malloc) of random sizes up to 64 KiB, and replaces one of each per round: native chunks of
+ * malloc) of random sizes up to 320 KiB, and replaces one of each per round: native chunks of
  * mixed sizes and ages are freed and reused all the time while the total stays steady. Each
  * round compresses generated data, parks it in the new off-heap block, and inflates it back
  * with a fresh Inflater; a round trip that does not give the input back counts as an error.
@@ -121,7 +121,7 @@ public final class NativeChurn {
         int next = 0;
         while (true) {
             try {
-                int slack = random.nextInt(65536);
+                int slack = random.nextInt(262144);
                 Deflater deflater = (next % 2 == 0) ? live[next] : pool.get(next % pool.size());
                 if (!roundTrip(deflater, payload(random), blocks[next], slack)) {
                     ERRORS.incrementAndGet();
