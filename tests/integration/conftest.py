@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -89,7 +88,7 @@ def pgbench_run(pg_cluster: PostgresCluster) -> Iterator[PgbenchRun]:
     """``pgbench -c 4 -T 75`` (TPC-B plus a sort 1 in 20) over the module's tests."""
     script = pg_cluster.root / "sort.sql"
     script.write_text(PG_SORT_SCRIPT)
-    Path(script).chmod(0o644)
+    script.chmod(0o644)  # pgbench may run as another user than the one writing it
     run = pg_cluster.pgbench(
         clients=PGBENCH_CLIENTS,
         duration_seconds=PGBENCH_SECONDS,
