@@ -16,7 +16,7 @@ from tests.support.postgres import (
     pgbench_failed_transactions,
     pgbench_processed_transactions,
 )
-from tests.support.service_figures import json_measured_share
+from tests.support.service_figures import Figure, json_measured_share, record
 from tests.support.service_runs import (
     MIB,
     assert_forecast_close,
@@ -89,9 +89,18 @@ def test_pgbench_had_no_failures_and_the_log_is_clean(
     """After the inspections and trims: pgbench finished with 0 failed transactions, no
     client aborted, and the server never logged a crash, a panic or a fatal error."""
     output = pgbench_run.finish(timeout_seconds=pgbench_run.duration_seconds + 60)
+    failed = pgbench_failed_transactions(output)
+    processed = pgbench_processed_transactions(output)
+    record(
+        Figure(
+            service=SERVICE,
+            kind="load",
+            pid=pgbench_run.proc.pid,
+            note=f"pgbench: {processed} transactions processed, {failed} failed",
+        )
+    )
     assert pgbench_run.proc.returncode == 0, output[-2000:]
     assert "aborted" not in output, output[-2000:]
-    assert pgbench_failed_transactions(output) == 0, output[-2000:]
-    processed = pgbench_processed_transactions(output)
+    assert failed == 0, output[-2000:]
     assert processed is not None and processed > 0, output[-2000:]
     assert pg_cluster.bad_log_lines() == []

@@ -102,7 +102,7 @@ class Figure:
     """One report or trim of one service, as the session summary shows it."""
 
     service: str
-    kind: str  # "inspect" or "trim"
+    kind: str  # "inspect", "trim", or "load" (the load tool's own summary in ``note``)
     pid: int
     free_bytes: int = 0
     measured_share: float | None = None
@@ -179,6 +179,9 @@ def summary_lines() -> list[str]:
                 f"{service}: {good}/{len(shares)} reports >= 90 % measured, "
                 f"mean measured share {100 * sum(shares) / len(shares):.0f} %"
             )
+        lines.extend(
+            f"{service}: {f.note}" for f in FIGURES if f.service == service and f.kind == "load"
+        )
         for trim in trims:
             error = "-" if trim.forecast_error is None else f"{100 * trim.forecast_error:.0f} %"
             lines.append(
