@@ -6,11 +6,13 @@ import java.lang.reflect.Field;
 import java.net.InetAddress;
 import java.net.ServerSocket;
 import java.net.Socket;
+import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.Random;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.zip.DataFormatException;
 import java.util.zip.Deflater;
@@ -31,13 +33,19 @@ import sun.misc.Unsafe;
  * Before the churn each worker makes a burst of BURST Deflaters and ends all but every sixth,
  * as a spike of work does: the arenas keep that memory free, resident and steady.
  *
+ * Each round also makes a direct ByteBuffer and drops the previous one: their native memory
+ * is freed by the JVM's Cleaner thread after a GC, in bulk, from another thread than the one
+ * that made it, so free memory swings by tens of MiB and heaps grow and shrink.
+ *
  * <p>Health check: a TCP listener on 127.0.0.1 (kernel-chosen port, printed as "ready
- * port=N"); every line received is answered "pong ops=N errors=E".
+ * port=N"); every line received is answered "pong ops=N errors=E". The line "direct off"
+ * stops the direct buffers (free memory then settles: a steady state), "direct on" resumes.
  */
 public final class NativeChurn {
     private static final AtomicLong OPERATIONS = new AtomicLong();
     private static final AtomicLong ERRORS = new AtomicLong();
     private static final int KEEP_EVERY = 6;
+    private static final AtomicBoolean DIRECT = new AtomicBoolean(true);
 
     private static final Unsafe UNSAFE = unsafe();
     private static final long BYTES = Unsafe.ARRAY_BYTE_BASE_OFFSET;
@@ -115,6 +123,7 @@ public final class NativeChurn {
         }
         Deflater[] live = new Deflater[ring];
         long[][] blocks = new long[ring][1];
+        ByteBuffer[] direct = new ByteBuffer[ring];
         for (int i = 0; i < ring; i++) {
             live[i] = new Deflater(1 + random.nextInt(9));
         }
@@ -128,6 +137,11 @@ public final class NativeChurn {
                 }
                 live[next].end(); // native deflate state freed, a new one malloced below
                 live[next] = new Deflater(1 + random.nextInt(9));
+                // A direct buffer per round, dropped at the next: the JVM frees its native
+                // memory from the Cleaner thread after a GC, in bulk and not from the thread
+                // that made it. "direct off" stops this, and the free memory settles.
+                int directBytes = 4096 + random.nextInt(61440);
+                direct[next] = DIRECT.get() ? ByteBuffer.allocateDirect(directBytes) : null;
                 next = (next + 1) % ring;
                 OPERATIONS.incrementAndGet();
                 Thread.sleep(2); // busy, not a CPU hog on a shared machine
@@ -166,7 +180,11 @@ public final class NativeChurn {
                                         new OutputStreamWriter(
                                                 conn.getOutputStream(), StandardCharsets.US_ASCII),
                                         true)) {
-                    while (in.readLine() != null) {
+                    String line;
+                    while ((line = in.readLine()) != null) {
+                        if (line.startsWith("direct ")) {
+                            DIRECT.set(line.equals("direct on"));
+                        }
                         out.println("pong ops=" + OPERATIONS.get() + " errors=" + ERRORS.get());
                     }
                 } catch (java.io.IOException e) {
