@@ -39,7 +39,8 @@ import sun.misc.Unsafe;
  *
  * <p>Health check: a TCP listener on 127.0.0.1 (kernel-chosen port, printed as "ready
  * port=N"); every line received is answered "pong ops=N errors=E". The line "direct off"
- * stops the direct buffers (free memory then settles: a steady state), "direct on" resumes.
+ * stops the direct buffers and collects the dropped ones before it answers (free memory then
+ * stays steady), "direct on" resumes them.
  */
 public final class NativeChurn {
     private static final AtomicLong OPERATIONS = new AtomicLong();
@@ -182,8 +183,18 @@ public final class NativeChurn {
                                         true)) {
                     String line;
                     while ((line = in.readLine()) != null) {
-                        if (line.startsWith("direct ")) {
-                            DIRECT.set(line.equals("direct on"));
+                        if (line.equals("direct on")) {
+                            DIRECT.set(true);
+                        } else if (line.equals("direct off")) {
+                            DIRECT.set(false);
+                            // Let every worker drop its last direct buffers, then collect:
+                            // tenured ones would otherwise wait for a full GC, whenever.
+                            long target = OPERATIONS.get() + 2L * threads * ring;
+                            long deadline = System.nanoTime() + 10_000_000_000L;
+                            while (OPERATIONS.get() < target && System.nanoTime() < deadline) {
+                                Thread.sleep(10);
+                            }
+                            System.gc();
                         }
                         out.println("pong ops=" + OPERATIONS.get() + " errors=" + ERRORS.get());
                     }
