@@ -47,6 +47,7 @@ public final class NativeChurn {
     private static final AtomicLong ERRORS = new AtomicLong();
     private static final int KEEP_EVERY = 6;
     private static final AtomicBoolean DIRECT = new AtomicBoolean(true);
+    private static final AtomicLong DROPPED = new AtomicLong(); // workers without direct buffers
 
     private static final Unsafe UNSAFE = unsafe();
     private static final long BYTES = Unsafe.ARRAY_BYTE_BASE_OFFSET;
@@ -125,6 +126,7 @@ public final class NativeChurn {
         Deflater[] live = new Deflater[ring];
         long[][] blocks = new long[ring][1];
         ByteBuffer[] direct = new ByteBuffer[ring];
+        boolean dropped = false;
         for (int i = 0; i < ring; i++) {
             live[i] = new Deflater(1 + random.nextInt(9));
         }
@@ -141,8 +143,14 @@ public final class NativeChurn {
                 // A direct buffer per round, dropped at the next: the JVM frees its native
                 // memory from the Cleaner thread after a GC, in bulk and not from the thread
                 // that made it. "direct off" stops this, and the free memory settles.
-                int directBytes = 4096 + random.nextInt(61440);
-                direct[next] = DIRECT.get() ? ByteBuffer.allocateDirect(directBytes) : null;
+                if (DIRECT.get()) {
+                    direct[next] = ByteBuffer.allocateDirect(4096 + random.nextInt(61440));
+                    dropped = false;
+                } else if (!dropped) {
+                    Arrays.fill(direct, null);
+                    dropped = true;
+                    DROPPED.incrementAndGet();
+                }
                 next = (next + 1) % ring;
                 OPERATIONS.incrementAndGet();
                 Thread.sleep(2); // busy, not a CPU hog on a shared machine
@@ -184,14 +192,14 @@ public final class NativeChurn {
                     String line;
                     while ((line = in.readLine()) != null) {
                         if (line.equals("direct on")) {
+                            DROPPED.set(0);
                             DIRECT.set(true);
                         } else if (line.equals("direct off")) {
                             DIRECT.set(false);
                             // Let every worker drop its last direct buffers, then collect:
                             // tenured ones would otherwise wait for a full GC, whenever.
-                            long target = OPERATIONS.get() + 2L * threads * ring;
                             long deadline = System.nanoTime() + 10_000_000_000L;
-                            while (OPERATIONS.get() < target && System.nanoTime() < deadline) {
+                            while (DROPPED.get() < threads && System.nanoTime() < deadline) {
                                 Thread.sleep(10);
                             }
                             System.gc();
