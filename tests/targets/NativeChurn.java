@@ -2,6 +2,8 @@ import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import java.io.OutputStreamWriter;
 import java.io.PrintWriter;
+import java.lang.management.BufferPoolMXBean;
+import java.lang.management.ManagementFactory;
 import java.lang.reflect.Field;
 import java.net.InetAddress;
 import java.net.ServerSocket;
@@ -62,6 +64,15 @@ public final class NativeChurn {
         } catch (ReflectiveOperationException e) {
             throw new IllegalStateException(e);
         }
+    }
+
+    private static long directBuffers() {
+        for (BufferPoolMXBean pool : ManagementFactory.getPlatformMXBeans(BufferPoolMXBean.class)) {
+            if (pool.getName().equals("direct")) {
+                return pool.getCount();
+            }
+        }
+        return 0;
     }
 
     private static byte[] payload(Random random) {
@@ -202,7 +213,11 @@ public final class NativeChurn {
                             while (DROPPED.get() < threads && System.nanoTime() < deadline) {
                                 Thread.sleep(10);
                             }
-                            System.gc();
+                            // Collect until the Cleaner has freed every direct buffer's memory.
+                            while (directBuffers() > 0 && System.nanoTime() < deadline) {
+                                System.gc();
+                                Thread.sleep(20);
+                            }
                         }
                         out.println("pong ops=" + OPERATIONS.get() + " errors=" + ERRORS.get());
                     }
