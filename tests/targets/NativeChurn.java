@@ -50,6 +50,7 @@ public final class NativeChurn {
     private static final int KEEP_EVERY = 6;
     private static final AtomicBoolean DIRECT = new AtomicBoolean(true);
     private static final AtomicLong DROPPED = new AtomicLong(); // workers without direct buffers
+    private static final int JDK_DIRECT_BUFFERS = 8; // temporary buffers the JDK's I/O caches
 
     private static final Unsafe UNSAFE = unsafe();
     private static final long BYTES = Unsafe.ARRAY_BYTE_BASE_OFFSET;
@@ -209,12 +210,14 @@ public final class NativeChurn {
                             DIRECT.set(false);
                             // Let every worker drop its last direct buffers, then collect:
                             // tenured ones would otherwise wait for a full GC, whenever.
-                            long deadline = System.nanoTime() + 10_000_000_000L;
+                            long deadline = System.nanoTime() + 8_000_000_000L;
                             while (DROPPED.get() < threads && System.nanoTime() < deadline) {
                                 Thread.sleep(10);
                             }
-                            // Collect until the Cleaner has freed every direct buffer's memory.
-                            while (directBuffers() > 0 && System.nanoTime() < deadline) {
+                            // Collect until the Cleaner has freed the workers' direct buffers
+                            // (the JDK keeps a few of its own for socket I/O).
+                            while (directBuffers() > JDK_DIRECT_BUFFERS
+                                    && System.nanoTime() < deadline) {
                                 System.gc();
                                 Thread.sleep(20);
                             }
