@@ -6,23 +6,26 @@ and never prints, so ``import memforensics.live`` gives what the commands show.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
 from memforensics.analysis.heap import HeapAnalysis, analyze
-from memforensics.analysis.residency import residency_advice, waterfall
+from memforensics.analysis.residency import one_verdict, residency_advice, waterfall
+from memforensics.analysis.residency_build import build_residency
 from memforensics.analysis.trim import skip_reason
 from memforensics.analysis.trim_forecast import forecast_trim
 from memforensics.errors import MemforensicsError, NoSuchProcessError, NotGlibcMallocError
 from memforensics.model.advice import Advice
+from memforensics.model.heap import HeapDump
 from memforensics.model.process import HeapResidency, ProcessFacts, ProcessMemory, Waterfall
 from memforensics.model.trim import TrimFailure, TrimOutcome, TrimResult
 from memforensics.sources import procfs
 from memforensics.sources.gdb import Capture, GdbSession, capture_malloc_info
-from memforensics.sources.heapmaps import read_heap_residency
+from memforensics.sources.heapmaps import WALK_BUDGET_SECONDS, scan_heap
 from memforensics.sources.malloc_xml import parse_dump
 
 _SETTLE_FIRST_SECONDS = 0.05
@@ -43,6 +46,18 @@ class TrimSettings:
     timeout_seconds: float = 10.0
     gdb_path: str | None = None
     log: Log | None = None
+
+
+def read_heap_residency(
+    pid: int,
+    dump: HeapDump,
+    *,
+    libc_path: str | None = None,
+    budget_seconds: float = WALK_BUDGET_SECONDS,
+) -> HeapResidency:
+    """Read the live heap of ``pid`` (after detach) and set it against ``dump``."""
+    scan = scan_heap(pid, libc_path=libc_path, budget_seconds=budget_seconds)
+    return build_residency(dump, scan)
 
 
 def now_utc() -> datetime:
@@ -106,10 +121,14 @@ def inspect_process(
     flow: Waterfall | None = None
     extra: tuple[Advice, ...] = ()
     residency_error: str | None = None
+    analysis = analyze(dump)
     try:
         residency = read_heap_residency(pid, dump, libc_path=facts.libc_path)
         flow = waterfall(memory, dump, residency)
-        extra = residency_advice(dump, residency)
+        # One verdict per question: the residency's trim advice replaces the XML's.
+        analysis = replace(
+            analysis, advice=one_verdict(analysis.advice, residency_advice(dump, residency))
+        )
     except NoSuchProcessError:
         raise
     except (MemforensicsError, OSError) as exc:
@@ -119,7 +138,7 @@ def inspect_process(
         facts=facts,
         memory=memory,
         capture=capture,
-        analysis=analyze(dump),
+        analysis=analysis,
         residency=residency,
         waterfall=flow,
         extra_advice=extra,
@@ -153,8 +172,17 @@ def trim_process(pid: int, settings: TrimSettings) -> TrimResult:
             f"PID {pid} ({facts.name}) maps glibc but its malloc holds no memory: "
             "another allocator serves it"
         )
-    residency = read_heap_residency(pid, dump, libc_path=facts.libc_path)
-    forecast = forecast_trim(dump, residency, page_bytes=residency.page_bytes)
+    residency: HeapResidency | None = None
+    residency_notes: tuple[str, ...] = ()
+    try:
+        residency = read_heap_residency(pid, dump, libc_path=facts.libc_path)
+        residency_notes = residency.notes
+    except NoSuchProcessError:
+        raise
+    except MemforensicsError as exc:
+        residency_notes = (f"no residency figures: {exc.message}",)
+    figures_read = time.monotonic()
+    forecast = forecast_trim(dump, residency, page_bytes=_page_bytes(residency))
     skipped, detail = skip_reason(
         forecast, min_free_bytes=settings.min_free_bytes, dry_run=settings.dry_run
     )
@@ -168,6 +196,8 @@ def trim_process(pid: int, settings: TrimSettings) -> TrimResult:
         ) as session:
             trim_returned = session.malloc_trim(settings.pad_bytes)
         pause_seconds += session.pause_seconds
+        age_seconds = time.monotonic() - figures_read
+        residency_notes += (f"forecast figures were at most {age_seconds:.2f} s old at the trim",)
     after = _settled_memory(pid) if trim_returned is not None else None
     return TrimResult(
         pid=pid,
@@ -187,8 +217,12 @@ def trim_process(pid: int, settings: TrimSettings) -> TrimResult:
         pause_seconds=pause_seconds,
         skipped=skipped,
         skipped_detail=detail,
-        notes=tuple(dict.fromkeys((*forecast.notes, *residency.notes))),
+        notes=tuple(dict.fromkeys((*forecast.notes, *residency_notes))),
     )
+
+
+def _page_bytes(residency: HeapResidency | None) -> int:
+    return residency.page_bytes if residency is not None else os.sysconf("SC_PAGE_SIZE")
 
 
 def trim_outcome(pid: int, settings: TrimSettings) -> TrimOutcome:

@@ -62,11 +62,15 @@ def waterfall(memory: ProcessMemory, dump: HeapDump, residency: HeapResidency) -
     )
     unexplained = memory.anon_bytes - parts if memory.anon_bytes is not None else None
     walked = sum(a.walked_chunks for a in residency.arenas)
-    free_note = (
-        f"measured: {walked} free chunks checked page by page"
-        if not free_estimated
-        else "estimate: resident heap minus in-use"
-    )
+    if not free_estimated:
+        free_note = f"measured: {walked:,} free chunks checked page by page"
+    elif walked:
+        free_note = (
+            f"{residency.measured_share:.0%} measured ({walked:,} free chunks checked page by "
+            "page), the rest estimated from the XML"
+        )
+    else:
+        free_note = "estimate: resident heap minus in-use"
     lines = [
         WaterfallLine("rss", "RSS", memory.rss_bytes, 0),
         WaterfallLine(
@@ -122,6 +126,25 @@ def waterfall(memory: ProcessMemory, dump: HeapDump, residency: HeapResidency) -
     if residency.method == "totals":
         notes.append("arenas were not matched one by one: arena figures are process totals")
     return Waterfall(lines=tuple(lines), notes=tuple(notes))
+
+
+# Advice codes that answer "what would a trim give back, and what can it not?": from the
+# residency when there is one, from the XML otherwise, never from both (one verdict per
+# question). The residency's answers: trim-would-release, free-not-resident and
+# free-resident-fragmented (the XML's small-free-chunks says the last without knowing
+# which pages are still in RAM).
+_TRIM_VERDICT_CODES = frozenset({"trim-would-release", "small-free-chunks"})
+
+
+def one_verdict(
+    heap_advice: tuple[Advice, ...], residency_advice: tuple[Advice, ...] | None
+) -> tuple[Advice, ...]:
+    """The advice of a report: the XML's, with its trim verdict replaced by the residency's
+    when a residency was read (it knows which free pages are still in RAM; the XML does not)."""
+    if residency_advice is None:
+        return heap_advice
+    kept = tuple(a for a in heap_advice if a.code not in _TRIM_VERDICT_CODES)
+    return kept + residency_advice
 
 
 def residency_advice(dump: HeapDump, residency: HeapResidency) -> tuple[Advice, ...]:

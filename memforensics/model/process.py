@@ -12,9 +12,11 @@ AllocatorKind = Literal["glibc", "musl", "jemalloc", "tcmalloc", "mimalloc", "st
 # "system-mem": arenas paired with heap groups by equal system_mem; "totals": no per-arena match.
 MatchMethod = Literal["arena-chain", "system-mem", "totals"]
 
-# How the free bytes still resident were obtained: "walked" = free chunks from the bins
-# checked page by page in /proc/PID/pagemap; "estimate" = resident heap minus in-use, clamped.
-FreeMethod = Literal["walked", "estimate"]
+# How the free bytes still resident were obtained: "walked" = every bin's free chunks read
+# consistently and checked page by page in /proc/PID/pagemap; "partial" = some bins walked,
+# the rest estimated from the XML's per-size counts; "estimate" = nothing walked: resident
+# heap minus in-use, clamped (see docs/residency.md).
+FreeMethod = Literal["walked", "partial", "estimate"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +97,14 @@ class ArenaResidency:
     walked_chunks: int = 0
     top_bytes: int | None = None
     top_resident_bytes: int | None = None
+    # Free bytes read from the target's bins (and top) vs taken from the XML for the bins
+    # whose lists kept moving, or were not reached in the time budget.
+    measured_free_bytes: int = 0
+    estimated_free_bytes: int = 0
+    estimated_trimmable_bytes: int = 0  # part of trimmable_bytes estimated from the XML
+    estimated_bins: tuple[int, ...] = ()  # 0 = the fastbins, 1 = unsorted, 2 … 126
+    retries: int = 0  # lists read again because they moved under the reads
+    budget_reached: bool = False
 
     @property
     def mapped_bytes(self) -> int:
@@ -123,6 +133,18 @@ class HeapResidency:
     other_anon_resident_bytes: int  # everything else anonymous (program mmaps, library COW)
     anon_resident_bytes: int  # all anonymous resident bytes, summed over the same smaps pass
     notes: tuple[str, ...] = ()
+    # Free bytes (bins, fastbins, top) measured by the walk, and those estimated from the
+    # XML (lists that kept moving, arenas not matched or not reached in the time budget).
+    measured_free_bytes: int = 0
+    estimated_free_bytes: int = 0
+    walk_seconds: float = 0.0
+    walk_budget_seconds: float | None = None
+
+    @property
+    def measured_share(self) -> float:
+        """Share of the free bytes that was measured, 0 … 1 (1.0 when nothing is free)."""
+        total = self.measured_free_bytes + self.estimated_free_bytes
+        return self.measured_free_bytes / total if total else 1.0
 
     def arena(self, index: int) -> ArenaResidency | None:
         """The residency of the arena with this dump index, if matched."""
@@ -173,7 +195,8 @@ class ArenaTrimForecast:
 
     index: int
     releasable_bytes: int
-    measured: bool  # True: from the walked free chunks' resident pages; False: from the XML
+    measured: bool  # True: wholly from the walked free chunks' resident pages
+    estimated_bytes: int = 0  # part of releasable_bytes estimated from the XML
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,3 +208,5 @@ class TrimForecast:
     measured: bool  # every arena measured (no estimate in the total)
     free_not_resident_bytes: int | None  # free bytes whose pages are already gone
     notes: tuple[str, ...] = ()
+    estimated_bytes: int = 0  # part of releasable_bytes estimated from the XML
+    measured_share: float = 1.0  # share of the free bytes the residency measured

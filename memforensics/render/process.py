@@ -164,6 +164,11 @@ def residency_json(res: HeapResidency) -> dict[str, Any]:
         "other_anon_resident_bytes": res.other_anon_resident_bytes,
         "anon_resident_bytes": res.anon_resident_bytes,
         "free_resident_bytes": res.free_resident_bytes,
+        "measured_free_bytes": res.measured_free_bytes,
+        "estimated_free_bytes": res.estimated_free_bytes,
+        "measured_share": round(res.measured_share, 4),
+        "walk_seconds": round(res.walk_seconds, 3),
+        "walk_budget_seconds": res.walk_budget_seconds,
         "arenas": [
             {
                 "index": arena.index,
@@ -174,6 +179,11 @@ def residency_json(res: HeapResidency) -> dict[str, Any]:
                 "free_method": arena.free_method,
                 "trimmable_bytes": arena.trimmable_bytes,
                 "walked_chunks": arena.walked_chunks,
+                "measured_free_bytes": arena.measured_free_bytes,
+                "estimated_free_bytes": arena.estimated_free_bytes,
+                "estimated_trimmable_bytes": arena.estimated_trimmable_bytes,
+                "estimated_bins": list(arena.estimated_bins),
+                "retries": arena.retries,
                 "top_bytes": arena.top_bytes,
                 "top_resident_bytes": arena.top_resident_bytes,
                 "segments": [

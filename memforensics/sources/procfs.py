@@ -22,6 +22,7 @@ from memforensics.errors import (
     TargetPermissionError,
 )
 from memforensics.model.process import AllocatorInfo, ProcessFacts, ProcessMemory
+from memforensics.sources.procmaps import parse_maps
 
 PROC = Path("/proc")
 # PF_KTHREAD from include/linux/sched.h: the task is a kernel thread (no user memory at all).
@@ -87,12 +88,7 @@ def _process_name(pid: int) -> str:
 
 def _maps_paths(pid: int) -> list[str]:
     """Distinct file paths mapped into PID, in address order."""
-    seen: dict[str, None] = {}
-    for line in _read_text(pid, "maps").splitlines():
-        parts = line.split(None, 5)
-        if len(parts) == 6 and parts[5].startswith("/"):
-            seen.setdefault(parts[5].removesuffix(" (deleted)"), None)
-    return list(seen)
+    return list(dict.fromkeys(m.path for m in parse_maps(_read_text(pid, "maps")) if m.file_backed))
 
 
 def _open_in_target(pid: int, path: str) -> Path:
@@ -306,13 +302,15 @@ def check_target(pid: int, *, allow_stopped: bool = False) -> ProcessFacts:
     return facts
 
 
-def _kib_fields(text: str) -> dict[str, int]:
+def _kib_fields(text: str, *, summed: bool = False) -> dict[str, int]:
+    """``Key: N kB`` lines as bytes; ``summed`` adds up repeated keys (smaps' mappings)."""
     fields: dict[str, int] = {}
     for line in text.splitlines():
         key, _, value = line.partition(":")
         parts = value.split()
         if len(parts) == 2 and parts[1] == "kB" and parts[0].isdigit():
-            fields[key.strip()] = int(parts[0]) * 1024
+            previous = fields.get(key.strip(), 0) if summed else 0
+            fields[key.strip()] = previous + int(parts[0]) * 1024
     return fields
 
 
@@ -323,11 +321,15 @@ def read_memory(pid: int) -> ProcessMemory:
     holds per-CPU counter approximations; shmem comes from status (rollup has no RSS split for
     it) and file-backed is what remains. USS = private clean + private dirty, as psutil counts it.
     """
+    status = _kib_fields(_read_text(pid, "status"))
     try:
         rollup = _kib_fields(_read_text(pid, "smaps_rollup"))
     except TargetPermissionError:
         rollup = {}
-    status = _kib_fields(_read_text(pid, "status"))
+    except NoSuchProcessError:
+        # status was read, so the process exists: this kernel has no smaps_rollup (< 4.14);
+        # smaps has the same fields per mapping, and the rollup is their sum.
+        rollup = _kib_fields(_read_text(pid, "smaps"), summed=True)
     rss = rollup.get("Rss", status.get("VmRSS"))
     anon = rollup.get("Anonymous", status.get("RssAnon"))
     shmem = status.get("RssShmem")

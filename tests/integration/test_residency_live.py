@@ -21,11 +21,12 @@ import pytest
 
 from memforensics.analysis.residency import residency_advice, waterfall
 from memforensics.analysis.trim_forecast import forecast_trim
+from memforensics.live import read_heap_residency
 from memforensics.model.heap import Arena, HeapDump
 from memforensics.render.process import residency_json, waterfall_json
 from memforensics.sources import procfs
-from memforensics.sources.heapmaps import read_heap_residency
 from memforensics.sources.malloc_xml import parse_dump
+from memforensics.sources.procmaps import read_maps
 from tests.support.targets import Target, c_target, compile_target, have_cc, running
 
 pytestmark = [
@@ -52,7 +53,8 @@ class Arenas:
     def _await(self, name: str) -> str:
         path = self.control / name
         deadline = time.monotonic() + 30
-        while not path.exists():
+        # The target creates the marker, then writes its line: wait for the whole line.
+        while not (path.exists() and path.read_text().endswith("\n")):
             assert self.target.alive(), "target died"
             assert time.monotonic() < deadline, f"target wrote no {name}"
             time.sleep(0.005)
@@ -65,6 +67,11 @@ class Arenas:
         os.kill(self.pid, signal.SIGUSR1)
         self._await("dump.done")
         return parse_dump((self.control / "dump.xml").read_bytes(), name=f"pid {self.pid}")
+
+    def operations(self) -> int:
+        """churn_arenas only: dump again; the marker carries the target's operation count."""
+        os.kill(self.pid, signal.SIGUSR1)
+        return int(self._await("dump.done"))
 
     def trim(self) -> int:
         """malloc_trim(0) in the target; its return value."""
@@ -316,6 +323,118 @@ def test_busy_target_reads_are_safe_and_consistent() -> None:
             forecast = forecast_trim(dump, residency, page_bytes=residency.page_bytes)
             assert forecast.releasable_bytes >= 0
             assert procfs.process_state(arenas.pid) in "RS"
-        assert methods <= {"walked", "estimate"}
+        assert methods <= {"walked", "partial", "estimate"}
         assert arenas.target.alive()
         assert arenas.dump().arenas  # still answers: not corrupted, not stuck
+
+
+@contextlib.contextmanager
+def churning_target(*args: str) -> Iterator[Arenas]:
+    """tests/targets/churn_arenas.c: threads churning a small working set over a fragmented
+    heap (same signal protocol as proc_arenas)."""
+    with tempfile.TemporaryDirectory() as tmp, c_target("churn_arenas", tmp, *args) as target:
+        yield Arenas(target, Path(tmp))
+
+
+BUSY_REPORTS = 5
+BUSY_MEASURED_SHARE = 0.90  # issue 11: >= 90 % of the free bytes measured in most reports
+# The walk's time budget is about waiting, not about a moving heap: on a loaded CI machine it
+# would stop the walk before the heap's motion is what the test looks at.
+BUSY_BUDGET_SECONDS = 60.0
+
+
+@pytest.mark.slow
+def test_busy_service_free_bytes_are_mostly_measured() -> None:
+    """Four threads churn malloc/free over fragmented arenas while the residency is read:
+    arenas are matched one by one, lists caught moving are read again, and at least 90 %
+    of the free bytes are measured in most reports (before issue 11: 0.2 %, every busy
+    arena went to the estimate). The target verifies its blocks and keeps working."""
+    with churning_target("4", "20000", "256") as busy:
+        shares = []
+        for _ in range(BUSY_REPORTS):
+            dump = busy.dump()
+            residency = read_heap_residency(busy.pid, dump, budget_seconds=BUSY_BUDGET_SECONDS)
+            assert residency.method == "arena-chain"
+            assert len(residency.arenas) == len(dump.arenas) == 5
+            shares.append(residency.measured_share)
+            total = residency.measured_free_bytes + residency.estimated_free_bytes
+            # What the walk found and what the XML says differ only by what moved meanwhile.
+            assert total == pytest.approx(dump.free_bytes, rel=0.1)
+            for row in residency.arenas:
+                assert row.free_method in ("walked", "partial")
+                assert row.measured_free_bytes > 0
+            assert len(residency.notes) <= 3  # one line per reason, not one per arena
+        assert sorted(shares)[BUSY_REPORTS // 2] >= BUSY_MEASURED_SHARE, shares
+        operations_before = busy.operations()
+        deadline = time.monotonic() + 30
+        while busy.operations() <= operations_before:  # still churning, not stuck
+            assert busy.target.alive() and time.monotonic() < deadline
+
+
+@pytest.mark.slow
+def test_busy_service_trim_forecast_is_within_a_quarter_of_the_release() -> None:
+    """The forecast, read while the threads churn, is within 25 % of what malloc_trim then
+    releases: the big free chunks holding whole pages stay put while the small ones move."""
+    with churning_target("4", "20000", "256") as busy:
+        dump = busy.dump()
+        residency = read_heap_residency(busy.pid, dump, budget_seconds=BUSY_BUDGET_SECONDS)
+        forecast = forecast_trim(dump, residency, page_bytes=residency.page_bytes)
+        # One report: mostly measured (the 90 % bar over several reports is the test above).
+        assert forecast.measured_share >= 0.5
+        released = _released_after_trim(busy)
+        assert released > 8 * MIB
+        assert abs(forecast.releasable_bytes - released) <= FORECAST_TOLERANCE * released
+        if not forecast.measured:
+            assert any(note.startswith("error bar:") for note in forecast.notes)
+        assert busy.target.alive()
+
+
+def test_fastbins_are_walked_through_safe_linking() -> None:
+    """64-byte blocks freed every other one fill the fastbins (glibc >= 2.32 stores their
+    links mangled as (address >> 12) ^ fd): they are walked, not taken from the XML, and
+    the walk finds the bytes malloc_info counts."""
+    with arenas_target("2", "2000", "64", "alternate") as arenas:
+        dump = arenas.dump()
+        residency = read_heap_residency(arenas.pid, dump)
+        assert (dump.fast_bytes or 0) > 100_000
+        assert residency.estimated_free_bytes == 0 and residency.measured_share == 1.0
+        for arena in dump.arenas:
+            row = residency.arena(arena.index)
+            assert row is not None and row.free_method == "walked"
+            if arena.fast_chunks:
+                assert row.walked_chunks >= arena.fast_chunks
+            # Regular bins print sizes with PREV_INUSE (+1 per chunk); fastbins do not.
+            assert arena.free_bytes - arena.rest_chunks <= row.measured_free_bytes
+            assert row.measured_free_bytes <= arena.free_bytes
+
+
+def test_forked_child_whose_heap_shows_as_two_mappings_is_walked_whole() -> None:
+    """A forked child that grew its heap (every PostgreSQL backend) shows [heap] as two
+    adjacent mappings; free chunks straddle them. Before, only the first was the main heap,
+    so every list leaving it read as inconsistent: 0.5 % of a backend's free bytes were
+    measured under pgbench. The heap is one, and it is walked whole."""
+    code = (
+        "import os, sys, time\n"
+        "keep = [bytearray(3000) for _ in range(2000)]\n"
+        "if os.fork() == 0:\n"
+        "    more = [bytearray(3000) for _ in range(6000)]\n"
+        "    del more[::2]\n"
+        "    print('ready', os.getpid(), flush=True)\n"
+        "    time.sleep(120)\n"
+        "    os._exit(0)\n"
+        "os.wait()\n"
+    )
+    with running([sys.executable, "-c", code]) as parent:
+        child = int(parent.ready_line.split()[-1])
+        try:
+            heaps = [m for m in read_maps(child) if m.path == "[heap]"]
+            assert len(heaps) >= 2, "precondition: the kernel split the child's heap"
+            facts = procfs.check_target(child)
+            main = Arena(0, (), 0, 0, 1, 0, 0, 0)
+            dump = HeapDump("1", (main,), 0, 0, 1, 0, 0, 0, 0, 0)
+            row = read_heap_residency(child, dump, libc_path=facts.libc_path).arena(0)
+            assert row is not None and row.free_method == "walked" and not row.estimated_bins
+            assert row.walked_chunks >= 2000
+            assert row.mapped_bytes == heaps[-1].end_address - heaps[0].start_address
+        finally:
+            os.kill(child, signal.SIGKILL)

@@ -1,17 +1,21 @@
-"""procfs and the pagemap reader on this very test process (real /proc, nothing replaced)."""
+"""procfs and the /proc/PID/mem + pagemap reader on real processes (seams only where a kernel
+file must be missing: a /proc look-alike of symlinks to the real files)."""
 
 from __future__ import annotations
 
 import mmap
 import os
 import subprocess
+import time
+from pathlib import Path
 
 import psutil
 import pytest
 
 from memforensics.errors import NoSuchProcessError, TargetError
-from memforensics.sources import procfs
-from memforensics.sources.heapmaps import _PageMap
+from memforensics.sources import procfs, procmem
+from memforensics.sources.heapmaps import scan_heap
+from memforensics.sources.procmem import PagemapUnavailableError, ProcessMemoryReader
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -92,7 +96,8 @@ def test_pagemap_counts_resident_pages_exactly() -> None:
         anchor = ctypes.c_char.from_buffer(region)
         start = ctypes.addressof(anchor)
         del anchor  # the mapping cannot close while a ctypes view of it exists
-        pages = _PageMap(os.getpid(), start, start + 8 * PAGE, PAGE)
+        with ProcessMemoryReader(os.getpid()) as reader:
+            pages = reader.pagemap(start, start + 8 * PAGE)
         assert pages.total_resident_bytes == 3 * PAGE
         assert pages.resident_bytes(start, start + PAGE) == PAGE
         assert pages.resident_bytes(start + PAGE, start + 2 * PAGE) == 0
@@ -103,3 +108,56 @@ def test_pagemap_counts_resident_pages_exactly() -> None:
         assert pages.whole_pages_resident_bytes(start + 1, start + 2 * PAGE - 1) == 0
     finally:
         region.close()
+
+
+def _proc_like(tmp_path: Path, pid: int, names: tuple[str, ...]) -> Path:
+    """A /proc look-alike holding only ``names`` of the real /proc/PID (as symlinks)."""
+    (tmp_path / str(pid)).mkdir()
+    for name in names:
+        (tmp_path / str(pid) / name).symlink_to(f"/proc/{pid}/{name}")
+    return tmp_path
+
+
+def test_without_smaps_rollup_memory_is_summed_from_smaps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bug (issue 9): on kernels before 4.14 (no smaps_rollup) read_memory said "no process
+    with PID N" for a live process. It now sums /proc/PID/smaps, to the same figures."""
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        deadline = time.monotonic() + 10
+        while procfs.process_state(proc.pid) not in "S" and time.monotonic() < deadline:
+            time.sleep(0.01)  # until exec'd and asleep: its memory no longer moves
+        real = procfs.read_memory(proc.pid)
+        names = ("status", "smaps", "stat")
+        monkeypatch.setattr(procfs, "PROC", _proc_like(tmp_path, proc.pid, names))
+        summed = procfs.read_memory(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert summed.rss_bytes == real.rss_bytes and real.rss_bytes
+    assert summed.anon_bytes == real.anon_bytes
+    assert summed.uss_bytes == real.uss_bytes and summed.uss_bytes
+    assert summed.swap_bytes == real.swap_bytes
+    assert summed.pss_bytes is not None and real.pss_bytes is not None
+    assert abs(summed.pss_bytes - real.pss_bytes) <= 64 * 1024  # rollup rounds once, we per VMA
+
+
+def test_gone_process_is_still_no_such_process_without_smaps_rollup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(procfs, "PROC", tmp_path)
+    with pytest.raises(NoSuchProcessError):
+        procfs.read_memory(os.getpid())
+
+
+def test_unreadable_pagemap_is_unknown_not_a_guess(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bug (issue 9): an unreadable pagemap counted as "all resident" in one place and "none
+    resident" in another, and either produced advice. Now residency is unknown and says so."""
+    monkeypatch.setattr(procmem, "PROC_ROOT", _proc_like(tmp_path, os.getpid(), ("mem",)))
+    with pytest.raises(PagemapUnavailableError, match="resident is unknown"):
+        ProcessMemoryReader(os.getpid())
+    with pytest.raises(PagemapUnavailableError, match="resident is unknown"):
+        scan_heap(os.getpid())

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from io import StringIO
 
+import pytest
 from rich.console import Console
 
-from memforensics.analysis.residency import residency_advice, waterfall
+from memforensics.analysis.heap import analyze
+from memforensics.analysis.residency import one_verdict, residency_advice, waterfall
+from memforensics.analysis.residency_build import build_residency
 from memforensics.analysis.trim_forecast import estimate_arena_releasable, forecast_trim
+from memforensics.model import glibc
 from memforensics.model.heap import Arena, HeapDump, SizeBucket
+from memforensics.model.heapscan import ArenaScan, HeapScan
 from memforensics.model.process import (
     AllocatorInfo,
     ArenaResidency,
@@ -24,6 +30,7 @@ from memforensics.render.process import (
     residency_json,
     waterfall_json,
 )
+from tests.support.schema import missing_keys
 
 MIB = 1024 * 1024
 PAGE = 4096
@@ -190,3 +197,235 @@ def test_renderers_and_json() -> None:
     rdoc = residency_json(residency)
     assert rdoc["arenas"][0]["trimmable_bytes"] == 199 * MIB
     assert rdoc["arenas"][0]["segments"][0]["start"] == "0x5000"
+
+
+def test_after_a_trim_the_report_gives_one_verdict_from_the_residency() -> None:
+    """Bug (issue 9): after a trim, inspect said both "99 MiB ... malloc_trim returns their
+    whole pages" (from the XML) and "99 MiB of it is no longer resident" (from the
+    residency). With a residency the trim verdict comes from it alone."""
+    big = SizeBucket("unsorted", 99 * MIB + 1, 99 * MIB + 1, 99 * MIB + 1, 1)
+    dump = _dump(_arena(0, buckets=(big,), top=64 * 1024, system=100 * MIB))
+    after_trim = ArenaResidency(
+        0,
+        0x1000,
+        (HeapSegment(0, 100 * MIB, MIB),),
+        64 * 1024,
+        "walked",
+        0,
+        measured_free_bytes=99 * MIB + 64 * 1024,
+    )
+    residency = _residency(after_trim, heap_resident=MIB, anon=2 * MIB)
+    xml_codes = [a.code for a in analyze(dump).advice]
+    assert "trim-would-release" in xml_codes  # the XML alone cannot know the pages are gone
+    codes = [a.code for a in one_verdict(analyze(dump).advice, residency_advice(dump, residency))]
+    assert "free-not-resident" in codes
+    assert "trim-would-release" not in codes
+    # Without a residency the XML's verdict stands (one source, still one verdict).
+    assert one_verdict(analyze(dump).advice, None) == analyze(dump).advice
+    # Before a trim, the residency says "would release" and the XML's copy is dropped.
+    before = ArenaResidency(
+        0, 0x1000, (HeapSegment(0, 100 * MIB, 100 * MIB),), 99 * MIB, "walked", 98 * MIB
+    )
+    both = one_verdict(
+        analyze(dump).advice,
+        residency_advice(dump, _residency(before, heap_resident=100 * MIB, anon=101 * MIB)),
+    )
+    assert [a.code for a in both].count("trim-would-release") == 1
+    # "Free memory in chunks too small to trim": the XML's small-free-chunks cannot know
+    # which pages are resident; with a residency only free-resident-fragmented may say it.
+    small = SizeBucket("bin", 513, 513, 513 * 80_000, 80_000)
+    fragmented = _dump(_arena(0, buckets=(small,), top=0, system=80 * MIB))
+    assert "small-free-chunks" in [a.code for a in analyze(fragmented).advice]
+    gone = ArenaResidency(0, 0x1000, (HeapSegment(0, 80 * MIB, MIB),), 0, "walked", 0)
+    verdict = one_verdict(
+        analyze(fragmented).advice,
+        residency_advice(fragmented, _residency(gone, heap_resident=MIB, anon=2 * MIB)),
+    )
+    assert "small-free-chunks" not in [a.code for a in verdict]
+
+
+def _scan_arena(**fields: object) -> ArenaScan:
+    base: dict[str, object] = {
+        "address": 0x7F0000000030,
+        "is_main": False,
+        "system_bytes": 8 * MIB,
+        "layout_ok": True,
+        "segments": (HeapSegment(0x7F0000000000, 8 * MIB, 8 * MIB),),
+        "walked": True,
+    }
+    base.update(fields)
+    return ArenaScan(**base)  # type: ignore[arg-type]
+
+
+def _scan(*arenas: ArenaScan, chained: bool = True, budget: float = 3.0) -> HeapScan:
+    return HeapScan(
+        pid=1,
+        page_bytes=PAGE,
+        chained=chained,
+        arenas=arenas,
+        heap_mapped_bytes=sum(s.mapped_bytes for a in arenas for s in a.segments),
+        heap_resident_bytes=sum(s.resident_bytes for a in arenas for s in a.segments),
+        mmap_chunks=0,
+        mmap_chunk_bytes=0,
+        mmap_chunk_resident_bytes=0,
+        stack_resident_bytes=0,
+        anon_resident_bytes=sum(s.resident_bytes for a in arenas for s in a.segments),
+        walk_seconds=0.5,
+        walk_budget_seconds=budget,
+    )
+
+
+SMALL = SizeBucket("bin", 513, 513, 513 * 1000, 1000)  # bin 32
+LARGE = SizeBucket("bin", 20481, 24577, 22529 * 100, 100)  # one large bin
+UNSORTED = SizeBucket("unsorted", 33, 9000, 4 * MIB + 50, 50)
+
+
+def test_a_moving_bin_is_estimated_alone_and_the_share_is_reported() -> None:
+    """One bin of one arena kept moving: that bin (and only it) comes from the XML's line
+    for it; the rest of the arena and the other arenas stay measured."""
+    arena1 = _arena(1, buckets=(SMALL, LARGE, UNSORTED), top=MIB, system=8 * MIB)
+    arena2 = _arena(2, buckets=(SMALL,), top=MIB, system=8 * MIB)
+    main = _arena(0, buckets=(), top=MIB, system=8 * MIB)
+    dump = _dump(main, arena1, arena2)
+    measured1 = SMALL.chunk_bytes + LARGE.chunk_bytes + MIB
+    scan = _scan(
+        _scan_arena(is_main=True, free_bytes=MIB, free_resident_bytes=MIB, top_bytes=MIB),
+        _scan_arena(
+            free_bytes=measured1,
+            free_resident_bytes=measured1,
+            trimmable_bytes=1234 * PAGE,
+            chunks=1100,
+            unmeasured_bins=(1,),
+            retries=4,
+            top_bytes=MIB,
+            top_resident_bytes=MIB,
+        ),
+        _scan_arena(
+            free_bytes=SMALL.chunk_bytes + MIB,
+            free_resident_bytes=SMALL.chunk_bytes + MIB,
+            chunks=1000,
+            top_bytes=MIB,
+        ),
+    )
+    residency = build_residency(dump, scan)
+    assert residency.method == "arena-chain"
+    row1 = residency.arena(1)
+    assert row1 is not None and row1.free_method == "partial"
+    assert row1.estimated_bins == (1,)
+    assert row1.estimated_free_bytes == UNSORTED.chunk_bytes
+    assert row1.measured_free_bytes == measured1
+    # Fully resident arena: the estimated part is taken as resident too.
+    assert row1.free_resident_bytes == measured1 + UNSORTED.chunk_bytes
+    assert row1.trimmable_bytes is not None and row1.trimmable_bytes > 1234 * PAGE
+    assert row1.estimated_trimmable_bytes == row1.trimmable_bytes - 1234 * PAGE
+    assert [r.free_method for r in residency.arenas] == ["walked", "partial", "walked"]
+    total = residency.measured_free_bytes + residency.estimated_free_bytes
+    assert residency.estimated_free_bytes == UNSORTED.chunk_bytes
+    assert residency.measured_share == pytest.approx(1 - UNSORTED.chunk_bytes / total)
+    assert any("1 arena partly estimated" in note for note in residency.notes)
+    forecast = forecast_trim(dump, residency, page_bytes=PAGE)
+    assert not forecast.measured
+    assert forecast.estimated_bytes == row1.estimated_trimmable_bytes
+    assert forecast.measured_share == residency.measured_share
+    assert any(note.startswith("error bar:") for note in forecast.notes)
+
+
+def test_many_arenas_out_of_budget_give_one_note_not_one_each() -> None:
+    """Issue 10: 1,146 arenas whose walk ran out of time are one note, not 1,146."""
+    arenas = [_arena(0, buckets=(), top=MIB, system=8 * MIB)]
+    scans = [_scan_arena(is_main=True, free_bytes=MIB, top_bytes=MIB)]
+    for index in range(1, 1501):
+        arenas.append(_arena(index, buckets=(SMALL,), top=0, system=8 * MIB))
+        late = index > 354
+        scans.append(
+            _scan_arena(
+                free_bytes=0 if late else SMALL.chunk_bytes,
+                free_resident_bytes=0 if late else SMALL.chunk_bytes,
+                unmeasured_bins=(32,) if late else (),
+                budget_reached=late,
+            )
+        )
+    residency = build_residency(_dump(*arenas), _scan(*scans, budget=2.5))
+    budget_notes = [n for n in residency.notes if "budget" in n]
+    assert budget_notes == ["1,146 arenas estimated: walk budget of 2.5 s reached"]
+    assert residency.measured_share == pytest.approx(
+        (MIB + 354 * SMALL.chunk_bytes) / (MIB + 1500 * SMALL.chunk_bytes)
+    )
+
+
+def test_arenas_pair_one_by_one_when_the_chain_does_not_fit() -> None:
+    """No usable chain: each arena pairs by its own system_mem; one that finds no partner
+    is estimated alone instead of sending the whole process to totals."""
+    main = _arena(0, buckets=(), top=MIB, system=8 * MIB)
+    a1 = _arena(1, buckets=(SMALL,), top=0, system=8 * MIB)
+    a2 = _arena(2, buckets=(SMALL,), top=0, system=12 * MIB)
+    scan = _scan(
+        _scan_arena(is_main=True, free_bytes=MIB, top_bytes=MIB),
+        _scan_arena(system_bytes=8 * MIB, free_bytes=SMALL.chunk_bytes),
+        _scan_arena(system_bytes=16 * MIB, free_bytes=SMALL.chunk_bytes),  # grew since the dump
+        chained=False,
+    )
+    residency = build_residency(_dump(main, a1, a2), scan)
+    assert residency.method == "system-mem"
+    assert [r.free_method for r in residency.arenas] == ["walked", "walked", "estimate"]
+    assert residency.estimated_free_bytes == a2.free_bytes
+
+
+def test_measured_share_is_one_without_free_bytes() -> None:
+    residency = _residency(heap_resident=0, anon=0)
+    assert residency.measured_free_bytes == residency.estimated_free_bytes == 0
+    assert residency.measured_share == 1.0
+
+
+def test_forecast_without_residency_says_residency_is_unknown() -> None:
+    """Unreadable pagemap: no residency; the forecast is the XML's, labelled as such."""
+    forecast = forecast_trim(_dump(DEMO_ARENA), None, page_bytes=PAGE)
+    assert not forecast.measured and forecast.free_not_resident_bytes is None
+    assert forecast.releasable_bytes == forecast.estimated_bytes > 199 * MIB
+    assert any("resident is unknown" in note for note in forecast.notes)
+
+
+def test_residency_json_has_the_documented_keys() -> None:
+    """docs/json.md's residency keys block against the real renderer's output."""
+    row = ArenaResidency(
+        0,
+        0x1000,
+        (HeapSegment(0x5000, 8 * MIB, 8 * MIB),),
+        MIB,
+        "partial",
+        0,
+        measured_free_bytes=3 * MIB,
+        estimated_free_bytes=MIB,
+        estimated_bins=(1,),
+    )
+    residency = replace(
+        _residency(row, heap_resident=8 * MIB, anon=9 * MIB),
+        measured_free_bytes=3 * MIB,
+        estimated_free_bytes=MIB,
+    )
+    document = {"residency": residency_json(residency)}
+    assert missing_keys(document, "memforensics/heap/1#residency") == []
+    assert document["residency"]["measured_share"] == 0.75
+    assert document["residency"]["arenas"][0]["estimated_bins"] == [1]
+
+
+def test_glibc_bins_follow_mallocs_index_macros() -> None:
+    """bin_index is glibc's smallbin_index/largebin_index_64; the ranges tile the sizes."""
+    assert [glibc.bin_index(s) for s in (32, 48, 1008, 1024, 1087, 1088, 3072)] == [
+        2,
+        3,
+        63,
+        64,
+        64,
+        65,
+        96,
+    ]
+    assert glibc.bin_index(3136) == 97 and glibc.bin_index(1 << 20) == 126
+    previous_high = glibc.bin_size_range(63)[1]
+    for index in range(64, 127):
+        low, high = glibc.bin_size_range(index)
+        assert low == previous_high + 1 if index > 64 else low == 1024
+        assert glibc.bin_index(low) == index == glibc.bin_index(high & ~15)
+        previous_high = high
+    assert glibc.systrim_release_bytes(64 * 1024, PAGE) == 15 * PAGE
+    assert glibc.mtrim_span(0x1000, 3 * PAGE, PAGE) == (0x2000, 0x4000)

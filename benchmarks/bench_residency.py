@@ -1,0 +1,224 @@
+"""Speed and coverage of the residency walk vs the per-chunk walk: same target, same run.
+
+Targets (tests/targets/proc_arenas.c, pattern "alternate", 144-byte blocks: every other one
+freed, so no two free chunks merge and none is a fastbin chunk) hold ~2 M free chunks:
+16 arenas (16 threads x 125,000 free chunks) and 1,500 arenas (1,500 threads x ~1,333 free
+chunks, GLIBC_TUNABLES=glibc.malloc.arena_max so every thread keeps its own arena). Each runs
+in a memory cgroup when one can be made. Each round runs, on that one process,
+
+  * memforensics' residency read (``memforensics.live.read_heap_residency``: find the
+    arenas, copy their heaps in runs of resident pages, walk every bin with its consistency
+    checks, measure pages) with its default time budget, as inspect and trim run it;
+  * the same with the pure-Python loop (what runs where no C compiler built the optional
+    memforensics.sources._chunkwalk);
+  * the manual way: the same bins followed with one /proc/PID/mem read per chunk (how the
+    walk worked before, and what a gdb or Python script reading the target does), no budget,
+
+and prints medians: chunks/s (wall and CPU), the share of free bytes measured, and the ratio
+memforensics/manual. Targets (issue 13): >= 2 M chunks/s; >= 90 % of free bytes measured at
+1,500 arenas. The machine's load average is printed: on a shared machine absolute rates move,
+the ratio measured in the same run is what counts. Asserts nothing.
+
+usage: python benchmarks/bench_residency.py [--rounds N] [--cases 16,1500] [--free-chunks N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import signal
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from memforensics.live import read_heap_residency  # noqa: E402
+from memforensics.model import glibc  # noqa: E402
+from memforensics.model.heap import HeapDump  # noqa: E402
+from memforensics.sources import heapcopy  # noqa: E402
+from memforensics.sources.glibc_arenas import (  # noqa: E402
+    find_heaps,
+    find_main_arena,
+    read_state,
+)
+from memforensics.sources.malloc_xml import parse_dump  # noqa: E402
+from memforensics.sources.procmaps import read_smaps  # noqa: E402
+from memforensics.sources.procmem import ProcessMemoryReader  # noqa: E402
+from tests.support.targets import compile_target  # noqa: E402
+
+T = TypeVar("T")
+BLOCK_BYTES = 144  # a 160-byte chunk: above the fastbin limit, so every free one is binned
+LIMIT_BYTES = 3 << 30
+
+
+def _memory_cgroup() -> Path | None:
+    """A fresh memory cgroup (v1 or v2) under ours, limited to LIMIT_BYTES, or None."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            base, limit_file = (
+                Path("/sys/fs/cgroup/memory") / path.lstrip("/"),
+                "memory.limit_in_bytes",
+            )
+            break
+        if controllers == "" and Path("/sys/fs/cgroup/cgroup.controllers").exists():
+            base = Path("/sys/fs/cgroup") / path.lstrip("/")
+            limit_file = "memory.max"
+    else:
+        return None
+    group = base / f"memforensics-bench-residency-{os.getpid()}"
+    try:
+        group.mkdir()
+        (group / limit_file).write_text(str(LIMIT_BYTES))
+    except OSError:
+        with contextlib.suppress(OSError):
+            group.rmdir()
+        return None
+    return group
+
+
+@contextlib.contextmanager
+def target(threads: int, chunks_per_thread: int) -> Iterator[tuple[int, Path]]:
+    """proc_arenas with ``threads`` arenas of ``chunks_per_thread`` blocks, half freed."""
+    binary = compile_target("proc_arenas")
+    group = _memory_cgroup()
+    env = dict(os.environ, GLIBC_TUNABLES=f"glibc.malloc.arena_max={threads + 1}")
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = [str(binary), tmp, str(threads), str(chunks_per_thread), str(BLOCK_BYTES)]
+        argv.append("alternate")
+        if group is not None:
+            argv = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(group), *argv]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, env=env, start_new_session=True)
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline().decode()
+            if not line.startswith("ready"):
+                raise RuntimeError(f"target did not start: {line!r}")
+            yield proc.pid, Path(tmp)
+        finally:
+            proc.kill()
+            proc.wait()
+            if group is not None:
+                with contextlib.suppress(OSError):
+                    group.rmdir()
+
+
+def dump_of(pid: int, control: Path) -> HeapDump:
+    """The target's own malloc_info (SIGUSR1), parsed."""
+    done = control / "dump.done"
+    os.kill(pid, signal.SIGUSR1)
+    deadline = time.monotonic() + 120
+    while not done.exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError("target wrote no dump")
+        time.sleep(0.01)
+    done.unlink()
+    return parse_dump((control / "dump.xml").read_bytes(), name=f"pid {pid}")
+
+
+def manual_walk(pid: int) -> int:
+    """Every bin of every arena followed with one /proc/PID/mem read per chunk."""
+    mappings = read_smaps(pid)
+    chunk_words = struct.Struct("<4Q")
+    with ProcessMemoryReader(pid) as mem:
+        arenas = {h.ar_ptr for h in find_heaps(mappings, mem)}
+        main = find_main_arena(mappings, mem, None, arenas)
+        chunks = 0
+        for address in [*arenas, *([main] if main is not None else [])]:
+            state = read_state(mem, address)
+            if state is None:
+                continue
+            for index in range(1, glibc.NBINS):
+                head = state.address + glibc.OFF_BINS + 16 * (index - 1) - 16
+                previous, chunk = head, state.bins[2 * (index - 1)]
+                while chunk != head:
+                    data = mem.read(chunk, 32)
+                    if data is None:
+                        break
+                    _, _, next_chunk, back = chunk_words.unpack(data)
+                    if back != previous:
+                        break
+                    chunks += 1
+                    previous, chunk = chunk, next_chunk
+    return chunks
+
+
+def timed(function: Callable[[], T]) -> tuple[T, float, float]:
+    """``function()``, its wall seconds and its CPU seconds."""
+    wall, cpu = time.monotonic(), time.process_time()
+    result = function()
+    return result, time.monotonic() - wall, time.process_time() - cpu
+
+
+def run_case(arenas: int, free_chunks: int, rounds: int) -> None:
+    per_thread = 2 * free_chunks // arenas
+    print(f"\n== {arenas} arenas, {arenas * per_thread // 2:,} free chunks of 160 bytes ==")
+    with target(arenas, per_thread) as (pid, control):
+        dump = dump_of(pid, control)
+        print(f"dump: {len(dump.arenas)} arenas, {dump.rest_chunks:,} free chunks (bins + tops)")
+        native = heapcopy._native
+        names = ["memforensics", "pure Python", "manual"] if native else ["pure Python", "manual"]
+        rows: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in names}
+        for turn in range(rounds):
+            order = names if turn % 2 == 0 else names[::-1]
+            for name in order:
+                if name != "manual":
+                    heapcopy._native = native if name == "memforensics" else None
+                    residency, wall, cpu = timed(lambda: read_heap_residency(pid, dump))
+                    heapcopy._native = native
+                    chunks = sum(a.walked_chunks for a in residency.arenas)
+                    share = residency.measured_share
+                else:
+                    chunks, wall, cpu = timed(lambda: manual_walk(pid))
+                    share = float("nan")
+                rows[name].append((chunks / wall, chunks / max(cpu, 1e-9), share, wall))
+        print(f"{'':14} {'chunks/s wall':>14} {'chunks/s cpu':>14} {'measured':>9} {'seconds':>8}")
+        medians = {}
+        for name, samples in rows.items():
+            wall_rate = statistics.median(s[0] for s in samples)
+            cpu_rate = statistics.median(s[1] for s in samples)
+            share = statistics.median(s[2] for s in samples)
+            seconds = statistics.median(s[3] for s in samples)
+            medians[name] = (wall_rate, cpu_rate)
+            shown = "-" if math.isnan(share) else f"{share:.1%}"
+            print(f"{name:14} {wall_rate:>14,.0f} {cpu_rate:>14,.0f} {shown:>9} {seconds:>8.2f}")
+        for name in names[:-1]:
+            ratio_wall = medians[name][0] / medians["manual"][0]
+            ratio_cpu = medians[name][1] / medians["manual"][1]
+            print(f"ratio {name}/manual: {ratio_wall:.1f}x (wall), {ratio_cpu:.1f}x (cpu)")
+
+
+def python_speed_seconds() -> float:
+    """CPU seconds of a fixed pure-Python loop (10 M additions): ~0.4 s on an idle modern
+    core; a higher figure says how much a shared machine slows every Python loop here."""
+    cpu = time.process_time()
+    total = 0
+    for number in range(10_000_000):
+        total += number
+    return time.process_time() - cpu
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--cases", default="16,1500", help="arena counts, comma-separated")
+    parser.add_argument("--free-chunks", type=int, default=2_000_000)
+    args = parser.parse_args()
+    print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    print(f"calibration: 10 M Python additions take {python_speed_seconds():.2f} s CPU here")
+    for arenas in (int(x) for x in args.cases.split(",")):
+        run_case(arenas, args.free_chunks, args.rounds)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""glibc malloc's 64-bit layout and trim arithmetic, defined once for the walk and the forecast.
+
+Facts from glibc malloc/malloc.c and malloc/arena.c (2.27 … 2.39, x86-64 and aarch64):
+- a chunk starts with ``prev_size`` and ``size`` (SIZE_SZ = 8 each); a free chunk then holds
+  ``fd`` and ``bk`` (and ``fd_nextsize``/``bk_nextsize`` in large bins): sizeof(struct
+  malloc_chunk) = 48; MINSIZE = 32; MALLOC_ALIGNMENT = 16; the low 3 bits of ``size`` are flags;
+- a non-main arena lives in sub-heaps of HEAP_MAX_SIZE = 2 * DEFAULT_MMAP_THRESHOLD_MAX
+  = 64 MiB, aligned to 64 MiB, each starting with ``heap_info {ar_ptr, prev, size,
+  mprotect_size, pagesize}``; the arena's ``malloc_state`` follows the first heap_info;
+- ``malloc_state`` = mutex, flags, have_fastchunks (3 ints + pad), fastbinsY[10], top,
+  last_remainder, bins[254], binmap[4 ints], next, next_free, attached_threads,
+  system_mem, max_system_mem;
+- malloc_trim(0) (mtrim) madvises, in every free chunk of the normal bins, the whole pages
+  from align_up(chunk + sizeof(struct malloc_chunk)) to the chunk's end; then systrim gives
+  back the main arena's top beyond MINSIZE, rounded down to pages.
+"""
+
+from __future__ import annotations
+
+import functools
+
+HEAP_MAX_BYTES = 64 << 20  # HEAP_MAX_SIZE on 64-bit
+HEAP_INFO_BYTES = 40  # ar_ptr, prev, size, mprotect_size, pagesize (pagesize since 2.35)
+CHUNK_HEADER_BYTES = 16  # prev_size + size
+MALLOC_CHUNK_BYTES = 48  # sizeof(struct malloc_chunk): what mtrim keeps of each free chunk
+MINSIZE = 32
+MALLOC_ALIGNMENT = 16
+SIZE_FLAGS = 0x7
+IS_MMAPPED = 0x2
+NBINS = 128  # bin 1 is the unsorted bin, 2 … 63 small bins, 64 … 126 large bins
+NFASTBINS = 10
+MAX_FAST_CHUNK_BYTES = 128  # default global_max_fast (64 * SIZE_SZ / 4 rounded): 0x80
+MIN_LARGE_CHUNK_BYTES = 1024  # (NSMALLBINS - SMALLBIN_CORRECTION) * MALLOC_ALIGNMENT
+
+# Offsets inside struct malloc_state (checked at run time: system_mem must equal the heaps).
+STATE_BYTES = 2200
+OFF_FASTBINS = 16
+OFF_TOP = 96
+OFF_BINS = 112
+OFF_NEXT = 2160
+OFF_SYSTEM_MEM = 2184
+# The fd pointer of a chunk sits after prev_size and size.
+OFF_FD = 16
+
+
+def page_floor(address: int, page_bytes: int) -> int:
+    """``address`` rounded down to a page boundary."""
+    return address // page_bytes * page_bytes
+
+
+def page_ceil(address: int, page_bytes: int) -> int:
+    """``address`` rounded up to a page boundary."""
+    return -(-address // page_bytes) * page_bytes
+
+
+def mtrim_span(chunk: int, size_bytes: int, page_bytes: int) -> tuple[int, int]:
+    """The [start, end) mtrim madvises in a free chunk: whole pages after its first 48 bytes."""
+    return page_ceil(chunk + MALLOC_CHUNK_BYTES, page_bytes), page_floor(
+        chunk + size_bytes, page_bytes
+    )
+
+
+def systrim_release_bytes(top_bytes: int, page_bytes: int) -> int:
+    """Bytes systrim() gives back from a main-arena top of ``top_bytes`` with pad 0."""
+    return max((top_bytes - MINSIZE - 1) // page_bytes * page_bytes, 0)
+
+
+def bin_index(chunk_bytes: int) -> int:
+    """The normal bin (2 … 126) that holds free chunks of ``chunk_bytes`` (64-bit layout)."""
+    size = chunk_bytes & ~SIZE_FLAGS
+    if size < MIN_LARGE_CHUNK_BYTES:
+        return size >> 4
+    if (size >> 6) <= 48:
+        return 48 + (size >> 6)
+    if (size >> 9) <= 20:
+        return 91 + (size >> 9)
+    if (size >> 12) <= 10:
+        return 110 + (size >> 12)
+    if (size >> 15) <= 4:
+        return 119 + (size >> 15)
+    if (size >> 18) <= 2:
+        return 124 + (size >> 18)
+    return 126
+
+
+def _first_size_of_bin(index: int) -> int:
+    """Smallest chunk size that bin_index() maps to ``index`` or beyond (bisection)."""
+    low, high = MIN_LARGE_CHUNK_BYTES, 1 << 62
+    while low < high:
+        middle = (low + high) // 2 // MALLOC_ALIGNMENT * MALLOC_ALIGNMENT
+        middle = max(low, middle)
+        if bin_index(middle) >= index:
+            high = middle
+        else:
+            low = middle + MALLOC_ALIGNMENT
+    return low
+
+
+@functools.cache
+def bin_size_range(index: int) -> tuple[int, int]:
+    """Smallest and largest chunk size bin ``index`` may hold (the unsorted bin: any)."""
+    if index <= 1:
+        return MINSIZE, 1 << 62
+    if index < 64:
+        return index << 4, index << 4
+    if index >= 126:
+        return _first_size_of_bin(126), 1 << 62
+    return _first_size_of_bin(index), _first_size_of_bin(index + 1) - 1

@@ -1,0 +1,48 @@
+"""Frozen dataclasses for what a read of a live glibc heap found, before any dump is matched."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memforensics.model.process import HeapSegment
+
+
+@dataclass(frozen=True, slots=True)
+class ArenaScan:
+    """One arena of the process as read through /proc/PID/mem."""
+
+    address: int | None  # its malloc_state; None for a main arena whose state was not found
+    is_main: bool
+    system_bytes: int | None  # malloc_state.system_mem at the read
+    layout_ok: bool  # non-main: system_mem equals its heaps' sizes (re-read while it moved)
+    segments: tuple[HeapSegment, ...]
+    walked: bool  # its bins were walked (some may still be in unmeasured_bins)
+    free_bytes: int = 0  # chunk bytes of the bins read consistently, fastbins and top
+    free_resident_bytes: int = 0
+    trimmable_bytes: int = 0  # resident whole pages malloc_trim releases from those
+    chunks: int = 0
+    unmeasured_bins: tuple[int, ...] = ()  # 0 = fastbins, 1 = unsorted, 2 … 126
+    retries: int = 0
+    budget_reached: bool = False
+    top_bytes: int | None = None
+    top_resident_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HeapScan:
+    """Every arena found in a process, in malloc_info's order when ``chained``."""
+
+    pid: int
+    page_bytes: int
+    chained: bool  # main_arena found and its ``next`` list followed: arenas in dump order
+    arenas: tuple[ArenaScan, ...]
+    heap_mapped_bytes: int
+    heap_resident_bytes: int
+    mmap_chunks: int
+    mmap_chunk_bytes: int
+    mmap_chunk_resident_bytes: int
+    stack_resident_bytes: int
+    anon_resident_bytes: int
+    walk_seconds: float
+    walk_budget_seconds: float
+    notes: tuple[str, ...] = ()
