@@ -1,0 +1,106 @@
+"""PostgreSQL 15 backends inspected and trimmed while pgbench drives them.
+
+A throwaway cluster (tests/support/postgres.py) runs ``pgbench -c 4 -T 75`` from the module's
+first test; the tests pick the backends serving pgbench (children of the postmaster whose
+title names the bench database), inspect each several times and trim some, and the last test
+waits for pgbench to finish: 0 failed transactions, and a server log without a crash.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.postgres import (
+    PgbenchRun,
+    PostgresCluster,
+    pgbench_failed_transactions,
+    pgbench_processed_transactions,
+)
+from tests.support.service_figures import Figure, json_measured_share, record
+from tests.support.service_runs import (
+    MIB,
+    assert_forecast_close,
+    assert_most_measured,
+    cli_inspect,
+    cli_json,
+    inspect,
+    share_of,
+    trim_at_steady_state,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SERVICE = "PostgreSQL backend"
+ROUNDS = 3  # inspections of each backend
+# Below this the release is a few pages of a backend's private heap: page-sized noise from
+# the shared buffers it touches meanwhile outweighs it, so there is nothing to compare.
+MIN_COMPARABLE_RELEASE_BYTES = MIB
+
+
+def _backends(cluster: PostgresCluster, run: PgbenchRun) -> list[int]:
+    assert run.running, "pgbench ended before the tests were done; raise PGBENCH_SECONDS"
+    return cluster.backend_pids(wanted=4)
+
+
+@pytest.mark.timeout(240)
+def test_backends_inspected_under_pgbench(
+    pg_cluster: PostgresCluster, pgbench_run: PgbenchRun
+) -> None:
+    """Every backend, three times (one report per backend through the CLI): every inspection
+    succeeds and most reports measured >= 90 % of the free bytes."""
+    pids = _backends(pg_cluster, pgbench_run)
+    shares = []
+    for round_index in range(ROUNDS):
+        for pid in pids:
+            assert pgbench_run.running, "pgbench ended before the inspections were done"
+            if round_index == ROUNDS - 1:
+                shares.append(json_measured_share(cli_inspect(SERVICE, pid)))
+            else:
+                inspection = inspect(SERVICE, pid)
+                assert inspection.facts.allocator.kind == "glibc"
+                shares.append(share_of(inspection))
+    assert_most_measured(shares, SERVICE)
+
+
+@pytest.mark.timeout(240)
+def test_backends_trimmed_under_pgbench(
+    pg_cluster: PostgresCluster, pgbench_run: PgbenchRun
+) -> None:
+    """Two backends trimmed through the library, one through the CLI, while pgbench runs.
+    Where a backend's free memory was steady and the release big enough to measure, the
+    forecast must be within 25 % of it."""
+    pids = _backends(pg_cluster, pgbench_run)
+    for pid in pids[:2]:
+        trim = trim_at_steady_state(SERVICE, pid)
+        assert trim.result.trimmed, trim.result.skipped_detail
+        released = trim.result.released_bytes or 0
+        if trim.steady and released >= MIN_COMPARABLE_RELEASE_BYTES:
+            assert_forecast_close(trim, SERVICE)
+    document = cli_json("trim", pids[2])
+    assert document["schema"] == "memforensics/trim/1"
+    assert document["pid"] == pids[2] and document["trimmed"] is True
+    assert pgbench_run.running, "pgbench ended before the trims were done"
+
+
+@pytest.mark.timeout(180)
+def test_pgbench_had_no_failures_and_the_log_is_clean(
+    pg_cluster: PostgresCluster, pgbench_run: PgbenchRun
+) -> None:
+    """After the inspections and trims: pgbench finished with 0 failed transactions, no
+    client aborted, and the server never logged a crash, a panic or a fatal error."""
+    output = pgbench_run.finish(timeout_seconds=pgbench_run.duration_seconds + 60)
+    failed = pgbench_failed_transactions(output)
+    processed = pgbench_processed_transactions(output)
+    record(
+        Figure(
+            service=SERVICE,
+            kind="load",
+            pid=pgbench_run.proc.pid,
+            note=f"pgbench: {processed} transactions processed, {failed} failed",
+        )
+    )
+    assert pgbench_run.proc.returncode == 0, output[-2000:]
+    assert "aborted" not in output, output[-2000:]
+    assert failed == 0, output[-2000:]
+    assert processed is not None and processed > 0, output[-2000:]
+    assert pg_cluster.bad_log_lines() == []
