@@ -12,7 +12,6 @@ import contextlib
 import fcntl
 import json
 import os
-import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -23,6 +22,7 @@ from typing import Any
 from memforensics.errors import ToolingError
 from memforensics.model.collect import OomKillCount, OomKillKey
 from memforensics.model.oom import OomEvent
+from memforensics.sources.atomic_file import write_atomically
 from memforensics.sources.cgroup import container_identity
 
 STATE_FILE = "collect-state.json"
@@ -234,27 +234,18 @@ def load_state(directory: Path) -> tuple[CollectState, str | None]:
         return CollectState(), f"state file {path} was unreadable ({exc}); moved to {aside}"
 
 
+_WRITABLE_HINT = "choose a writable state directory"
+
+
 def save_state(directory: Path, state: CollectState) -> None:
     """Write the state atomically: a temporary file in the same directory, then a rename."""
     path = directory / STATE_FILE
     data = json.dumps(state_json(state), indent=1).encode()
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{STATE_FILE}.", suffix=".tmp", dir=directory)
     except OSError as exc:
-        raise ToolingError(
-            f"cannot write {path}: {exc.strerror}", hint="choose a writable state directory"
-        ) from exc
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_name)
-        raise ToolingError(f"cannot write {path}: {exc.strerror}") from exc
+        raise ToolingError(f"cannot write {path}: {exc.strerror}", hint=_WRITABLE_HINT) from exc
+    write_atomically(path, data, hint=_WRITABLE_HINT, mode=0o600)
 
 
 @contextlib.contextmanager

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,10 +18,11 @@ from memforensics.cli.options import (
     verbose_option,
 )
 from memforensics.cli.output import emit_json, stderr_console, stdout_console
-from memforensics.errors import MemforensicsError, NoSuchProcessError, ToolingError
+from memforensics.errors import MemforensicsError, NoSuchProcessError
 from memforensics.live import inspect_process, resolve_targets
 from memforensics.render.heap import SortKey
 from memforensics.render.inspect import inspection_document, render_inspection
+from memforensics.sources.atomic_file import write_atomically
 
 EXAMPLES = """\b
 Examples:
@@ -37,6 +36,8 @@ outside malloc/free); the report says for how long ("paused 14 ms"). Nothing is
 written inside the target's filesystem; the XML is read back from its memory.
 """
 
+SAVE_XML_HINT = "choose a writable --save-xml path"
+
 
 def save_xml_path(template: str, pid: int, *, several: bool) -> Path:
     """Where one target's XML goes: ``{pid}`` in PATH is replaced; several targets get .PID."""
@@ -46,32 +47,6 @@ def save_xml_path(template: str, pid: int, *, several: bool) -> Path:
     if several:
         return path.with_name(f"{path.stem}.{pid}{path.suffix}")
     return path
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename: no half-written dump."""
-    import tempfile  # only for --save-xml
-
-    directory = path.parent if str(path.parent) else Path(".")
-    try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    except OSError as exc:
-        raise ToolingError(
-            f"cannot write {path}: {exc.strerror}", hint="choose a writable --save-xml path"
-        ) from exc
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp_name, 0o644)
-        os.replace(tmp_name, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_name)
-        raise ToolingError(
-            f"cannot write {path}: {exc.strerror}", hint="choose a writable --save-xml path"
-        ) from exc
 
 
 def _mi_logger(line: str) -> None:
@@ -141,7 +116,7 @@ def command(
             )
             if save_xml is not None:
                 path = save_xml_path(save_xml, pid, several=several)
-                write_atomically(path, result.capture.xml)
+                write_atomically(path, result.capture.xml, hint=SAVE_XML_HINT)
                 stderr_console().print(f"saved malloc_info XML of PID {pid} to {path}")
         except NoSuchProcessError as exc:
             if explicit:
