@@ -91,7 +91,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=16)
     parser.add_argument("--blocks", type=int, default=20000)
     args = parser.parse_args()
-    target = Target(args.threads, args.blocks)
+    target = Target("bench_fragmented", [str(args.threads), str(args.blocks)])
     try:
         ours = watch_run(target, args.samples, args.interval)
         recipe = recipe_run(target, args.samples, args.interval)
