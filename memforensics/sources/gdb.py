@@ -261,9 +261,9 @@ class GdbSession(ThreadControl):
         background = " &" if self.non_stop else ""
         try:
             self._command(f"-target-attach {self.pid}{background}")
-        except MiError as exc:
+        except MemforensicsError:  # gdb_error diagnosed the refusal; nothing to detach from
             self._attach_started = None
-            raise procfs.diagnose_attach_failure(self.pid, str(exc)) from exc
+            raise
         self._attached = True
         if not self.non_stop:
             try:

@@ -103,6 +103,10 @@ def gdb_error(
         attached and ("has exited" in message or "not being run" in message)
     ):
         return TargetExitedError(f"PID {pid} exited while being inspected", pid=pid)
+    if doing.startswith("-target-attach"):
+        # ptrace refused: say why (Yama, capabilities, another tracer, another user). gdb says
+        # "No such process" also when Yama refuses a live process, so the words prove nothing.
+        return procfs.diagnose_attach_failure(pid, message)
     if not call and "No such process" in message:
         # The process lives (checked above): one of its threads exited between gdb's thread
         # list and its look at that thread (a JVM's compiler threads come and go). A race of

@@ -11,11 +11,13 @@ import subprocess
 import sys
 
 from memforensics.errors import (
+    EXIT_PERMISSION,
     EXIT_TARGET,
     EXIT_TIMEOUT,
     EXIT_TOOLING,
     DeadlineError,
     TargetExitedError,
+    TargetPermissionError,
     ThreadVanishedError,
     ToolingError,
 )
@@ -68,3 +70,16 @@ def test_a_call_past_its_deadline_is_a_timeout() -> None:
     assert isinstance(error, DeadlineError) and isinstance(error, TimeoutError)
     assert error.exit_code == EXIT_TIMEOUT
     assert "2 s" in error.message
+
+
+def test_a_refused_attach_is_diagnosed_not_taken_for_a_thread_race() -> None:
+    """gdb says "ptrace: No such process." also when Yama or a missing capability refuses a
+    live process: the attach failure gets its diagnosis (exit 4), never a retry as a thread
+    that vanished, nor exit 5."""
+    error = gdb_error(
+        MiError("ptrace: No such process."), os.getpid(), doing=f"-target-attach {os.getpid()} &"
+    )
+    assert not isinstance(error, ThreadVanishedError)
+    assert isinstance(error, TargetPermissionError) and isinstance(error, PermissionError)
+    assert error.exit_code == EXIT_PERMISSION
+    assert "gdb said: ptrace: No such process." in error.message
