@@ -42,7 +42,7 @@ from memforensics.model.collect import (
 from memforensics.model.logrecord import LogRecord
 from memforensics.model.oom import OomScan
 from memforensics.oomscan import scan_default
-from memforensics.sources import procfs
+from memforensics.sources import process_search
 from memforensics.sources.cgroup import read_container_identity
 from memforensics.sources.journal import JournalReader
 from memforensics.sources.kmsg import KmsgReader
@@ -134,7 +134,7 @@ def select_targets(pids: Sequence[int], names: Sequence[str]) -> tuple[list[int]
     found = list(pids)
     notes = []
     for name in names:
-        matches = procfs.find_pids_by_name(name)
+        matches = process_search.find_pids_by_name(name)
         if not matches:
             notes.append(f"no process matches the pattern {name!r}")
         found.extend(matches)

@@ -28,6 +28,7 @@ from memforensics.model.advice import Advice
 from memforensics.model.heap import HeapDump, process_source
 from memforensics.model.process import HeapResidency, ProcessFacts, ProcessMemory, Waterfall
 from memforensics.model.trim import TrimFailure, TrimOutcome, TrimResult
+from memforensics.scanning import BackgroundScan
 from memforensics.sources import procfs
 from memforensics.sources.gdb import Capture, GdbSession, capture_malloc_info
 from memforensics.sources.gdb_setup import pid_alive
@@ -116,15 +117,21 @@ def inspect_process(
     gdb_path: str | None,
     allow_stopped: bool,
     log: Any = None,
+    scan: BackgroundScan | None = None,
 ) -> Inspection:
-    """Capture malloc_info safely (the session refuses what it cannot inspect), then read /proc.
+    """Capture malloc_info safely (the session refuses what it cannot inspect) while the
+    residency scan reads /proc; ``scan``: one already started for ``pid`` (early_scan).
 
     A process that exits at any moment after the first look gives TargetExitedError.
     """
-    procfs.check_target(pid, allow_stopped=allow_stopped)  # no such PID: NoSuchProcessError
+    first = procfs.check_target(pid, allow_stopped=allow_stopped)  # no such PID: exit 3
+    if scan is None and first.libc_path is not None:
+        # No glibc mapped: the session refuses the target before anything else touches it.
+        scan = BackgroundScan(pid, libc_path=first.libc_path)
     try:
         return _inspect(
             pid,
+            scan,
             timeout_seconds=timeout_seconds,
             gdb_path=gdb_path,
             allow_stopped=allow_stopped,
@@ -138,12 +145,15 @@ def inspect_process(
 
 def _inspect(
     pid: int,
+    scan: BackgroundScan | None,
     *,
     timeout_seconds: float,
     gdb_path: str | None,
     allow_stopped: bool,
     log: Any,
 ) -> Inspection:
+    # The heap's residency comes from /proc alone: it is read while gdb works (only the
+    # calling thread is held in non-stop mode), never by gdb, which would lengthen the pause.
     capture = capture_malloc_info(
         pid,
         timeout_seconds=timeout_seconds,
@@ -151,8 +161,6 @@ def _inspect(
         log=log,
         allow_stopped=allow_stopped,
     )
-    # Memory and residency are read after detaching, with the target running again: they come
-    # from /proc alone and would only lengthen the pause.
     facts = procfs.read_process(pid)
     memory = procfs.read_memory(pid)
     dump = parse_dump(capture.xml, name=process_source(pid))
@@ -162,7 +170,10 @@ def _inspect(
     residency_error: str | None = None
     analysis = analyze(dump)
     try:
-        residency = read_heap_residency(pid, dump, libc_path=facts.libc_path)
+        if scan is None:
+            residency = read_heap_residency(pid, dump, libc_path=facts.libc_path)
+        else:
+            residency = build_residency(dump, scan.result())
         flow = waterfall(memory, dump, residency)
         # One verdict per question: the residency's trim advice replaces the XML's.
         analysis = replace(
@@ -295,8 +306,10 @@ def resolve_targets(pids: Sequence[int], names: Sequence[str]) -> list[tuple[int
     exiting mid-run), and callers skip it with a note instead of failing the run.
     """
     found: dict[int, bool] = dict.fromkeys(pids, True)
+    if names:
+        from memforensics.sources import process_search  # psutil: only when selecting by name
     for name in names:
-        matches = procfs.find_pids_by_name(name)
+        matches = process_search.find_pids_by_name(name)
         if not matches:
             raise NoSuchProcessError(
                 f"no process matches --name {name!r}",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -17,12 +17,11 @@ from memforensics.cli.options import (
     timeout_option,
     verbose_option,
 )
-from memforensics.cli.output import emit_json, stderr_console, stdout_console
 from memforensics.errors import MemforensicsError, NoSuchProcessError
-from memforensics.live import inspect_process, resolve_targets
-from memforensics.render.heap import SortKey
-from memforensics.render.inspect import inspection_document, render_inspection
-from memforensics.sources.atomic_file import write_atomically
+from memforensics.sources.gdb_spawn import prestart
+
+if TYPE_CHECKING:
+    from memforensics.render.heap_sort import SortKey
 
 EXAMPLES = """\b
 Examples:
@@ -100,6 +99,18 @@ def command(
     detaches, leaving the target running."""
     if not pids and not names:
         raise click.UsageError("give at least one PID or --name PATTERN")
+    # gdb's start-up and the imports below take about as long each: gdb starts first, and
+    # the first session takes it over (one less wait before the attach).
+    prestart(gdb_path)
+    # Likewise the first target's residency scan: it reads /proc while the rest imports.
+    from memforensics.scanning import early_scan
+
+    first_scan = early_scan(pids[0], allow_stopped=allow_stopped) if pids else None
+    from memforensics.cli.output import emit_json, stderr_console, stdout_console
+    from memforensics.live import inspect_process, resolve_targets
+    from memforensics.render.inspect import inspection_document, render_inspection
+    from memforensics.sources.atomic_file import write_atomically
+
     targets = resolve_targets(pids, names)
     several = len(targets) > 1
     out = stdout_console()
@@ -113,6 +124,7 @@ def command(
                 gdb_path=gdb_path,
                 allow_stopped=allow_stopped,
                 log=_mi_logger if verbose else None,
+                scan=first_scan if pid == pids[0] else None,
             )
             if save_xml is not None:
                 path = save_xml_path(save_xml, pid, several=several)

@@ -127,7 +127,7 @@ def gdb_option(func: F) -> F:
 
 def heap_view_options(func: F) -> F:
     """``--top N`` and ``--sort KEY`` for the per-arena table of a heap report."""
-    from memforensics.render.heap import SORT_KEYS
+    from memforensics.render.heap_sort import SORT_KEYS
 
     func = click.option(
         "--sort",

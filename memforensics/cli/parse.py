@@ -20,7 +20,8 @@ from memforensics.cli.options import (
 from memforensics.cli.output import emit_json, stderr_console, stdout_console
 from memforensics.errors import EXIT_GATE
 from memforensics.model.heap import HeapDump
-from memforensics.render.heap import SortKey, render_heap
+from memforensics.render.heap import render_heap
+from memforensics.render.heap_sort import SortKey
 from memforensics.render.parse import gate_line, parse_document, series_table
 from memforensics.sources.malloc_xml import iter_dumps
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 from rich import box
 from rich.console import Group, RenderableType
@@ -15,12 +15,11 @@ from rich.text import Text
 from memforensics.analysis.heap import ArenaFigures, HeapAnalysis, HistogramRow
 from memforensics.model.advice import Advice
 from memforensics.model.heap import LINE_KINDS, Arena, SizeBucket, line_codes
+from memforensics.render.heap_sort import SortKey
 from memforensics.render.jsondoc import Prerendered, record
 from memforensics.units import format_bytes
 
 HEAP_SCHEMA = "memforensics/heap/1"
-SortKey = Literal["free", "in-use", "system", "index"]
-SORT_KEYS: tuple[SortKey, ...] = ("free", "in-use", "system", "index")
 BAR_WIDTH = 24
 TABLE_BAR_WIDTH = 12
 # Distinct glyphs, not only colours, so the bar reads the same with NO_COLOR or on paper.

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from memforensics.render.heap import SortKey, heap_document, render_heap
+from memforensics.render.heap import heap_document, render_heap
+from memforensics.render.heap_sort import SortKey
 from memforensics.render.process import (
     process_json,
     render_process_header,

@@ -23,7 +23,6 @@ from types import TracebackType
 
 from memforensics.errors import (
     DeadlineError,
-    GdbUnavailableError,
     MemforensicsError,
     NoSuchProcessError,
     NotGlibcMallocError,
@@ -32,14 +31,8 @@ from memforensics.errors import (
     ToolingError,
 )
 from memforensics.sources import procfs
-from memforensics.sources.gdb_setup import (
-    find_gdb,
-    gdb_error,
-    gdb_failures,
-    gdb_settings,
-    mi_quote,
-    protect_from_oom_killer,
-)
+from memforensics.sources.gdb_setup import gdb_error, gdb_failures, gdb_settings, mi_quote
+from memforensics.sources.gdb_spawn import GdbProcess, find_gdb, take_gdb
 from memforensics.sources.gdb_threads import CLEANUP_SECONDS, ThreadControl
 from memforensics.sources.gdbmi import MiError, MiGdbExited, MiResult, MiTimeout, MiTransport
 from memforensics.sources.libc_elf import LibcImage, load_libc_image
@@ -92,6 +85,7 @@ class GdbSession(ThreadControl):
         self._libc: LibcImage | None = None
         self._attach_started: float | None = None
         self._detached_at: float | None = None
+        self._detached_cleanly = False  # gdb acknowledged -target-detach: it holds nothing
         self._attached = False
         self._running = False  # the target was resumed by -exec-continue and not stopped yet
         self._was_running = True
@@ -101,6 +95,7 @@ class GdbSession(ThreadControl):
         self._call_abandoned = False  # a call was interrupted: make no further calls
         self._memory: TargetMemory | None = None
         self._sysroot: str | None = None  # private copy of a libc replaced on disk, for gdb
+        self._gdb: GdbProcess | None = None
         self._pending_calls: dict[int, str] = {}  # token -> command of calls sent, not awaited
         self.non_stop = False  # set for a running target (see gdb_threads)
         self._caller: str | None = None
@@ -220,12 +215,9 @@ class GdbSession(ThreadControl):
             self._memory = TargetMemory(self.pid)
         # Signals wait while the helper processes start, so that none is left unrecorded.
         with deferred_signals():
-            try:
-                self._mi = MiTransport([gdb, "-nx", "-nh", "-q", "-i=mi"], log=self._log)
-            except OSError as exc:
-                raise GdbUnavailableError(f"cannot run {gdb}: {exc.strerror}") from exc
+            self._gdb = take_gdb(gdb)
+            self._mi = MiTransport(self._gdb.process, log=self._log)
             self._watchdog = Watchdog(self.pid, self._mi.pid, was_running=self._was_running)
-            protect_from_oom_killer(self._mi.pid)
         self._tell_watchdog_the_call_dummy()
         self._configure_gdb()
         self._attach()
@@ -406,11 +398,13 @@ class GdbSession(ThreadControl):
                 self._detach()
             finally:
                 if self._mi is not None:
-                    self._mi.close()
+                    self._mi.close(wait=not self._detached_cleanly)
                 if self._memory is not None:
                     self._memory.close()
                 if self._sysroot is not None:
                     shutil.rmtree(self._sysroot, ignore_errors=True)
+                if self._gdb is not None:
+                    self._gdb.remove_data_directory()
                 self._restore_target_state()
                 if self._watchdog is not None:
                     self._watchdog.dismiss()
@@ -440,6 +434,7 @@ class GdbSession(ThreadControl):
                     self._command('-interpreter-exec console "handle SIGSTOP nostop noprint pass"')
                     self._command('-interpreter-exec console "queue-signal SIGSTOP"')
             self._command("-target-detach", timeout_seconds=CLEANUP_SECONDS)
+            self._detached_cleanly = True
             if self._watchdog is not None:
                 self._watchdog.tell("detached")  # gdb's exit from now on is expected
         except (MiError, MiTimeout, MiGdbExited, MemforensicsError):

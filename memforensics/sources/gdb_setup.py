@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
 import time
 from collections.abc import Iterator
 
@@ -23,29 +21,6 @@ from memforensics.sources.gdbmi import MiError, MiGdbExited, MiTimeout
 
 def mi_quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def find_gdb(gdb_path: str | None) -> str:
-    if gdb_path is not None:
-        if os.sep in gdb_path:
-            if os.path.isfile(gdb_path) and os.access(gdb_path, os.X_OK):
-                return gdb_path
-            raise GdbUnavailableError(f"gdb not found or not executable at {gdb_path}")
-        found = shutil.which(gdb_path)
-        if found is None:
-            raise GdbUnavailableError(f"{gdb_path} not found on PATH")
-        return found
-    found = shutil.which("gdb")
-    if found is None:
-        raise GdbUnavailableError("gdb is not installed (not found on PATH)")
-    return found
-
-
-def protect_from_oom_killer(pid: int) -> None:
-    """oom_score_adj -1000 for gdb where allowed (CAP_SYS_RESOURCE): on a host out of memory,
-    the OOM killer choosing gdb mid-call would leave the target to the watchdog's rescue."""
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/oom_score_adj", "w") as handle:
-        handle.write("-1000")
 
 
 def gdb_settings(pid: int, *, was_running: bool, non_stop: bool) -> list[str]:

@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import contextlib
 import os
-import resource
 import select
 import signal
 import subprocess
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from pygdbmi import gdbmiparser
+
+from memforensics.sources.reaper import reap_in_background
 
 # A malloc_info document of a process with hundreds of arenas is a few MiB as hex; one line of
 # MI output is never longer than what we read back, so this is only a sanity bound.
@@ -53,9 +54,12 @@ class MiResult:
 class MiTransport:
     """Drive one gdb process over MI: ``command()`` sends, waits for the matching result."""
 
-    def __init__(self, argv: Sequence[str], *, log: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self, process: subprocess.Popen[bytes], *, log: Callable[[str], None] | None = None
+    ) -> None:
+        """Drive ``process``, a gdb started with ``-i=mi`` and pipes (gdb_spawn.start_gdb)."""
         self._log = log
-        self.program = str(argv[0])
+        self.program = str(process.args[0]) if isinstance(process.args, list) else "gdb"
         self._next_token = 1
         self._partial: list[bytes] = []  # pieces of the line still being received
         self._partial_bytes = 0
@@ -63,18 +67,7 @@ class MiTransport:
         self._async: deque[dict[str, Any]] = deque()
         self._eof = False
         self.in_flight: set[int] = set()  # tokens sent whose result has not arrived
-        self.process = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,  # gdb's own warnings interleave as plain output lines
-            bufsize=0,
-            start_new_session=True,  # the terminal's SIGINT must not reach gdb
-            close_fds=True,
-            cwd="/",  # nothing of gdb's (a core file if it crashes) lands in the user's directory
-        )
-        with contextlib.suppress(OSError, ValueError):
-            resource.prlimit(self.process.pid, resource.RLIMIT_CORE, (0, 0))
+        self.process = process
         assert self.process.stdout is not None
         self._fd = self.process.stdout.fileno()
         os.set_blocking(self._fd, False)
@@ -143,17 +136,28 @@ class MiTransport:
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.process.pid, signal.SIGINT)
 
-    def close(self, *, grace_seconds: float = 1.0) -> None:
-        """Ask gdb to exit, then make sure it is gone (SIGKILL after the grace period)."""
+    def close(self, *, grace_seconds: float = 1.0, wait: bool = True) -> None:
+        """Ask gdb to exit, then make sure it is gone (SIGKILL after the grace period).
+
+        ``wait=False`` once gdb holds nothing of the target (a clean detach): its exit is
+        then reaped in the background, and the same grace period applies there.
+        """
         if self.alive():
             with contextlib.suppress(OSError, MiGdbExited):  # it may die as we ask
                 self._send("-gdb-exit")
+            if not wait:
+                self._close_streams()
+                reap_in_background(self.process, grace_seconds=grace_seconds)
+                return
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout=grace_seconds)
         if self.alive():
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
+        self._close_streams()
+
+    def _close_streams(self) -> None:
         for stream in (self.process.stdin, self.process.stdout):
             if stream is not None:
                 with contextlib.suppress(OSError):

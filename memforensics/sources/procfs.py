@@ -1,4 +1,4 @@
-"""Process facts from /proc and psutil: identity, memory, allocator, and why an attach failed.
+"""Process facts from /proc: identity, memory, allocator, and why an attach failed.
 
 Nothing here stops, signals or traces the target: every figure comes from reading /proc.
 """
@@ -11,8 +11,6 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-
-import psutil
 
 from memforensics.errors import (
     MemforensicsError,
@@ -41,6 +39,7 @@ _FOREIGN_ALLOCATORS: tuple[tuple[str, str], ...] = (
 )
 _scan_cache: dict[tuple[int, int, int], tuple[bool, str | None]] = {}
 _GLIBC_TUNABLE_MARK = b"glibc.malloc."
+_COMM_MAX_CHARS = 15  # TASK_COMM_LEN - 1
 
 
 def _proc(pid: int, name: str) -> Path:
@@ -82,9 +81,16 @@ def _is_kernel_thread(pid: int) -> bool:
 
 
 def _process_name(pid: int) -> str:
-    with contextlib.suppress(psutil.Error):
-        return psutil.Process(pid).name()
-    return _read_text(pid, "comm").strip()
+    """The process's name as ps shows it; the kernel cuts comm at 15 characters, so a name of
+    that length is completed from argv[0] when that starts with it (psutil's rule)."""
+    name = _read_text(pid, "comm").strip()
+    if len(name) >= _COMM_MAX_CHARS:
+        with contextlib.suppress(OSError):
+            argv0 = _proc(pid, "cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace")
+            full = os.path.basename(argv0)
+            if full.startswith(name):
+                return full
+    return name
 
 
 def _maps_paths(pid: int) -> list[str]:
@@ -213,7 +219,7 @@ def _exe_path(pid: int) -> str | None:
 
 
 def read_process(pid: int) -> ProcessFacts:
-    """Identity, state, tracer and allocator of PID, from /proc and psutil (never stops it)."""
+    """Identity, state, tracer and allocator of PID, from /proc (never stops it)."""
     status = _status(pid)
     state = _stat_fields(pid)[0]
     kernel_thread = _is_kernel_thread(pid)
@@ -465,35 +471,3 @@ def diagnose_attach_failure(pid: int, gdb_message: str) -> MemforensicsError:
         f" gdb said: {gdb_said}",
         hint=hint,
     )
-
-
-def _ancestors() -> set[int]:
-    pids: set[int] = set()
-    with contextlib.suppress(psutil.Error):
-        for parent in psutil.Process().parents():
-            pids.add(parent.pid)
-    return pids
-
-
-def find_pids_by_name(pattern: str) -> list[int]:
-    """PIDs whose name or command line matches ``pattern`` (a regex, else a literal).
-
-    Excludes memforensics itself and its ancestors: `sudo memforensics inspect --name app`
-    has "app" on the command lines of sudo and of the shell that started it.
-    """
-    try:
-        regex = re.compile(pattern)
-    except re.error:
-        regex = re.compile(re.escape(pattern))
-    excluded = _ancestors() | {os.getpid()}
-    found: list[int] = []
-    for proc in psutil.process_iter(["pid", "name", "cmdline"]):
-        info = proc.info
-        pid = int(info["pid"])
-        if pid in excluded:
-            continue
-        name = info.get("name") or ""
-        cmdline = " ".join(info.get("cmdline") or ())
-        if regex.search(name) or (cmdline and regex.search(cmdline)):
-            found.append(pid)
-    return sorted(found)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from memforensics.sources.guardian import finish_call
+from memforensics.sources.reaper import reap_in_background
 
 # How long the watchdog keeps resuming a target that re-enters a stop after gdb died.
 _RESUME_WINDOW_SECONDS = 5.0
@@ -221,8 +222,8 @@ class Watchdog:
         with contextlib.suppress(OSError):
             proc.stdin.write(b"done\n")
             proc.stdin.close()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=2.0)
+        # It exits as soon as it reads "done" (even after our own exit): no need to wait.
+        reap_in_background(proc, grace_seconds=2.0)
         self._proc = None
 
 

@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from memforensics.errors import NoSuchProcessError, TargetError
-from memforensics.sources import procfs, procmem
+from memforensics.sources import process_search, procfs, procmem
 from memforensics.sources.heapmaps import scan_heap
 from memforensics.sources.procmem import PagemapUnavailableError, ProcessMemoryReader
 
@@ -104,12 +104,35 @@ def test_find_pids_by_name_excludes_self_and_matches_cmdline() -> None:
     child = subprocess.Popen(["sleep", "30"])
     other = subprocess.Popen(["sh", "-c", f"sleep 30 # {marker}"])
     try:
-        assert other.pid in procfs.find_pids_by_name(marker)  # matched on the command line
-        assert child.pid in procfs.find_pids_by_name("^sleep$")  # matched on the name
-        assert os.getpid() not in procfs.find_pids_by_name("python|pytest")
-        assert procfs.find_pids_by_name("[unbalanced") == []  # a literal when not a regex
+        assert other.pid in process_search.find_pids_by_name(marker)  # matched on the command line
+        assert child.pid in process_search.find_pids_by_name("^sleep$")  # matched on the name
+        assert os.getpid() not in process_search.find_pids_by_name("python|pytest")
+        assert process_search.find_pids_by_name("[unbalanced") == []  # a literal when not a regex
     finally:
         for proc in (child, other):
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.parametrize("name", ["short-sleep", "a-very-long-sleeping-program", "exactly15chars_"])
+def test_process_name_is_completed_past_the_kernels_15_characters(
+    tmp_path: Path, name: str
+) -> None:
+    """The kernel keeps 15 characters of a name; the full one comes from argv[0] when that
+    starts with them, as ps and psutil show it."""
+    program = tmp_path / name
+    sleep = subprocess.run(["which", "sleep"], capture_output=True, text=True, check=True)
+    program.symlink_to(sleep.stdout.strip())
+    # Popen returns once the child has exec'd: its comm is the program's file name by now.
+    child = subprocess.Popen([str(program), "30"])
+    renamed = subprocess.Popen(["x" + name[:10], "30"], executable=str(program))
+    try:
+        assert procfs.read_process(child.pid).name == name == psutil.Process(child.pid).name()
+        # argv[0] does not start with the kernel's name: the kernel's 15 characters stand.
+        assert procfs.read_process(renamed.pid).name == name[:15]
+        assert psutil.Process(renamed.pid).name() == name[:15]
+    finally:
+        for proc in (child, renamed):
             proc.kill()
             proc.wait()
 

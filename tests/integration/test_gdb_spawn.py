@@ -1,0 +1,133 @@
+"""gdb started lean and early (gdb_spawn), the scan in a worker thread, what a session leaves."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from memforensics.errors import GdbUnavailableError, NoSuchProcessError
+from memforensics.scanning import BackgroundScan
+from memforensics.sources import gdb_spawn
+from memforensics.sources.gdb import capture_malloc_info
+from memforensics.sources.heapmaps import scan_heap
+from memforensics.sources.malloc_xml import parse_dump
+from tests.support.targets import c_target, live_skip_reason
+
+_SKIP = live_skip_reason()
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(_SKIP is not None, reason=_SKIP or ""),
+]
+
+
+def _private_dirs() -> set[str]:
+    return {p.name for p in Path(tempfile.gettempdir()).glob("memforensics-gdb-*")}
+
+
+def _gone(pid: int, timeout_seconds: float = 5.0) -> bool:
+    """True once ``pid`` is no more (reaped, not a zombie), polling up to the deadline."""
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                time.sleep(0.02)
+                continue
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.fixture
+def no_prestarted() -> Iterator[None]:
+    """Each test starts and ends with no gdb waiting to be taken over."""
+    gdb_spawn._discard_prestarted()
+    try:
+        yield
+    finally:
+        gdb_spawn._discard_prestarted()
+
+
+def test_lean_data_directory_is_gdbs_own_minus_python() -> None:
+    gdb = gdb_spawn.find_gdb(None)
+    installed = Path(os.path.realpath(gdb)).parent.parent / "share" / "gdb"
+    lean = gdb_spawn.lean_data_directory(gdb)
+    if lean is None:
+        pytest.fail(f"gdb's data directory was not found under {installed}")
+    try:
+        entries = {entry.name for entry in os.scandir(lean)}
+        assert entries == {entry.name for entry in os.scandir(installed)} - {"python"}
+        assert all(os.path.islink(os.path.join(lean, name)) for name in entries)
+        assert gdb_spawn.gdb_argv(gdb, lean)[-1] == f"--data-directory={lean}"
+    finally:
+        shutil.rmtree(lean)
+
+
+def test_a_custom_gdb_without_a_data_directory_starts_as_it_is(tmp_path: Path) -> None:
+    fake = tmp_path / "bin" / "gdb"
+    fake.parent.mkdir()
+    fake.symlink_to("/bin/true")  # realpath leads to /bin: no share/gdb/python/gdb there
+    assert gdb_spawn.lean_data_directory(str(tmp_path / "bin" / "no-such-gdb")) is None
+    assert gdb_spawn.gdb_argv(str(fake), None) == [str(fake), "-nx", "-nh", "-q", "-i=mi"]
+
+
+@pytest.mark.usefixtures("no_prestarted")
+def test_prestarted_gdb_is_taken_over_and_nothing_is_left_behind() -> None:
+    before = _private_dirs()
+    gdb_spawn.prestart(None)
+    prestarted = gdb_spawn._prestarted
+    assert prestarted is not None and prestarted.alive()
+    private = prestarted.data_directory
+    assert private is not None and Path(private).name in _private_dirs() - before
+    with c_target("idle_arenas", "4") as target:
+        capture = capture_malloc_info(target.pid, timeout_seconds=20)
+        assert len(parse_dump(capture.xml).arenas) >= 4
+        assert gdb_spawn._prestarted is None  # the session took it
+        # gdb exits in the background after the clean detach, and is reaped there.
+        assert _gone(prestarted.process.pid)
+        assert not os.path.exists(private)
+        assert target.alive()
+    assert not [c for c in psutil.Process().children() if "gdb" in c.name()]
+
+
+@pytest.mark.usefixtures("no_prestarted")
+def test_prestart_without_a_gdb_does_nothing_and_the_session_says_why() -> None:
+    gdb_spawn.prestart("/nonexistent/gdb")
+    assert gdb_spawn._prestarted is None
+    with pytest.raises(GdbUnavailableError, match="/nonexistent/gdb"):
+        gdb_spawn.take_gdb(gdb_spawn.find_gdb("/nonexistent/gdb"))
+
+
+@pytest.mark.usefixtures("no_prestarted")
+def test_a_prestarted_gdb_of_another_path_is_discarded(tmp_path: Path) -> None:
+    gdb_spawn.prestart(None)
+    first = gdb_spawn._prestarted
+    assert first is not None and first.data_directory is not None
+    first_directory = first.data_directory
+    other = tmp_path / "gdb"
+    other.symlink_to(first.gdb)
+    taken = gdb_spawn.take_gdb(str(other))
+    try:
+        assert taken.process.pid != first.process.pid
+        assert _gone(first.process.pid)
+        assert not os.path.exists(first_directory)
+    finally:
+        taken.discard()
+    assert _gone(taken.process.pid)
+
+
+def test_background_scan_gives_the_scan_or_its_error() -> None:
+    with c_target("idle_arenas", "4") as target:
+        in_thread = BackgroundScan(target.pid, libc_path=None).result()
+        direct = scan_heap(target.pid)
+        assert len(in_thread.arenas) == len(direct.arenas) >= 4
+        assert in_thread.page_bytes == direct.page_bytes
+    with pytest.raises(NoSuchProcessError):
+        BackgroundScan(target.pid, libc_path=None).result()  # gone now
