@@ -54,7 +54,7 @@ class TargetError(MemforensicsError):
 class NoSuchProcessError(TargetError, ProcessLookupError):
     """No process has the given PID (or it exited while we worked on it)."""
 
-    default_hint = "check the PID with `ps -p PID`, or select processes by name"
+    default_hint = "check the PID with `ps -p PID`"
 
 
 class TargetExitedError(NoSuchProcessError):
