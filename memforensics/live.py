@@ -28,7 +28,7 @@ from memforensics.model.advice import Advice
 from memforensics.model.heap import HeapDump, process_source
 from memforensics.model.process import HeapResidency, ProcessFacts, ProcessMemory, Waterfall
 from memforensics.model.trim import TrimFailure, TrimOutcome, TrimResult
-from memforensics.scanning import BackgroundScan
+from memforensics.scanning import BackgroundScan, prompt_thread_switches
 from memforensics.sources import procfs
 from memforensics.sources.gdb import Capture, GdbSession, capture_malloc_info
 from memforensics.sources.gdb_setup import pid_alive
@@ -154,13 +154,14 @@ def _inspect(
 ) -> Inspection:
     # The heap's residency comes from /proc alone: it is read while gdb works (only the
     # calling thread is held in non-stop mode), never by gdb, which would lengthen the pause.
-    capture = capture_malloc_info(
-        pid,
-        timeout_seconds=timeout_seconds,
-        gdb_path=gdb_path,
-        log=log,
-        allow_stopped=allow_stopped,
-    )
+    with prompt_thread_switches():
+        capture = capture_malloc_info(
+            pid,
+            timeout_seconds=timeout_seconds,
+            gdb_path=gdb_path,
+            log=log,
+            allow_stopped=allow_stopped,
+        )
     facts = procfs.read_process(pid)
     memory = procfs.read_memory(pid)
     dump = parse_dump(capture.xml, name=process_source(pid))

@@ -7,12 +7,20 @@ end. Only /proc readers are imported here.
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import threading
+from collections.abc import Iterator
 
 from memforensics.errors import MemforensicsError
 from memforensics.model.heapscan import HeapScan
 from memforensics.sources import procfs
 from memforensics.sources.heapmaps import WALK_BUDGET_SECONDS, scan_heap
+
+# While a scan runs beside the gdb session, the thread driving gdb must get the GIL back
+# quickly: each MI answer it waits for is part of the target's pause, and Python's default
+# switch interval (5 ms) would add up to 5 ms to every answer.
+_SESSION_SWITCH_SECONDS = 0.0002
 
 
 class BackgroundScan:
@@ -64,3 +72,14 @@ def early_scan(pid: int, *, allow_stopped: bool) -> BackgroundScan | None:
     if facts.libc_path is None:
         return None
     return BackgroundScan(pid, libc_path=facts.libc_path)
+
+
+@contextlib.contextmanager
+def prompt_thread_switches() -> Iterator[None]:
+    """Python's thread switch interval lowered for the duration (see _SESSION_SWITCH_SECONDS)."""
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(min(previous, _SESSION_SWITCH_SECONDS))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(previous)
