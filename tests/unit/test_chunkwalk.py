@@ -9,6 +9,8 @@ from collections.abc import Callable
 import pytest
 
 from memforensics.sources import heapcopy
+from memforensics.sources.heapcopy import BufferPool, Segment
+from memforensics.sources.procmem import PageMap
 
 PAGE = 4096
 START = 0x7F0000000000  # where the copied heap lay in the target
@@ -85,3 +87,89 @@ def test_the_c_loop_counts_partly_resident_pages_like_the_page_map() -> None:
     )
     assert (count, total) == (3, 0x40 + 0x2040 + 0x100)
     assert resident == total - PAGE and trimmable == 0
+
+
+# Several heaps (a thread arena's chained heaps): two copies with a gap between them.
+SECOND = START + 64 * PAGE
+
+
+def _page_map(start: int, pages: int, absent: tuple[int, ...] = ()) -> PageMap:
+    """A PageMap of ``pages`` pages, present (bit 63) but for ``absent``."""
+    entries = b"".join(bytes(7) + (b"\x00" if i in absent else b"\x80") for i in range(pages))
+    return PageMap(start, start + pages * PAGE, PAGE, entries)
+
+
+def _two_heaps(
+    chunks: list[tuple[int, int]], absent: tuple[int, ...] = ()
+) -> tuple[list[Segment], int, int, BufferPool]:
+    """Two 16-page heap copies at START and SECOND holding one free list of (address, size)
+    chunks in that order (``absent``: pages of the second heap not in RAM)."""
+    pool = BufferPool()
+    segments = [
+        Segment(START, START + 16 * PAGE, _page_map(START, 16), pool),
+        Segment(SECOND, SECOND + 16 * PAGE, _page_map(SECOND, 16, absent), pool),
+    ]
+    for segment in segments:
+        segment.view[:] = bytes(segment.length)
+    for position, (address, size) in enumerate(chunks):
+        forward = chunks[position + 1][0] if position + 1 < len(chunks) else HEAD
+        back = chunks[position - 1][0] if position else HEAD
+        segment = segments[address >= SECOND]
+        struct.pack_into("<4Q", segment.view, address - segment.start, 0, size | 1, forward, back)
+    return segments, chunks[0][0], chunks[-1][0], pool
+
+
+def _segment_walks() -> list[Walk]:
+    walks: list[Walk] = [heapcopy.walk_copies_py]
+    native = heapcopy._native
+    if native is not None:
+        walks.append(
+            lambda segments, *args: native.walk_segments(
+                [
+                    (s.view, s.start, None if s.pages.all_resident else s.pages.present)
+                    for s in segments
+                ],
+                *args,
+            )
+        )
+    return walks
+
+
+HOPS = [(START + 0x100, 0x40), (SECOND + 0x3000, 0x2040), (START + 0x800, 0x100)]
+
+
+@pytest.mark.parametrize("walk", _segment_walks())
+@pytest.mark.parametrize("absent", [(), (4,)])
+def test_a_list_across_heaps_is_measured(walk: Walk, absent: tuple[int, ...]) -> None:
+    segments, fd, bk, pool = _two_heaps(HOPS, absent)
+    try:
+        result = walk(segments, HEAD, fd, bk, 32, 1 << 62, PAGE)
+    finally:
+        for segment in segments:
+            segment.close(pool)
+        pool.close()
+    total = 0x40 + 0x2040 + 0x100
+    # Page 4 of the second heap lies inside the big chunk, whose one mtrim page it is.
+    assert result == ((3, total, total, PAGE) if not absent else (3, total, total - PAGE, 0))
+
+
+@pytest.mark.parametrize("walk", _segment_walks())
+def test_every_inconsistency_across_heaps_is_refused(walk: Walk) -> None:
+    def refused(chunks: list[tuple[int, int]], fd_of_first: int | None = None) -> bool:
+        segments, fd, bk, pool = _two_heaps(chunks)
+        try:
+            if fd_of_first is not None:  # the first chunk's fd leads astray
+                struct.pack_into("<Q", segments[0].view, chunks[0][0] - START + 16, fd_of_first)
+            return walk(segments, HEAD, fd, bk, 32, 1 << 62, PAGE) is None
+        finally:
+            for segment in segments:
+                segment.close(pool)
+            pool.close()
+
+    assert refused(HOPS, fd_of_first=START + 20 * PAGE)  # into the gap between the heaps
+    assert refused(HOPS, fd_of_first=START - PAGE)  # below every heap
+    assert refused(HOPS, fd_of_first=SECOND + 16 * PAGE - 16)  # header past the second's end
+    assert refused([HOPS[0], (SECOND + 0x3000, 0x10000), HOPS[2]])  # runs past its heap
+    # Misaligned, though every bk names the chunk before: not a chunk glibc made.
+    assert refused([HOPS[0], (SECOND + 0x3008, 0x40), HOPS[2]])
+    assert not refused(HOPS)
