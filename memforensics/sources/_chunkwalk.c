@@ -15,10 +15,12 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #define COPY_BATCH 512 /* runs of pages per process_vm_readv (IOV_MAX is 1024) */
@@ -213,15 +215,24 @@ static const Seg *find_seg(const Seg *segs, Py_ssize_t count, uint64_t chunk) {
 
 typedef struct {
     uint64_t count, total, resident, trimmable;
-    int consistent;
+    int consistent, out_of_time;
 } Tally;
+
+#define CLOCK_EVERY 0xFFFF /* chunks between two looks at the clock (~10 ms at 5 M/s) */
+
+/* time.monotonic() of Python on Linux */
+static double monotonic_seconds(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
+}
 
 /* The loop itself: runs without the GIL. A static copy cannot cycle without coming back to
  * the head once every bk names the chunk before (a chunk seen twice would need two
  * predecessors), so the visit limit is only a backstop. */
 static Tally follow(const Seg *segs, Py_ssize_t nsegs, uint64_t head, uint64_t fd, uint64_t bk,
-                    uint64_t low, uint64_t high, uint64_t page) {
-    Tally t = {0, 0, 0, 0, 1};
+                    uint64_t low, uint64_t high, uint64_t page, double deadline) {
+    Tally t = {0, 0, 0, 0, 1, 0};
     uint64_t limit = 1;
     for (Py_ssize_t i = 0; i < nsegs; i++) limit += segs[i].length / 32;
     uint64_t min_trim = page + 48, align_in = 48 + page - 1;
@@ -236,8 +247,13 @@ static Tally follow(const Seg *segs, Py_ssize_t nsegs, uint64_t head, uint64_t f
         uint64_t offset = chunk - seg->start, slot = offset >> 3;
         if ((chunk & ALIGN_MASK) || word_at(seg->base, slot + 3) != previous || ++t.count > limit)
             goto inconsistent;
+        if (!(t.count & CLOCK_EVERY) && monotonic_seconds() > deadline) {
+            t.out_of_time = 1;
+            goto inconsistent;
+        }
         uint64_t size = word_at(seg->base, slot + 1) & ~(uint64_t)7;
-        if (size < low || size > high || size > seg->length - offset) goto inconsistent;
+        if (size < low || size > high || (slot + (size >> 3)) > (seg->length >> 3))
+            goto inconsistent;
         t.total += size;
         uint64_t first = (chunk + align_in) / page, last = (chunk + size) / page;
         if (seg->present == NULL) {
@@ -260,17 +276,20 @@ inconsistent:
     return t;
 }
 
-/* walk_segments(segments, head, fd, bk, low, high, page)
+/* walk_segments(segments, head, fd, bk, low, high, page, deadline=inf)
  * segments: sequence of (buffer, start, present or None), sorted by start: private copies of
  * one arena's heaps. -> (count, total, resident, trimmable), or None when the list does not
  * read back consistently (every chunk 16-byte aligned and inside a segment, bk naming the
  * chunk before, size fitting the bin and the segment, the list returning to the head whose
- * bk names the last chunk). present: one byte per page of that copy (1 = in RAM). */
+ * bk names the last chunk), or False when time.monotonic() passed deadline first (looked at
+ * every 65,536 chunks). present: one byte per page of that copy (1 = in RAM). */
 static PyObject *walk_segments(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *sequence;
     unsigned long long head, fd, bk, low, high, page;
-    if (!PyArg_ParseTuple(args, "OKKKKKK", &sequence, &head, &fd, &bk, &low, &high, &page))
+    double deadline = HUGE_VAL;
+    if (!PyArg_ParseTuple(args, "OKKKKKK|d", &sequence, &head, &fd, &bk, &low, &high, &page,
+                          &deadline))
         return NULL;
     if (page == 0) {
         PyErr_SetString(PyExc_ValueError, "page must be positive");
@@ -316,13 +335,13 @@ static PyObject *walk_segments(PyObject *self, PyObject *args) {
     }
     Tally t;
     Py_BEGIN_ALLOW_THREADS
-    t = follow(segs, nsegs, head, fd, bk, low, high, page);
+    t = follow(segs, nsegs, head, fd, bk, low, high, page, deadline);
     Py_END_ALLOW_THREADS
     if (t.consistent)
         result = Py_BuildValue("KKKK", t.count, t.total, t.resident, t.trimmable);
     else {
-        Py_INCREF(Py_None);
-        result = Py_None;
+        result = t.out_of_time ? Py_False : Py_None;
+        Py_INCREF(result);
     }
 done:
     for (Py_ssize_t i = 0; i < held; i++) PyBuffer_Release(&views[i]);

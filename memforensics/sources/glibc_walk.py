@@ -19,7 +19,13 @@ from dataclasses import dataclass, field, replace
 
 from memforensics.model import glibc
 from memforensics.sources.glibc_arenas import ArenaState, Heap, parse_state, read_state
-from memforensics.sources.heapcopy import BufferPool, Segment, copy_into, walk_copies
+from memforensics.sources.heapcopy import (
+    BufferPool,
+    OutOfTime,
+    Segment,
+    copy_into,
+    walk_copies,
+)
 from memforensics.sources.procmem import ProcessMemoryReader
 
 BIN_RETRIES = 4
@@ -62,8 +68,8 @@ class ArenaWalk:
     top_resident_bytes: int | None = None
 
 
-class _OutOfTime(Exception):
-    """The walk's time budget ran out in the middle of a list read block by block."""
+# The walk's time budget ran out in the middle of a list (copied whole or read block by block).
+_OutOfTime = OutOfTime
 
 
 class ArenaWalker:
@@ -134,7 +140,7 @@ class ArenaWalker:
         if not self._segments:
             return None
         if all(segment.whole for segment in self._segments):
-            return walk_copies(self._segments, head, fd, bk, low, high, self._page)
+            return walk_copies(self._segments, head, fd, bk, low, high, self._page, self._deadline)
         page = self._page
         min_trim = page + glibc.MALLOC_CHUNK_BYTES
         align_in = glibc.MALLOC_CHUNK_BYTES + page - 1

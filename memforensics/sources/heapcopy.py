@@ -14,8 +14,10 @@ from __future__ import annotations
 import bisect
 import contextlib
 import importlib
+import math
 import mmap
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -30,6 +32,12 @@ POOL_MAX_BYTES = 256 << 20  # copy buffers kept for the next arena
 COPY_MAX_BYTES = 512 << 20
 _READ_MAX_PAGES = 1024  # the Python copy reads at most 4 MiB per preadv
 MEMINFO = Path("/proc/meminfo")
+_CLOCK_EVERY_CHUNKS = 0xFFFF  # a list walked in a copy looks at the clock this often (~10 ms)
+
+
+class OutOfTime(Exception):
+    """The walk's time budget ran out in the middle of a list (the C loop says so too)."""
+
 
 _native: ModuleType | None = None
 # The optional C code (setup.py builds it where a compiler exists); MEMFORENSICS_PURE_PYTHON=1
@@ -62,7 +70,15 @@ def copy_budget_bytes(meminfo: Path = MEMINFO) -> int:
 
 
 def walk_resident_copy_py(
-    buffer: memoryview, start: int, head: int, fd: int, bk: int, low: int, high: int, page: int
+    buffer: memoryview,
+    start: int,
+    head: int,
+    fd: int,
+    bk: int,
+    low: int,
+    high: int,
+    page: int,
+    deadline: float = math.inf,
 ) -> tuple[int, ...] | None:
     """(chunks, bytes, resident bytes, trimmable bytes) of one free list followed through
     ``buffer``, a static copy of a wholly resident heap starting at ``start``; None when the
@@ -87,6 +103,8 @@ def walk_resident_copy_py(
         if not low <= size <= high or slot + (size >> 3) > end_slot:
             return None
         count += 1
+        if not count & _CLOCK_EVERY_CHUNKS and time.monotonic() > deadline:
+            raise OutOfTime
         total += size
         if size >= min_trim:
             whole = ((chunk + size) // page - (chunk + align_in) // page) * page
@@ -224,23 +242,39 @@ def _zero_hole(segment: Segment, start: int, stop: int, page: int) -> None:
 
 
 def walk_copies(
-    segments: Sequence[Segment], head: int, fd: int, bk: int, low: int, high: int, page: int
+    segments: Sequence[Segment],
+    head: int,
+    fd: int,
+    bk: int,
+    low: int,
+    high: int,
+    page: int,
+    deadline: float = math.inf,
 ) -> tuple[int, ...] | None:
     """(chunks, bytes, resident bytes, trimmable bytes) of one free list followed through
     whole copies of an arena's heaps (``segments``, sorted by start), or None when it does
-    not read back consistently: in C where built, else walk_copies_py."""
+    not read back consistently: in C where built, else walk_copies_py. OutOfTime when
+    time.monotonic() passes ``deadline`` first (a list of millions of chunks)."""
     if _native is not None:
         copies = [
             (s.view, s.start, None if s.pages.all_resident else s.pages.present) for s in segments
         ]
-        return _native.walk_segments(  # type: ignore[no-any-return]
-            copies, head, fd, bk, low, high, page
-        )
-    return walk_copies_py(segments, head, fd, bk, low, high, page)
+        result = _native.walk_segments(copies, head, fd, bk, low, high, page, deadline)
+        if result is False:
+            raise OutOfTime
+        return result  # type: ignore[no-any-return]
+    return walk_copies_py(segments, head, fd, bk, low, high, page, deadline)
 
 
 def walk_copies_py(
-    segments: Sequence[Segment], head: int, fd: int, bk: int, low: int, high: int, page: int
+    segments: Sequence[Segment],
+    head: int,
+    fd: int,
+    bk: int,
+    low: int,
+    high: int,
+    page: int,
+    deadline: float = math.inf,
 ) -> tuple[int, ...] | None:
     """The Python twin of _chunkwalk.walk_segments: the same checks (every chunk 16-byte
     aligned and inside one of the copies, its ``bk`` naming the chunk before, its size
@@ -249,7 +283,7 @@ def walk_copies_py(
     say so) counts whole; only others need page arithmetic."""
     if len(segments) == 1 and segments[0].pages.all_resident:
         only = segments[0]
-        return walk_resident_copy_py(only.view, only.start, head, fd, bk, low, high, page)
+        return walk_resident_copy_py(only.view, only.start, head, fd, bk, low, high, page, deadline)
     shift = page.bit_length() - 1
     min_trim = page + glibc.MALLOC_CHUNK_BYTES
     align_in = glibc.MALLOC_CHUNK_BYTES + page - 1
@@ -279,6 +313,8 @@ def walk_copies_py(
         if not low <= size <= high or slot + (size >> 3) > end_slot:
             return None
         count += 1
+        if not count & _CLOCK_EVERY_CHUNKS and time.monotonic() > deadline:
+            raise OutOfTime
         total += size
         first_page = (chunk - start) >> shift
         last_page = (chunk - start + size - 1) >> shift

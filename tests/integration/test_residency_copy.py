@@ -28,10 +28,6 @@ pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(not have_cc(), reason="no C compiler (cc) to build the target programs"),
 ]
-needs_native = pytest.mark.skipif(
-    not heapcopy.native_walk_available(),
-    reason="the C code is not in use (not built here, or MEMFORENSICS_PURE_PYTHON is set)",
-)
 
 PAGES = 64
 MIB = 1 << 20
@@ -128,9 +124,11 @@ def test_every_copy_way_gives_the_same_bytes(monkeypatch: pytest.MonkeyPatch) ->
         assert data == expected, way
 
 
-@needs_native
-def test_a_page_gone_reads_as_zeros_and_says_incomplete() -> None:
-    """A page the pagemap called readable that is unmapped by the time of the copy."""
+def test_a_page_gone_reads_as_zeros_and_says_incomplete(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page the pagemap called readable that is unmapped by the time of the copy: zeros,
+    and the copy says it fell short (process_vm_readv, preadv in C, preadv in Python)."""
+    native = heapcopy._native
+    ways = [(native, True), (native, False)] if native is not None else []
     with c_target("copy_pages", str(PAGES)) as target:
         address = int(target.ready_line.split()[1], 16)
         with ProcessMemoryReader(target.pid) as mem:
@@ -141,16 +139,17 @@ def test_a_page_gone_reads_as_zeros_and_says_incomplete() -> None:
             readable[PAGES:] = b"\x01" * 4  # as if they had been resident when looked up
             pages.readable = bytes(readable)
             pool = BufferPool()
+            segment = Segment(address, end, pages, pool)
             try:
-                segment = Segment(address, end, pages, pool)
-                segment.view[:] = b"\xee" * len(segment.view)
-                for use_vm in (True, False):
+                for module, use_vm in [*ways, (None, False)]:
+                    monkeypatch.setattr(heapcopy, "_native", module)
                     mem.vm_readv_usable = use_vm
+                    segment.view[:] = b"\xee" * len(segment.view)
                     assert not copy_into(mem, segment, 0, segment.length)
                     assert bytes(segment.view[: PAGES * page]) == _expected(page)
                     assert bytes(segment.view[PAGES * page :]) == bytes(4 * page)
-                segment.close(pool)
             finally:
+                segment.close(pool)
                 pool.close()
 
 

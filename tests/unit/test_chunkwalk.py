@@ -3,7 +3,10 @@ same, every kind of inconsistency refused the same way."""
 
 from __future__ import annotations
 
+import array
 import struct
+import threading
+import time
 from collections.abc import Callable
 
 import pytest
@@ -173,3 +176,75 @@ def test_every_inconsistency_across_heaps_is_refused(walk: Walk) -> None:
     # Misaligned, though every bk names the chunk before: not a chunk glibc made.
     assert refused([HOPS[0], (SECOND + 0x3008, 0x40), HOPS[2]])
     assert not refused(HOPS)
+
+
+def test_a_long_list_stops_at_the_deadline_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    """70,000 chunks in one copy: measured alike with time left, OutOfTime (C and Python)
+    once the deadline has passed: a list of millions must not overrun the walk's budget."""
+    count = 70_000
+    pool = BufferPool()
+    length = count * 32 + PAGE
+    segment = Segment(START, START + length, _page_map(START, length // PAGE), pool)
+    try:
+        words = segment.words
+        addresses = range(START, START + 32 * count, 32)
+        words[1 : 4 * count : 4] = array.array("Q", [32 | 1]) * count
+        words[2 : 4 * count : 4] = array.array("Q", [*addresses[1:], HEAD])
+        words[3 : 4 * count : 4] = array.array("Q", [HEAD, *addresses[:-1]])
+        args = (HEAD, START, addresses[-1], 32, 32, PAGE)
+        ways = {"native": heapcopy._native, "python": None}
+        for way, native in ways.items():
+            if way == "native" and native is None:
+                continue
+            monkeypatch.setattr(heapcopy, "_native", native)
+            assert heapcopy.walk_copies([segment], *args) == (count, 32 * count, 32 * count, 0)
+            with pytest.raises(heapcopy.OutOfTime):
+                heapcopy.walk_copies([segment], *args, time.monotonic() - 1)
+    finally:
+        segment.close(pool)
+        pool.close()
+
+
+def test_the_c_loop_lets_other_threads_run() -> None:
+    """inspect walks in a worker thread while its main thread drives gdb: the C loop
+    releases the GIL, so Python code in another thread runs while one list is walked (with
+    the GIL held no bytecode could run between the call's start and its return)."""
+    native = heapcopy._native
+    if native is None:
+        pytest.skip("the C loop is not in use (not built here, or MEMFORENSICS_PURE_PYTHON is set)")
+    count = 1 << 20  # 32 MiB, followed in a scattered order: tens of milliseconds per walk
+    stride = 7919
+    order = [k * stride % count for k in range(count)]
+    buffer = bytearray(32 * count)
+    words = memoryview(buffer).cast("Q")
+    addresses = [START + 32 * i for i in order]
+    slots = array.array("Q", [4 * i for i in order])
+    sizes = array.array("Q", [32 | 1])
+    for slot, forward, back in zip(
+        slots, [*addresses[1:], HEAD], [HEAD, *addresses[:-1]], strict=True
+    ):
+        words[slot + 1] = sizes[0]
+        words[slot + 2] = forward
+        words[slot + 3] = back
+    calls: list[tuple[float, float, object]] = []
+
+    def walker() -> None:
+        for _ in range(5):
+            before = time.monotonic()
+            result = native.walk(words, START, HEAD, addresses[0], addresses[-1], 32, 32, PAGE)
+            calls.append((before, time.monotonic(), result))
+
+    thread = threading.Thread(target=walker)
+    ticks: list[float] = []
+    thread.start()
+    while thread.is_alive():
+        ticks.append(time.monotonic())
+    thread.join()
+    assert all(result == (count, 32 * count, 32 * count, 0) for *_, result in calls)
+    # Ticks in the middle half of a call: with the GIL held, the main thread could tick only
+    # just before the C code took over or just after it returned, never in between.
+    during = [
+        sum(before + (after - before) / 4 < tick < after - (after - before) / 4 for tick in ticks)
+        for before, after, _ in calls
+    ]
+    assert max(during) > 0, (during, [after - before for before, after, _ in calls])
