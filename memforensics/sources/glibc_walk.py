@@ -88,6 +88,7 @@ class ArenaWalker:
             if h.pages is not None and h.size_bytes > 0
         ]
         self._mangled: bool | None = None  # fastbin safe-linking (glibc >= 2.32)
+        self._last_segment: Segment | None = None
         # An arena whose resident bytes fit the pool's copy budget (a few hundred MiB, at
         # most half of MemAvailable) is copied whole for each round of the walk, one read
         # per run of pages, all its heaps; a bigger one (a huge main heap with few free
@@ -103,8 +104,12 @@ class ArenaWalker:
             segment.close(self._pool)
 
     def _segment_for(self, address: int) -> Segment | None:
+        last = self._last_segment  # lists mostly stay in one heap: look there first
+        if last is not None and last.start <= address < last.end:
+            return last
         for segment in self._segments:
             if segment.start <= address < segment.end:
+                self._last_segment = segment
                 return segment
         return None
 
@@ -226,7 +231,11 @@ class ArenaWalker:
             if count > segment.length // glibc.MINSIZE:
                 return None
             total += size_bytes
-            resident += segment.pages.resident_bytes(chunk, chunk + size_bytes)
+            pages = segment.pages
+            if pages.all_resident and chunk + size_bytes <= pages.end:
+                resident += size_bytes  # what resident_bytes would say, without its arithmetic
+            else:
+                resident += pages.resident_bytes(chunk, chunk + size_bytes)
             revealed = self._reveal(chunk + glibc.OFF_FD, stored)
             if revealed is None:
                 return None
