@@ -259,7 +259,10 @@ def walk_copies(
         copies = [
             (s.view, s.start, None if s.pages.all_resident else s.pages.present) for s in segments
         ]
-        result = _native.walk_segments(copies, head, fd, bk, low, high, page, deadline)
+        try:
+            result = _native.walk_segments(copies, head, fd, bk, low, high, page, deadline)
+        except ValueError:  # heaps the C loop refuses (overlapping: read while they moved)
+            return walk_copies_py(segments, head, fd, bk, low, high, page, deadline)
         if result is False:
             raise OutOfTime
         return result  # type: ignore[no-any-return]
