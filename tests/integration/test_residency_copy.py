@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
+import threading
+import time
 from collections.abc import Sequence
 
 import pytest
@@ -211,3 +214,47 @@ def test_chained_heaps_and_a_main_heap_above_64_mib_walk_the_same_every_way(
             resident = [row.free_resident_bytes for row in whole.arenas[1:]]
             measured = [row.measured_free_bytes for row in whole.arenas[1:]]
             assert (resident == measured) is not trimmed
+
+
+def test_the_c_copy_lets_other_threads_run() -> None:
+    """The C copy releases the GIL (inspect copies in a worker thread while its main thread
+    drives gdb): Python code in another thread runs in the middle of a copy. With the GIL
+    held it could tick only just before the call or just after it returned."""
+    native = heapcopy._native
+    if native is None:
+        pytest.skip("the C copy is not in use (not built here, or MEMFORENSICS_PURE_PYTHON is set)")
+    pages = 8192  # 32 MiB: milliseconds per copy
+    with c_target("copy_pages", str(pages)) as target:
+        address = int(target.ready_line.split()[1], 16)
+        with ProcessMemoryReader(target.pid) as mem:
+            length = pages * mem.page_bytes
+            readable = mem.pagemap(address, address + length).readable
+            buffer = bytearray(length)
+            calls: list[tuple[float, float]] = []
+
+            def copier() -> None:
+                for _ in range(20):
+                    before = time.monotonic()
+                    native.copy(
+                        mem.pid, mem.mem_fd, buffer, address, readable, mem.page_bytes, True, False
+                    )
+                    calls.append((before, time.monotonic()))
+
+            thread = threading.Thread(target=copier)
+            # Short GIL turns: with the GIL held by the C code, the main thread could only tick
+            # within a switch interval of the call's start or end, far from its middle half.
+            interval = sys.getswitchinterval()
+            sys.setswitchinterval(1e-4)
+            ticks: list[float] = []
+            try:
+                thread.start()
+                while thread.is_alive():
+                    ticks.append(time.monotonic())
+                thread.join()
+            finally:
+                sys.setswitchinterval(interval)
+    during = [
+        sum(before + (after - before) / 4 < tick < after - (after - before) / 4 for tick in ticks)
+        for before, after in calls
+    ]
+    assert max(during) > 0, (during, [after - before for before, after in calls])

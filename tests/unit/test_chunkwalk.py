@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import array
 import struct
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -235,11 +236,18 @@ def test_the_c_loop_lets_other_threads_run() -> None:
             calls.append((before, time.monotonic(), result))
 
     thread = threading.Thread(target=walker)
+    # Short GIL turns: with the GIL held by the C code, the main thread could only tick
+    # within a switch interval of the call's start or end, far from its middle half.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-4)
     ticks: list[float] = []
-    thread.start()
-    while thread.is_alive():
-        ticks.append(time.monotonic())
-    thread.join()
+    try:
+        thread.start()
+        while thread.is_alive():
+            ticks.append(time.monotonic())
+        thread.join()
+    finally:
+        sys.setswitchinterval(interval)
     assert all(result == (count, 32 * count, 32 * count, 0) for *_, result in calls)
     # Ticks in the middle half of a call: with the GIL held, the main thread could tick only
     # just before the C code took over or just after it returned, never in between.
@@ -248,3 +256,18 @@ def test_the_c_loop_lets_other_threads_run() -> None:
         for before, after, _ in calls
     ]
     assert max(during) > 0, (during, [after - before for before, after, _ in calls])
+
+
+def test_heaps_the_c_loop_refuses_are_walked_in_python() -> None:
+    """Overlapping copies (heaps read while they moved) are no error: the Python loop,
+    which needs no order, walks them."""
+    segments, fd, bk, pool = _two_heaps(HOPS)
+    try:
+        expected = heapcopy.walk_copies_py(segments, HEAD, fd, bk, 32, 1 << 62, PAGE)
+        overlapping = [segments[0], segments[0], segments[1]]
+        assert heapcopy.walk_copies(overlapping, HEAD, fd, bk, 32, 1 << 62, PAGE) == expected
+        assert expected is not None
+    finally:
+        for segment in segments:
+            segment.close(pool)
+        pool.close()
