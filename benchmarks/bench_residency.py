@@ -3,8 +3,11 @@
 Targets (tests/targets/proc_arenas.c, pattern "alternate", 144-byte blocks: every other one
 freed, so no two free chunks merge and none is a fastbin chunk) hold ~2 M free chunks:
 16 arenas (16 threads x 125,000 free chunks) and 1,500 arenas (1,500 threads x ~1,333 free
-chunks, GLIBC_TUNABLES=glibc.malloc.arena_max so every thread keeps its own arena). Each runs
-in a memory cgroup when one can be made. Each round runs, on that one process,
+chunks, GLIBC_TUNABLES=glibc.malloc.arena_max so every thread keeps its own arena). Case
+"2m" is bench_inspect's: tests/targets/many_arenas.c `1 4000000 24`, one worker arena of
+~128 MiB chained over several 64 MiB heaps holding 2 M free 32-byte chunks in one bin (its
+dump taken with gdb). Each runs in a memory cgroup when one can be made. Each round runs, on
+that one process,
 
   * memforensics' residency read (``memforensics.live.read_heap_residency``: find the
     arenas, copy their heaps in runs of resident pages, walk every bin with its consistency
@@ -16,10 +19,11 @@ in a memory cgroup when one can be made. Each round runs, on that one process,
 
 and prints medians: chunks/s (wall and CPU), the share of free bytes measured, and the ratio
 memforensics/manual. Targets (issue 13): >= 2 M chunks/s; >= 90 % of free bytes measured at
-1,500 arenas. The machine's load average is printed: on a shared machine absolute rates move,
-the ratio measured in the same run is what counts. Asserts nothing.
+1,500 arenas and in the 2 M-chunk arena. The machine's load average is printed: on a shared
+machine absolute rates move, the ratio measured in the same run is what counts. Asserts
+nothing.
 
-usage: python benchmarks/bench_residency.py [--rounds N] [--cases 16,1500] [--free-chunks N]
+usage: python benchmarks/bench_residency.py [--rounds N] [--cases 16,1500,2m] [--free-chunks N]
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from memforensics.live import read_heap_residency  # noqa: E402
 from memforensics.model import glibc  # noqa: E402
 from memforensics.model.heap import HeapDump  # noqa: E402
 from memforensics.sources import heapcopy  # noqa: E402
+from memforensics.sources.gdb import capture_malloc_info  # noqa: E402
 from memforensics.sources.glibc_arenas import (  # noqa: E402
     find_heaps,
     find_main_arena,
@@ -90,27 +95,37 @@ def _memory_cgroup() -> Path | None:
 @contextlib.contextmanager
 def target(threads: int, chunks_per_thread: int) -> Iterator[tuple[int, Path]]:
     """proc_arenas with ``threads`` arenas of ``chunks_per_thread`` blocks, half freed."""
-    binary = compile_target("proc_arenas")
-    group = _memory_cgroup()
-    env = dict(os.environ, GLIBC_TUNABLES=f"glibc.malloc.arena_max={threads + 1}")
     with tempfile.TemporaryDirectory() as tmp:
-        argv = [str(binary), tmp, str(threads), str(chunks_per_thread), str(BLOCK_BYTES)]
-        argv.append("alternate")
+        argv = ["proc_arenas", tmp, str(threads), str(chunks_per_thread), str(BLOCK_BYTES)]
+        with started([*argv, "alternate"], threads + 1) as pid:
+            yield pid, Path(tmp)
+
+
+@contextlib.contextmanager
+def started(argv: list[str], arena_max: int) -> Iterator[int]:
+    """The compiled target argv[0] with argv[1:], in a memory cgroup when one can be made;
+    its PID once it printed "ready"."""
+    binary = compile_target(argv[0])
+    group = _memory_cgroup()
+    env = dict(os.environ, GLIBC_TUNABLES=f"glibc.malloc.arena_max={arena_max}")
+    argv = [str(binary), *argv[1:]]
+    if group is not None:
+        argv = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(group), *argv]
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env, start_new_session=True
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().decode()
+        if not line.startswith("ready"):
+            raise RuntimeError(f"target did not start: {line!r}")
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
         if group is not None:
-            argv = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(group), *argv]
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, env=env, start_new_session=True)
-        try:
-            assert proc.stdout is not None
-            line = proc.stdout.readline().decode()
-            if not line.startswith("ready"):
-                raise RuntimeError(f"target did not start: {line!r}")
-            yield proc.pid, Path(tmp)
-        finally:
-            proc.kill()
-            proc.wait()
-            if group is not None:
-                with contextlib.suppress(OSError):
-                    group.rmdir()
+            with contextlib.suppress(OSError):
+                group.rmdir()
 
 
 def dump_of(pid: int, control: Path) -> HeapDump:
@@ -164,38 +179,50 @@ def run_case(arenas: int, free_chunks: int, rounds: int) -> None:
     per_thread = 2 * free_chunks // arenas
     print(f"\n== {arenas} arenas, {arenas * per_thread // 2:,} free chunks of 160 bytes ==")
     with target(arenas, per_thread) as (pid, control):
-        dump = dump_of(pid, control)
-        print(f"dump: {len(dump.arenas)} arenas, {dump.rest_chunks:,} free chunks (bins + tops)")
-        native = heapcopy._native
-        names = ["memforensics", "pure Python", "manual"] if native else ["pure Python", "manual"]
-        rows: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in names}
-        for turn in range(rounds):
-            order = names if turn % 2 == 0 else names[::-1]
-            for name in order:
-                if name != "manual":
-                    heapcopy._native = native if name == "memforensics" else None
-                    residency, wall, cpu = timed(lambda: read_heap_residency(pid, dump))
-                    heapcopy._native = native
-                    chunks = sum(a.walked_chunks for a in residency.arenas)
-                    share = residency.measured_share
-                else:
-                    chunks, wall, cpu = timed(lambda: manual_walk(pid))
-                    share = float("nan")
-                rows[name].append((chunks / wall, chunks / max(cpu, 1e-9), share, wall))
-        print(f"{'':14} {'chunks/s wall':>14} {'chunks/s cpu':>14} {'measured':>9} {'seconds':>8}")
-        medians = {}
-        for name, samples in rows.items():
-            wall_rate = statistics.median(s[0] for s in samples)
-            cpu_rate = statistics.median(s[1] for s in samples)
-            share = statistics.median(s[2] for s in samples)
-            seconds = statistics.median(s[3] for s in samples)
-            medians[name] = (wall_rate, cpu_rate)
-            shown = "-" if math.isnan(share) else f"{share:.1%}"
-            print(f"{name:14} {wall_rate:>14,.0f} {cpu_rate:>14,.0f} {shown:>9} {seconds:>8.2f}")
-        for name in names[:-1]:
-            ratio_wall = medians[name][0] / medians["manual"][0]
-            ratio_cpu = medians[name][1] / medians["manual"][1]
-            print(f"ratio {name}/manual: {ratio_wall:.1f}x (wall), {ratio_cpu:.1f}x (cpu)")
+        compare(pid, dump_of(pid, control), rounds)
+
+
+def run_two_million(rounds: int) -> None:
+    """bench_inspect's "2m" target: one worker arena, 2 M free 32-byte chunks in one bin."""
+    print("\n== 2m: one worker arena (many_arenas 1 4000000 24), 2,000,000 free chunks ==")
+    with started(["many_arenas", "1", "4000000", "24"], 8) as pid:
+        xml = capture_malloc_info(pid, timeout_seconds=120).xml
+        compare(pid, parse_dump(xml, name=f"pid {pid}"), rounds)
+
+
+def compare(pid: int, dump: HeapDump, rounds: int) -> None:
+    """memforensics (C, Python) and the manual walk on ``pid``, alternating; medians."""
+    print(f"dump: {len(dump.arenas)} arenas, {dump.rest_chunks:,} free chunks (bins + tops)")
+    native = heapcopy._native
+    names = ["memforensics", "pure Python", "manual"] if native else ["pure Python", "manual"]
+    rows: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in names}
+    for turn in range(rounds):
+        order = names if turn % 2 == 0 else names[::-1]
+        for name in order:
+            if name != "manual":
+                heapcopy._native = native if name == "memforensics" else None
+                residency, wall, cpu = timed(lambda: read_heap_residency(pid, dump))
+                heapcopy._native = native
+                chunks = sum(a.walked_chunks for a in residency.arenas)
+                share = residency.measured_share
+            else:
+                chunks, wall, cpu = timed(lambda: manual_walk(pid))
+                share = float("nan")
+            rows[name].append((chunks / wall, chunks / max(cpu, 1e-9), share, wall))
+    print(f"{'':14} {'chunks/s wall':>14} {'chunks/s cpu':>14} {'measured':>9} {'seconds':>8}")
+    medians = {}
+    for name, samples in rows.items():
+        wall_rate = statistics.median(s[0] for s in samples)
+        cpu_rate = statistics.median(s[1] for s in samples)
+        share = statistics.median(s[2] for s in samples)
+        seconds = statistics.median(s[3] for s in samples)
+        medians[name] = (wall_rate, cpu_rate)
+        shown = "-" if math.isnan(share) else f"{share:.1%}"
+        print(f"{name:14} {wall_rate:>14,.0f} {cpu_rate:>14,.0f} {shown:>9} {seconds:>8.2f}")
+    for name in names[:-1]:
+        ratio_wall = medians[name][0] / medians["manual"][0]
+        ratio_cpu = medians[name][1] / medians["manual"][1]
+        print(f"ratio {name}/manual: {ratio_wall:.1f}x (wall), {ratio_cpu:.1f}x (cpu)")
 
 
 def python_speed_seconds() -> float:
@@ -211,13 +238,16 @@ def python_speed_seconds() -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--cases", default="16,1500", help="arena counts, comma-separated")
+    parser.add_argument("--cases", default="16,1500,2m", help="arena counts or 2m, comma-separated")
     parser.add_argument("--free-chunks", type=int, default=2_000_000)
     args = parser.parse_args()
     print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     print(f"calibration: 10 M Python additions take {python_speed_seconds():.2f} s CPU here")
-    for arenas in (int(x) for x in args.cases.split(",")):
-        run_case(arenas, args.free_chunks, args.rounds)
+    for case in args.cases.split(","):
+        if case == "2m":
+            run_two_million(args.rounds)
+        else:
+            run_case(int(case), args.free_chunks, args.rounds)
 
 
 if __name__ == "__main__":

@@ -21,9 +21,10 @@ from memforensics.model import glibc
 from memforensics.sources.glibc_arenas import ArenaState, Heap, parse_state, read_state
 from memforensics.sources.heapcopy import (
     BufferPool,
+    OutOfTime,
     Segment,
-    native_loop,
-    walk_resident_copy_py,
+    copy_into,
+    walk_copies,
 )
 from memforensics.sources.procmem import ProcessMemoryReader
 
@@ -35,11 +36,6 @@ _CLOCK_EVERY_CHUNKS = 255  # a list read block by block looks at the clock this 
 _CHUNK_WORDS = struct.Struct("<4Q")  # prev_size, size, fd, bk
 _TWO_WORDS = struct.Struct("<2Q")
 _FASTBIN = 0  # pseudo bin number of the fastbins in ``unmeasured_bins``
-# An arena with at most this many resident bytes is copied whole for each round of the walk
-# (one read per run of pages); a bigger one (a huge main heap with few free chunks) is
-# copied block by block as its lists lead there.
-PREFETCH_MAX_BYTES = 64 << 20
-_PREFETCH_PAGES = 1024  # at most 4 MiB per read
 
 
 def _bin_head(state: ArenaState, index: int) -> int:
@@ -72,8 +68,8 @@ class ArenaWalk:
     top_resident_bytes: int | None = None
 
 
-class _OutOfTime(Exception):
-    """The walk's time budget ran out in the middle of a list read block by block."""
+# The walk's time budget ran out in the middle of a list (copied whole or read block by block).
+_OutOfTime = OutOfTime
 
 
 class ArenaWalker:
@@ -88,12 +84,17 @@ class ArenaWalker:
         self._is_main = is_main
         self._segments = [
             Segment(h.start, h.start + h.size_bytes, h.pages, pool)
-            for h in heaps
+            for h in sorted(heaps, key=lambda h: h.start)
             if h.pages is not None and h.size_bytes > 0
         ]
         self._mangled: bool | None = None  # fastbin safe-linking (glibc >= 2.32)
+        self._last_segment: Segment | None = None
+        # An arena whose resident bytes fit the pool's copy budget (a few hundred MiB, at
+        # most half of MemAvailable) is copied whole for each round of the walk, one read
+        # per run of pages, all its heaps; a bigger one (a huge main heap with few free
+        # chunks) is copied block by block as its lists lead there.
         resident = sum(s.pages.total_resident_bytes for s in self._segments)
-        self._prefetch_whole = resident <= PREFETCH_MAX_BYTES
+        self._prefetch_whole = resident <= pool.copy_max_bytes
         self._shift = self._page.bit_length() - 1
         self._fill_pages = _LAZY_FILL_PAGES
         self._deadline = float("inf")
@@ -103,8 +104,12 @@ class ArenaWalker:
             segment.close(self._pool)
 
     def _segment_for(self, address: int) -> Segment | None:
+        last = self._last_segment  # lists mostly stay in one heap: look there first
+        if last is not None and last.start <= address < last.end:
+            return last
         for segment in self._segments:
             if segment.start <= address < segment.end:
+                self._last_segment = segment
                 return segment
         return None
 
@@ -114,19 +119,8 @@ class ArenaWalker:
         page = self._page
         first = first_page * page
         last = min(first + (self._fill_pages + 1) * page, segment.length)
-        readable = segment.pages.readable
-        offset = first
-        while offset < last:
-            if not readable[offset // page]:
-                # A reused buffer holds another arena's bytes: an unread page reads as zeros.
-                segment.view[offset : offset + page] = bytes(page)
-                offset += page
-                continue
-            run_end = offset + page
-            while run_end < last and readable[run_end // page]:
-                run_end += page
-            self._mem.read_into(segment.view[offset:run_end], segment.start + offset)
-            offset = run_end
+        # A reused buffer holds another arena's bytes: an unread page reads as zeros.
+        copy_into(self._mem, segment, first, last)
         segment.filled[first_page : first_page + self._fill_pages] = b"\x01" * self._fill_pages
 
     def _reset(self, fill_pages: int) -> None:
@@ -138,25 +132,8 @@ class ArenaWalker:
 
     def _prefetch(self) -> None:
         """Copy every readable page of the arena now, one read per run of resident pages."""
-        page = self._page
         for segment in self._segments:
-            readable = segment.pages.readable
-            pages = segment.length // page
-            index = 0
-            while index < pages:
-                if not readable[index]:
-                    hole = index
-                    while index < pages and not readable[index]:
-                        index += 1
-                    segment.view[hole * page : index * page] = bytes((index - hole) * page)
-                    continue
-                run = index
-                while run < pages and readable[run] and run - index < _PREFETCH_PAGES:
-                    run += 1
-                self._mem.read_into(
-                    segment.view[index * page : run * page], segment.start + index * page
-                )
-                index = run
+            copy_into(self._mem, segment, 0, segment.length)
             segment.filled[:] = b"\x01" * len(segment.filled)
             segment.whole = True
 
@@ -167,15 +144,8 @@ class ArenaWalker:
         or None when it does not read back consistently."""
         if not self._segments:
             return None
-        only = self._segments[0]
-        if len(self._segments) == 1 and only.whole:
-            native = native_loop()
-            if native is not None:
-                present = None if only.pages.all_resident else only.pages.present
-                return native.walk(  # type: ignore[no-any-return]
-                    only.view, only.start, head, fd, bk, low, high, self._page, present
-                )
-            return self._walk_list_copied(only, head, fd, bk, low, high)
+        if all(segment.whole for segment in self._segments):
+            return walk_copies(self._segments, head, fd, bk, low, high, self._page, self._deadline)
         page = self._page
         min_trim = page + glibc.MALLOC_CHUNK_BYTES
         align_in = glibc.MALLOC_CHUNK_BYTES + page - 1
@@ -240,57 +210,6 @@ class ArenaWalker:
             return None
         return count, total, resident, trimmable
 
-    def _walk_list_copied(
-        self, segment: Segment, head: int, fd: int, bk: int, low: int, high: int
-    ) -> tuple[int, ...] | None:
-        """_walk_list for the common case, with little but the checks in the loop: one heap
-        copied whole. The copy is static, so a list whose every ``bk`` names the chunk
-        before cannot cycle without returning to the head (a chunk seen twice would need
-        two predecessors); no visit counting is needed. A chunk whose pages are all
-        resident (the prefix sums say so) counts whole; only others need page arithmetic."""
-        if segment.pages.all_resident:
-            return walk_resident_copy_py(
-                segment.view, segment.start, head, fd, bk, low, high, self._page
-            )
-        page = self._page
-        shift = self._shift
-        min_trim = page + glibc.MALLOC_CHUNK_BYTES
-        align_in = glibc.MALLOC_CHUNK_BYTES + page - 1
-        words = segment.words
-        start = segment.start
-        last_slot = (segment.length - 32) >> 3
-        end_slot = segment.length >> 3
-        pages = segment.pages
-        prefix = pages.prefix
-        count = total = resident = trimmable = 0
-        previous = head
-        chunk = fd
-        while chunk != head:
-            slot = (chunk - start) >> 3
-            if not 0 <= slot <= last_slot or words[slot + 3] != previous:
-                return None
-            size = words[slot + 1] & ~7
-            if not low <= size <= high or slot + (size >> 3) > end_slot:
-                return None
-            count += 1
-            total += size
-            first_page = (chunk - start) >> shift
-            last_page = (chunk - start + size - 1) >> shift
-            if prefix[last_page + 1] - prefix[first_page] == last_page - first_page + 1:
-                resident += size
-                if size >= min_trim:
-                    whole = ((chunk + size) // page - (chunk + align_in) // page) * page
-                    if whole > 0:
-                        trimmable += whole
-            else:
-                resident += pages.resident_bytes(chunk, chunk + size)
-                trimmable += pages.whole_pages_resident_bytes(*glibc.mtrim_span(chunk, size, page))
-            previous = chunk
-            chunk = words[slot + 2]
-        if bk != previous:
-            return None
-        return count, total, resident, trimmable
-
     def _walk_fastbin(self, head: int, size_bytes: int) -> tuple[int, ...] | None:
         """(chunks, bytes, resident bytes, 0) of one fastbin (a NULL-terminated list)."""
         count = total = resident = 0
@@ -312,7 +231,11 @@ class ArenaWalker:
             if count > segment.length // glibc.MINSIZE:
                 return None
             total += size_bytes
-            resident += segment.pages.resident_bytes(chunk, chunk + size_bytes)
+            pages = segment.pages
+            if pages.all_resident and chunk + size_bytes <= pages.end:
+                resident += size_bytes  # what resident_bytes would say, without its arithmetic
+            else:
+                resident += pages.resident_bytes(chunk, chunk + size_bytes)
             revealed = self._reveal(chunk + glibc.OFF_FD, stored)
             if revealed is None:
                 return None

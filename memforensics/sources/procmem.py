@@ -107,12 +107,20 @@ class ProcessMemoryReader:
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.page_bytes = os.sysconf("SC_PAGE_SIZE")
+        # The C copy (heapcopy.copy_into) reads with process_vm_readv until the kernel
+        # refuses it once (seccomp, ENOSYS); then it reads /proc/PID/mem like the rest.
+        self.vm_readv_usable = True
         self._mem_fd = _open(pid, "mem")
         try:
             self._pagemap_fd = _open(pid, "pagemap")
         except BaseException:
             os.close(self._mem_fd)
             raise
+
+    @property
+    def mem_fd(self) -> int:
+        """The open /proc/PID/mem (for the copy in memforensics.sources.heapcopy)."""
+        return self._mem_fd
 
     def close(self) -> None:
         os.close(self._mem_fd)

@@ -1,0 +1,260 @@
+"""The residency walk's copy of a live heap and its walk over several heaps, C and Python.
+
+* The copy (memforensics.sources.heapcopy.copy_into): process_vm_readv in C, preadv of
+  /proc/PID/mem where the kernel refuses it or stops short, preadv in pure Python: the same
+  bytes every way, pages not present read as zeros (tests/targets/copy_pages.c).
+* The walk of arenas above the old 64 MiB whole-copy cap: a worker arena chained over two
+  heaps and a main heap above 64 MiB, walked from whole copies in C and in Python and chunk
+  by chunk (lazily), with the same figures (tests/targets/proc_arenas.c).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import threading
+import time
+from collections.abc import Sequence
+
+import pytest
+
+from memforensics.live import read_heap_residency
+from memforensics.model.process import HeapResidency
+from memforensics.sources import glibc_walk, heapcopy
+from memforensics.sources.heapcopy import BufferPool, Segment, copy_into
+from memforensics.sources.procmem import ProcessMemoryReader
+from tests.integration.test_residency_live import limited_arenas_target
+from tests.support.targets import c_target, have_cc
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not have_cc(), reason="no C compiler (cc) to build the target programs"),
+]
+
+PAGES = 64
+MIB = 1 << 20
+
+
+def _expected(page: int) -> bytes:
+    """What copy_pages.c holds: page i filled with (i * 7 + 1) & 0xff, 8 untouched pages."""
+    untouched = range(PAGES // 2, PAGES // 2 + 8)
+    return b"".join(
+        bytes(page) if i in untouched else bytes([(i * 7 + 1) & 0xFF]) * page for i in range(PAGES)
+    )
+
+
+def _copy(mem: ProcessMemoryReader, address: int, pool: BufferPool) -> tuple[bytes, bool]:
+    """The target's mapping copied by copy_into into a pooled buffer full of stale bytes."""
+    page = mem.page_bytes
+    segment = Segment(
+        address, address + PAGES * page, mem.pagemap(address, address + PAGES * page), pool
+    )
+    try:
+        segment.view[:] = b"\xee" * len(segment.view)  # another arena's bytes
+        complete = copy_into(mem, segment, 0, segment.length)
+        return bytes(segment.view), complete
+    finally:
+        segment.close(pool)
+
+
+def _vm_readv_bytes(pid: int, address: int, length: int) -> int:
+    """What one process_vm_readv of [address, address + length) in ``pid`` returns."""
+
+    class IoVec(ctypes.Structure):
+        _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    buffer = ctypes.create_string_buffer(length)
+    local = IoVec(ctypes.cast(buffer, ctypes.c_void_p), length)
+    remote = IoVec(address, length)
+    libc.process_vm_readv.restype = ctypes.c_ssize_t
+    return int(
+        libc.process_vm_readv(
+            pid,
+            ctypes.byref(local),
+            ctypes.c_ulong(1),
+            ctypes.byref(remote),
+            ctypes.c_ulong(1),
+            ctypes.c_ulong(0),
+        )
+    )
+
+
+def _dead_pid() -> int:
+    """The PID of a child that has exited and been reaped."""
+    child = os.fork()
+    if child == 0:
+        os._exit(0)
+    os.waitpid(child, 0)
+    return child
+
+
+def test_every_copy_way_gives_the_same_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """process_vm_readv stopping at a PROT_NONE page, preadv only, a refused
+    process_vm_readv, pure Python: the same bytes, holes as zeros, nothing stale."""
+    with c_target("copy_pages", str(PAGES)) as target:
+        address = int(target.ready_line.split()[1], 16)
+        with ProcessMemoryReader(target.pid) as mem:
+            page = mem.page_bytes
+            expected = _expected(page)
+            pool = BufferPool()
+            try:
+                copies = {}
+                with monkeypatch.context() as patch:
+                    patch.setattr(heapcopy, "_native", None)
+                    copies["python"] = _copy(mem, address, pool)
+                if heapcopy.native_walk_available():
+                    # The scenario is real: process_vm_readv alone stops at the PROT_NONE page.
+                    assert _vm_readv_bytes(target.pid, address, PAGES * page) == PAGES // 4 * page
+                    copies["process_vm_readv"] = _copy(mem, address, pool)
+                    assert mem.vm_readv_usable
+                    mem.vm_readv_usable = False
+                    copies["preadv"] = _copy(mem, address, pool)
+                    # A refusal of the call itself (here ESRCH: the PID it is asked for is
+                    # gone, while the open /proc/PID/mem still reads): preadv from then on.
+                    mem.vm_readv_usable = True
+                    real_pid, mem.pid = mem.pid, _dead_pid()
+                    try:
+                        copies["refused"] = _copy(mem, address, pool)
+                    finally:
+                        mem.pid = real_pid
+                    assert not mem.vm_readv_usable
+            finally:
+                pool.close()
+    for way, (data, complete) in copies.items():
+        assert complete, way
+        assert data == expected, way
+
+
+def test_a_page_gone_reads_as_zeros_and_says_incomplete(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page the pagemap called readable that is unmapped by the time of the copy: zeros,
+    and the copy says it fell short (process_vm_readv, preadv in C, preadv in Python)."""
+    native = heapcopy._native
+    ways = [(native, True), (native, False)] if native is not None else []
+    with c_target("copy_pages", str(PAGES)) as target:
+        address = int(target.ready_line.split()[1], 16)
+        with ProcessMemoryReader(target.pid) as mem:
+            page = mem.page_bytes
+            end = address + (PAGES + 4) * page  # four unmapped pages past the mapping's end
+            pages = mem.pagemap(address, end)
+            readable = bytearray(pages.readable)
+            readable[PAGES:] = b"\x01" * 4  # as if they had been resident when looked up
+            pages.readable = bytes(readable)
+            pool = BufferPool()
+            segment = Segment(address, end, pages, pool)
+            try:
+                for module, use_vm in [*ways, (None, False)]:
+                    monkeypatch.setattr(heapcopy, "_native", module)
+                    mem.vm_readv_usable = use_vm
+                    segment.view[:] = b"\xee" * len(segment.view)
+                    assert not copy_into(mem, segment, 0, segment.length)
+                    assert bytes(segment.view[: PAGES * page]) == _expected(page)
+                    assert bytes(segment.view[PAGES * page :]) == bytes(4 * page)
+            finally:
+                segment.close(pool)
+                pool.close()
+
+
+def _figures(residency: HeapResidency) -> list[tuple[object, ...]]:
+    return [
+        (
+            row.index,
+            row.free_method,
+            row.walked_chunks,
+            row.measured_free_bytes,
+            row.free_resident_bytes,
+            row.trimmable_bytes,
+        )
+        for row in residency.arenas
+    ]
+
+
+@pytest.mark.slow
+def test_chained_heaps_and_a_main_heap_above_64_mib_walk_the_same_every_way(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One worker arena over two 64 MiB heaps and a ~73 MiB main heap: whole copies walked
+    in C (when built) and in Python, and the lazy chunk-by-chunk walk, give the same
+    figures, before and after a trim (partly resident pages)."""
+    seen: list[int] = []
+    walk_copies = glibc_walk.walk_copies
+
+    def spied(segments: Sequence[Segment], *args: int) -> tuple[int, ...] | None:
+        seen.append(len(segments))
+        return walk_copies(segments, *args)
+
+    monkeypatch.setattr(glibc_walk, "walk_copies", spied)
+    with limited_arenas_target("1", "70000", "1024", "runs") as arenas:
+        for trimmed in (False, True):
+            if trimmed:
+                assert arenas.trim() == 1
+            dump = arenas.dump()
+            seen.clear()
+            whole = read_heap_residency(arenas.pid, dump)
+            assert max(seen) >= 2, "no arena of several heaps walked from whole copies"
+            ways = {"whole": whole}
+            with monkeypatch.context() as patch:
+                patch.setattr(heapcopy, "_native", None)
+                ways["python"] = read_heap_residency(arenas.pid, dump)
+            with monkeypatch.context() as patch:
+                patch.setattr(heapcopy, "COPY_MAX_BYTES", 0)  # every arena chunk by chunk
+                seen.clear()
+                ways["lazy"] = read_heap_residency(arenas.pid, dump)
+                assert not seen
+            for way, residency in ways.items():
+                assert _figures(residency) == _figures(whole), way
+            main, worker = whole.arena(0), whole.arena(1)
+            assert main is not None and worker is not None
+            assert sum(s.mapped_bytes for s in main.segments) > 64 * MIB
+            assert len(worker.segments) >= 2
+            assert all(row.free_method == "walked" for row in whole.arenas)
+            assert whole.measured_share > 0.99
+            # The worker's free pages were all written: resident until the trim released them.
+            resident = [row.free_resident_bytes for row in whole.arenas[1:]]
+            measured = [row.measured_free_bytes for row in whole.arenas[1:]]
+            assert (resident == measured) is not trimmed
+
+
+def test_the_c_copy_lets_other_threads_run() -> None:
+    """The C copy releases the GIL (inspect copies in a worker thread while its main thread
+    drives gdb): Python code in another thread runs in the middle of a copy. With the GIL
+    held it could tick only just before the call or just after it returned."""
+    native = heapcopy._native
+    if native is None:
+        pytest.skip("the C copy is not in use (not built here, or MEMFORENSICS_PURE_PYTHON is set)")
+    pages = 8192  # 32 MiB: milliseconds per copy
+    with c_target("copy_pages", str(pages)) as target:
+        address = int(target.ready_line.split()[1], 16)
+        with ProcessMemoryReader(target.pid) as mem:
+            length = pages * mem.page_bytes
+            readable = mem.pagemap(address, address + length).readable
+            buffer = bytearray(length)
+            calls: list[tuple[float, float]] = []
+
+            def copier() -> None:
+                for _ in range(20):
+                    before = time.monotonic()
+                    native.copy(
+                        mem.pid, mem.mem_fd, buffer, address, readable, mem.page_bytes, True, False
+                    )
+                    calls.append((before, time.monotonic()))
+
+            thread = threading.Thread(target=copier)
+            # Short GIL turns: with the GIL held by the C code, the main thread could only tick
+            # within a switch interval of the call's start or end, far from its middle half.
+            interval = sys.getswitchinterval()
+            sys.setswitchinterval(1e-4)
+            ticks: list[float] = []
+            try:
+                thread.start()
+                while thread.is_alive():
+                    ticks.append(time.monotonic())
+                thread.join()
+            finally:
+                sys.setswitchinterval(interval)
+    during = [
+        sum(before + (after - before) / 4 < tick < after - (after - before) / 4 for tick in ticks)
+        for before, after in calls
+    ]
+    assert max(during) > 0, (during, [after - before for before, after in calls])
