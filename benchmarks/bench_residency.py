@@ -50,7 +50,7 @@ from memforensics.live import read_heap_residency  # noqa: E402
 from memforensics.model import glibc  # noqa: E402
 from memforensics.model.heap import HeapDump  # noqa: E402
 from memforensics.sources import heapcopy  # noqa: E402
-from memforensics.sources.gdb import capture_malloc_info  # noqa: E402
+from memforensics.sources.gdb_capture import capture_malloc_info  # noqa: E402
 from memforensics.sources.glibc_arenas import (  # noqa: E402
     find_heaps,
     find_main_arena,

@@ -2,6 +2,10 @@
 
 Each function composes the sources (gdb session, /proc) and the analysis into model objects
 and never prints, so ``import memforensics.live`` gives what the commands show.
+
+The analysis and the malloc_info reader are imported where they are first needed, after the
+gdb session: importing them takes longer than the session, and a command may have them
+imported in another thread meanwhile (cli/preload.py), so that the two overlap.
 """
 
 from __future__ import annotations
@@ -11,13 +15,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from memforensics.analysis.heap import HeapAnalysis, analyze
-from memforensics.analysis.residency import one_verdict, residency_advice, waterfall
-from memforensics.analysis.residency_build import build_residency
-from memforensics.analysis.trim import skip_reason
-from memforensics.analysis.trim_forecast import forecast_trim
+from memforensics.background import prompt_thread_switches
 from memforensics.errors import (
     MemforensicsError,
     NoSuchProcessError,
@@ -25,15 +25,19 @@ from memforensics.errors import (
     TargetExitedError,
 )
 from memforensics.model.advice import Advice
-from memforensics.model.heap import HeapDump, process_source
+from memforensics.model.heap import process_source
 from memforensics.model.process import HeapResidency, ProcessFacts, ProcessMemory, Waterfall
 from memforensics.model.trim import TrimFailure, TrimOutcome, TrimResult
-from memforensics.scanning import BackgroundScan, prompt_thread_switches
+from memforensics.scanning import BackgroundScan
 from memforensics.sources import procfs
-from memforensics.sources.gdb import Capture, GdbSession, capture_malloc_info
+from memforensics.sources.gdb import GdbSession
+from memforensics.sources.gdb_capture import Capture, capture_malloc_info
 from memforensics.sources.gdb_setup import pid_alive
 from memforensics.sources.heapmaps import WALK_BUDGET_SECONDS, scan_heap
-from memforensics.sources.malloc_xml import parse_dump
+
+if TYPE_CHECKING:
+    from memforensics.analysis.heap import HeapAnalysis
+    from memforensics.model.heap import HeapDump
 
 _SETTLE_FIRST_SECONDS = 0.05
 _SETTLE_STEP_SECONDS = 0.05
@@ -63,6 +67,8 @@ def read_heap_residency(
     budget_seconds: float = WALK_BUDGET_SECONDS,
 ) -> HeapResidency:
     """Read the live heap of ``pid`` (after detach) and set it against ``dump``."""
+    from memforensics.analysis.residency_build import build_residency
+
     scan = scan_heap(pid, libc_path=libc_path, budget_seconds=budget_seconds)
     return build_residency(dump, scan)
 
@@ -161,7 +167,13 @@ def _inspect(
             gdb_path=gdb_path,
             log=log,
             allow_stopped=allow_stopped,
+            quiet_while_attaching=scan.gate.quiet if scan is not None else None,
         )
+    from memforensics.analysis.heap import analyze
+    from memforensics.analysis.residency import one_verdict, residency_advice, waterfall
+    from memforensics.analysis.residency_build import build_residency
+    from memforensics.sources.malloc_xml import parse_dump
+
     facts = procfs.read_process(pid)
     memory = procfs.read_memory(pid)
     dump = parse_dump(capture.xml, name=process_source(pid))
@@ -224,6 +236,10 @@ def _trim(pid: int, facts: ProcessFacts, settings: TrimSettings) -> TrimResult:
     capture = capture_malloc_info(
         pid, timeout_seconds=settings.timeout_seconds, gdb_path=settings.gdb_path, log=settings.log
     )
+    from memforensics.analysis.trim import skip_reason
+    from memforensics.analysis.trim_forecast import forecast_trim
+    from memforensics.sources.malloc_xml import parse_dump
+
     pause_seconds = capture.pause_seconds
     dump = parse_dump(capture.xml, name=process_source(pid))
     if dump.all_zero:

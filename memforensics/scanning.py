@@ -7,20 +7,13 @@ end. Only /proc readers are imported here.
 
 from __future__ import annotations
 
-import contextlib
-import sys
 import threading
-from collections.abc import Iterator
 
+from memforensics.background import QuietGate, lower_thread_priority
 from memforensics.errors import MemforensicsError
 from memforensics.model.heapscan import HeapScan
 from memforensics.sources import procfs
 from memforensics.sources.heapmaps import WALK_BUDGET_SECONDS, scan_heap
-
-# While a scan runs beside the gdb session, the thread driving gdb must get the GIL back
-# quickly: each MI answer it waits for is part of the target's pause, and Python's default
-# switch interval (5 ms) would add up to 5 ms to every answer.
-_SESSION_SWITCH_SECONDS = 0.0002
 
 
 class BackgroundScan:
@@ -35,6 +28,9 @@ class BackgroundScan:
     def __init__(
         self, pid: int, *, libc_path: str | None, budget_seconds: float = WALK_BUDGET_SECONDS
     ) -> None:
+        # The scan parks between arenas while gdb attaches (see background.QuietGate); the
+        # command's other background work (cli/preload.py) shares the gate.
+        self.gate = QuietGate()
         self._scan: HeapScan | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(
@@ -46,8 +42,15 @@ class BackgroundScan:
         self._thread.start()
 
     def _run(self, pid: int, libc_path: str | None, budget_seconds: float) -> None:
+        lower_thread_priority()
         try:
-            self._scan = scan_heap(pid, libc_path=libc_path, budget_seconds=budget_seconds)
+            with self.gate.worker():
+                self._scan = scan_heap(
+                    pid,
+                    libc_path=libc_path,
+                    budget_seconds=budget_seconds,
+                    between_arenas=self.gate.checkpoint,
+                )
         except BaseException as exc:  # handed to the caller of result()
             self._error = exc
 
@@ -72,14 +75,3 @@ def early_scan(pid: int, *, allow_stopped: bool) -> BackgroundScan | None:
     if facts.libc_path is None:
         return None
     return BackgroundScan(pid, libc_path=facts.libc_path)
-
-
-@contextlib.contextmanager
-def prompt_thread_switches() -> Iterator[None]:
-    """Python's thread switch interval lowered for the duration (see _SESSION_SWITCH_SECONDS)."""
-    previous = sys.getswitchinterval()
-    sys.setswitchinterval(min(previous, _SESSION_SWITCH_SECONDS))
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(previous)

@@ -17,10 +17,12 @@ from memforensics.cli.options import (
     timeout_option,
     verbose_option,
 )
+from memforensics.cli.preload import preload
 from memforensics.errors import MemforensicsError, NoSuchProcessError
 from memforensics.sources.gdb_spawn import prestart
 
 if TYPE_CHECKING:
+    from memforensics.live import Inspection
     from memforensics.render.heap_sort import SortKey
 
 EXAMPLES = """\b
@@ -46,6 +48,38 @@ def save_xml_path(template: str, pid: int, *, several: bool) -> Path:
     if several:
         return path.with_name(f"{path.stem}.{pid}{path.suffix}")
     return path
+
+
+# Imported by cli/preload.py while the first gdb session runs: what follows the capture.
+REPORT_MODULES = (
+    "memforensics.sources.malloc_xml",
+    "memforensics.analysis.heap",
+    "memforensics.analysis.residency",
+    "memforensics.analysis.residency_build",
+    "memforensics.cli.output",
+    "memforensics.render.inspect",
+)
+
+
+def _document(result: Inspection) -> dict[str, Any]:
+    from memforensics.render.inspect import inspection_document
+
+    return inspection_document(result)
+
+
+def _print_report(result: Inspection, *, top: int, sort: SortKey) -> None:
+    from memforensics.cli.output import stdout_console
+    from memforensics.render.inspect import render_inspection
+
+    stdout_console().print(render_inspection(result, top=top, sort=sort))
+
+
+def _save_xml(path: Path, xml: bytes, pid: int) -> None:
+    from memforensics.cli.output import stderr_console
+    from memforensics.sources.atomic_file import write_atomically
+
+    write_atomically(path, xml, hint=SAVE_XML_HINT)
+    stderr_console().print(f"saved malloc_info XML of PID {pid} to {path}")
 
 
 def _mi_logger(line: str) -> None:
@@ -106,14 +140,12 @@ def command(
     from memforensics.scanning import early_scan
 
     first_scan = early_scan(pids[0], allow_stopped=allow_stopped) if pids else None
-    from memforensics.cli.output import emit_json, stderr_console, stdout_console
     from memforensics.live import inspect_process, resolve_targets
-    from memforensics.render.inspect import inspection_document, render_inspection
-    from memforensics.sources.atomic_file import write_atomically
 
+    # The analysis and the report's modules load while the first session waits on gdb.
+    preload(REPORT_MODULES, gate=first_scan.gate if first_scan else None)
     targets = resolve_targets(pids, names)
     several = len(targets) > 1
-    out = stdout_console()
     documents: list[dict[str, Any]] = []
     worst = 0
     for pid, explicit in targets:
@@ -127,9 +159,7 @@ def command(
                 scan=first_scan if pid == pids[0] else None,
             )
             if save_xml is not None:
-                path = save_xml_path(save_xml, pid, several=several)
-                write_atomically(path, result.capture.xml, hint=SAVE_XML_HINT)
-                stderr_console().print(f"saved malloc_info XML of PID {pid} to {path}")
+                _save_xml(save_xml_path(save_xml, pid, several=several), result.capture.xml, pid)
         except NoSuchProcessError as exc:
             if explicit:
                 if not several:
@@ -146,10 +176,12 @@ def command(
             worst = worst_exit_code((worst, exit_code_for(exc)))
             continue
         if as_json:
-            documents.append(inspection_document(result))
+            documents.append(_document(result))
         else:
-            out.print(render_inspection(result, top=top, sort=sort))
+            _print_report(result, top=top, sort=sort)
     if as_json and documents:
+        from memforensics.cli.output import emit_json
+
         emit_json(documents[0] if not several else documents)
     if worst:
         click.get_current_context().exit(worst)

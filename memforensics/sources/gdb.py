@@ -17,7 +17,6 @@ import struct
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -27,7 +26,6 @@ from memforensics.errors import (
     NoSuchProcessError,
     NotGlibcMallocError,
     TargetError,
-    ThreadVanishedError,
     ToolingError,
 )
 from memforensics.sources import procfs
@@ -42,8 +40,6 @@ from memforensics.sources.watchdog import Watchdog
 
 # malloc_info of a process with thousands of arenas stays far below this; more is not XML we want.
 MAX_XML_BYTES = 64 * 1024 * 1024
-# A thread exiting under gdb (ThreadVanishedError) costs one more attempt, at most this many.
-CAPTURE_ATTEMPTS = 3
 # While the XML is read from /proc/PID/mem, the calling thread sleeps this long in the target
 # (base + size / speed): long enough that the read ends before the threads are stopped again.
 _READ_SLEEP_BASE_US = 2000
@@ -51,15 +47,6 @@ _READ_BYTES_PER_US = 200  # 200 MB/s, a fifth of what /proc/PID/mem reads here
 
 
 # --- the session ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Capture:
-    """One malloc_info document taken from a live process."""
-
-    xml: bytes
-    pause_seconds: float
-    safe_point: str
 
 
 class GdbSession(ThreadControl):
@@ -73,8 +60,11 @@ class GdbSession(ThreadControl):
         gdb_path: str | None = None,
         log: Callable[[str], None] | None = None,
         allow_stopped: bool = False,
+        quiet_while_attaching: Callable[[], contextlib.AbstractContextManager[None]] | None = None,
     ) -> None:
         self.pid = pid
+        # Entered around the attach: the caller's background work holds still meanwhile.
+        self._quiet_while_attaching = quiet_while_attaching or contextlib.nullcontext
         self.timeout_seconds = timeout_seconds
         self.gdb_path = gdb_path
         self.allow_stopped = allow_stopped
@@ -220,7 +210,10 @@ class GdbSession(ThreadControl):
             self._watchdog = Watchdog(self.pid, self._mi.pid, was_running=self._was_running)
         self._tell_watchdog_the_call_dummy()
         self._configure_gdb()
-        self._attach()
+        # The target's threads are stopped and resumed one by one as gdb attaches: no work of
+        # ours competes with gdb for a CPU meanwhile (see background.QuietGate).
+        with self._quiet_while_attaching():
+            self._attach()
         self._reach_safe_point()
 
     def _configure_gdb(self) -> None:
@@ -458,37 +451,3 @@ class GdbSession(ThreadControl):
         if self._libc is None:
             raise ToolingError("the target's libc was not read")
         return self._libc
-
-
-def capture_malloc_info(
-    pid: int,
-    *,
-    timeout_seconds: float = 10.0,
-    gdb_path: str | None = None,
-    log: Callable[[str], None] | None = None,
-    allow_stopped: bool = False,
-) -> Capture:
-    """Attach, take one malloc_info document at a safe point, detach: the whole inspect dance.
-
-    A thread that exits while gdb reads it costs a new attempt (malloc_info only reads the
-    heap, so repeating it is harmless); the pause reported is that of every attempt.
-    """
-    paused_seconds = 0.0
-    for attempt in range(1, CAPTURE_ATTEMPTS + 1):
-        session = GdbSession(
-            pid,
-            timeout_seconds=timeout_seconds,
-            gdb_path=gdb_path,
-            log=log,
-            allow_stopped=allow_stopped,
-        )
-        try:
-            with session:
-                xml = session.malloc_info()
-        except ThreadVanishedError:
-            if attempt == CAPTURE_ATTEMPTS:
-                raise
-        else:
-            return Capture(xml, paused_seconds + session.pause_seconds, session.safe_point)
-        paused_seconds += session.pause_seconds
-    raise AssertionError("unreachable: the last attempt returns or raises")

@@ -45,6 +45,8 @@ _native: ModuleType | None = None
 if not os.environ.get("MEMFORENSICS_PURE_PYTHON"):
     with contextlib.suppress(ImportError):
         _native = importlib.import_module("memforensics.sources._chunkwalk")
+    if not all(hasattr(_native, name) for name in ("copy", "walk_segments")):
+        _native = None  # a stale build of an older version: the Python code is right, if slower
 
 
 def native_loop() -> ModuleType | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from memforensics.model import glibc
 from memforensics.model.heapscan import ArenaScan, HeapScan
@@ -149,15 +149,25 @@ def _mmapped_chunks(
 
 
 def scan_heap(
-    pid: int, *, libc_path: str | None = None, budget_seconds: float = WALK_BUDGET_SECONDS
+    pid: int,
+    *,
+    libc_path: str | None = None,
+    budget_seconds: float = WALK_BUDGET_SECONDS,
+    between_arenas: Callable[[], object] | None = None,
 ) -> HeapScan:
-    """Read every arena of ``pid``: heaps, residency, free lists (within the time budget)."""
+    """Read every arena of ``pid``: heaps, residency, free lists (within the time budget).
+
+    ``between_arenas`` is called before each arena is read: a caller may hold the scan there
+    (while gdb attaches, see scanning.BackgroundScan).
+    """
     started = time.monotonic()
     mappings = read_smaps(pid)
     pool = BufferPool()
     try:
         with ProcessMemoryReader(pid) as mem:
-            return _scan(pid, mappings, mem, pool, libc_path, started, budget_seconds)
+            return _scan(
+                pid, mappings, mem, pool, libc_path, started, budget_seconds, between_arenas
+            )
     finally:
         pool.close()
 
@@ -170,7 +180,9 @@ def _scan(
     libc_path: str | None,
     started: float,
     budget_seconds: float,
+    between_arenas: Callable[[], object] | None = None,
 ) -> HeapScan:
+    pause = between_arenas or (lambda: None)
     notes: list[str] = []
     is_64 = _is_64bit(pid)
     heaps = find_heaps(mappings, mem) if is_64 else []
@@ -202,10 +214,12 @@ def _scan(
     all_heaps: list[Heap] = []
     if brk is not None:
         main_heap = Heap(brk[0], 0, brk[1] - brk[0], brk[1] - brk[0])
+        pause()
         main_heap.pages = mem.pagemap(brk[0], brk[1])
         all_heaps.append(main_heap)
         rows.append(_scan_arena(mem, pool, main_state, [main_heap], True, True, deadline))
     for position, address in enumerate(order):
+        pause()
         arena_heaps = by_arena.get(address) or heaps_from_top(mem, states[address])
         state, arena_heaps, layout_ok = _settle_layout(mem, states[address], arena_heaps)
         for heap in arena_heaps:

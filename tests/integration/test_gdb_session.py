@@ -22,7 +22,8 @@ from memforensics.errors import (
     ToolingError,
 )
 from memforensics.sources import procfs
-from memforensics.sources.gdb import GdbSession, capture_malloc_info
+from memforensics.sources.gdb import GdbSession
+from memforensics.sources.gdb_capture import capture_malloc_info
 from memforensics.sources.libc_elf import load_libc_image
 from memforensics.sources.malloc_xml import parse_dump
 from memforensics.sources.watchdog import Watchdog

@@ -15,7 +15,7 @@ import pytest
 from memforensics.errors import GdbUnavailableError, NoSuchProcessError
 from memforensics.scanning import BackgroundScan
 from memforensics.sources import gdb_spawn
-from memforensics.sources.gdb import capture_malloc_info
+from memforensics.sources.gdb_capture import capture_malloc_info
 from memforensics.sources.heapmaps import scan_heap
 from memforensics.sources.malloc_xml import parse_dump
 from tests.support.targets import c_target, live_skip_reason
