@@ -1,0 +1,145 @@
+"""The reader hands libxml2 each glibc-shaped arena without its bucket lines: same results.
+
+Every test compares against the tree path (a leading comment makes the reader distrust the
+text, so every arena is read from libxml2's tree, as before the slimming).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from memforensics.errors import InputDataError
+from memforensics.model.heap import HeapDump
+from memforensics.sources import malloc_texts, malloc_xml
+from memforensics.sources.malloc_xml import iter_dumps
+from tests.unit.test_malloc_xml import MODERN
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+
+
+def _facts(dumps: list[HeapDump]) -> list[object]:
+    """Everything a report reads from the dumps, bucket lines and their line numbers too."""
+    return [
+        (
+            d.sequence,
+            d.line,
+            d.system_bytes,
+            d.rest_bytes,
+            d.extra,
+            d.notes,
+            [
+                (
+                    a.index,
+                    a.line,
+                    a.rest_bytes,
+                    a.system_bytes,
+                    a.subheaps,
+                    a.extra,
+                    a.top_bytes,
+                    [
+                        (
+                            b.kind,
+                            b.from_bytes,
+                            b.to_bytes,
+                            b.total_bytes,
+                            b.count,
+                            b.line,
+                            b.suspect,
+                        )
+                        for b in a.sizes
+                    ],
+                )
+                for a in d.arenas
+            ],
+        )
+        for d in dumps
+    ]
+
+
+def _tree_path(xml: bytes) -> list[object]:
+    return _facts(list(iter_dumps(b"<!-- tree path -->" + xml, name="t.xml")))
+
+
+SERIES = MODERN + b"=== later ===\n" + MODERN.replace(b'count="2"/>', b'count="4"/>') + MODERN
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 2, 5, 6, 7, 13, 64, 333, 1 << 20])
+def test_every_chunk_size_gives_the_tree_paths_figures(
+    monkeypatch: pytest.MonkeyPatch, chunk_bytes: int
+) -> None:
+    """A "<heap", a bucket line or a whole arena cut by a chunk boundary changes nothing."""
+    expected = _tree_path(SERIES)
+    monkeypatch.setattr(malloc_xml, "READ_CHUNK_BYTES", chunk_bytes)
+    assert _facts(list(iter_dumps(SERIES, name="t.xml"))) == expected
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        *sorted(
+            str(p.relative_to(FIXTURES))
+            for p in (FIXTURES / "dialects").glob("*.xml")
+            if "jemalloc" not in p.name and "hardened" not in p.name
+        ),
+        "series-5.xml",
+        "threads-fragmented.xml",
+        "arena-max-1.xml",
+    ],
+)
+def test_real_dumps_and_dialects_read_the_same_both_ways(name: str) -> None:
+    xml = (FIXTURES / name).read_bytes()
+    assert _facts(list(iter_dumps(xml, name="t.xml"))) == _tree_path(xml)
+
+
+def test_an_arena_too_long_to_hold_is_read_from_the_tree(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past MAX_HELD_HEAP_BYTES nothing more is held back or replaced; figures are kept."""
+    monkeypatch.setattr(malloc_xml, "READ_CHUNK_BYTES", 16)
+    monkeypatch.setattr(malloc_texts, "MAX_HELD_HEAP_BYTES", 40)
+    assert _facts(list(iter_dumps(SERIES, name="t.xml"))) == _tree_path(SERIES)
+
+
+def test_the_parser_sees_heaps_without_their_bucket_lines() -> None:
+    """What libxml2 is given: the table replaced, every newline kept, the rest verbatim."""
+    texts = malloc_texts.HeapTexts()
+    fed = texts.take(MODERN, final=True)
+    assert fed.count(b"\n") == MODERN.count(b"\n")
+    expected = re.sub(
+        rb"<sizes>.*?</sizes>",
+        lambda m: b"<sizes/>" + b"\n" * m.group(0).count(b"\n"),
+        MODERN,
+        flags=re.DOTALL,
+    )
+    assert fed == expected and b"<size " not in fed
+    assert [m.group(1) for m in texts.entries if m is not None] == [b"0", b"1"]
+
+
+@pytest.mark.parametrize(
+    ("xml", "fragment", "line"),
+    [
+        # Faults after a replaced table are reported on their real lines.
+        (
+            MODERN.replace(b'<system type="max" size="0"/>', b'<system type="max" size="x"/>'),
+            "not a number",
+            21,
+        ),
+        (MODERN.replace(b'<heap nr="1">', b'<heap nr="1"><<'), "well-formed XML", 15),
+        (
+            MODERN.replace(b'<heap nr="1">\n<sizes>', b'<heap nr="1">\n<sizes>\n<heap nr="2"/>'),
+            "<heap> outside",
+            17,
+        ),
+    ],
+)
+def test_errors_after_a_replaced_table_name_the_real_line(
+    xml: bytes, fragment: str, line: int
+) -> None:
+    with pytest.raises(InputDataError) as info:
+        list(iter_dumps(xml, name="t.xml"))
+    assert fragment in str(info.value)
+    assert info.value.line == line
+    assert info.value.exit_code == 7
