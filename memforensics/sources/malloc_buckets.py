@@ -42,13 +42,13 @@ SIZES_BLOCK_RE = re.compile(rb"<sizes>(?:\s*" + _BUCKET_LINE + rb")*\s*</sizes>|
 
 # Decoding trick: in a checked table every number follows an `=`. Keeping only digits and
 # turning `=` into `,` leaves ",17,32,384,12,..." that the C JSON decoder turns into ints.
-_EQUALS_TO_COMMA = bytes.maketrans(b"=", b",")
-_NOT_DIGIT_OR_EQUALS = bytes(c for c in range(256) if c not in b"0123456789=")
+EQUALS_TO_COMMA = bytes.maketrans(b"=", b",")
+NOT_DIGIT_OR_EQUALS = bytes(c for c in range(256) if c not in b"0123456789=")
 
 
 def decode_numbers(raw: bytes) -> list[int]:
     """Every ``from, to, total, count`` of a checked table, in order."""
-    text = raw.translate(_EQUALS_TO_COMMA, _NOT_DIGIT_OR_EQUALS)
+    text = raw.translate(EQUALS_TO_COMMA, NOT_DIGIT_OR_EQUALS)
     try:
         numbers: list[int] = json.loads(b"[" + text[1:] + b"]")
     except ValueError:  # a leading zero ("007") is not JSON; rare enough for a slow path
@@ -63,7 +63,7 @@ def numbers_array(raw: bytes) -> Any:
     numpy = numpy_module()
     if numpy is None:
         return False
-    text = raw.translate(_EQUALS_TO_COMMA, _NOT_DIGIT_OR_EQUALS)[1:]
+    text = raw.translate(EQUALS_TO_COMMA, NOT_DIGIT_OR_EQUALS)[1:]
     if not text:
         return numpy.zeros(0, dtype=numpy.uint64)
     try:
@@ -106,13 +106,14 @@ class SizeTable(ColumnarSizes):
     lines.
     """
 
-    __slots__ = ("_array", "_buckets", "_columns", "_count", "_first_line", "_raw")
+    __slots__ = ("_array", "_buckets", "_codes", "_columns", "_count", "_first_line", "_raw")
 
     def __init__(self, raw: bytes, count: int | None, first_line: int):
         self._raw = raw
         self._count = count  # None: counted on first len()
         self._first_line = first_line
         self._array: Any = None
+        self._codes: Any = None  # line codes as a numpy array, where decoded in bulk
         self._columns: BucketColumns | None = None
         self._buckets: tuple[SizeBucket, ...] | None = None
 
@@ -125,6 +126,15 @@ class SizeTable(ColumnarSizes):
             found.append(self._raw.count(b"<", 0, position) - 1)
             position = self._raw.find(b"<unsorted", position + 1)
         return found
+
+    @property
+    def raw(self) -> bytes:
+        """The table's checked text, ``<sizes>`` to ``</sizes>``."""
+        return self._raw
+
+    def adopt(self, array: Any, codes: Any) -> None:
+        """Take this table's numbers and line codes, decoded with the whole dump's at once."""
+        self._array, self._codes = array, codes
 
     def array(self) -> Any:
         """``from, to, total, count`` repeated, as a numpy uint64 array (decoded once).
@@ -152,6 +162,8 @@ class SizeTable(ColumnarSizes):
         array = self._array if self._array is not None and self._array is not False else None
         if array is None:
             return super().line_codes()
+        if self._codes is not None:
+            return self._codes.tolist(), array.tolist()
         froms, tos, totals, counts = array[0::4], array[1::4], array[2::4], array[3::4]
         codes = (((tos & 1) == 0) & (froms < tos)).astype("int8")
         codes[self.unsorted_positions()] = 2
