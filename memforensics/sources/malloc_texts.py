@@ -86,6 +86,9 @@ class HeapTexts:
         position = 0
         limit = len(data) if final else len(data) - _HOLD_BYTES
         held_from = max(limit, 0)
+        # Where the next "</heap" is, and whether it is whole: searched once for a run of
+        # opening tags, so that thousands of nested "<heap>" cost one scan, not one each.
+        close, closed = -1, False
         while True:
             start = _find_tag(data, b"<heap", position)
             if start < 0 or start >= limit:
@@ -99,8 +102,12 @@ class HeapTexts:
                 copied = end
                 position = match.end()
                 continue
-            close = _find_tag(data, b"</heap", start)
-            if close < 0 or data.find(b">", close) < 0:
+            if close < start:  # one search serves every "<heap" before that "</heap"
+                close = _find_tag(data, b"</heap", start)
+                closed = close >= 0 and data.find(b">", close) >= 0
+                if close < 0:
+                    close = len(data)  # none anywhere after: no need to look again
+            if not closed:
                 if not final and len(data) - start <= MAX_HELD_HEAP_BYTES:
                     held_from = start  # not whole yet: look again with the next chunk
                     break

@@ -143,3 +143,14 @@ def test_errors_after_a_replaced_table_name_the_real_line(
     assert fragment in str(info.value)
     assert info.value.line == line
     assert info.value.exit_code == 7
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("opening", [b"<heap>", b'<heap nr="1"><sizes>', b"<heap/>"])
+def test_a_flood_of_opening_heap_tags_is_refused_in_one_pass(opening: bytes) -> None:
+    """Hundreds of thousands of "<heap" with no glibc arena among them: each one must not
+    search the rest of the input again (that was quadratic: hours for a few MB)."""
+    xml = b'<malloc version="1">\n' + opening * (2_000_000 // len(opening)) + b"\n</malloc>\n"
+    with pytest.raises(InputDataError) as info:
+        list(iter_dumps(xml, name="t.xml"))
+    assert info.value.line == 2 and info.value.exit_code == 7
