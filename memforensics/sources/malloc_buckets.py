@@ -38,7 +38,12 @@ BUCKET_LINE_RE = re.compile(
 _BUCKET_LINE = (
     rb'<(?:size|unsorted) from="\d{1,19}" to="\d{1,19}" total="\d{1,19}" count="\d{1,19}"/>'
 )
-SIZES_BLOCK_RE = re.compile(rb"<sizes>(?:\s*" + _BUCKET_LINE + rb")*\s*</sizes>|<sizes/>")
+# XML's whitespace only: "\s" also admits \f and \v, which libxml2 refuses, and a block cut
+# from the input is never seen by libxml2 (malloc_texts).
+_WS = rb"[ \t\r\n]*"
+SIZES_BLOCK_RE = re.compile(
+    rb"<sizes>(?:" + _WS + _BUCKET_LINE + rb")*" + _WS + rb"</sizes>|<sizes/>"
+)
 
 # Decoding trick: in a checked table every number follows an `=`. Keeping only digits and
 # turning `=` into `,` leaves ",17,32,384,12,..." that the C JSON decoder turns into ints.
@@ -228,13 +233,15 @@ class SizeTable(ColumnarSizes):
 
 def _number_re(tag: str, kind: str, *attrs: str) -> bytes:
     fields = " ".join(f'{attr}="(\\d{{1,19}})"' for attr in attrs)
-    return f'\\s*<{tag} type="{kind}" {fields}/>'.encode()
+    return _WS + f'<{tag} type="{kind}" {fields}/>'.encode()
 
 
 # A <heap> exactly as glibc 2.26+ prints it (fastbin totals optional: none after 2.43;
 # aspace lines optional; subheaps only for non-main arenas).
 HEAP_RE = re.compile(
-    rb'<heap nr="(\d{1,19})">\s*(?P<sizes>'
+    rb'<heap nr="(\d{1,19})">'
+    + _WS
+    + rb"(?P<sizes>"
     + SIZES_BLOCK_RE.pattern
     + rb")"
     + b"(?:"
@@ -250,7 +257,8 @@ HEAP_RE = re.compile(
     + b"(?:"
     + _number_re("aspace", "subheaps", "size")
     + b")?"
-    + rb"\s*</heap>"
+    + _WS
+    + rb"</heap>"
 )
 
 
