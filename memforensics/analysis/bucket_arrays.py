@@ -56,17 +56,19 @@ def dump_sums(arenas: Sequence[Arena], class_limits: Sequence[int]) -> DumpSums 
 def _decode(np: Any, tables: list[SizeTable]) -> tuple[Any, Any, Any] | None:
     """Every table's numbers in one array, each line's code, and each line's arena.
 
-    One translate and one numpy read over all tables' text at once (per table, the calls
-    cost more than the work). Each table adopts its slices, so a JSON writer reading it
+    One numpy read over all tables' digits at once (per table, the calls cost more than the
+    work). Each table adopts its slices, so a JSON writer reading it
     afterwards decodes nothing again. None where a table does not read as 4 numbers a line.
     """
-    lines = np.array([t.raw.count(b"=") for t in tables], dtype=np.int64)
+    # Every number follows an `=`; keeping digits and `=` (as `,`) leaves ",17,32,384,…".
+    # Table by table, so that no copy of the whole dump's text is made.
+    texts = [t.raw.translate(EQUALS_TO_COMMA, NOT_DIGIT_OR_EQUALS) for t in tables]
+    lines = np.array([t.count(b",") for t in texts], dtype=np.int64)
     if (lines % 4).any():
         return None
     lines //= 4
-    joined = b"".join(t.raw for t in tables)
-    # Every number follows an `=`; keeping digits and `=` (as `,`) leaves ",17,32,384,…".
-    text = joined.translate(EQUALS_TO_COMMA, NOT_DIGIT_OR_EQUALS)[1:]
+    text = b"".join(texts)[1:]
+    del texts
     total_lines = int(lines.sum())
     if not text:
         numbers = np.zeros(0, dtype=np.uint64)
@@ -79,27 +81,21 @@ def _decode(np: Any, tables: list[SizeTable]) -> tuple[Any, Any, Any] | None:
         return None
     froms, tos, totals, counts = numbers[0::4], numbers[1::4], numbers[2::4], numbers[3::4]
     codes = (((tos & 1) == 0) & (froms < tos)).astype(np.int8)  # 1: a fastbin line
-    codes[_unsorted_lines(joined)] = 2
+    ends = np.cumsum(lines)
+    starts = (ends - lines).tolist()
+    codes[
+        [
+            start + at
+            for t, start in zip(tables, starts, strict=True)
+            for at in t.unsorted_positions()
+        ]
+    ] = 2
     suspect = (counts >= SUSPECT_COUNT) | (totals >= SUSPECT_BYTES)
     codes += suspect.astype(np.int8) * SUSPECT_CODE_OFFSET
-    ends = np.cumsum(lines)
-    for table, start, end in zip(tables, (ends - lines).tolist(), ends.tolist(), strict=True):
+    for table, start, end in zip(tables, starts, ends.tolist(), strict=True):
         table.adopt(numbers[4 * start : 4 * end], codes[start:end])
     arena_ids = np.repeat(np.arange(len(tables)), lines)
     return numbers, codes, arena_ids
-
-
-def _unsorted_lines(joined: bytes) -> list[int]:
-    """Line numbers (from 0, across all tables) of the ``<unsorted>`` lines."""
-    found = []
-    line = previous = 0
-    position = joined.find(b"<unsorted")
-    while position >= 0:
-        line += joined.count(b' from="', previous, position)  # one per bucket line
-        previous = position
-        found.append(line)
-        position = joined.find(b"<unsorted", position + 1)
-    return found
 
 
 def _sums(
