@@ -1,10 +1,11 @@
 """One arena as glibc prints it, checked whole in C; its ``<sizes>`` table kept as text.
 
 A big dump has thousands of arenas and a million bucket lines. Python work per element
-dominated parse time, so a ``<heap>`` of exactly the shape glibc writes is serialised by
-libxml2 and checked by one regular expression; its totals come from the match, and its bucket
-table is decoded into columns (:class:`~memforensics.model.heap.BucketColumns`) the first time
-a report reads it. Anything else takes the careful path (``malloc_elements``), element by
+dominated parse time, so a ``<heap>`` of exactly the shape glibc writes is checked by one
+regular expression on its input text (``malloc_texts``; on libxml2's serialisation of it where
+the text cannot be trusted); its totals come from the match, and its bucket table is decoded
+into columns (:class:`~memforensics.model.heap.BucketColumns`) the first time a report reads
+it. Anything else takes the careful path (``malloc_elements``), element by
 element, which names the exact line of a bad value and keeps unknown elements.
 """
 

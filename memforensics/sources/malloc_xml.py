@@ -4,7 +4,8 @@ Built on lxml's pull parser so that memory stays bounded: each ``<heap>`` elemen
 into an :class:`~memforensics.model.Arena` and dropped from the tree as soon as it closes, and
 each ``<malloc>`` document is yielded and dropped before the next one is read. A file may hold
 several documents one after another (a process dumped periodically into one log); they are
-wrapped in a synthetic root so libxml2 reads them as one stream.
+wrapped in a synthetic root so libxml2 reads them as one stream. Each arena of glibc's exact
+shape reaches libxml2 without its bucket lines, which are kept as text (``malloc_texts``).
 
 Hostile input is refused, never resolved: no DTD is loaded, no entity is expanded, nothing is
 fetched, and a ``<!DOCTYPE``/``<!ENTITY`` is an error. Every problem is an
