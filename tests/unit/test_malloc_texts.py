@@ -10,6 +10,8 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memforensics.errors import InputDataError
 from memforensics.model.heap import HeapDump
@@ -174,3 +176,40 @@ def test_other_line_breaks_give_the_tree_paths_lines(newline: bytes) -> None:
     # serialising, as they did before the tables were replaced: not compared here.)
     xml = SERIES.replace(b"\n", newline)
     assert _facts(list(iter_dumps(xml, name="t.xml"))) == _tree_path(xml)
+
+
+_ARENA = MODERN[MODERN.index(b'<heap nr="0">') : MODERN.index(b'<heap nr="1">')]
+# Pieces a document is assembled from: glibc's arena, arenas of other shapes (read from the
+# tree), and markup that must not shift which text pairs with which element.
+_PIECES = [
+    _ARENA,
+    _ARENA.replace(b"<sizes>\n", b"<sizes>\n<odd/>\n"),  # not glibc's shape
+    _ARENA.replace(b'<heap nr="0">', b'<heap  nr="0" >'),  # well-formed, not glibc's text
+    _ARENA.replace(b"</sizes>", b"</sizes>\n<future kind='x'/>"),
+    b"\n",
+    b"\t \r\n",
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    picks=st.lists(st.sampled_from(range(len(_PIECES))), min_size=1, max_size=12),
+    chunk_bytes=st.one_of(st.integers(min_value=1, max_value=600), st.just(1 << 20)),
+    held_bytes=st.sampled_from([64, 1 << 20]),
+)
+def test_any_mix_of_arena_shapes_reads_as_the_tree_path_does(
+    picks: list[int], chunk_bytes: int, held_bytes: int
+) -> None:
+    """Whatever the mix of shapes, chunk boundaries and holding limit, every arena gets its
+    own figures: the same as reading every arena from libxml2's tree."""
+    numbered = []
+    for index, pick in enumerate(picks):
+        piece = _PIECES[pick]
+        numbered.append(piece.replace(b'nr="0"', f'nr="{index}"'.encode()))
+    head, tail = MODERN[: MODERN.index(b"<heap")], MODERN[MODERN.index(b"</heap>\n<total") + 8 :]
+    xml = head + b"".join(numbered) + tail
+    expected = _tree_path(xml)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(malloc_xml, "READ_CHUNK_BYTES", chunk_bytes)
+        patch.setattr(malloc_texts, "MAX_HELD_HEAP_BYTES", held_bytes)
+        assert _facts(list(iter_dumps(xml, name="t.xml"))) == expected
