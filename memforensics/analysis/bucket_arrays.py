@@ -12,8 +12,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memforensics.model.heap import SUSPECT_BYTES, SUSPECT_COUNT, Arena
-from memforensics.sources.malloc_buckets import SizeTable, numpy_module
+from memforensics.model.heap import SUSPECT_BYTES, SUSPECT_CODE_OFFSET, SUSPECT_COUNT, Arena
+from memforensics.sources.malloc_buckets import (
+    EQUALS_TO_COMMA,
+    NOT_DIGIT_OR_EQUALS,
+    SizeTable,
+    numpy_module,
+)
 
 # Below this much table text (~20,000 lines) the per-arena path is fast enough and numpy's
 # import is not paid.
@@ -42,38 +47,72 @@ def dump_sums(arenas: Sequence[Arena], class_limits: Sequence[int]) -> DumpSums 
     numpy = numpy_module()
     if numpy is None:
         return None
-    arrays = [t.array() for t in checked]
-    if any(a is None or len(a) % 4 for a in arrays):
+    decoded = _decode(numpy, checked)
+    if decoded is None:
         return None
-    return _sums(numpy, arrays, checked, class_limits)
+    return _sums(numpy, *decoded, len(checked), class_limits)
+
+
+def _decode(np: Any, tables: list[SizeTable]) -> tuple[Any, Any, Any] | None:
+    """Every table's numbers in one array, each line's code, and each line's arena.
+
+    One numpy read over all tables' digits at once (per table, the calls cost more than the
+    work). Each table adopts its slices, so a JSON writer reading it
+    afterwards decodes nothing again. None where a table does not read as 4 numbers a line.
+    """
+    # Every number follows an `=`; keeping digits and `=` (as `,`) leaves ",17,32,384,…".
+    # Table by table, so that no copy of the whole dump's text is made.
+    texts = [t.raw.translate(EQUALS_TO_COMMA, NOT_DIGIT_OR_EQUALS) for t in tables]
+    lines = np.array([t.count(b",") for t in texts], dtype=np.int64)
+    if (lines % 4).any():
+        return None
+    lines //= 4
+    text = b"".join(texts)[1:]
+    del texts
+    total_lines = int(lines.sum())
+    if not text:
+        numbers = np.zeros(0, dtype=np.uint64)
+    else:
+        try:
+            numbers = np.fromstring(text, dtype=np.uint64, sep=",")
+        except ValueError:
+            return None
+    if len(numbers) != 4 * total_lines:
+        return None
+    froms, tos, totals, counts = numbers[0::4], numbers[1::4], numbers[2::4], numbers[3::4]
+    codes = (((tos & 1) == 0) & (froms < tos)).astype(np.int8)  # 1: a fastbin line
+    ends = np.cumsum(lines)
+    starts = (ends - lines).tolist()
+    codes[
+        [
+            start + at
+            for t, start in zip(tables, starts, strict=True)
+            for at in t.unsorted_positions()
+        ]
+    ] = 2
+    suspect = (counts >= SUSPECT_COUNT) | (totals >= SUSPECT_BYTES)
+    codes += suspect.astype(np.int8) * SUSPECT_CODE_OFFSET
+    for table, start, end in zip(tables, starts, ends.tolist(), strict=True):
+        table.adopt(numbers[4 * start : 4 * end], codes[start:end])
+    arena_ids = np.repeat(np.arange(len(tables)), lines)
+    return numbers, codes, arena_ids
 
 
 def _sums(
-    np: Any, arrays: list[Any], tables: list[SizeTable], class_limits: Sequence[int]
+    np: Any, numbers: Any, codes: Any, arena_ids: Any, arenas: int, class_limits: Sequence[int]
 ) -> DumpSums | None:
-    numbers = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.uint64)
-    froms, tos, totals, counts = numbers[0::4], numbers[1::4], numbers[2::4], numbers[3::4]
+    tos, totals, counts = numbers[1::4], numbers[2::4], numbers[3::4]
     lines = len(counts)
-    suspect = (counts >= SUSPECT_COUNT) | (totals >= SUSPECT_BYTES)
-    clean_totals = np.where(suspect, 0, totals)
-    clean_counts = np.where(suspect, 0, counts)
-    if lines and int(clean_totals.max()) * lines >= _SAFE_SUM:
-        return None  # hostile magnitudes: exact Python integers instead
-    unsorted = np.zeros(lines, dtype=bool)
-    sizes = np.array([len(a) // 4 for a in arrays], dtype=np.int64)
-    starts = np.concatenate(([0], np.cumsum(sizes)[:-1])) if len(sizes) else sizes
-    for table, start in zip(tables, starts.tolist(), strict=True):
-        for position in table.unsorted_positions():
-            unsorted[start + position] = True
-    fast = ((tos & 1) == 0) & (froms < tos) & ~unsorted
-    arena_ids = np.repeat(np.arange(len(tables)), sizes)
-    per_arena_suspect = np.bincount(arena_ids, weights=suspect, minlength=len(tables)) > 0
-    if per_arena_suspect.any():
+    suspect = codes >= SUSPECT_CODE_OFFSET
+    if suspect.any():
         return None  # suspect lines carry values up to 2**64: exact Python integers instead
-    bin_chunks = _grouped_sum(np, arena_ids, np.where(fast, 0, counts), len(tables))
-    bin_bytes = _grouped_sum(np, arena_ids, np.where(fast, 0, totals), len(tables))
+    if lines and int(totals.max()) * lines >= _SAFE_SUM:
+        return None  # hostile magnitudes: exact Python integers instead
+    fast = codes == 1
+    bin_chunks = _grouped_sum(np, arena_ids, np.where(fast, 0, counts), arenas)
+    bin_bytes = _grouped_sum(np, arena_ids, np.where(fast, 0, totals), arenas)
     # Histogram: mean chunk size of each line, PREV_INUSE removed from odd non-fast lines.
-    keep = clean_counts > 0
+    keep = counts > 0
     prev_inuse = np.where(((tos & 1) == 1) & ~fast, counts, 0)
     chunk_bytes = np.where(totals >= prev_inuse, totals - prev_inuse, 0)
     kept_counts, kept_bytes = counts[keep], chunk_bytes[keep]
@@ -83,7 +122,7 @@ def _sums(
     slots = len(class_limits) + 1
     return DumpSums(
         bins=list(zip(bin_chunks, bin_bytes, strict=True)),
-        suspect=per_arena_suspect.tolist(),
+        suspect=[False] * arenas,
         class_chunks=_grouped_sum(np, classes, kept_counts, slots),
         class_bytes=_grouped_sum(np, classes, kept_bytes, slots),
     )

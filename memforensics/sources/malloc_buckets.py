@@ -1,10 +1,11 @@
 """One arena as glibc prints it, checked whole in C; its ``<sizes>`` table kept as text.
 
 A big dump has thousands of arenas and a million bucket lines. Python work per element
-dominated parse time, so a ``<heap>`` of exactly the shape glibc writes is serialised by
-libxml2 and checked by one regular expression; its totals come from the match, and its bucket
-table is decoded into columns (:class:`~memforensics.model.heap.BucketColumns`) the first time
-a report reads it. Anything else takes the careful path (``malloc_elements``), element by
+dominated parse time, so a ``<heap>`` of exactly the shape glibc writes is checked by one
+regular expression on its input text (``malloc_texts``; on libxml2's serialisation of it where
+the text cannot be trusted); its totals come from the match, and its bucket table is decoded
+into columns (:class:`~memforensics.model.heap.BucketColumns`) the first time a report reads
+it. Anything else takes the careful path (``malloc_elements``), element by
 element, which names the exact line of a bad value and keeps unknown elements.
 """
 
@@ -38,17 +39,22 @@ BUCKET_LINE_RE = re.compile(
 _BUCKET_LINE = (
     rb'<(?:size|unsorted) from="\d{1,19}" to="\d{1,19}" total="\d{1,19}" count="\d{1,19}"/>'
 )
-SIZES_BLOCK_RE = re.compile(rb"<sizes>(?:\s*" + _BUCKET_LINE + rb")*\s*</sizes>|<sizes/>")
+# XML's whitespace only: "\s" also admits \f and \v, which libxml2 refuses, and a block cut
+# from the input is never seen by libxml2 (malloc_texts).
+_WS = rb"[ \t\r\n]*"
+SIZES_BLOCK_RE = re.compile(
+    rb"<sizes>(?:" + _WS + _BUCKET_LINE + rb")*" + _WS + rb"</sizes>|<sizes/>"
+)
 
 # Decoding trick: in a checked table every number follows an `=`. Keeping only digits and
 # turning `=` into `,` leaves ",17,32,384,12,..." that the C JSON decoder turns into ints.
-_EQUALS_TO_COMMA = bytes.maketrans(b"=", b",")
-_NOT_DIGIT_OR_EQUALS = bytes(c for c in range(256) if c not in b"0123456789=")
+EQUALS_TO_COMMA = bytes.maketrans(b"=", b",")
+NOT_DIGIT_OR_EQUALS = bytes(c for c in range(256) if c not in b"0123456789=")
 
 
 def decode_numbers(raw: bytes) -> list[int]:
     """Every ``from, to, total, count`` of a checked table, in order."""
-    text = raw.translate(_EQUALS_TO_COMMA, _NOT_DIGIT_OR_EQUALS)
+    text = raw.translate(EQUALS_TO_COMMA, NOT_DIGIT_OR_EQUALS)
     try:
         numbers: list[int] = json.loads(b"[" + text[1:] + b"]")
     except ValueError:  # a leading zero ("007") is not JSON; rare enough for a slow path
@@ -63,7 +69,7 @@ def numbers_array(raw: bytes) -> Any:
     numpy = numpy_module()
     if numpy is None:
         return False
-    text = raw.translate(_EQUALS_TO_COMMA, _NOT_DIGIT_OR_EQUALS)[1:]
+    text = raw.translate(EQUALS_TO_COMMA, NOT_DIGIT_OR_EQUALS)[1:]
     if not text:
         return numpy.zeros(0, dtype=numpy.uint64)
     try:
@@ -106,13 +112,14 @@ class SizeTable(ColumnarSizes):
     lines.
     """
 
-    __slots__ = ("_array", "_buckets", "_columns", "_count", "_first_line", "_raw")
+    __slots__ = ("_array", "_buckets", "_codes", "_columns", "_count", "_first_line", "_raw")
 
     def __init__(self, raw: bytes, count: int | None, first_line: int):
         self._raw = raw
         self._count = count  # None: counted on first len()
         self._first_line = first_line
         self._array: Any = None
+        self._codes: Any = None  # line codes as a numpy array, where decoded in bulk
         self._columns: BucketColumns | None = None
         self._buckets: tuple[SizeBucket, ...] | None = None
 
@@ -125,6 +132,15 @@ class SizeTable(ColumnarSizes):
             found.append(self._raw.count(b"<", 0, position) - 1)
             position = self._raw.find(b"<unsorted", position + 1)
         return found
+
+    @property
+    def raw(self) -> bytes:
+        """The table's checked text, ``<sizes>`` to ``</sizes>``."""
+        return self._raw
+
+    def adopt(self, array: Any, codes: Any) -> None:
+        """Take this table's numbers and line codes, decoded with the whole dump's at once."""
+        self._array, self._codes = array, codes
 
     def array(self) -> Any:
         """``from, to, total, count`` repeated, as a numpy uint64 array (decoded once).
@@ -152,6 +168,8 @@ class SizeTable(ColumnarSizes):
         array = self._array if self._array is not None and self._array is not False else None
         if array is None:
             return super().line_codes()
+        if self._codes is not None:
+            return self._codes.tolist(), array.tolist()
         froms, tos, totals, counts = array[0::4], array[1::4], array[2::4], array[3::4]
         codes = (((tos & 1) == 0) & (froms < tos)).astype("int8")
         codes[self.unsorted_positions()] = 2
@@ -216,13 +234,15 @@ class SizeTable(ColumnarSizes):
 
 def _number_re(tag: str, kind: str, *attrs: str) -> bytes:
     fields = " ".join(f'{attr}="(\\d{{1,19}})"' for attr in attrs)
-    return f'\\s*<{tag} type="{kind}" {fields}/>'.encode()
+    return _WS + f'<{tag} type="{kind}" {fields}/>'.encode()
 
 
 # A <heap> exactly as glibc 2.26+ prints it (fastbin totals optional: none after 2.43;
 # aspace lines optional; subheaps only for non-main arenas).
 HEAP_RE = re.compile(
-    rb'<heap nr="(\d{1,19})">\s*(?P<sizes>'
+    rb'<heap nr="(\d{1,19})">'
+    + _WS
+    + rb"(?P<sizes>"
     + SIZES_BLOCK_RE.pattern
     + rb")"
     + b"(?:"
@@ -238,7 +258,8 @@ HEAP_RE = re.compile(
     + b"(?:"
     + _number_re("aspace", "subheaps", "size")
     + b")?"
-    + rb"\s*</heap>"
+    + _WS
+    + rb"</heap>"
 )
 
 
