@@ -246,6 +246,8 @@ class GdbSession(ThreadControl):
         background = " &" if self.non_stop else ""
         try:
             self._command(f"-target-attach {self.pid}{background}")
+        except DeadlineError:
+            raise  # gdb may have attached meanwhile: the cleanup detaches (or kills gdb)
         except MemforensicsError:  # gdb_error diagnosed the refusal; nothing to detach from
             self._attach_started = None
             raise

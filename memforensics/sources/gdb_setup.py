@@ -78,7 +78,9 @@ def gdb_error(
         attached and ("has exited" in message or "not being run" in message)
     ):
         return TargetExitedError(f"PID {pid} exited while being inspected", pid=pid)
-    if doing.startswith("-target-attach"):
+    if doing.startswith("-target-attach") and not isinstance(exc, MiTimeout):
+        # (A deadline that ends during the attach is a timeout, below: the tracer /proc shows
+        # then is our own gdb, still attaching, not somebody else's.)
         # ptrace refused: say why (Yama, capabilities, another tracer, another user). gdb says
         # "No such process" also when Yama refuses a live process, so the words prove nothing.
         return procfs.diagnose_attach_failure(pid, message)

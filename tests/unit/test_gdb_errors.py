@@ -83,3 +83,17 @@ def test_a_refused_attach_is_diagnosed_not_taken_for_a_thread_race() -> None:
     assert isinstance(error, TargetPermissionError) and isinstance(error, PermissionError)
     assert error.exit_code == EXIT_PERMISSION
     assert "gdb said: ptrace: No such process." in error.message
+
+
+def test_a_deadline_during_the_attach_is_a_timeout_not_a_refusal() -> None:
+    """With `--timeout 1ms` the deadline ended while gdb attached: /proc then shows our own gdb
+    as the tracer, and the failure read "already traced by TracerPid N (gdb)" (exit 4)."""
+    error = gdb_error(
+        MiTimeout("gdb did not answer in time"),
+        os.getpid(),
+        doing=f"-target-attach {os.getpid()} &",
+        timeout_seconds=0.001,
+    )
+    assert isinstance(error, DeadlineError)
+    assert error.exit_code == EXIT_TIMEOUT
+    assert "0.001 s" in error.message
