@@ -246,8 +246,8 @@ class GdbSession(ThreadControl):
         background = " &" if self.non_stop else ""
         try:
             self._command(f"-target-attach {self.pid}{background}")
-        except DeadlineError:
-            raise  # gdb may have attached meanwhile: the cleanup detaches (or kills gdb)
+        except (DeadlineError, ToolingError):
+            raise  # gdb may have attached meanwhile (or died doing so): the cleanup sees to it
         except MemforensicsError:  # gdb_error diagnosed the refusal; nothing to detach from
             self._attach_started = None
             raise
@@ -402,7 +402,10 @@ class GdbSession(ThreadControl):
                     self._gdb.remove_data_directory()
                 self._restore_target_state()
                 if self._watchdog is not None:
-                    self._watchdog.dismiss()
+                    if self._detached_cleanly or self._attach_started is None:
+                        self._watchdog.dismiss()
+                    else:
+                        self._watchdog.hand_over()
                     self._watchdog = None
                 self._signal_handlers.restore()
 

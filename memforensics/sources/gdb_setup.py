@@ -78,9 +78,10 @@ def gdb_error(
         attached and ("has exited" in message or "not being run" in message)
     ):
         return TargetExitedError(f"PID {pid} exited while being inspected", pid=pid)
-    if doing.startswith("-target-attach") and not isinstance(exc, MiTimeout):
-        # (A deadline that ends during the attach is a timeout, below: the tracer /proc shows
-        # then is our own gdb, still attaching, not somebody else's.)
+    if doing.startswith("-target-attach") and isinstance(exc, MiError):
+        # gdb's own answer only: a deadline that ends during the attach is a timeout, and a
+        # gdb that dies then is gdb's failure (below); /proc shows our own gdb as the tracer
+        # then, which the diagnosis would take for somebody else's.
         # ptrace refused: say why (Yama, capabilities, another tracer, another user). gdb says
         # "No such process" also when Yama refuses a live process, so the words prove nothing.
         return procfs.diagnose_attach_failure(pid, message)

@@ -117,6 +117,18 @@ def _rescue_call(target_pid: int, session: _Session) -> None:
     session.in_call = False
 
 
+def _end_gdbs_children(gdb_pid: int) -> None:
+    """Kill what is left of gdb's process group once gdb itself is gone.
+
+    As it attaches, gdb forks a copy of itself that stops itself under ptrace to probe the
+    kernel's ptrace features, then kills it. gdb killed in between (by the OOM killer, say)
+    leaves that copy stopped for ever, holding the target's /proc/PID/mem open. gdb leads
+    its own group (it was started in its own session): the group is gdb's children only.
+    """
+    with contextlib.suppress(OSError):
+        os.killpg(gdb_pid, signal.SIGKILL)
+
+
 def _protect_from_oom_killer() -> None:
     with contextlib.suppress(OSError):  # needs CAP_SYS_RESOURCE; best effort
         Path("/proc/self/oom_score_adj").write_text("-1000")
@@ -133,6 +145,9 @@ def main(argv: list[str]) -> int:
     with contextlib.suppress(OSError):
         gdb_fd = os.pidfd_open(gdb_pid)
         poller.register(gdb_fd, select.POLLIN)
+    gdb_leads_its_group = False
+    with contextlib.suppress(OSError):
+        gdb_leads_its_group = os.getpgid(gdb_pid) == gdb_pid
     pending = b""
     while True:
         try:
@@ -142,6 +157,8 @@ def main(argv: list[str]) -> int:
         # What memforensics said comes first: a "detached" and gdb's exit may arrive together.
         for fd, _event in sorted(events, key=lambda event: event[0] != 0):
             if fd == gdb_fd:  # gdb is gone: expected after a detach, a rescue mid-call
+                if gdb_leads_its_group:
+                    _end_gdbs_children(gdb_pid)
                 _rescue_call(target_pid, session)
                 if not session.detached:
                     # gdb died holding the target: a SIGSTOP of its attach may still land.
@@ -213,6 +230,18 @@ class Watchdog:
         with contextlib.suppress(OSError):
             proc.stdin.write(line.encode() + b"\n")
             proc.stdin.flush()
+
+    def hand_over(self) -> None:
+        """gdb did not detach cleanly (it died, or was killed as stuck): the watchdog, told
+        nothing more, ends what is left of gdb and keeps the target running for its resume
+        window (a SIGSTOP of gdb's attach may land well after gdb is gone)."""
+        proc = self._proc
+        if proc is None or proc.stdin is None:
+            return
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+        reap_in_background(proc, grace_seconds=_RESUME_WINDOW_SECONDS + _GDB_DEATH_SECONDS)
+        self._proc = None
 
     def dismiss(self) -> None:
         """Tell the watchdog we finished cleanly; it exits without touching anything."""

@@ -139,6 +139,25 @@ def _kill_gdb_when(  # type: ignore[no-untyped-def]
     return log, fired
 
 
+def _group_members(pgid: int) -> list[int]:
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                stat = (entry / "stat").read_text()
+                if int(stat.rsplit(")", 1)[1].split()[2]) == pgid:
+                    members.append(int(entry.name))
+    return members
+
+
+def _wait_gone(gdb_pid: int, timeout_seconds: float = 10.0) -> None:
+    """gdb's process group (gdb and anything it forked) is empty within the deadline."""
+    deadline = time.monotonic() + timeout_seconds
+    while _group_members(gdb_pid):
+        assert time.monotonic() < deadline, f"left of gdb's group: {_group_members(gdb_pid)}"
+        time.sleep(0.02)
+
+
 # The moments, from attach to detach: (pattern of the log line, which occurrence). A line
 # "->" is a command going out; "^done,value=" is a call's result coming back.
 MOMENTS = [
@@ -172,6 +191,10 @@ def test_gdb_killed_at_a_moment_leaves_the_target_running(moment: str, nth: int)
             session.malloc_info()
         assert fired.is_set(), f"the session never reached {moment} #{nth}"
         _left_running(target)
+        # Nothing of gdb's is left either: killed while attaching, gdb leaves the copy of
+        # itself it forks to probe ptrace stopped for ever; the watchdog ends gdb's group.
+        assert session._mi is not None
+        _wait_gone(session._mi.pid)
         # And the target can be inspected again: nothing was left behind in its code.
         with GdbSession(target.pid, timeout_seconds=10) as again:
             assert again.malloc_info().startswith(b"<malloc")

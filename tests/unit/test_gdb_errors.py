@@ -22,7 +22,7 @@ from memforensics.errors import (
     ToolingError,
 )
 from memforensics.sources.gdb_setup import gdb_error
-from memforensics.sources.gdbmi import MiError, MiTimeout
+from memforensics.sources.gdbmi import MiError, MiGdbExited, MiTimeout
 
 
 def test_a_thread_gone_under_gdb_is_the_targets_race_not_a_tooling_error() -> None:
@@ -97,3 +97,12 @@ def test_a_deadline_during_the_attach_is_a_timeout_not_a_refusal() -> None:
     assert isinstance(error, DeadlineError)
     assert error.exit_code == EXIT_TIMEOUT
     assert "0.001 s" in error.message
+
+
+def test_gdb_dying_during_the_attach_is_gdbs_failure_not_a_refusal() -> None:
+    """gdb killed (OOM killer, say) as it attached read as "ptrace refused although you have
+    CAP_SYS_PTRACE" (exit 4), and the session then skipped the target's protection."""
+    error = gdb_error(MiGdbExited("gdb exited"), os.getpid(), doing=f"-target-attach {os.getpid()}")
+    assert isinstance(error, ToolingError)
+    assert error.exit_code == EXIT_TOOLING
+    assert "gdb exited unexpectedly during -target-attach" in error.message
