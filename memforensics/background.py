@@ -42,7 +42,7 @@ def lower_thread_priority() -> None:
 
 
 class QuietGate:
-    """Background workers stop at their next checkpoint while gdb attaches.
+    """Background workers (the residency scan) stop at their next checkpoint while gdb attaches.
 
     gdb stops the target's threads one by one as it attaches and resumes them after: every
     millisecond it waits for a CPU then is a millisecond more of their stop. Measured on 2

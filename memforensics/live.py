@@ -4,8 +4,9 @@ Each function composes the sources (gdb session, /proc) and the analysis into mo
 and never prints, so ``import memforensics.live`` gives what the commands show.
 
 The analysis and the malloc_info reader are imported where they are first needed, after the
-gdb session: importing them takes longer than the session, and a command may have them
-imported in another thread meanwhile (cli/preload.py), so that the two overlap.
+gdb session: the residency scan runs meanwhile in its worker thread, and the session starts
+that much sooner. (Importing them in another thread during the session was measured too:
+on 2 cores it slowed the scan more than it saved, 1.20x against 1.13x the gdb recipe.)
 """
 
 from __future__ import annotations

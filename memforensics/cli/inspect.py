@@ -17,7 +17,6 @@ from memforensics.cli.options import (
     timeout_option,
     verbose_option,
 )
-from memforensics.cli.preload import preload
 from memforensics.errors import MemforensicsError, NoSuchProcessError
 from memforensics.sources.gdb_spawn import prestart
 
@@ -48,17 +47,6 @@ def save_xml_path(template: str, pid: int, *, several: bool) -> Path:
     if several:
         return path.with_name(f"{path.stem}.{pid}{path.suffix}")
     return path
-
-
-# Imported by cli/preload.py while the first gdb session runs: what follows the capture.
-REPORT_MODULES = (
-    "memforensics.sources.malloc_xml",
-    "memforensics.analysis.heap",
-    "memforensics.analysis.residency",
-    "memforensics.analysis.residency_build",
-    "memforensics.cli.output",
-    "memforensics.render.inspect",
-)
 
 
 def _document(result: Inspection) -> dict[str, Any]:
@@ -142,8 +130,6 @@ def command(
     first_scan = early_scan(pids[0], allow_stopped=allow_stopped) if pids else None
     from memforensics.live import inspect_process, resolve_targets
 
-    # The analysis and the report's modules load while the first session waits on gdb.
-    preload(REPORT_MODULES, gate=first_scan.gate if first_scan else None)
     targets = resolve_targets(pids, names)
     several = len(targets) > 1
     documents: list[dict[str, Any]] = []
