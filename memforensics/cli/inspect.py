@@ -50,7 +50,7 @@ def save_xml_path(template: str, pid: int, *, several: bool) -> Path:
 
 
 def _document(result: Inspection) -> dict[str, Any]:
-    from memforensics.render.inspect import inspection_document
+    from memforensics.render.inspect_json import inspection_document
 
     return inspection_document(result)
 

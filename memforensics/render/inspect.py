@@ -1,37 +1,19 @@
 """`memforensics inspect` output: the heap report of a live process plus who it is and where
-its RSS went, as rich renderables and as the ``memforensics/heap/1`` document."""
+its RSS went, as rich renderables (the JSON document: render/inspect_json.py)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from memforensics.render.heap import heap_document, render_heap
+from memforensics.render.heap import render_heap
 from memforensics.render.heap_sort import SortKey
-from memforensics.render.process import (
-    process_json,
-    render_process_header,
-    render_waterfall,
-    residency_json,
-    waterfall_json,
-)
+from memforensics.render.process import render_process_header, render_waterfall
 
 if TYPE_CHECKING:
     from memforensics.live import Inspection
-
-
-def inspection_document(result: Inspection) -> dict[str, Any]:
-    """The heap document plus process, pause, safe point, residency and waterfall."""
-    document = heap_document(result.analysis, extra_advice=result.extra_advice)
-    document["process"] = process_json(result.facts, result.memory)
-    document["pause_seconds"] = round(result.capture.pause_seconds, 6)
-    document["safe_point"] = result.capture.safe_point
-    document["residency"] = residency_json(result.residency) if result.residency else None
-    document["waterfall"] = waterfall_json(result.waterfall) if result.waterfall else None
-    document["residency_error"] = result.residency_error
-    return document
 
 
 def render_inspection(result: Inspection, *, top: int, sort: SortKey) -> RenderableType:

@@ -13,7 +13,7 @@ from rich.text import Text
 from memforensics.analysis.trim import RoundsSummary, forecast_ratio
 from memforensics.model.process import Waterfall
 from memforensics.model.trim import TrimFailure, TrimOutcome, TrimResult, TrimRound
-from memforensics.render.process import waterfall_json
+from memforensics.render.process_json import waterfall_json
 from memforensics.units import format_bytes, format_duration
 
 SCHEMA = "memforensics/trim/1"

@@ -23,7 +23,7 @@ from memforensics.analysis.residency import residency_advice, waterfall
 from memforensics.analysis.trim_forecast import forecast_trim
 from memforensics.live import read_heap_residency
 from memforensics.model.heap import Arena, HeapDump
-from memforensics.render.process import residency_json, waterfall_json
+from memforensics.render.process_json import residency_json, waterfall_json
 from memforensics.sources import procfs
 from memforensics.sources.malloc_xml import parse_dump
 from memforensics.sources.procmaps import read_maps

@@ -308,7 +308,7 @@ def test_big_dump_report_is_the_same_with_and_without_numpy(
     monkeypatch: pytest.MonkeyPatch, suspect_arena: int | None
 ) -> None:
     from memforensics.analysis.bucket_arrays import MIN_TEXT_BYTES, dump_sums
-    from memforensics.render.heap import heap_document
+    from memforensics.render.heap_json import heap_document
     from memforensics.render.jsondoc import write_json
 
     pytest.importorskip("numpy", reason="the vectorised path needs numpy")

@@ -23,13 +23,8 @@ from memforensics.model.process import (
     ProcessFacts,
     ProcessMemory,
 )
-from memforensics.render.process import (
-    process_json,
-    render_process_header,
-    render_waterfall,
-    residency_json,
-    waterfall_json,
-)
+from memforensics.render.process import render_process_header, render_waterfall
+from memforensics.render.process_json import process_json, residency_json, waterfall_json
 from tests.support.schema import missing_keys
 
 MIB = 1024 * 1024

@@ -1,0 +1,24 @@
+"""`memforensics inspect --json`: the ``memforensics/heap/1`` document of a live process plus
+who it is, its pause, residency and waterfall (docs/json.md), without importing rich."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from memforensics.render.heap_json import heap_document
+from memforensics.render.process_json import process_json, residency_json, waterfall_json
+
+if TYPE_CHECKING:
+    from memforensics.live import Inspection
+
+
+def inspection_document(result: Inspection) -> dict[str, Any]:
+    """The heap document plus process, pause, safe point, residency and waterfall."""
+    document = heap_document(result.analysis, extra_advice=result.extra_advice)
+    document["process"] = process_json(result.facts, result.memory)
+    document["pause_seconds"] = round(result.capture.pause_seconds, 6)
+    document["safe_point"] = result.capture.safe_point
+    document["residency"] = residency_json(result.residency) if result.residency else None
+    document["waterfall"] = waterfall_json(result.waterfall) if result.waterfall else None
+    document["residency_error"] = result.residency_error
+    return document
