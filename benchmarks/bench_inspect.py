@@ -139,13 +139,15 @@ def run_recipe(pid: int, scratch: Path) -> None:
         raise RuntimeError("the recipe wrote no malloc_info XML")
 
 
-def run_memforensics(pid: int, _scratch: Path) -> None:
-    """`memforensics inspect --json PID`, a fresh process as an operator runs it."""
+def run_memforensics(pid: int, scratch: Path) -> None:
+    """`memforensics inspect --json PID`, a fresh process as an operator runs it: the package
+    as installed (``nox -s bench`` installs it as the README does, bytecode compiled by pip),
+    run from a directory that does not shadow it with the source tree."""
     subprocess.run(
         [sys.executable, "-m", "memforensics", "inspect", "--json", str(pid)],
         stdout=subprocess.DEVNULL,
         check=True,
-        cwd=REPO,
+        cwd=scratch,
     )
 
 
@@ -155,13 +157,13 @@ _CAPTURE_ONLY = (
 )
 
 
-def run_capture_only(pid: int, _scratch: Path) -> None:
+def run_capture_only(pid: int, scratch: Path) -> None:
     """Only the gdb session (attach, malloc_info, detach), without /proc reading and report."""
     subprocess.run(
         [sys.executable, "-c", _CAPTURE_ONLY, str(pid)],
         stdout=subprocess.DEVNULL,
         check=True,
-        cwd=REPO,
+        cwd=scratch,
     )
 
 

@@ -283,6 +283,107 @@ inconsistent:
  * chunk before, size fitting the bin and the segment, the list returning to the head whose
  * bk names the last chunk), or False when time.monotonic() passed deadline first (looked at
  * every 65,536 chunks). present: one byte per page of that copy (1 = in RAM). */
+/* Segments for a loop: (buffer, start, present or None) items of ``items`` into ``segs``,
+ * their buffers held in ``views`` (``*held`` of them, to release). 0, or -1 with an error. */
+static int take_segments(PyObject *items, Py_ssize_t nsegs, unsigned long long page, Seg *segs,
+                         Py_buffer *views, Py_ssize_t *held) {
+    for (Py_ssize_t i = 0; i < nsegs; i++) {
+        PyObject *buffer, *present;
+        unsigned long long start;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(items, i), "OKO", &buffer, &start,
+                              &present))
+            return -1;
+        if (start % page || (i && start < segs[i - 1].start + segs[i - 1].length)) {
+            PyErr_SetString(PyExc_ValueError, "segments must be page-aligned, sorted, disjoint");
+            return -1;
+        }
+        if (PyObject_GetBuffer(buffer, &views[*held], PyBUF_SIMPLE) < 0) return -1;
+        segs[i].base = views[*held].buf;
+        segs[i].length = (uint64_t)views[*held].len;
+        (*held)++;
+        segs[i].start = start;
+        if (present != Py_None) {
+            if (PyObject_GetBuffer(present, &views[*held], PyBUF_SIMPLE) < 0) return -1;
+            segs[i].present = views[*held].buf;
+            segs[i].pages = (uint64_t)views[*held].len;
+            (*held)++;
+        }
+    }
+    return 0;
+}
+
+/* A fastbin: NULL-terminated, singly linked through fd, each chunk of the bin's one size;
+ * glibc >= 2.32 stores fd as (address of the fd field >> 12) ^ pointer ("safe-linking"). */
+static Tally follow_fastbin(const Seg *segs, Py_ssize_t nsegs, uint64_t chunk, uint64_t size,
+                            uint64_t page, int mangled) {
+    Tally t = {0, 0, 0, 0, 1, 0};
+    uint64_t limit = 0;
+    for (Py_ssize_t i = 0; i < nsegs; i++) limit += segs[i].length / 32;
+    while (chunk) {
+        const Seg *seg = find_seg(segs, nsegs, chunk);
+        if (seg == NULL || (chunk & ALIGN_MASK)) goto inconsistent;
+        uint64_t slot = (chunk - seg->start) >> 3;
+        if ((word_at(seg->base, slot + 1) & ~(uint64_t)7) != size || ++t.count > limit)
+            goto inconsistent;
+        t.total += size;
+        uint64_t end = seg->start + seg->length, to = chunk + size < end ? chunk + size : end;
+        t.resident += seg->present == NULL ? to - chunk : resident_span(seg, chunk, to, page);
+        uint64_t stored = word_at(seg->base, slot + 2);
+        chunk = mangled ? ((chunk + 16) >> 12) ^ stored : stored;
+        if (chunk && ((chunk & ALIGN_MASK) || find_seg(segs, nsegs, chunk) == NULL))
+            goto inconsistent;
+    }
+    return t;
+inconsistent:
+    t.consistent = 0;
+    return t;
+}
+
+typedef struct {
+    Seg *segs;
+    Py_buffer *views;
+    Py_ssize_t nsegs, held;
+    PyObject *items;
+} Segments;
+
+static int open_segments(PyObject *sequence, unsigned long long page, Segments *out) {
+    out->segs = NULL;
+    out->views = NULL;
+    out->held = 0;
+    if (page == 0) {
+        PyErr_SetString(PyExc_ValueError, "page must be positive");
+        return -1;
+    }
+    out->items = PySequence_Fast(sequence, "segments must be a sequence");
+    if (out->items == NULL) return -1;
+    out->nsegs = PySequence_Fast_GET_SIZE(out->items);
+    if (out->nsegs > MAX_SEGMENTS) {
+        PyErr_SetString(PyExc_ValueError, "too many segments");
+        return -1;
+    }
+    out->segs = PyMem_RawCalloc((size_t)out->nsegs + 1, sizeof(Seg));
+    out->views = PyMem_RawCalloc(2 * (size_t)out->nsegs + 1, sizeof(Py_buffer));
+    if (out->segs == NULL || out->views == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return take_segments(out->items, out->nsegs, page, out->segs, out->views, &out->held);
+}
+
+static void close_segments(Segments *segments) {
+    for (Py_ssize_t i = 0; i < segments->held; i++) PyBuffer_Release(&segments->views[i]);
+    PyMem_RawFree(segments->views);
+    PyMem_RawFree(segments->segs);
+    Py_XDECREF(segments->items);
+}
+
+/* walk_segments(segments, head, fd, bk, low, high, page, deadline=inf)
+ * segments: sequence of (buffer, start, present or None), sorted by start: private copies of
+ * one arena's heaps. -> (count, total, resident, trimmable), or None when the list does not
+ * read back consistently (every chunk 16-byte aligned and inside a segment, bk naming the
+ * chunk before, size fitting the bin and the segment, the list returning to the head whose
+ * bk names the last chunk), or False when time.monotonic() passed deadline first (looked at
+ * every 65,536 chunks). present: one byte per page of that copy (1 = in RAM). */
 static PyObject *walk_segments(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *sequence;
@@ -291,63 +392,48 @@ static PyObject *walk_segments(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OKKKKKK|d", &sequence, &head, &fd, &bk, &low, &high, &page,
                           &deadline))
         return NULL;
-    if (page == 0) {
-        PyErr_SetString(PyExc_ValueError, "page must be positive");
-        return NULL;
-    }
-    PyObject *items = PySequence_Fast(sequence, "segments must be a sequence");
-    if (items == NULL) return NULL;
-    Py_ssize_t nsegs = PySequence_Fast_GET_SIZE(items);
-    if (nsegs > MAX_SEGMENTS) {
-        Py_DECREF(items);
-        PyErr_SetString(PyExc_ValueError, "too many segments");
-        return NULL;
-    }
-    Seg *segs = PyMem_RawCalloc((size_t)nsegs + 1, sizeof(Seg));
-    Py_buffer *views = PyMem_RawCalloc(2 * (size_t)nsegs + 1, sizeof(Py_buffer));
-    Py_ssize_t held = 0; /* views[0 .. held) must be released */
+    Segments segments;
     PyObject *result = NULL;
-    if (segs == NULL || views == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < nsegs; i++) {
-        PyObject *buffer, *present;
-        unsigned long long start;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(items, i), "OKO", &buffer, &start,
-                              &present))
-            goto done;
-        if (start % page || (i && start < segs[i - 1].start + segs[i - 1].length)) {
-            PyErr_SetString(PyExc_ValueError, "segments must be page-aligned, sorted, disjoint");
-            goto done;
-        }
-        if (PyObject_GetBuffer(buffer, &views[held], PyBUF_SIMPLE) < 0) goto done;
-        segs[i].base = views[held].buf;
-        segs[i].length = (uint64_t)views[held].len;
-        held++;
-        segs[i].start = start;
-        if (present != Py_None) {
-            if (PyObject_GetBuffer(present, &views[held], PyBUF_SIMPLE) < 0) goto done;
-            segs[i].present = views[held].buf;
-            segs[i].pages = (uint64_t)views[held].len;
-            held++;
+    if (open_segments(sequence, page, &segments) == 0) {
+        Tally t;
+        Py_BEGIN_ALLOW_THREADS
+        t = follow(segments.segs, segments.nsegs, head, fd, bk, low, high, page, deadline);
+        Py_END_ALLOW_THREADS
+        if (t.consistent)
+            result = Py_BuildValue("KKKK", t.count, t.total, t.resident, t.trimmable);
+        else {
+            result = t.out_of_time ? Py_False : Py_None;
+            Py_INCREF(result);
         }
     }
-    Tally t;
-    Py_BEGIN_ALLOW_THREADS
-    t = follow(segs, nsegs, head, fd, bk, low, high, page, deadline);
-    Py_END_ALLOW_THREADS
-    if (t.consistent)
-        result = Py_BuildValue("KKKK", t.count, t.total, t.resident, t.trimmable);
-    else {
-        result = t.out_of_time ? Py_False : Py_None;
-        Py_INCREF(result);
+    close_segments(&segments);
+    return result;
+}
+
+/* walk_fastbin(segments, head, size, page, mangled) -> (count, total, resident, 0), or None
+ * when the list does not read back consistently (every chunk 16-byte aligned and inside a
+ * segment, of the bin's size, every next pointer NULL or such a chunk). */
+static PyObject *walk_fastbin(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *sequence;
+    unsigned long long head, size, page;
+    int mangled;
+    if (!PyArg_ParseTuple(args, "OKKKp", &sequence, &head, &size, &page, &mangled)) return NULL;
+    Segments segments;
+    PyObject *result = NULL;
+    if (open_segments(sequence, page, &segments) == 0) {
+        Tally t;
+        Py_BEGIN_ALLOW_THREADS
+        t = follow_fastbin(segments.segs, segments.nsegs, head, size, page, mangled);
+        Py_END_ALLOW_THREADS
+        if (t.consistent)
+            result = Py_BuildValue("KKKK", t.count, t.total, t.resident, 0ULL);
+        else {
+            result = Py_None;
+            Py_INCREF(result);
+        }
     }
-done:
-    for (Py_ssize_t i = 0; i < held; i++) PyBuffer_Release(&views[i]);
-    PyMem_RawFree(views);
-    PyMem_RawFree(segs);
-    Py_DECREF(items);
+    close_segments(&segments);
     return result;
 }
 
@@ -375,6 +461,9 @@ static PyMethodDef methods[] = {
     {"walk_segments", walk_segments, METH_VARARGS,
      "Follow one free list through copies of an arena's heaps: (count, total, resident, "
      "trimmable) or None."},
+    {"walk_fastbin", walk_fastbin, METH_VARARGS,
+     "Follow one fastbin through copies of an arena's heaps: (count, total, resident, 0) or "
+     "None."},
     {"copy", copy_pages, METH_VARARGS,
      "Copy a target's readable pages into a buffer: (complete, process_vm_readv usable)."},
     {NULL, NULL, 0, NULL},

@@ -25,6 +25,7 @@ from memforensics.sources.heapcopy import (
     Segment,
     copy_into,
     walk_copies,
+    walk_fastbin_copies,
 )
 from memforensics.sources.procmem import ProcessMemoryReader
 
@@ -212,6 +213,9 @@ class ArenaWalker:
 
     def _walk_fastbin(self, head: int, size_bytes: int) -> tuple[int, ...] | None:
         """(chunks, bytes, resident bytes, 0) of one fastbin (a NULL-terminated list)."""
+        if self._mangled is not None and all(segment.whole for segment in self._segments):
+            return walk_fastbin_copies(self._segments, head, size_bytes, self._page, self._mangled)
+        limit = sum(segment.length for segment in self._segments) // glibc.MINSIZE
         count = total = resident = 0
         chunk = head
         while chunk:
@@ -228,7 +232,7 @@ class ArenaWalker:
             if size & ~7 != size_bytes:
                 return None
             count += 1
-            if count > segment.length // glibc.MINSIZE:
+            if count > limit:
                 return None
             total += size_bytes
             pages = segment.pages

@@ -271,6 +271,60 @@ def walk_copies(
     return walk_copies_py(segments, head, fd, bk, low, high, page, deadline)
 
 
+def walk_fastbin_copies(
+    segments: Sequence[Segment], head: int, size_bytes: int, page: int, mangled: bool
+) -> tuple[int, ...] | None:
+    """(chunks, bytes, resident bytes, 0) of one fastbin followed through whole copies of an
+    arena's heaps, or None when it does not read back consistently: in C where built, else
+    walk_fastbin_copies_py. ``mangled``: fd pointers are safe-linked (glibc >= 2.32)."""
+    if _native is not None:
+        copies = [
+            (s.view, s.start, None if s.pages.all_resident else s.pages.present) for s in segments
+        ]
+        with contextlib.suppress(ValueError):  # heaps the C loop refuses: Python below
+            return _native.walk_fastbin(copies, head, size_bytes, page, mangled)  # type: ignore[no-any-return]
+    return walk_fastbin_copies_py(segments, head, size_bytes, page, mangled)
+
+
+def walk_fastbin_copies_py(
+    segments: Sequence[Segment], head: int, size_bytes: int, page: int, mangled: bool
+) -> tuple[int, ...] | None:
+    """The Python twin of _chunkwalk.walk_fastbin: every chunk 16-byte aligned, inside one
+    of the copies and of the bin's size, every next pointer NULL or such a chunk."""
+    del page  # the page map knows it
+    starts = [s.start for s in segments]
+    limit = sum(s.length for s in segments) // glibc.MINSIZE
+
+    def segment_for(chunk: int) -> Segment | None:
+        position = bisect.bisect_right(starts, chunk) - 1
+        if position < 0:
+            return None
+        segment = segments[position]
+        return segment if chunk - segment.start <= segment.length - 32 else None
+
+    count = total = resident = 0
+    chunk = head
+    while chunk:
+        segment = segment_for(chunk)
+        if segment is None or chunk & 15:
+            return None
+        slot = (chunk - segment.start) >> 3
+        if segment.words[slot + 1] & ~7 != size_bytes:
+            return None
+        count += 1
+        if count > limit:
+            return None
+        total += size_bytes
+        end = min(chunk + size_bytes, segment.start + segment.length)
+        pages = segment.pages
+        resident += end - chunk if pages.all_resident else pages.resident_bytes(chunk, end)
+        stored = segment.words[slot + 2]
+        chunk = ((chunk + 16) >> 12) ^ stored if mangled else stored
+        if chunk and (chunk & 15 or segment_for(chunk) is None):
+            return None
+    return count, total, resident, 0
+
+
 def walk_copies_py(
     segments: Sequence[Segment],
     head: int,

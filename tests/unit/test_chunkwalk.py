@@ -271,3 +271,96 @@ def test_heaps_the_c_loop_refuses_are_walked_in_python() -> None:
         for segment in segments:
             segment.close(pool)
         pool.close()
+
+
+# Fastbins: NULL-terminated, one size, fd safe-linked ((address of fd >> 12) ^ next) since
+# glibc 2.32.
+FAST = [START + 0x100, SECOND + 0x3000, START + 0x2FE0]  # the last one straddles a page
+
+
+def _fastbin(
+    chunks: list[int], size: int, *, mangled: bool, absent: tuple[int, ...] = ()
+) -> tuple[list[Segment], BufferPool]:
+    segments, _, _, pool = _empty_heaps(absent)
+    for position, address in enumerate(chunks):
+        following = chunks[position + 1] if position + 1 < len(chunks) else 0
+        stored = ((address + 16) >> 12) ^ following if mangled else following
+        segment = segments[address >= SECOND]
+        struct.pack_into("<3Q", segment.view, address - segment.start, 0, size | 1, stored)
+    return segments, pool
+
+
+def _empty_heaps(absent: tuple[int, ...]) -> tuple[list[Segment], int, int, BufferPool]:
+    pool = BufferPool()
+    segments = [
+        Segment(START, START + 16 * PAGE, _page_map(START, 16), pool),
+        Segment(SECOND, SECOND + 16 * PAGE, _page_map(SECOND, 16, absent), pool),
+    ]
+    for segment in segments:
+        segment.view[:] = bytes(segment.length)
+    return segments, 0, 0, pool
+
+
+def _fastbin_walks() -> list[Walk]:
+    walks: list[Walk] = [heapcopy.walk_fastbin_copies_py]
+    if heapcopy._native is not None:
+        walks.append(heapcopy.walk_fastbin_copies)
+    return walks
+
+
+@pytest.mark.parametrize("walk", _fastbin_walks())
+@pytest.mark.parametrize("mangled", [True, False])
+@pytest.mark.parametrize("absent", [(), (3,)])
+def test_a_fastbin_is_measured_the_same_both_ways(
+    walk: Walk, mangled: bool, absent: tuple[int, ...]
+) -> None:
+    segments, pool = _fastbin(FAST, 0x40, mangled=mangled, absent=absent)
+    try:
+        result = walk(segments, FAST[0], 0x40, PAGE, mangled)
+    finally:
+        for segment in segments:
+            segment.close(pool)
+        pool.close()
+    # Page 3 of the second heap holds the middle chunk (0x3000..0x3040) when it is absent.
+    assert result == (3, 3 * 0x40, 3 * 0x40 - (0x40 if absent else 0), 0)
+
+
+@pytest.mark.parametrize("walk", _fastbin_walks())
+def test_every_fastbin_inconsistency_is_refused(walk: Walk) -> None:
+    def refused(size: int = 0x40, *, next_of_first: int | None = None) -> bool:
+        segments, pool = _fastbin(FAST, size, mangled=True)
+        try:
+            if next_of_first is not None:  # the first chunk's fd leads astray
+                stored = ((FAST[0] + 16) >> 12) ^ next_of_first
+                struct.pack_into("<Q", segments[0].view, FAST[0] - START + 16, stored)
+            return walk(segments, FAST[0], 0x40, PAGE, True) is None
+        finally:
+            for segment in segments:
+                segment.close(pool)
+            pool.close()
+
+    assert not refused()
+    assert refused(size=0x50)  # chunks of another size than the bin's
+    assert refused(next_of_first=START + 20 * PAGE)  # into the gap between the heaps
+    assert refused(next_of_first=START + 0x208)  # misaligned
+    assert refused(next_of_first=SECOND + 16 * PAGE - 16)  # a header past the heap's end
+    # Read as plain pointers, safe-linked ones lead nowhere.
+    segments, pool = _fastbin(FAST, 0x40, mangled=True)
+    try:
+        assert walk(segments, FAST[0], 0x40, PAGE, False) is None
+    finally:
+        for segment in segments:
+            segment.close(pool)
+        pool.close()
+
+
+def test_a_fastbin_cycle_is_refused_both_ways() -> None:
+    for walk in _fastbin_walks():
+        segments, pool = _fastbin([START + 0x100, START + 0x200], 0x40, mangled=False)
+        struct.pack_into("<Q", segments[0].view, 0x200 + 16, START + 0x100)  # back to the first
+        try:
+            assert walk(segments, START + 0x100, 0x40, PAGE, False) is None
+        finally:
+            for segment in segments:
+                segment.close(pool)
+            pool.close()
