@@ -1,6 +1,22 @@
-"""Allow ``python -m memforensics``."""
+"""The `memforensics` program (``python -m memforensics`` and the console script).
 
-from memforensics.cli import main
+Before the command line is parsed, ``early.begin`` may start the slow parts of
+`inspect PID` (gdb, the first scan), so that they run while Python imports click and the
+command; then the CLI runs as usual.
+"""
+
+import sys
+
+from memforensics import early
+
+
+def main() -> None:
+    """Console-script entry point."""
+    early.begin(sys.argv[1:])
+    from memforensics.cli import main as cli_main
+
+    cli_main()
+
 
 if __name__ == "__main__":
     main()

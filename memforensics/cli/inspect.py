@@ -122,12 +122,16 @@ def command(
     if not pids and not names:
         raise click.UsageError("give at least one PID or --name PATTERN")
     # gdb's start-up and the imports below take about as long each: gdb starts first, and
-    # the first session takes it over (one less wait before the attach).
+    # the first session takes it over (one less wait before the attach). Likewise the first
+    # target's residency scan: it reads /proc while the rest imports. The program's entry
+    # (memforensics/early.py) may have started both already, before click was imported.
     prestart(gdb_path)
-    # Likewise the first target's residency scan: it reads /proc while the rest imports.
+    from memforensics.early import take_scan
     from memforensics.scanning import early_scan
 
-    first_scan = early_scan(pids[0], allow_stopped=allow_stopped) if pids else None
+    first_scan = None
+    if pids:
+        first_scan = take_scan(pids[0]) or early_scan(pids[0], allow_stopped=allow_stopped)
     from memforensics.live import inspect_process, resolve_targets
 
     targets = resolve_targets(pids, names)

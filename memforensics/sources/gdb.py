@@ -29,7 +29,13 @@ from memforensics.errors import (
     ToolingError,
 )
 from memforensics.sources import procfs
-from memforensics.sources.gdb_setup import gdb_error, gdb_failures, gdb_settings, mi_quote
+from memforensics.sources.gdb_setup import (
+    gdb_error,
+    gdb_failures,
+    gdb_settings,
+    mi_quote,
+    write_signal_handling,
+)
 from memforensics.sources.gdb_spawn import GdbProcess, find_gdb, take_gdb
 from memforensics.sources.gdb_threads import CLEANUP_SECONDS, ThreadControl
 from memforensics.sources.gdbmi import MiError, MiGdbExited, MiResult, MiTimeout, MiTransport
@@ -218,7 +224,13 @@ class GdbSession(ThreadControl):
 
     def _configure_gdb(self) -> None:
         """Send gdb_settings() and collect every answer before attaching."""
-        settings = gdb_settings(self.pid, was_running=self._was_running, non_stop=self.non_stop)
+        directory = self._gdb.data_directory if self._gdb is not None else None
+        settings = gdb_settings(
+            self.pid,
+            was_running=self._was_running,
+            non_stop=self.non_stop,
+            signals_file=write_signal_handling(directory) if directory else None,
+        )
         libc = self._libc_or_fail()
         if libc.image is not None:
             # libc was replaced on disk: gdb must unwind with the mapped image's CFI, not the

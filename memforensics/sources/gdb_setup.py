@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Iterator
 
@@ -23,8 +24,35 @@ def mi_quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def gdb_settings(pid: int, *, was_running: bool, non_stop: bool) -> list[str]:
-    """MI commands that keep the stop short and the calls safe (all sent before attaching)."""
+# Signals the program gets while we work are delivered to it without stopping gdb: a stop
+# would make gdb unwind our call half-way (unwindonsignal), possibly with an arena mutex
+# held. Faults still stop, so a call that faults is unwound instead of killing the target.
+SIGNAL_HANDLING = (
+    "handle all nostop noprint pass",
+    "handle SIGSEGV SIGBUS SIGFPE SIGILL SIGABRT SIGSYS stop",
+)
+
+
+def write_signal_handling(directory: str) -> str | None:
+    """SIGNAL_HANDLING as a gdb command file in ``directory`` (ours, private), or None.
+
+    Sourced, ``handle`` prints nothing; typed at the console it prints gdb's whole table of
+    160 signals, each a line to parse (about 10 ms of our CPU per session).
+    """
+    path = os.path.join(directory, "memforensics-signals.gdb")
+    try:
+        with open(path, "w", encoding="ascii") as handle:
+            handle.write("\n".join(SIGNAL_HANDLING) + "\n")
+    except OSError:
+        return None
+    return path
+
+
+def gdb_settings(
+    pid: int, *, was_running: bool, non_stop: bool, signals_file: str | None = None
+) -> list[str]:
+    """MI commands that keep the stop short and the calls safe (all sent before attaching);
+    ``signals_file``: SIGNAL_HANDLING written by write_signal_handling, sourced quietly."""
     settings = [
         "-gdb-set mi-async on",  # accept -exec-interrupt while the target runs forward
         "-gdb-set pagination off",
@@ -41,13 +69,11 @@ def gdb_settings(pid: int, *, was_running: bool, non_stop: bool) -> list[str]:
         '-interpreter-exec console "set libthread-db-search-path /nonexistent"',
         # Read the executable's symbols now, while the target still runs, not after attach.
         f"-file-exec-and-symbols /proc/{pid}/exe",
-        # Signals the program gets while we work are delivered to it without stopping gdb:
-        # a stop would make gdb unwind our call half-way (unwindonsignal), possibly with an
-        # arena mutex held. Faults still stop, so a call that faults is unwound instead of
-        # killing the target.
-        '-interpreter-exec console "handle all nostop noprint pass"',
-        '-interpreter-exec console "handle SIGSEGV SIGBUS SIGFPE SIGILL SIGABRT SIGSYS stop"',
     ]
+    if signals_file is not None:
+        settings.append(f"-interpreter-exec console {mi_quote('source ' + signals_file)}")
+    else:
+        settings.extend(f'-interpreter-exec console "{line}"' for line in SIGNAL_HANDLING)
     if not was_running:
         # A target someone else stopped (and the caller allowed) re-enters its group stop as
         # soon as a thread runs our call; swallow that SIGSTOP during calls, and queue one for

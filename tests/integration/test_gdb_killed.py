@@ -128,6 +128,13 @@ def _kill_gdb_when(  # type: ignore[no-untyped-def]
         mi = session_box[0]._mi
         assert mi is not None
         gdb_pid = mi.pid
+        if delay_seconds == 0:
+            # At the moment itself: dead before the session sends anything more. (A kill from
+            # another thread raced the next command: landing while gdb wrote the registers of
+            # a short call, it hit the window docs/inspect.md describes, not this moment.)
+            os.kill(gdb_pid, signal.SIGKILL)
+            _wait_dead(gdb_pid)
+            return
 
         def kill() -> None:
             time.sleep(delay_seconds)
@@ -137,6 +144,20 @@ def _kill_gdb_when(  # type: ignore[no-untyped-def]
         threading.Thread(target=kill, daemon=True).start()
 
     return log, fired
+
+
+def _wait_dead(pid: int, timeout_seconds: float = 5.0) -> None:
+    """Until ``pid`` is a zombie or gone (its parent, the session, reaps it later)."""
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return
+        if state in ("Z", "X"):
+            return
+        time.sleep(0.001)
+    raise AssertionError(f"gdb {pid} still alive {timeout_seconds:g} s after SIGKILL")
 
 
 def _group_members(pgid: int) -> list[int]:
