@@ -146,7 +146,7 @@ def command(
                 gdb_path=gdb_path,
                 allow_stopped=allow_stopped,
                 log=_mi_logger if verbose else None,
-                scan=first_scan if pid == pids[0] else None,
+                scan=first_scan if pids and pid == pids[0] else None,
             )
             if save_xml is not None:
                 _save_xml(save_xml_path(save_xml, pid, several=several), result.capture.xml, pid)
