@@ -44,13 +44,14 @@ def lower_thread_priority() -> None:
 class QuietGate:
     """Background workers (the residency scan) stop at their next checkpoint while gdb attaches.
 
-    gdb stops the target's threads one by one as it attaches and resumes them after: every
-    millisecond it waits for a CPU then is a millisecond more of their stop. Measured on 2
-    cores: the ticker of a 16-thread target felt 13-17 ms alone and 27 ms with one busy
-    core beside the attach (and no more than alone with it beside the calls or the detach).
-    ``quiet()`` (around the attach) closes the gate and waits, at most ``settle_seconds``,
-    until every worker has parked at a checkpoint or finished; ``checkpoint()`` parks a
-    worker while the gate is closed.
+    gdb stops the target's threads one by one as it attaches and resumes them after (and
+    stops them again to detach): every millisecond it waits for a CPU then is a millisecond
+    more of their stop. Measured on 2 cores: the ticker of a 16-thread target felt 13-17 ms
+    alone and 27 ms with one busy core beside the attach (no more than alone beside the calls
+    or the detach of 16 threads; at 1,500 threads the detach is long enough to matter too).
+    ``quiet()`` (around the attach and the detach) closes the gate and waits, at most
+    ``settle_seconds``, until every worker has parked at a checkpoint or finished;
+    ``checkpoint()`` parks a worker while the gate is closed.
     """
 
     def __init__(self, *, settle_seconds: float = 0.05, park_max_seconds: float = 2.0) -> None:

@@ -168,7 +168,7 @@ def _inspect(
             gdb_path=gdb_path,
             log=log,
             allow_stopped=allow_stopped,
-            quiet_while_attaching=scan.gate.quiet if scan is not None else None,
+            quiet_while_stopping=scan.gate.quiet if scan is not None else None,
         )
     from memforensics.analysis.heap import analyze
     from memforensics.analysis.residency import one_verdict, residency_advice, waterfall

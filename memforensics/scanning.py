@@ -28,7 +28,7 @@ class BackgroundScan:
     def __init__(
         self, pid: int, *, libc_path: str | None, budget_seconds: float = WALK_BUDGET_SECONDS
     ) -> None:
-        # The scan parks between arenas while gdb attaches (see background.QuietGate).
+        # The scan parks between arenas while gdb attaches and detaches (background.QuietGate).
         self.gate = QuietGate()
         self._scan: HeapScan | None = None
         self._error: BaseException | None = None

@@ -66,11 +66,12 @@ class GdbSession(ThreadControl):
         gdb_path: str | None = None,
         log: Callable[[str], None] | None = None,
         allow_stopped: bool = False,
-        quiet_while_attaching: Callable[[], contextlib.AbstractContextManager[None]] | None = None,
+        quiet_while_stopping: Callable[[], contextlib.AbstractContextManager[None]] | None = None,
     ) -> None:
         self.pid = pid
-        # Entered around the attach: the caller's background work holds still meanwhile.
-        self._quiet_while_attaching = quiet_while_attaching or contextlib.nullcontext
+        # Entered around the attach and the detach, when gdb stops every thread of the target
+        # in turn: the caller's background work holds still meanwhile.
+        self._quiet_while_stopping = quiet_while_stopping or contextlib.nullcontext
         self.timeout_seconds = timeout_seconds
         self.gdb_path = gdb_path
         self.allow_stopped = allow_stopped
@@ -218,7 +219,7 @@ class GdbSession(ThreadControl):
         self._configure_gdb()
         # The target's threads are stopped and resumed one by one as gdb attaches: no work of
         # ours competes with gdb for a CPU meanwhile (see background.QuietGate).
-        with self._quiet_while_attaching():
+        with self._quiet_while_stopping():
             self._attach()
         self._reach_safe_point()
 
@@ -402,7 +403,8 @@ class GdbSession(ThreadControl):
         """Detach whatever happened; never leave the target stopped. Signals wait until done."""
         with deferred_signals():
             try:
-                self._detach()
+                with self._quiet_while_stopping():
+                    self._detach()
             finally:
                 if self._mi is not None:
                     self._mi.close(wait=not self._detached_cleanly)

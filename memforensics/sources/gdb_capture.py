@@ -29,7 +29,7 @@ def capture_malloc_info(
     gdb_path: str | None = None,
     log: Callable[[str], None] | None = None,
     allow_stopped: bool = False,
-    quiet_while_attaching: Callable[[], contextlib.AbstractContextManager[None]] | None = None,
+    quiet_while_stopping: Callable[[], contextlib.AbstractContextManager[None]] | None = None,
 ) -> Capture:
     """Attach, take one malloc_info document at a safe point, detach: the whole inspect dance.
 
@@ -44,7 +44,7 @@ def capture_malloc_info(
             gdb_path=gdb_path,
             log=log,
             allow_stopped=allow_stopped,
-            quiet_while_attaching=quiet_while_attaching,
+            quiet_while_stopping=quiet_while_stopping,
         )
         try:
             with session:
