@@ -11,9 +11,9 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import click
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from memforensics.cli.options import (
     SIZE,
@@ -23,12 +23,11 @@ from memforensics.cli.options import (
     timeout_option,
     verbose_option,
 )
-from memforensics.cli.output import emit_json, stderr_console, stdout_console
 from memforensics.errors import DeadlineError, TargetError
-from memforensics.live import Log, TrimSettings, inspect_process, trim_process
-from memforensics.render import trim as render
-from memforensics.render.process import render_waterfall
 from memforensics.units import format_bytes
+
+if TYPE_CHECKING:
+    from memforensics.live import Log
 
 # Allocation speed is ~1 µs per block in CPython; give slow machines a wide margin.
 _READY_BASE_SECONDS = 30.0
@@ -194,6 +193,21 @@ def command(
             f"--buffers x --size = {format_bytes(spec.allocated_bytes)} is more than half of the "
             f"{format_bytes(available)} of RAM available; choose smaller numbers"
         )
+    # The live machinery and rich are imported here, not at the top: `demo --help` needs
+    # neither.
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from memforensics.cli.output import emit_json, stderr_console, stdout_console
+    from memforensics.live import TrimSettings, inspect_process, trim_process
+    from memforensics.render import trim as render
+    from memforensics.render.process import render_waterfall
+
     err = stderr_console(soft_wrap=True, highlight=True)
     log: Log | None = None
     if verbose:
