@@ -102,7 +102,10 @@ def verbose_option(func: F) -> F:
     )(func)
 
 
-def timeout_option(default: str = "10s") -> Callable[[F], F]:
+TIMEOUT_HELP = "Give up (exit 6, target left running) if a safe point or a call takes longer."
+
+
+def timeout_option(default: str = "10s", *, help_text: str = TIMEOUT_HELP) -> Callable[[F], F]:
     """``--timeout``: deadline for reaching a safe point and for each call into the target."""
     return click.option(
         "--timeout",
@@ -110,7 +113,7 @@ def timeout_option(default: str = "10s") -> Callable[[F], F]:
         type=DURATION,
         default=default,
         show_default=True,
-        help="Give up (exit 6, target left running) if a safe point or a call takes longer.",
+        help=help_text,
     )
 
 

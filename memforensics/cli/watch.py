@@ -131,7 +131,11 @@ def _final_report(processes: list[WatchedProcess]) -> Report:
     help="Append every sample to FILE as JSON Lines (resumable; `memforensics report FILE`).",
 )
 @json_option
-@timeout_option("10s")
+@timeout_option(
+    "10s",
+    help_text="Skip a heap sample (recorded as a gap, target left running) if reaching a safe "
+    "point or a call takes longer.",
+)
 @gdb_option
 @verbose_option
 def command(

@@ -123,3 +123,12 @@ def test_no_such_process_is_exit_3(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["watch", str(pid), "--count", "1"])
     assert result.exit_code == 3, result.output
     assert result.stderr.startswith("error:")
+
+
+def test_timeout_help_says_what_a_deadline_does_in_each_command() -> None:
+    """In watch a sample past the deadline is a gap in the series; elsewhere it is exit 6."""
+    watch_help = " ".join(CliRunner().invoke(cli, ["watch", "--help"]).output.split())
+    inspect_help = " ".join(CliRunner().invoke(cli, ["inspect", "--help"]).output.split())
+    assert "Skip a heap sample (recorded as a gap" in watch_help
+    assert "exit 6" not in watch_help.split("--timeout", 1)[1].split("--gdb", 1)[0]
+    assert "Give up (exit 6, target left running)" in inspect_help
