@@ -26,6 +26,7 @@ from memforensics.errors import (
     NoSuchProcessError,
     NotGlibcMallocError,
     TargetError,
+    ThreadVanishedError,
     ToolingError,
 )
 from memforensics.sources import procfs
@@ -41,9 +42,12 @@ from memforensics.sources.gdb_threads import CLEANUP_SECONDS, ThreadControl
 from memforensics.sources.gdbmi import MiError, MiGdbExited, MiResult, MiTimeout, MiTransport
 from memforensics.sources.libc_elf import LibcImage, load_libc_image
 from memforensics.sources.procmem import TargetMemory
+from memforensics.sources.safepoint import in_allocator
 from memforensics.sources.signals import TerminationHandlers, deferred_signals
 from memforensics.sources.watchdog import Watchdog
 
+# gdb's answer when a call is asked of a thread that is not stopped (it starts nothing then).
+_RUNNING_CALLER = "Selected thread is running"
 # malloc_info of a process with thousands of arenas stays far below this; more is not XML we want.
 MAX_XML_BYTES = 64 * 1024 * 1024
 # While the XML is read from /proc/PID/mem, the calling thread sleeps this long in the target
@@ -291,12 +295,36 @@ class GdbSession(ThreadControl):
 
     def _call(self, expression: str) -> int:
         """Evaluate a cast call in the target under the deadline and return its integer value."""
-        result = self._command(f"{self._evaluate()} {mi_quote(expression)}", call=True)
+        command = f"{self._evaluate()} {mi_quote(expression)}"
+        try:
+            result = self._command(command, call=True)
+        except ToolingError as exc:
+            if not self.non_stop or _RUNNING_CALLER not in exc.message:
+                raise
+            # gdb refused to start the call, so nothing ran: something resumed the caller
+            # between two calls (seen on OpenJDK, 2 inspections in about 40). Hold it again
+            # and call only if it is still outside the allocator.
+            self._hold_caller_again()
+            result = self._command(command, call=True)
         value = str(result.payload.get("value", "")).split()[0] if result.payload else ""
         try:
             return int(value, 0)
         except ValueError as exc:
             raise ToolingError(f"gdb returned {value!r} for {expression}") from exc
+
+    def _hold_caller_again(self) -> None:
+        caller = self._caller
+        deadline = time.monotonic() + self.timeout_seconds
+        if caller is None or not self._hold(caller, deadline):
+            raise ThreadVanishedError(f"the calling thread of PID {self.pid} is gone", pid=self.pid)
+        libc = self._libc_or_fail()
+        if in_allocator(libc, self._frames(caller)):
+            raise DeadlineError(
+                f"the calling thread of PID {self.pid} was resumed and ran into the allocator;"
+                " no more calls",
+                pid=self.pid,
+            )
+        self.safe_point += " (held again after gdb found it running)"
 
     def _best_effort_call(self, expression: str) -> None:
         with contextlib.suppress(MemforensicsError, MiError, MiTimeout, MiGdbExited):
