@@ -243,6 +243,11 @@ def _zero_hole(segment: Segment, start: int, stop: int, page: int) -> None:
         segment.view[start:stop] = bytes(stop - start)
 
 
+def _native_copies(segments: Sequence[Segment]) -> list[tuple[object, int, object]]:
+    """(buffer, start, present pages or None when all are) of each copy, as the C loops take."""
+    return [(s.view, s.start, None if s.pages.all_resident else s.pages.present) for s in segments]
+
+
 def walk_copies(
     segments: Sequence[Segment],
     head: int,
@@ -258,11 +263,10 @@ def walk_copies(
     not read back consistently: in C where built, else walk_copies_py. OutOfTime when
     time.monotonic() passes ``deadline`` first (a list of millions of chunks)."""
     if _native is not None:
-        copies = [
-            (s.view, s.start, None if s.pages.all_resident else s.pages.present) for s in segments
-        ]
         try:
-            result = _native.walk_segments(copies, head, fd, bk, low, high, page, deadline)
+            result = _native.walk_segments(
+                _native_copies(segments), head, fd, bk, low, high, page, deadline
+            )
         except ValueError:  # heaps the C loop refuses (overlapping: read while they moved)
             return walk_copies_py(segments, head, fd, bk, low, high, page, deadline)
         if result is False:
@@ -278,11 +282,10 @@ def walk_fastbin_copies(
     arena's heaps, or None when it does not read back consistently: in C where built, else
     walk_fastbin_copies_py. ``mangled``: fd pointers are safe-linked (glibc >= 2.32)."""
     if _native is not None:
-        copies = [
-            (s.view, s.start, None if s.pages.all_resident else s.pages.present) for s in segments
-        ]
         with contextlib.suppress(ValueError):  # heaps the C loop refuses: Python below
-            return _native.walk_fastbin(copies, head, size_bytes, page, mangled)  # type: ignore[no-any-return]
+            return _native.walk_fastbin(  # type: ignore[no-any-return]
+                _native_copies(segments), head, size_bytes, page, mangled
+            )
     return walk_fastbin_copies_py(segments, head, size_bytes, page, mangled)
 
 

@@ -9,12 +9,16 @@ import subprocess
 import threading
 
 
-def reap_in_background(process: subprocess.Popen[bytes], *, grace_seconds: float) -> None:
-    """Let ``process`` exit on its own, then reap it; kill its group if it overstays.
+def reap_in_background(
+    process: subprocess.Popen[bytes], *, grace_seconds: float | None = None
+) -> None:
+    """Let ``process`` exit on its own, then reap it; with ``grace_seconds``, kill its group
+    if it overstays them (gdb); without, never (the watchdog: it may be finishing a call that
+    gdb left in the target, for as long as that call takes).
 
-    Only for a process whose work is over (gdb after a clean detach, the watchdog after
-    ``done``): its exit takes tens of milliseconds the command need not wait for. The
-    thread is a daemon, so it never delays our own exit; an orphan then exits unaided.
+    Only for a process whose work is over or that finishes it alone: its exit takes tens of
+    milliseconds the command need not wait for. The thread is a daemon, so it never delays
+    our own exit; an orphan then exits unaided.
     """
 
     def reap() -> None:

@@ -240,7 +240,7 @@ class Watchdog:
             return
         with contextlib.suppress(OSError):
             proc.stdin.close()
-        reap_in_background(proc, grace_seconds=_RESUME_WINDOW_SECONDS + _GDB_DEATH_SECONDS)
+        reap_in_background(proc)  # never killed: it may be rescuing a call (up to 120 s)
         self._proc = None
 
     def dismiss(self) -> None:
@@ -252,7 +252,7 @@ class Watchdog:
             proc.stdin.write(b"done\n")
             proc.stdin.close()
         # It exits as soon as it reads "done" (even after our own exit): no need to wait.
-        reap_in_background(proc, grace_seconds=2.0)
+        reap_in_background(proc)
         self._proc = None
 
 

@@ -71,11 +71,23 @@ def test_lean_data_directory_is_gdbs_own_minus_python() -> None:
 
 
 def test_a_custom_gdb_without_a_data_directory_starts_as_it_is(tmp_path: Path) -> None:
-    fake = tmp_path / "bin" / "gdb"
-    fake.parent.mkdir()
-    fake.symlink_to("/bin/true")  # realpath leads to /bin: no share/gdb/python/gdb there
-    assert gdb_spawn.lean_data_directory(str(tmp_path / "bin" / "no-such-gdb")) is None
+    """A gdb whose prefix holds no share/gdb/python/gdb package gets no private directory;
+    one whose prefix does gets every entry but python/."""
+    fake = tmp_path / "prefix" / "bin" / "gdb"
+    fake.parent.mkdir(parents=True)
+    shutil.copy("/bin/true", fake)  # a file of its own: realpath stays under tmp_path
+    data = tmp_path / "prefix" / "share" / "gdb"
+    (data / "syscalls").mkdir(parents=True)
+    assert gdb_spawn.lean_data_directory(str(fake)) is None
     assert gdb_spawn.gdb_argv(str(fake), None) == [str(fake), "-nx", "-nh", "-q", "-i=mi"]
+    (data / "python" / "gdb").mkdir(parents=True)
+    (data / "python" / "gdb" / "__init__.py").write_text("")
+    lean = gdb_spawn.lean_data_directory(str(fake))
+    assert lean is not None
+    try:
+        assert {entry.name for entry in os.scandir(lean)} == {"syscalls"}
+    finally:
+        shutil.rmtree(lean)
 
 
 @pytest.mark.usefixtures("no_prestarted")

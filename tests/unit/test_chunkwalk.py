@@ -103,11 +103,9 @@ def _page_map(start: int, pages: int, absent: tuple[int, ...] = ()) -> PageMap:
     return PageMap(start, start + pages * PAGE, PAGE, entries)
 
 
-def _two_heaps(
-    chunks: list[tuple[int, int]], absent: tuple[int, ...] = ()
-) -> tuple[list[Segment], int, int, BufferPool]:
-    """Two 16-page heap copies at START and SECOND holding one free list of (address, size)
-    chunks in that order (``absent``: pages of the second heap not in RAM)."""
+def _empty_heaps(absent: tuple[int, ...] = ()) -> tuple[list[Segment], BufferPool]:
+    """Two zeroed 16-page heap copies at START and SECOND (``absent``: pages of the second
+    heap not in RAM)."""
     pool = BufferPool()
     segments = [
         Segment(START, START + 16 * PAGE, _page_map(START, 16), pool),
@@ -115,6 +113,15 @@ def _two_heaps(
     ]
     for segment in segments:
         segment.view[:] = bytes(segment.length)
+    return segments, pool
+
+
+def _two_heaps(
+    chunks: list[tuple[int, int]], absent: tuple[int, ...] = ()
+) -> tuple[list[Segment], int, int, BufferPool]:
+    """Two 16-page heap copies at START and SECOND holding one free list of (address, size)
+    chunks in that order (``absent``: pages of the second heap not in RAM)."""
+    segments, pool = _empty_heaps(absent)
     for position, (address, size) in enumerate(chunks):
         forward = chunks[position + 1][0] if position + 1 < len(chunks) else HEAD
         back = chunks[position - 1][0] if position else HEAD
@@ -281,24 +288,13 @@ FAST = [START + 0x100, SECOND + 0x3000, START + 0x2FE0]  # the last one straddle
 def _fastbin(
     chunks: list[int], size: int, *, mangled: bool, absent: tuple[int, ...] = ()
 ) -> tuple[list[Segment], BufferPool]:
-    segments, _, _, pool = _empty_heaps(absent)
+    segments, pool = _empty_heaps(absent)
     for position, address in enumerate(chunks):
         following = chunks[position + 1] if position + 1 < len(chunks) else 0
         stored = ((address + 16) >> 12) ^ following if mangled else following
         segment = segments[address >= SECOND]
         struct.pack_into("<3Q", segment.view, address - segment.start, 0, size | 1, stored)
     return segments, pool
-
-
-def _empty_heaps(absent: tuple[int, ...]) -> tuple[list[Segment], int, int, BufferPool]:
-    pool = BufferPool()
-    segments = [
-        Segment(START, START + 16 * PAGE, _page_map(START, 16), pool),
-        Segment(SECOND, SECOND + 16 * PAGE, _page_map(SECOND, 16, absent), pool),
-    ]
-    for segment in segments:
-        segment.view[:] = bytes(segment.length)
-    return segments, 0, 0, pool
 
 
 def _fastbin_walks() -> list[Walk]:
