@@ -189,13 +189,17 @@ class ThreadControl:
 
         def this_thread(record: dict[str, Any]) -> bool:
             payload = record.get("payload") or {}
+            if record.get("message") == "thread-exited":  # it will never report a stop
+                return str(payload.get("id")) == thread_id
             return _is_stopped(record) and str(payload.get("thread-id")) == thread_id
 
         try:
-            mi.wait_async(this_thread, timeout_seconds=max(deadline - time.monotonic(), 0.1))
+            record = mi.wait_async(
+                this_thread, timeout_seconds=max(deadline - time.monotonic(), 0.1)
+            )
         except MiTimeout:
             self._give_up(f"thread {thread_id} did not stop when interrupted")
-        return True
+        return record.get("message") != "thread-exited"
 
     def _release(self, thread_id: str) -> None:
         self._command(f"-exec-continue --thread {thread_id}")
@@ -310,6 +314,9 @@ class ThreadControl:
         return payload
 
     def _give_up(self, busy: str) -> NoReturn:
+        if not pid_alive(self.pid):  # it exited while we waited: that is what happened
+            self._target_exited = True
+            raise TargetExitedError(f"PID {self.pid} exited while being inspected", pid=self.pid)
         raise DeadlineError(
             f"no safe point in PID {self.pid} within {self.timeout_seconds:g} s: every thread "
             f"stayed inside the allocator ({busy}); nothing was called",
