@@ -44,7 +44,7 @@ from memforensics.sources.libc_elf import LibcImage, load_libc_image
 from memforensics.sources.procmem import TargetMemory
 from memforensics.sources.safepoint import in_allocator
 from memforensics.sources.signals import TerminationHandlers, deferred_signals
-from memforensics.sources.watchdog import Watchdog
+from memforensics.sources.watchdog_link import Watchdog
 
 # gdb's answer when a call is asked of a thread that is not stopped (it starts nothing then).
 _RUNNING_CALLER = "Selected thread is running"
@@ -411,9 +411,8 @@ class GdbSession(ThreadControl):
             if call:
                 # unwindonsignal: gdb abandons the call and restores the thread's registers.
                 self._call_abandoned = True
-                self._interrupt_call()
-                with contextlib.suppress(MiError, MiTimeout, MiGdbExited):
-                    mi.wait_result(token, timeout_seconds=CLEANUP_SECONDS)
+                with contextlib.suppress(MiTimeout, MiGdbExited):
+                    self._unwind_call(token)
             raise gdb_error(exc, self.pid, doing=text, call=call, timeout_seconds=timeout) from exc
         except (MiGdbExited, MiError) as exc:
             if call and isinstance(exc, MiError):
@@ -424,6 +423,17 @@ class GdbSession(ThreadControl):
             if isinstance(error, NoSuchProcessError):
                 self._target_exited = True
             raise error from exc
+
+    def _unwind_call(self, token: int) -> None:
+        """Interrupt the call sent as ``token`` and wait for gdb's answer to it (MiTimeout or
+        MiGdbExited without one: the call may still run, and the watchdog may have to
+        rescue it). Once gdb answered, the call is over, and the watchdog hears so: told
+        nothing, it would still see a call running when gdb exits after the detach."""
+        self._interrupt_call()
+        # An MiError is how gdb answers an interrupted call: it unwound the call.
+        with contextlib.suppress(MiError):
+            self._mi_or_fail().wait_result(token, timeout_seconds=CLEANUP_SECONDS)
+        self._tell_call(False)
 
     # -- cleanup -------------------------------------------------------------------------------
 
@@ -459,9 +469,7 @@ class GdbSession(ThreadControl):
             return
         try:
             for token in list(mi.in_flight):
-                self._interrupt_call()  # an abandoned call: gdb unwinds it (unwindonsignal)
-                with contextlib.suppress(MiError):
-                    mi.wait_result(token, timeout_seconds=CLEANUP_SECONDS)
+                self._unwind_call(token)  # an abandoned call: gdb unwinds it (unwindonsignal)
             if self._running:
                 self._stop_running()
             with contextlib.suppress(MiError):

@@ -44,7 +44,7 @@ from memforensics.sources.safepoint import (
     parse_frames,
     parse_threads,
 )
-from memforensics.sources.watchdog import Watchdog
+from memforensics.sources.watchdog_link import Watchdog
 
 # Non-stop run-forward: how long the threads run between two looks.
 _RESAMPLE_SECONDS = 0.002

@@ -11,6 +11,7 @@ import bisect
 import contextlib
 import os
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -50,6 +51,8 @@ _SHT_DYNSYM = 11
 _SHT_GNU_VERSYM = 0x6FFFFFFF
 _PT_LOAD = 1
 _VERSYM_HIDDEN = 0x8000
+_SYMBOL = struct.Struct("<IBBHQQ")  # Elf64_Sym
+_FUNCTION_KINDS = frozenset((_STT_FUNC, _STT_GNU_IFUNC))
 
 
 @dataclass(frozen=True)
@@ -160,24 +163,26 @@ def _parse_libc(data: bytes, base: int, path: str) -> LibcImage:
     versym = next((s for s in sections if s[1] == _SHT_GNU_VERSYM), None)
     strtab = sections[dynsym[6]]
     str_offset = strtab[4]
-    count = dynsym[5] // 24
+    # One pass over the table with struct.iter_unpack (libc has ~3,000 dynamic symbols: a
+    # read of each field by unpack_from cost ~7 ms, before the attach, of every inspect).
+    table = memoryview(data)[dynsym[4] : dynsym[4] + dynsym[5] // 24 * 24]
+    versions: Sequence[int] = ()
+    if versym is not None:
+        versions = memoryview(data)[versym[4] : versym[4] + dynsym[5] // 24 * 2].cast("H")
     symbols: list[tuple[int, int, str]] = []  # (start, size, name), all versions
     functions: dict[str, int] = {}
-    for i in range(count):
-        name_off, info, _other, shndx, value, size = struct.unpack_from(
-            "<IBBHQQ", data, dynsym[4] + i * 24
-        )
-        if info & 0xF not in (_STT_FUNC, _STT_GNU_IFUNC) or shndx == 0 or value == 0:
+    find = data.find
+    for i, (name_off, info, _other, shndx, value, size) in enumerate(_SYMBOL.iter_unpack(table)):
+        kind = info & 0xF
+        if kind not in _FUNCTION_KINDS or shndx == 0 or value == 0:
             continue
-        end = data.index(b"\0", str_offset + name_off)
-        name = data[str_offset + name_off : end].decode(errors="replace")
+        begin = str_offset + name_off
+        name = data[begin : find(b"\0", begin)].decode(errors="replace")
         start = value + bias
         symbols.append((start, size, name))
-        hidden = False
-        if versym is not None:
-            (version,) = struct.unpack_from("<H", data, versym[4] + i * 2)
-            hidden = bool(version & _VERSYM_HIDDEN)  # an old compat version, not the default
-        if name in _RESOLVED_FUNCTIONS and not hidden and info & 0xF == _STT_FUNC:
+        # A hidden version is an old compat symbol, not the default one a caller links to.
+        hidden = bool(versions[i] & _VERSYM_HIDDEN) if versions else False
+        if name in _RESOLVED_FUNCTIONS and not hidden and kind == _STT_FUNC:
             functions[name] = start
     missing = sorted(name for name in _RESOLVED_FUNCTIONS if name not in functions)
     if missing:

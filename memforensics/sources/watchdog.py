@@ -1,6 +1,7 @@
 """The watchdog: a separate process that leaves the target running whoever dies.
 
-Run as ``python -m memforensics.sources.watchdog TARGET_PID GDB_PID WAS_RUNNING`` in its own
+Run as ``python -m memforensics.sources.watchdog TARGET_PID GDB_PID WAS_RUNNING`` (the session
+starts it through ``-c`` with the same arguments: see watchdog_link) in its own
 session (the terminal's Ctrl-C and memforensics' death do not reach it), with oom_score_adj
 -1000 where allowed. memforensics tells it, line by line on its stdin, where gdb's call dummy
 is, the calling thread's registers, and when a call starts and ends; ``done`` is a clean finish.
@@ -11,8 +12,10 @@ is, the calling thread's registers, and when a call starts and ends; ``done`` is
   ptrace, rescues a call in flight the same way, then SIGCONTs the target if it was running
   before and is left in group-stop by a SIGSTOP that gdb had queued.
 
-Only the standard library is imported here: it starts while the target still runs, but a
-quick start keeps the whole inspect short.
+Only light standard modules and the guardian are imported here: it starts while gdb attaches,
+on a CPU that gdb and the residency scan want too (with dataclasses, pathlib and subprocess
+its start cost about 40 ms of CPU, 25 without them). The
+side of memforensics that starts it and talks to it is memforensics.sources.watchdog_link.
 """
 
 from __future__ import annotations
@@ -21,14 +24,13 @@ import contextlib
 import os
 import select
 import signal
-import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 
+# Imported at start, not when a rescue needs it: a rescue races the calling thread, which
+# runs on as soon as gdb is gone (loading ctypes then took long enough for the thread to
+# crash the target before the guardian could seize it, in 2 runs of 3 of the deadline test).
 from memforensics.sources.guardian import finish_call
-from memforensics.sources.reaper import reap_in_background
 
 # How long the watchdog keeps resuming a target that re-enters a stop after gdb died.
 _RESUME_WINDOW_SECONDS = 5.0
@@ -43,7 +45,8 @@ _GDB_DEATH_SECONDS = 5.0
 def _status(pid: int) -> tuple[str | None, int]:
     """(one-letter state, TracerPid) of PID; (None, 0) when it is gone."""
     try:
-        text = Path(f"/proc/{pid}/status").read_text()
+        with open(f"/proc/{pid}/status") as status:
+            text = status.read()
     except OSError:
         return None, 0
     fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
@@ -70,18 +73,18 @@ def _leave_running(target_pid: int, *, was_running: bool) -> None:
         time.sleep(_POLL_SECONDS)
 
 
-@dataclass
 class _Session:
     """What memforensics told us about the session so far."""
 
-    done: bool = False
-    detached: bool = False  # gdb let go of the target cleanly
-    in_call: bool = False
-    caller_tid: int | None = None
-    saved: dict[str, int] = field(default_factory=dict)
-    dummy_address: int | None = None
-    dummy_byte: bytes = b""
-    outcome: str = ""
+    def __init__(self) -> None:
+        self.done = False
+        self.detached = False  # gdb let go of the target cleanly
+        self.in_call = False
+        self.caller_tid: int | None = None
+        self.saved: dict[str, int] = {}
+        self.dummy_address: int | None = None
+        self.dummy_byte = b""
+        self.outcome = ""
 
     def hear(self, line: str) -> None:
         words = line.split()
@@ -130,8 +133,8 @@ def _end_gdbs_children(gdb_pid: int) -> None:
 
 
 def _protect_from_oom_killer() -> None:
-    with contextlib.suppress(OSError):  # needs CAP_SYS_RESOURCE; best effort
-        Path("/proc/self/oom_score_adj").write_text("-1000")
+    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as adj:
+        adj.write("-1000")  # needs CAP_SYS_RESOURCE; best effort
 
 
 def main(argv: list[str]) -> int:
@@ -190,70 +193,6 @@ def main(argv: list[str]) -> int:
             _rescue_call(target_pid, session)
             _leave_running(target_pid, was_running=was_running)
             return 0
-
-
-class Watchdog:
-    """memforensics' side: start the watchdog process, tell it the session, dismiss it."""
-
-    def __init__(self, target_pid: int, gdb_pid: int, *, was_running: bool) -> None:
-        self._proc: subprocess.Popen[bytes] | None = None
-        # -S: no site-packages scan (a faster start); the package is found via PYTHONPATH.
-        package_root = str(Path(__file__).resolve().parent.parent.parent)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-        env["PYTHONPATH"] = package_root
-        with contextlib.suppress(OSError):
-            self._proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-S",
-                    "-s",
-                    "-m",
-                    "memforensics.sources.watchdog",
-                    str(target_pid),
-                    str(gdb_pid),
-                    "1" if was_running else "0",
-                ],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                env=env,
-                cwd="/",
-                start_new_session=True,  # neither the terminal's Ctrl-C nor our death kills it
-                close_fds=True,
-            )
-
-    def tell(self, line: str) -> None:
-        """One line of the session's state (see _Session.hear); best effort."""
-        proc = self._proc
-        if proc is None or proc.stdin is None:
-            return
-        with contextlib.suppress(OSError):
-            proc.stdin.write(line.encode() + b"\n")
-            proc.stdin.flush()
-
-    def hand_over(self) -> None:
-        """gdb did not detach cleanly (it died, or was killed as stuck): the watchdog, told
-        nothing more, ends what is left of gdb and keeps the target running for its resume
-        window (a SIGSTOP of gdb's attach may land well after gdb is gone)."""
-        proc = self._proc
-        if proc is None or proc.stdin is None:
-            return
-        with contextlib.suppress(OSError):
-            proc.stdin.close()
-        reap_in_background(proc)  # never killed: it may be rescuing a call (up to 120 s)
-        self._proc = None
-
-    def dismiss(self) -> None:
-        """Tell the watchdog we finished cleanly; it exits without touching anything."""
-        proc = self._proc
-        if proc is None or proc.stdin is None:
-            return
-        with contextlib.suppress(OSError):
-            proc.stdin.write(b"done\n")
-            proc.stdin.close()
-        # It exits as soon as it reads "done" (even after our own exit): no need to wait.
-        reap_in_background(proc)
-        self._proc = None
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from memforensics.sources.gdb import GdbSession
 from memforensics.sources.gdb_capture import capture_malloc_info
 from memforensics.sources.libc_elf import load_libc_image
 from memforensics.sources.malloc_xml import parse_dump
-from memforensics.sources.watchdog import Watchdog
+from memforensics.sources.watchdog_link import Watchdog
 from tests.support.targets import (
     Target,
     c_target,
