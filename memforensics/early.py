@@ -1,5 +1,7 @@
 """What `inspect PID` can begin before its command line is parsed: gdb's start, the first scan.
 
+(And the garbage collector's pause for the command's start, pause_collector.)
+
 Python spends the first ~50 ms of a command importing click and the command's modules. For
 `memforensics inspect PID …` the two slowest pieces of work need nothing of that: gdb's own
 start-up (gdb_spawn.prestart) and the first target's residency scan (scanning.early_scan).
@@ -13,6 +15,7 @@ scan reads /proc of the PID named there, as the command would.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -67,6 +70,7 @@ def begin(argv: Sequence[str]) -> None:
     if command is None:
         return
     pids, gdb_path, allow_stopped = command
+    pause_collector()
     try:
         # The scan first: it is the longer of the two (gdb starts in ~40 ms, the scan of a
         # 400 MB heap takes ~130 ms), and each import delays what follows it.
@@ -80,6 +84,24 @@ def begin(argv: Sequence[str]) -> None:
         prestart(gdb_path)
     except Exception:  # the command starts the same work itself, and reports on it
         return
+
+
+def pause_collector() -> None:
+    """Python's cyclic garbage collector off until resume_collector(), for an `inspect`.
+
+    Until its first report is out, `inspect` allocates only what lives to the end: some
+    200,000 objects of modules, classes and functions as it imports, then one document. The
+    collector would traverse them about 50 times (once per 700 allocations, more at each
+    older generation) and free nothing.
+    """
+    gc.disable()
+
+
+def resume_collector() -> None:
+    """The collector back on; what exists by now is frozen out of its future passes."""
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()
 
 
 def take_scan(pid: int) -> BackgroundScan | None:

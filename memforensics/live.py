@@ -3,10 +3,11 @@
 Each function composes the sources (gdb session, /proc) and the analysis into model objects
 and never prints, so ``import memforensics.live`` gives what the commands show.
 
-The analysis and the malloc_info reader are imported where they are first needed, after the
-gdb session: the residency scan runs meanwhile in its worker thread, and the session starts
-that much sooner. (Importing them in another thread during the session was measured too:
-on 2 cores it slowed the scan more than it saved, 1.20x against 1.13x the gdb recipe.)
+The analysis, the malloc_info reader and the trim's model are imported where they are first
+needed, after the gdb session (`inspect` never loads the trim's): the residency scan runs
+meanwhile in its worker thread, and the session starts that much sooner. (Importing them in
+another thread during the session was measured too: on 2 cores it slowed the scan more than
+it saved, 1.20x against 1.13x the gdb recipe.)
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from memforensics.errors import (
 from memforensics.model.advice import Advice
 from memforensics.model.heap import process_source
 from memforensics.model.process import HeapResidency, ProcessFacts, ProcessMemory, Waterfall
-from memforensics.model.trim import TrimFailure, TrimOutcome, TrimResult
 from memforensics.scanning import BackgroundScan
 from memforensics.sources import procfs
 from memforensics.sources.gdb import GdbSession
@@ -39,6 +39,7 @@ from memforensics.sources.heapmaps import WALK_BUDGET_SECONDS, scan_heap
 if TYPE_CHECKING:
     from memforensics.analysis.heap import HeapAnalysis
     from memforensics.model.heap import HeapDump
+    from memforensics.model.trim import TrimOutcome, TrimResult
 
 # A scan that ran beside the session and measured less than this share of the dump's free
 # bytes is done again after the session (PostgreSQL backends under pgbench: 66-88 % measured
@@ -249,6 +250,7 @@ def _trim(pid: int, facts: ProcessFacts, settings: TrimSettings) -> TrimResult:
     )
     from memforensics.analysis.trim import skip_reason
     from memforensics.analysis.trim_forecast import forecast_trim
+    from memforensics.model.trim import TrimResult
     from memforensics.sources.malloc_xml import parse_dump
 
     pause_seconds = capture.pause_seconds
@@ -314,6 +316,8 @@ def _page_bytes(residency: HeapResidency | None) -> int:
 
 def trim_outcome(pid: int, settings: TrimSettings) -> TrimOutcome:
     """``trim_process`` with its error turned into a TrimFailure, so other targets go on."""
+    from memforensics.model.trim import TrimFailure
+
     try:
         return trim_process(pid, settings)
     except MemforensicsError as exc:

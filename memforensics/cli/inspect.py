@@ -125,8 +125,10 @@ def command(
     # the first session takes it over (one less wait before the attach). Likewise the first
     # target's residency scan: it reads /proc while the rest imports. The program's entry
     # (memforensics/early.py) may have started both already, before click was imported.
+    from memforensics.early import pause_collector, resume_collector, take_scan
+
+    pause_collector()  # until the first report is out (early.pause_collector says why)
     prestart(gdb_path)
-    from memforensics.early import take_scan
     from memforensics.scanning import early_scan
 
     first_scan = None
@@ -138,7 +140,9 @@ def command(
     several = len(targets) > 1
     documents: list[dict[str, Any]] = []
     worst = 0
-    for pid, explicit in targets:
+    for index, (pid, explicit) in enumerate(targets):
+        if index:
+            resume_collector()  # the first report is done: a long list of targets is not
         try:
             result = inspect_process(
                 pid,

@@ -12,7 +12,7 @@ import re
 import struct
 from typing import Any
 
-from memforensics.sources.guardian import USER_REGS
+from memforensics.sources.user_regs import USER_REGS
 
 _AT_ENTRY = 9
 _HEX_RE = re.compile(r"0x[0-9a-fA-F]+")

@@ -424,17 +424,6 @@ class GdbSession(ThreadControl):
                 self._target_exited = True
             raise error from exc
 
-    def _unwind_call(self, token: int) -> None:
-        """Interrupt the call sent as ``token`` and wait for gdb's answer to it (MiTimeout or
-        MiGdbExited without one: the call may still run, and the watchdog may have to
-        rescue it). Once gdb answered, the call is over, and the watchdog hears so: told
-        nothing, it would still see a call running when gdb exits after the detach."""
-        self._interrupt_call()
-        # An MiError is how gdb answers an interrupted call: it unwound the call.
-        with contextlib.suppress(MiError):
-            self._mi_or_fail().wait_result(token, timeout_seconds=CLEANUP_SECONDS)
-        self._tell_call(False)
-
     # -- cleanup -------------------------------------------------------------------------------
 
     def _cleanup(self) -> None:

@@ -21,6 +21,8 @@ import signal
 import struct
 import time
 
+from memforensics.sources.user_regs import USER_REGS
+
 _PTRACE_CONT = 7
 _PTRACE_DETACH = 17
 _PTRACE_GETREGS = 12
@@ -34,36 +36,6 @@ _NT_X86_XSTATE = 0x202
 _WALL = 0x40000000
 _XSTATE_MAX_BYTES = 16384
 
-# struct user_regs_struct, in order (x86-64).
-USER_REGS = (
-    "r15",
-    "r14",
-    "r13",
-    "r12",
-    "rbp",
-    "rbx",
-    "r11",
-    "r10",
-    "r9",
-    "r8",
-    "rax",
-    "rcx",
-    "rdx",
-    "rsi",
-    "rdi",
-    "orig_rax",
-    "rip",
-    "cs",
-    "eflags",
-    "rsp",
-    "ss",
-    "fs_base",
-    "gs_base",
-    "ds",
-    "es",
-    "fs",
-    "gs",
-)
 # What a call may change and gdb restores; segment registers are left as they are.
 _RESTORED_GPRS = frozenset(USER_REGS) - {"cs", "ss", "ds", "es", "fs", "gs"}
 

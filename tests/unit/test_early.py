@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 from memforensics import early
@@ -57,6 +59,27 @@ def test_the_options_known_early_are_the_commands_own() -> None:
 
 
 _SKIP = live_skip_reason()
+
+
+def test_the_collector_pauses_for_an_inspect_and_comes_back_with_the_start_up_frozen() -> None:
+    gc.collect()
+    frozen_before = gc.get_freeze_count()
+    try:
+        early.begin(["trim", "1"])
+        assert gc.isenabled()  # another command: the collector runs as always
+        early.begin(["inspect", "--json", "999999999"])  # no such PID: nothing starts, but
+        assert not gc.isenabled()  # the command is an inspect, whose start-up is paused
+        cycle: list[object] = []
+        cycle.append(cycle)
+        early.resume_collector()
+        assert gc.isenabled()
+        assert gc.get_freeze_count() > frozen_before  # the start-up's objects, cycle included
+        early.resume_collector()  # twice is harmless
+        assert gc.isenabled()
+    finally:
+        gdb_spawn._discard_prestarted()  # begin started gdb for that inspect
+        gc.unfreeze()
+        gc.enable()
 
 
 @pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")
