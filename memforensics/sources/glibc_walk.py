@@ -213,8 +213,21 @@ class ArenaWalker:
 
     def _walk_fastbin(self, head: int, size_bytes: int) -> tuple[int, ...] | None:
         """(chunks, bytes, resident bytes, 0) of one fastbin (a NULL-terminated list)."""
-        if self._mangled is not None and all(segment.whole for segment in self._segments):
-            return walk_fastbin_copies(self._segments, head, size_bytes, self._page, self._mangled)
+        if all(segment.whole for segment in self._segments):
+            if self._mangled is not None:
+                return walk_fastbin_copies(
+                    self._segments, head, size_bytes, self._page, self._mangled
+                )
+            # Not known yet whether this glibc safe-links fastbin pointers (>= 2.32): the list
+            # tells, read whole both ways by the copy's loop (in C, where built) rather than
+            # chunk by chunk here. A consistent list reads back one way only: a pointer taken
+            # the other way is scrambled by (position >> 12) and lands outside the heaps.
+            for mangled in (True, False):
+                found = walk_fastbin_copies(self._segments, head, size_bytes, self._page, mangled)
+                if found is not None:
+                    self._mangled = mangled
+                    return found
+            return None
         limit = sum(segment.length for segment in self._segments) // glibc.MINSIZE
         count = total = resident = 0
         chunk = head

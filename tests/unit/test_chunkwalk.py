@@ -13,6 +13,7 @@ from collections.abc import Callable
 import pytest
 
 from memforensics.sources import heapcopy
+from memforensics.sources.glibc_walk import ArenaWalker
 from memforensics.sources.heapcopy import BufferPool, Segment
 from memforensics.sources.procmem import PageMap
 
@@ -319,6 +320,30 @@ def test_a_fastbin_is_measured_the_same_both_ways(
         pool.close()
     # Page 3 of the second heap holds the middle chunk (0x3000..0x3040) when it is absent.
     assert result == (3, 3 * 0x40, 3 * 0x40 - (0x40 if absent else 0), 0)
+
+
+@pytest.mark.parametrize("mangled", [True, False])
+@pytest.mark.parametrize("chunks", [FAST, FAST[:1]], ids=["three chunks", "a lone chunk"])
+def test_an_arena_walk_learns_from_its_first_fastbin_whether_pointers_are_safe_linked(
+    mangled: bool, chunks: list[int]
+) -> None:
+    """The arena's first fastbin is read both ways by the copies' loop; the way it reads
+    back consistently is kept for the arena's other fastbins (a lone chunk tells too: its
+    NULL next pointer is stored scrambled by safe-linking)."""
+    segments, pool = _fastbin(chunks, 0x40, mangled=mangled)
+    walker = ArenaWalker.__new__(ArenaWalker)  # only what a walk over whole copies uses
+    walker._segments, walker._page, walker._mangled = segments, PAGE, None
+    try:
+        for segment in segments:
+            segment.whole = True
+        first = walker._walk_fastbin(chunks[0], 0x40)
+        assert walker._mangled is mangled
+        again = walker._walk_fastbin(chunks[0], 0x40)
+    finally:
+        for segment in segments:
+            segment.close(pool)
+        pool.close()
+    assert first == again == (len(chunks), len(chunks) * 0x40, len(chunks) * 0x40, 0)
 
 
 @pytest.mark.parametrize("walk", _fastbin_walks())
