@@ -48,7 +48,7 @@ class BackgroundScan:
                     pid,
                     libc_path=libc_path,
                     budget_seconds=budget_seconds,
-                    between_arenas=self.gate.checkpoint,
+                    pause=self.gate.checkpoint,
                 )
         except BaseException as exc:  # handed to the caller of result()
             self._error = exc

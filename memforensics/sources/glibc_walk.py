@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from memforensics.model import glibc
@@ -37,6 +37,7 @@ _CLOCK_EVERY_CHUNKS = 255  # a list read block by block looks at the clock this 
 _CHUNK_WORDS = struct.Struct("<4Q")  # prev_size, size, fd, bk
 _TWO_WORDS = struct.Struct("<2Q")
 _FASTBIN = 0  # pseudo bin number of the fastbins in ``unmeasured_bins``
+_COPY_SLICE_BYTES = 4 << 20  # ~1 ms of copying: the longest a pause waits for the copy
 
 
 def _bin_head(state: ArenaState, index: int) -> int:
@@ -77,9 +78,19 @@ class ArenaWalker:
     """Walks one arena's free lists over copies of its heap mappings."""
 
     def __init__(
-        self, mem: ProcessMemoryReader, heaps: Sequence[Heap], *, is_main: bool, pool: BufferPool
+        self,
+        mem: ProcessMemoryReader,
+        heaps: Sequence[Heap],
+        *,
+        is_main: bool,
+        pool: BufferPool,
+        pause: Callable[[], object] | None = None,
     ) -> None:
         self._mem = mem
+        # Called between slices of a whole copy: a caller may hold the walk there (the scan
+        # beside a gdb session parks while gdb attaches, background.QuietGate), and a closed
+        # gate then waits for one slice (~1 ms), not for a whole arena's copy (~5 ms).
+        self._pause = pause or (lambda: None)
         self._pool = pool
         self._page = mem.page_bytes
         self._is_main = is_main
@@ -132,9 +143,13 @@ class ArenaWalker:
             segment.whole = False
 
     def _prefetch(self) -> None:
-        """Copy every readable page of the arena now, one read per run of resident pages."""
+        """Copy every readable page of the arena now, one read per run of resident pages
+        (per _COPY_SLICE_BYTES at most, with a pause between slices)."""
         for segment in self._segments:
-            copy_into(self._mem, segment, 0, segment.length)
+            for begin in range(0, segment.length, _COPY_SLICE_BYTES):
+                if begin:
+                    self._pause()
+                copy_into(self._mem, segment, begin, min(begin + _COPY_SLICE_BYTES, segment.length))
             segment.filled[:] = b"\x01" * len(segment.filled)
             segment.whole = True
 

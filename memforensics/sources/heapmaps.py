@@ -153,21 +153,20 @@ def scan_heap(
     *,
     libc_path: str | None = None,
     budget_seconds: float = WALK_BUDGET_SECONDS,
-    between_arenas: Callable[[], object] | None = None,
+    pause: Callable[[], object] | None = None,
 ) -> HeapScan:
     """Read every arena of ``pid``: heaps, residency, free lists (within the time budget).
 
-    ``between_arenas`` is called before each arena is read: a caller may hold the scan there
-    (while gdb attaches, see scanning.BackgroundScan).
+    ``pause`` is called before each arena is read and between slices of its copy (every
+    ~1 ms of work): a caller may hold the scan there (while gdb attaches, see
+    scanning.BackgroundScan).
     """
     started = time.monotonic()
     mappings = read_smaps(pid)
     pool = BufferPool()
     try:
         with ProcessMemoryReader(pid) as mem:
-            return _scan(
-                pid, mappings, mem, pool, libc_path, started, budget_seconds, between_arenas
-            )
+            return _scan(pid, mappings, mem, pool, libc_path, started, budget_seconds, pause)
     finally:
         pool.close()
 
@@ -180,9 +179,9 @@ def _scan(
     libc_path: str | None,
     started: float,
     budget_seconds: float,
-    between_arenas: Callable[[], object] | None = None,
+    pause: Callable[[], object] | None = None,
 ) -> HeapScan:
-    pause = between_arenas or (lambda: None)
+    pause = pause or (lambda: None)
     notes: list[str] = []
     is_64 = _is_64bit(pid)
     heaps = find_heaps(mappings, mem) if is_64 else []
@@ -217,7 +216,9 @@ def _scan(
         pause()
         main_heap.pages = mem.pagemap(brk[0], brk[1])
         all_heaps.append(main_heap)
-        rows.append(_scan_arena(mem, pool, main_state, [main_heap], True, True, deadline))
+        rows.append(
+            _scan_arena(mem, pool, main_state, [main_heap], True, True, deadline, pause=pause)
+        )
     for position, address in enumerate(order):
         pause()
         arena_heaps = by_arena.get(address) or heaps_from_top(mem, states[address])
@@ -229,7 +230,15 @@ def _scan(
         share = (deadline - time.monotonic()) / (len(order) - position)
         rows.append(
             _scan_arena(
-                mem, pool, state, arena_heaps, False, layout_ok, deadline, time.monotonic() + share
+                mem,
+                pool,
+                state,
+                arena_heaps,
+                False,
+                layout_ok,
+                deadline,
+                time.monotonic() + share,
+                pause=pause,
             )
         )
 
@@ -277,6 +286,7 @@ def _scan_arena(
     layout_ok: bool,
     deadline: float,
     retry_deadline: float | None = None,
+    pause: Callable[[], object] | None = None,
 ) -> ArenaScan:
     segments = tuple(
         HeapSegment(h.start, h.size_bytes, h.pages.total_resident_bytes)
@@ -292,7 +302,7 @@ def _scan_arena(
             segments=segments,
             walked=False,
         )
-    walker = ArenaWalker(mem, heaps, is_main=is_main, pool=pool)
+    walker = ArenaWalker(mem, heaps, is_main=is_main, pool=pool, pause=pause)
     try:
         walk = walker.walk(state, deadline=deadline, retry_deadline=retry_deadline)
     finally:

@@ -23,6 +23,7 @@ from memforensics.live import read_heap_residency
 from memforensics.model.process import HeapResidency
 from memforensics.sources import glibc_walk, heapcopy
 from memforensics.sources.heapcopy import BufferPool, Segment, copy_into
+from memforensics.sources.heapmaps import scan_heap
 from memforensics.sources.procmem import ProcessMemoryReader
 from tests.integration.test_residency_live import limited_arenas_target
 from tests.support.targets import c_target, have_cc
@@ -258,3 +259,26 @@ def test_the_c_copy_lets_other_threads_run() -> None:
         for before, after in calls
     ]
     assert max(during) > 0, (during, [after - before for before, after in calls])
+
+
+def test_a_scan_may_be_held_between_slices_of_an_arena_copy() -> None:
+    """``pause`` comes between every ~1 ms slice of a whole arena's copy, not only between
+    arenas: a gdb session closing the gate waits for one slice (background.QuietGate). Four
+    worker arenas of ~15 MiB each: four slices each, three pauses inside each copy."""
+    calls: list[float] = []
+    with c_target("many_arenas", "4", "30000") as target:
+        scan = scan_heap(target.pid, pause=lambda: calls.append(time.monotonic()))
+        again = scan_heap(target.pid)
+    slice_bytes = glibc_walk._COPY_SLICE_BYTES
+    inside = sum(
+        -(-segment.mapped_bytes // slice_bytes) - 1
+        for row in scan.arenas
+        if row.walked
+        for segment in row.segments
+    )
+    big = [row for row in scan.arenas if sum(s.mapped_bytes for s in row.segments) > 8 * MIB]
+    assert len(big) >= 4 and inside >= 4 * 2
+    assert len(calls) >= len(scan.arenas) + inside
+    assert [(row.free_bytes, row.chunks) for row in scan.arenas] == [
+        (row.free_bytes, row.chunks) for row in again.arenas
+    ]
