@@ -14,10 +14,8 @@ import contextlib
 import os
 import shutil
 import struct
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 from types import TracebackType
 
 from memforensics.errors import (
@@ -35,6 +33,7 @@ from memforensics.sources.gdb_setup import (
     gdb_failures,
     gdb_settings,
     mi_quote,
+    private_sysroot,
     write_signal_handling,
 )
 from memforensics.sources.gdb_spawn import GdbProcess, find_gdb, take_gdb
@@ -211,47 +210,51 @@ class GdbSession(ThreadControl):
         self.non_stop = self._was_running
         if facts.libc_path is None:
             raise NotGlibcMallocError(f"PID {self.pid} maps no shared glibc")
-        self._libc = load_libc_image(self.pid, facts.libc_path)
-        with contextlib.suppress(OSError):  # without it, memory is read through gdb (slower)
-            self._memory = TargetMemory(self.pid)
         # Signals wait while the helper processes start, so that none is left unrecorded.
         with deferred_signals():
             self._gdb = take_gdb(gdb)
             self._mi = MiTransport(self._gdb.process, log=self._log)
+        # gdb works through its settings (the executable's symbols, the signal table) while
+        # we read libc's symbols and start the watchdog: 4-6 ms each, overlapped.
+        directory = self._gdb.data_directory
+        sent = self._send_settings(
+            gdb_settings(
+                self.pid,
+                was_running=self._was_running,
+                non_stop=self.non_stop,
+                signals_file=write_signal_handling(directory) if directory else None,
+            )
+        )
+        self._libc = load_libc_image(self.pid, facts.libc_path)
+        with contextlib.suppress(OSError):  # without it, memory is read through gdb (slower)
+            self._memory = TargetMemory(self.pid)
+        with deferred_signals():
             self._watchdog = Watchdog(self.pid, self._mi.pid, was_running=self._was_running)
         self._tell_watchdog_the_call_dummy()
-        self._configure_gdb()
+        if self._libc.image is not None:  # libc replaced on disk: see private_sysroot
+            self._sysroot = private_sysroot(self._libc.path, self._libc.image)
+            sent += self._send_settings(
+                [f'-interpreter-exec console "set sysroot {self._sysroot}"']
+            )
+        self._collect_settings(sent)
         # The target's threads are stopped and resumed one by one as gdb attaches: no work of
         # ours competes with gdb for a CPU meanwhile (see background.QuietGate).
         with self._quiet_while_stopping():
             self._attach()
         self._reach_safe_point()
 
-    def _configure_gdb(self) -> None:
-        """Send gdb_settings() and collect every answer before attaching."""
-        directory = self._gdb.data_directory if self._gdb is not None else None
-        settings = gdb_settings(
-            self.pid,
-            was_running=self._was_running,
-            non_stop=self.non_stop,
-            signals_file=write_signal_handling(directory) if directory else None,
-        )
-        libc = self._libc_or_fail()
-        if libc.image is not None:
-            # libc was replaced on disk: gdb must unwind with the mapped image's CFI, not the
-            # new file's. A private sysroot holds the image under libc's path.
-            self._sysroot = tempfile.mkdtemp(prefix="memforensics-libc-")
-            copy = Path(self._sysroot) / libc.path.lstrip("/")
-            copy.parent.mkdir(parents=True, exist_ok=True)
-            copy.write_bytes(libc.image)
-            settings.append(f'-interpreter-exec console "set sysroot {self._sysroot}"')
+    def _send_settings(self, settings: list[str]) -> list[int]:
+        """Send without waiting (_collect_settings waits); failures are gdb's own here."""
         mi = self._mi_or_fail()
-        # Sent all at once and then collected: gdb's start-up dominates, not the round trips.
-        # Before attaching, every failure is gdb's own: the target was not touched yet.
-        tokens: list[tuple[int, str]] = []
         try:
-            tokens = [(mi.send(setting), setting) for setting in settings]
-            for token, _setting in tokens:
+            return [mi.send(setting) for setting in settings]
+        except MiGdbExited as exc:
+            raise gdb_error(exc, self.pid, doing="start-up", attached=False) from exc
+
+    def _collect_settings(self, tokens: list[int]) -> None:
+        mi = self._mi_or_fail()
+        try:
+            for token in tokens:
                 mi.wait_result(token, timeout_seconds=max(self.timeout_seconds, 10.0))
         except (MiError, MiGdbExited, MiTimeout) as exc:
             raise gdb_error(exc, self.pid, doing="start-up", attached=False) from exc

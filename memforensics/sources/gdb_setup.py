@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 import time
 from collections.abc import Iterator
 
@@ -46,6 +47,18 @@ def write_signal_handling(directory: str) -> str | None:
     except OSError:
         return None
     return path
+
+
+def private_sysroot(libc_path: str, image: bytes) -> str:
+    """A private sysroot holding ``image`` under ``libc_path``, for a libc replaced on disk
+    since the target started: gdb must unwind with the mapped image's CFI, not the new
+    file's. The session removes it."""
+    sysroot = tempfile.mkdtemp(prefix="memforensics-libc-")
+    copy = os.path.join(sysroot, libc_path.lstrip("/"))
+    os.makedirs(os.path.dirname(copy), exist_ok=True)
+    with open(copy, "wb") as handle:
+        handle.write(image)
+    return sysroot
 
 
 def gdb_settings(
