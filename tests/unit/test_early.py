@@ -5,8 +5,10 @@ from __future__ import annotations
 import gc
 
 import pytest
+from click.testing import CliRunner
 
 from memforensics import early
+from memforensics.cli import cli
 from memforensics.cli.inspect import command
 from memforensics.sources import gdb_spawn
 from tests.support.targets import c_target, live_skip_reason
@@ -62,6 +64,7 @@ _SKIP = live_skip_reason()
 
 
 def test_the_collector_pauses_for_an_inspect_and_comes_back_with_the_start_up_frozen() -> None:
+    gc.enable()  # whatever an earlier test left (the collector is process-wide)
     gc.collect()
     frozen_before = gc.get_freeze_count()
     try:
@@ -82,6 +85,20 @@ def test_the_collector_pauses_for_an_inspect_and_comes_back_with_the_start_up_fr
         gc.enable()
 
 
+def test_the_inspect_command_leaves_the_collector_on_for_its_caller() -> None:
+    """Run in-process (tests, a library caller), `inspect` must not leave the collector off,
+    whatever its outcome: here a PID that does not exist."""
+    gc.enable()
+    try:
+        result = CliRunner().invoke(cli, ["inspect", "--json", "999999999"])
+        assert result.exit_code == 3, result.output
+        assert gc.isenabled()
+    finally:
+        gdb_spawn._discard_prestarted()
+        gc.unfreeze()
+        gc.enable()
+
+
 @pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")
 def test_begin_starts_the_scan_and_gdb_that_the_command_takes_over() -> None:
     gdb_spawn._discard_prestarted()
@@ -97,3 +114,4 @@ def test_begin_starts_the_scan_and_gdb_that_the_command_takes_over() -> None:
             assert early.take_scan(target.pid) is None  # handed over once
     finally:
         gdb_spawn._discard_prestarted()
+        early.resume_collector()  # begin paused it, as for a real `inspect`
