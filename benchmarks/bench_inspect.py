@@ -21,6 +21,9 @@ fresh Python, no /proc reading or report), reversing the order every other round
 gap is reset before each and read after. Prints medians and the ratios memforensics/recipe.
 Asserts nothing.
 
+Also prints each round's own ratio (memforensics and the recipe ran back to back in it), whose
+median is steadier than the ratio of medians on a host whose speed drifts.
+
 usage: python benchmarks/bench_inspect.py [--rounds N] [--cases 16,1500,2m]
 """
 
@@ -98,10 +101,11 @@ class Case:
     env: dict[str, str]
     stop_bar: float | None
     wall_bar: float | None
+    rounds: int = 5  # the 16-arena case is quick and noisy on a shared host: it gets more
 
 
 CASES = (
-    Case("16", "16 arenas", "bench_fragmented", ["16", "20000"], {}, 0.1, 1.0),
+    Case("16", "16 arenas", "bench_fragmented", ["16", "20000"], {}, 0.1, 1.0, rounds=15),
     Case(
         "1500",
         "1,500 arenas",
@@ -180,8 +184,9 @@ def scratch_dir() -> Iterator[Path]:
         yield Path(name)
 
 
-def measure(case: Case, rounds: int) -> dict[str, tuple[float, float]]:
-    """method -> (median stop felt, median wall) seconds, on one target for the case."""
+def measure(case: Case, rounds: int) -> tuple[dict[str, tuple[float, float]], list[float]]:
+    """method -> (median stop felt, median wall) seconds, on one target for the case; and
+    each round's wall ratio memforensics/recipe (the two ran back to back in it)."""
     methods: dict[str, Callable[[int, Path], None]] = {
         "recipe": run_recipe,
         "memforensics": run_memforensics,
@@ -205,12 +210,18 @@ def measure(case: Case, rounds: int) -> dict[str, tuple[float, float]]:
                     pauses[name].append(target.longest_gap_seconds())
     finally:
         target.close()
-    return {
+    medians = {
         name: (statistics.median(pauses[name]), statistics.median(walls[name])) for name in methods
     }
+    paired = [
+        ours / recipe for ours, recipe in zip(walls["memforensics"], walls["recipe"], strict=True)
+    ]
+    return medians, paired
 
 
-def report(case: Case, rounds: int, medians: dict[str, tuple[float, float]]) -> None:
+def report(
+    case: Case, rounds: int, medians: dict[str, tuple[float, float]], paired: list[float]
+) -> None:
     print(f"{case.title} ({case.target} {' '.join(case.args)}), {rounds} rounds, medians:")
     print(f"  {'method':<14}{'stop ms':>10}{'wall ms':>10}")
     for name, (stop, wall) in medians.items():
@@ -221,13 +232,21 @@ def report(case: Case, rounds: int, medians: dict[str, tuple[float, float]]) -> 
     wall_bar = f"  (target <= {case.wall_bar:.3f})" if case.wall_bar is not None else ""
     print(f"  stop ratio memforensics/recipe: {stop / recipe_stop:.3f}{stop_bar}")
     print(f"  wall ratio memforensics/recipe: {wall / recipe_wall:.3f}{wall_bar}")
+    if len(paired) >= 4:
+        low, middle, high = statistics.quantiles(paired, n=4)
+        print(
+            f"  the same ratio round by round (both ran back to back): median {middle:.3f},"
+            f" quartiles {low:.3f}-{high:.3f}"
+        )
     capture = medians["capture-only"][1] / recipe_wall
     print(f"  wall ratio capture-only/recipe: {capture:.3f}  (the gdb session alone)")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--rounds", type=int, help="rounds of every case (default: 15 for 16, 5 else)"
+    )
     parser.add_argument("--cases", default="16,1500,2m", help="comma-separated: 16, 1500, 2m")
     args = parser.parse_args()
     if shutil.which("gdb") is None:
@@ -238,7 +257,8 @@ def main() -> int:
     print(f"  memforensics runs as: {' '.join(memforensics_command())}")
     for case in CASES:
         if case.key in wanted:
-            report(case, args.rounds, measure(case, args.rounds))
+            rounds = args.rounds or case.rounds
+            report(case, rounds, *measure(case, rounds))
     return 0
 
 
