@@ -15,8 +15,9 @@ scan reads /proc of the PID named there, as the command would.
 
 from __future__ import annotations
 
+import contextlib
 import gc
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -102,6 +103,18 @@ def resume_collector() -> None:
     if not gc.isenabled():
         gc.freeze()
         gc.enable()
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """pause_collector() for the duration, resume_collector() at its end whatever happens: a
+    caller in the same process (tests, a library user) gets the collector back. Also a
+    decorator: the `inspect` command runs under it."""
+    pause_collector()
+    try:
+        yield
+    finally:
+        resume_collector()
 
 
 def take_scan(pid: int) -> BackgroundScan | None:

@@ -17,6 +17,7 @@ from memforensics.cli.options import (
     timeout_option,
     verbose_option,
 )
+from memforensics.early import collector_paused, resume_collector, take_scan
 from memforensics.errors import MemforensicsError, NoSuchProcessError
 from memforensics.sources.gdb_spawn import prestart
 
@@ -103,6 +104,9 @@ def _mi_logger(line: str) -> None:
 )
 @heap_view_options
 @verbose_option
+# The collector is off until the first report is out (early.pause_collector says why), and on
+# again when the command returns, however it returns.
+@collector_paused()
 def command(
     *,
     pids: tuple[int, ...],
@@ -121,49 +125,10 @@ def command(
     detaches, leaving the target running."""
     if not pids and not names:
         raise click.UsageError("give at least one PID or --name PATTERN")
-    from memforensics.early import pause_collector, resume_collector
-
-    # The collector is off until the first report is out (early.pause_collector says why),
-    # and always on again when the command returns, also to a caller in the same process.
-    pause_collector()
-    try:
-        worst = _inspect_all(
-            pids,
-            names,
-            as_json,
-            save_xml,
-            timeout_seconds,
-            gdb_path,
-            allow_stopped,
-            top,
-            sort,
-            verbose,
-        )
-    finally:
-        resume_collector()
-    if worst:
-        click.get_current_context().exit(worst)
-
-
-def _inspect_all(
-    pids: tuple[int, ...],
-    names: tuple[str, ...],
-    as_json: bool,
-    save_xml: str | None,
-    timeout_seconds: float,
-    gdb_path: str | None,
-    allow_stopped: bool,
-    top: int,
-    sort: SortKey,
-    verbose: bool,
-) -> int:
-    """Inspect every target and print the reports; the worst exit code of the failures."""
     # gdb's start-up and the imports below take about as long each: gdb starts first, and
     # the first session takes it over (one less wait before the attach). Likewise the first
     # target's residency scan: it reads /proc while the rest imports. The program's entry
     # (memforensics/early.py) may have started both already, before click was imported.
-    from memforensics.early import resume_collector, take_scan
-
     prestart(gdb_path)
     from memforensics.scanning import early_scan
 
@@ -213,4 +178,5 @@ def _inspect_all(
         from memforensics.cli.output import emit_json
 
         emit_json(documents[0] if not several else documents)
-    return worst
+    if worst:
+        click.get_current_context().exit(worst)

@@ -14,7 +14,7 @@ is, the calling thread's registers, and when a call starts and ends; ``done`` is
 
 Only light standard modules and the guardian are imported here: it starts while gdb attaches,
 on a CPU that gdb and the residency scan want too (with dataclasses, pathlib and subprocess
-its start cost about 40 ms of CPU, 25 without them). The
+its start cost 38 ms of CPU, 21 without them, measured with -c). The
 side of memforensics that starts it and talks to it is memforensics.sources.watchdog_link.
 """
 
