@@ -9,8 +9,8 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "memforensics.sources._chunkwalk",
-            ["memforensics/sources/_chunkwalk.c"],
+            "memforensics.sources.glibc._chunkwalk",
+            ["memforensics/sources/glibc/_chunkwalk.c"],
             optional=True,
         )
     ]

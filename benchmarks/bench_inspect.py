@@ -163,7 +163,7 @@ def run_memforensics(pid: int, scratch: Path) -> None:
 
 
 _CAPTURE_ONLY = (
-    "import sys; from memforensics.sources.gdb_capture import capture_malloc_info; "
+    "import sys; from memforensics.sources.gdb.gdb_capture import capture_malloc_info; "
     "sys.stdout.buffer.write(capture_malloc_info(int(sys.argv[1])).xml)"
 )
 

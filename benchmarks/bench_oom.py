@@ -271,7 +271,7 @@ def bench_journal(workdir: Path, entries: int, runs: int) -> None:
         print("journal benchmark skipped: needs journalctl and systemd-journal-remote")
         return
     sys.path.insert(0, str(REPO))
-    from memforensics.sources.journal import JournalReader
+    from memforensics.sources.logs.journal import JournalReader
 
     directory = workdir / "journal"
     started = time.perf_counter()

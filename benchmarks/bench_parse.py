@@ -182,7 +182,7 @@ def _child(method: str, path: str, series: bool) -> dict[str, float | int]:
         seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     elif method == "iter_dumps":
         started, cpu_started = time.perf_counter(), time.process_time()
-        from memforensics.sources.malloc_xml import iter_dumps
+        from memforensics.sources.malloc_info.malloc_xml import iter_dumps
 
         count = 0
         free_bytes = 0

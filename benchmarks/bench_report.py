@@ -24,11 +24,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from memforensics.entry.reporting import build_report  # noqa: E402
 from memforensics.model.series import Sample  # noqa: E402
 from memforensics.render.report_html import report_html  # noqa: E402
 from memforensics.render.sample_json import sample_line  # noqa: E402
-from memforensics.reporting import build_report  # noqa: E402
-from memforensics.sources.recording import RecordingWriter  # noqa: E402
+from memforensics.sources.files.recording import RecordingWriter  # noqa: E402
 
 MiB = 1 << 20
 T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)

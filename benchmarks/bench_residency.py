@@ -9,11 +9,11 @@ chunks, GLIBC_TUNABLES=glibc.malloc.arena_max so every thread keeps its own aren
 dump taken with gdb). Each runs in a memory cgroup when one can be made. Each round runs, on
 that one process,
 
-  * memforensics' residency read (``memforensics.live.read_heap_residency``: find the
+  * memforensics' residency read (``memforensics.entry.live.read_heap_residency``: find the
     arenas, copy their heaps in runs of resident pages, walk every bin with its consistency
     checks, measure pages) with its default time budget, as inspect and trim run it;
   * the same with the pure-Python loop (what runs where no C compiler built the optional
-    memforensics.sources._chunkwalk);
+    memforensics.sources.glibc._chunkwalk);
   * the manual way: the same bins followed with one /proc/PID/mem read per chunk (how the
     walk worked before, and what a gdb or Python script reading the target does), no budget,
 
@@ -46,19 +46,19 @@ from typing import TypeVar
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from memforensics.live import read_heap_residency  # noqa: E402
+from memforensics.entry.live import read_heap_residency  # noqa: E402
 from memforensics.model import glibc  # noqa: E402
 from memforensics.model.heap import HeapDump  # noqa: E402
-from memforensics.sources import heapcopy  # noqa: E402
-from memforensics.sources.gdb_capture import capture_malloc_info  # noqa: E402
-from memforensics.sources.glibc_arenas import (  # noqa: E402
+from memforensics.sources.gdb.gdb_capture import capture_malloc_info  # noqa: E402
+from memforensics.sources.glibc import heapcopy  # noqa: E402
+from memforensics.sources.glibc.glibc_arenas import (  # noqa: E402
     find_heaps,
     find_main_arena,
     read_state,
 )
-from memforensics.sources.malloc_xml import parse_dump  # noqa: E402
-from memforensics.sources.procmaps import read_smaps  # noqa: E402
-from memforensics.sources.procmem import ProcessMemoryReader  # noqa: E402
+from memforensics.sources.malloc_info.malloc_xml import parse_dump  # noqa: E402
+from memforensics.sources.proc.procmaps import read_smaps  # noqa: E402
+from memforensics.sources.proc.procmem import ProcessMemoryReader  # noqa: E402
 from tests.support.targets import compile_target  # noqa: E402
 
 T = TypeVar("T")

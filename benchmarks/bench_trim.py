@@ -26,8 +26,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from memforensics.live import TrimSettings, trim_process
-from memforensics.sources import procfs
+from memforensics.entry.live import TrimSettings, trim_process
+from memforensics.sources.proc import procfs
 
 # The demo's fragmentation, plus a heartbeat thread that measures how long it was stopped.
 TARGET_CODE = r"""

@@ -7,7 +7,7 @@ command; then the CLI runs as usual.
 
 import sys
 
-from memforensics import early
+from memforensics.entry import early
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memforensics.model.heap import SUSPECT_BYTES, SUSPECT_CODE_OFFSET, SUSPECT_COUNT, Arena
-from memforensics.sources.malloc_buckets import (
+from memforensics.sources.malloc_info.malloc_buckets import (
     EQUALS_TO_COMMA,
     NOT_DIGIT_OR_EQUALS,
     SizeTable,

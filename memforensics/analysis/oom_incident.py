@@ -12,7 +12,7 @@ from datetime import datetime
 from memforensics.analysis import oom_tasks as tasks
 from memforensics.model.logrecord import LogRecord
 from memforensics.model.oom import OomEvent, OomTrigger, Scope
-from memforensics.sources.cgroup import identify
+from memforensics.sources.proc.cgroup import identify
 
 KIB = 1024
 

@@ -8,7 +8,7 @@ import re
 from memforensics.analysis import oom_patterns as patterns
 from memforensics.model.logrecord import LogRecord
 from memforensics.model.oom import OomEvent
-from memforensics.sources.cgroup import identify
+from memforensics.sources.proc.cgroup import identify
 
 MIB = 1024 * 1024
 

@@ -15,7 +15,7 @@ from memforensics.model import glibc
 from memforensics.model.heap import Arena, HeapDump, SizeBucket
 from memforensics.model.heapscan import ArenaScan, HeapScan
 from memforensics.model.process import ArenaResidency, FreeMethod, HeapResidency, MatchMethod
-from memforensics.sources.glibc_walk import BIN_RETRIES
+from memforensics.sources.glibc.glibc_walk import BIN_RETRIES
 
 _FASTBINS = 0
 

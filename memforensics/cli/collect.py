@@ -155,7 +155,7 @@ def command(
 ) -> None:
     """Inspect processes and count OOM kills, for Prometheus: one run writes
     DIR/memforensics.prom for node_exporter's textfile collector."""
-    from memforensics.collect import OomSources, collect
+    from memforensics.entry.collect import OomSources, collect
 
     if sum((oom_journal is not None, bool(oom_files), oom_kmsg)) > 1:
         raise click.UsageError("choose one OOM source: --oom-journal, --oom-file or --oom-kmsg")

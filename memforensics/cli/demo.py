@@ -27,7 +27,7 @@ from memforensics.errors import DeadlineError, TargetError
 from memforensics.units import format_bytes
 
 if TYPE_CHECKING:
-    from memforensics.live import Log
+    from memforensics.entry.live import Log
 
 # Allocation speed is ~1 µs per block in CPython; give slow machines a wide margin.
 _READY_BASE_SECONDS = 30.0
@@ -62,7 +62,7 @@ def _child_argv(spec: DemoSpec) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "memforensics.demo_target",
+        "memforensics.entry.demo_target",
         "--buffers",
         str(spec.buffers),
         "--size",
@@ -126,8 +126,8 @@ def wait_ready(
             last = why.splitlines()[-1] if why else f"exit status {proc.returncode}"
             raise TargetError(
                 f"the demo child exited before it was ready: {last}",
-                hint="try a smaller --buffers/--size; run `python -m memforensics.demo_target` "
-                "to see its error",
+                hint="try a smaller --buffers/--size; run "
+                "`python -m memforensics.entry.demo_target` to see its error",
             )
         pending += chunk
         *lines, pending = pending.split(b"\n")
@@ -204,7 +204,7 @@ def command(
     )
 
     from memforensics.cli.output import emit_json, stderr_console, stdout_console
-    from memforensics.live import TrimSettings, inspect_process, trim_process
+    from memforensics.entry.live import TrimSettings, inspect_process, trim_process
     from memforensics.render import trim as render
     from memforensics.render.process import render_waterfall
 

@@ -11,7 +11,7 @@ from memforensics.cli.output import emit_json, stdout_console
 from memforensics.errors import InputDataError
 from memforensics.model.heap import HeapDump
 from memforensics.render.diff import diff_json, render_diff
-from memforensics.sources.malloc_xml import iter_dumps
+from memforensics.sources.malloc_info.malloc_xml import iter_dumps
 
 EXAMPLES = """\b
 Examples:

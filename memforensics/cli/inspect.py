@@ -17,12 +17,12 @@ from memforensics.cli.options import (
     timeout_option,
     verbose_option,
 )
-from memforensics.early import collector_paused, resume_collector, take_scan
+from memforensics.entry.early import collector_paused, resume_collector, take_scan
 from memforensics.errors import MemforensicsError, NoSuchProcessError
-from memforensics.sources.gdb_spawn import prestart
+from memforensics.sources.gdb.gdb_spawn import prestart
 
 if TYPE_CHECKING:
-    from memforensics.live import Inspection
+    from memforensics.entry.live import Inspection
     from memforensics.render.heap_sort import SortKey
 
 EXAMPLES = """\b
@@ -65,7 +65,7 @@ def _print_report(result: Inspection, *, top: int, sort: SortKey) -> None:
 
 def _save_xml(path: Path, xml: bytes, pid: int) -> None:
     from memforensics.cli.output import stderr_console
-    from memforensics.sources.atomic_file import write_atomically
+    from memforensics.sources.files.atomic_file import write_atomically
 
     write_atomically(path, xml, hint=SAVE_XML_HINT)
     stderr_console().print(f"saved malloc_info XML of PID {pid} to {path}")
@@ -128,14 +128,14 @@ def command(
     # gdb's start-up and the imports below take about as long each: gdb starts first, and
     # the first session takes it over (one less wait before the attach). Likewise the first
     # target's residency scan: it reads /proc while the rest imports. The program's entry
-    # (memforensics/early.py) may have started both already, before click was imported.
+    # (memforensics/entry/early.py) may have started both already, before click was imported.
     prestart(gdb_path)
-    from memforensics.scanning import early_scan
+    from memforensics.entry.scanning import early_scan
 
     first_scan = None
     if pids:
         first_scan = take_scan(pids[0]) or early_scan(pids[0], allow_stopped=allow_stopped)
-    from memforensics.live import inspect_process, resolve_targets
+    from memforensics.entry.live import inspect_process, resolve_targets
 
     targets = resolve_targets(pids, names)
     several = len(targets) > 1

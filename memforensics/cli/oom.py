@@ -12,6 +12,7 @@ import click
 from memforensics.analysis.oom_select import scan
 from memforensics.cli.options import exit_codes_epilog, json_option, verbose_option
 from memforensics.cli.output import emit_json, stdout_console
+from memforensics.entry.oomscan import scan_default
 from memforensics.errors import (
     EXIT_GATE,
     InputDataError,
@@ -21,17 +22,16 @@ from memforensics.errors import (
 )
 from memforensics.model.logrecord import LogRecord
 from memforensics.model.oom import OomScan
-from memforensics.oomscan import scan_default
-from memforensics.sources.journal import (
+from memforensics.sources.logs.journal import (
     JOURNAL_DIRS,
     BootNotFoundError,
     JournalReader,
     boot_argument,
     has_journal_files,
 )
-from memforensics.sources.kmsg import KmsgReader, boot_id
-from memforensics.sources.logfile import read_text_log
-from memforensics.sources.logtime import parse_user_time
+from memforensics.sources.logs.kmsg import KmsgReader, boot_id
+from memforensics.sources.logs.logfile import read_text_log
+from memforensics.sources.logs.logtime import parse_user_time
 
 EXAMPLES = """\b
 Examples:

@@ -23,7 +23,7 @@ from memforensics.model.heap import HeapDump
 from memforensics.render.heap import render_heap
 from memforensics.render.heap_sort import SortKey
 from memforensics.render.parse import gate_line, parse_document, series_table
-from memforensics.sources.malloc_xml import iter_dumps
+from memforensics.sources.malloc_info.malloc_xml import iter_dumps
 
 EXAMPLES = """\b
 Examples:

@@ -6,12 +6,12 @@ import click
 
 from memforensics.cli.options import DURATION, exit_codes_epilog, json_option, verbose_option
 from memforensics.cli.output import emit_json, stderr_console, stdout_console
+from memforensics.entry.reporting import build_report
 from memforensics.errors import EXIT_GATE, ToolingError
 from memforensics.render.report_html import report_html
 from memforensics.render.report_json import report_json
 from memforensics.render.report_markdown import report_markdown
 from memforensics.render.report_text import render_report
-from memforensics.reporting import build_report
 
 EXAMPLES = """\b
 Examples:

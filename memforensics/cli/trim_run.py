@@ -15,8 +15,7 @@ from rich.console import Console
 from memforensics.analysis.trim import summarize
 from memforensics.cli.failures import report_recorded, worst_exit_code
 from memforensics.cli.output import emit_json, stderr_console, stdout_console
-from memforensics.errors import EXIT_TARGET, MemforensicsError, NoSuchProcessError
-from memforensics.live import (
+from memforensics.entry.live import (
     Log,
     TrimSettings,
     now_utc,
@@ -24,6 +23,7 @@ from memforensics.live import (
     trim_outcome,
     trim_process,
 )
+from memforensics.errors import EXIT_TARGET, MemforensicsError, NoSuchProcessError
 from memforensics.model.trim import TrimFailure, TrimOutcome, TrimResult, TrimRound
 from memforensics.render import trim as render
 

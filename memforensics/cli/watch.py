@@ -22,15 +22,15 @@ from memforensics.cli.options import (
     verbose_option,
 )
 from memforensics.cli.output import emit_json, stderr_console, stdout_console
+from memforensics.entry.live import resolve_pids
+from memforensics.entry.reporting import Report, process_report
+from memforensics.entry.watching import Watch, WatchedProcess, WatchSettings, overhead_words
 from memforensics.errors import EXIT_TIMEOUT
-from memforensics.live import resolve_pids
 from memforensics.model.series import Sample, Series, SeriesEvent
 from memforensics.render.report_json import report_json
 from memforensics.render.sample_json import event_line, sample_line
 from memforensics.render.watch_view import progress_line, render_watch
-from memforensics.reporting import Report, process_report
-from memforensics.sources.recording import RecordingWriter
-from memforensics.watching import Watch, WatchedProcess, WatchSettings, overhead_words
+from memforensics.sources.files.recording import RecordingWriter
 
 EXAMPLES = """\b
 Examples:

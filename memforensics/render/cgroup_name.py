@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memforensics.sources.cgroup import identify
+from memforensics.sources.proc.cgroup import identify
 
 _UNIT_SUFFIXES = (".service", ".scope", ".slice", ".socket", ".mount", ".swap")
 

@@ -6,11 +6,11 @@ from datetime import datetime, timezone
 from html import escape
 
 from memforensics.analysis.trend import Fit
+from memforensics.entry.reporting import ProcessReport, Report
 from memforensics.model.process import Waterfall
 from memforensics.model.series import Sample
 from memforensics.render.sample_json import iso_time
 from memforensics.render.svg_chart import histogram_svg, script_json, time_chart
-from memforensics.reporting import ProcessReport, Report
 from memforensics.units import format_bytes, format_duration
 
 _CSS = """

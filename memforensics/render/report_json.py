@@ -7,8 +7,8 @@ from typing import Any
 
 from memforensics.analysis import trend as trend_rules
 from memforensics.analysis.trend import Fit, Trend
+from memforensics.entry.reporting import ProcessReport, Report
 from memforensics.render.sample_json import iso_time
-from memforensics.reporting import ProcessReport, Report
 
 REPORT_SCHEMA = "memforensics/report/1"
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from memforensics.analysis.trend import Fit
-from memforensics.reporting import ProcessReport, Report
+from memforensics.entry.reporting import ProcessReport, Report
 from memforensics.units import format_bytes, format_duration
 
 VERDICT_ICON = {

@@ -9,8 +9,8 @@ from rich.table import Table
 from rich.text import Text
 
 from memforensics.analysis.trend import Fit
+from memforensics.entry.reporting import ProcessReport, Report
 from memforensics.render.watch_view import VERDICT_STYLE, sparkline
-from memforensics.reporting import ProcessReport, Report
 from memforensics.units import format_bytes, format_duration
 
 

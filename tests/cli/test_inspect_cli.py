@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from memforensics.cli import cli
 from memforensics.cli.inspect import save_xml_path
 from memforensics.errors import ToolingError
-from memforensics.sources.atomic_file import write_atomically
+from memforensics.sources.files.atomic_file import write_atomically
 from tests.support.targets import c_target, needs_live
 
 NO_SUCH_PID = 4194000  # above the default pid_max of 4194304 minus a margin: never in use

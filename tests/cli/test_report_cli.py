@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from memforensics.cli import cli
 from memforensics.model.series import Sample, SeriesEvent
 from memforensics.render.sample_json import event_line, sample_line
-from memforensics.sources.recording import RecordingWriter
+from memforensics.sources.files.recording import RecordingWriter
 from tests.support.schema import missing_keys
 
 FIXTURES = Path(__file__).resolve().parent.parent.parent / "fixtures"

@@ -236,6 +236,6 @@ def _demo_children() -> list[int]:
         except OSError:
             continue
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if b"memforensics.demo_target" in cmdline and ppid == os.getpid():
+        if b"memforensics.entry.demo_target" in cmdline and ppid == os.getpid():
             found.append(int(entry.name))
     return found

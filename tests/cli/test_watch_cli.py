@@ -11,9 +11,9 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from memforensics.cli import cli
+from memforensics.entry.watching import WatchedProcess
 from memforensics.model.series import Sample, SeriesEvent
 from memforensics.render.watch_view import progress_line, render_watch, sparkline
-from memforensics.watching import WatchedProcess
 
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
 MiB = 1 << 20

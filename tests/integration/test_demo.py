@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from memforensics.cli import cli
-from memforensics.sources import procfs
+from memforensics.sources.proc import procfs
 from memforensics.units import parse_size
 from tests.support.targets import needs_live, running
 
@@ -21,7 +21,7 @@ MIB = 1024 * 1024
 
 def test_child_keeps_its_freed_memory_resident() -> None:
     # 40,000 x 1 KiB freed but the last: glibc keeps it all, RSS holds ~40 MiB more than idle.
-    argv = [sys.executable, "-m", "memforensics.demo_target", "--buffers", "40000",
+    argv = [sys.executable, "-m", "memforensics.entry.demo_target", "--buffers", "40000",
             "--max-seconds", "60", "--no-progress"]  # fmt: skip
     with running(argv) as child:
         assert "allocated_bytes=40960000" in child.ready_line and "kept=1" in child.ready_line
@@ -31,7 +31,7 @@ def test_child_keeps_its_freed_memory_resident() -> None:
 
 
 def test_child_rejects_nonsense_arguments() -> None:
-    argv = [sys.executable, "-m", "memforensics.demo_target", "--buffers", "0"]
+    argv = [sys.executable, "-m", "memforensics.entry.demo_target", "--buffers", "0"]
     with pytest.raises(RuntimeError, match="before saying ready"), running(argv):
         pass
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from memforensics.sources.cgroup import process_cgroup_path
+from memforensics.sources.proc.cgroup import process_cgroup_path
 from tests.support.fleet import collect_cli
 from tests.support.targets import c_target, live_skip_reason
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from memforensics.collect import OomSources, read_oom
+from memforensics.entry.collect import OomSources, read_oom
 from tests.integration.test_oom_journal import (
     BOOT_A,
     JOURNAL_REMOTE,

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from memforensics.errors import MemforensicsError
-from memforensics.sources.gdb import GdbSession
+from memforensics.sources.gdb.gdb import GdbSession
 from tests.support.targets import compile_target, live_skip_reason, running
 
 _SKIP = live_skip_reason()

@@ -21,12 +21,12 @@ from memforensics.errors import (
     TargetPermissionError,
     ToolingError,
 )
-from memforensics.sources import procfs
-from memforensics.sources.gdb import GdbSession
-from memforensics.sources.gdb_capture import capture_malloc_info
-from memforensics.sources.libc_elf import load_libc_image
-from memforensics.sources.malloc_xml import parse_dump
-from memforensics.sources.watchdog_link import Watchdog
+from memforensics.sources.gdb.gdb import GdbSession
+from memforensics.sources.gdb.gdb_capture import capture_malloc_info
+from memforensics.sources.gdb.watchdog_link import Watchdog
+from memforensics.sources.glibc.libc_elf import load_libc_image
+from memforensics.sources.malloc_info.malloc_xml import parse_dump
+from memforensics.sources.proc import procfs
 from tests.support.targets import (
     Target,
     c_target,

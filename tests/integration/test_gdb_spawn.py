@@ -12,12 +12,12 @@ from pathlib import Path
 import psutil
 import pytest
 
+from memforensics.entry.scanning import BackgroundScan
 from memforensics.errors import GdbUnavailableError, NoSuchProcessError
-from memforensics.scanning import BackgroundScan
-from memforensics.sources import gdb_spawn
-from memforensics.sources.gdb_capture import capture_malloc_info
-from memforensics.sources.heapmaps import scan_heap
-from memforensics.sources.malloc_xml import parse_dump
+from memforensics.sources.gdb import gdb_spawn
+from memforensics.sources.gdb.gdb_capture import capture_malloc_info
+from memforensics.sources.glibc.heapmaps import scan_heap
+from memforensics.sources.malloc_info.malloc_xml import parse_dump
 from tests.support.targets import c_target, live_skip_reason
 
 _SKIP = live_skip_reason()

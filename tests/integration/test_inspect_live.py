@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from memforensics.sources.malloc_xml import parse_dump
+from memforensics.sources.malloc_info.malloc_xml import parse_dump
 from tests.support.schema import missing_keys
 from tests.support.targets import (
     Target,

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from memforensics.live import read_heap_residency
+from memforensics.entry.live import read_heap_residency
 from memforensics.model.process import HeapResidency
-from memforensics.sources import heapcopy
+from memforensics.sources.glibc import heapcopy
 from tests.integration.test_residency_live import arenas_target
 from tests.support.targets import have_cc
 
@@ -90,12 +90,12 @@ def test_without_a_compiler_pip_builds_a_pure_python_package(tmp_path: Path) -> 
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         archive.extractall(tmp_path / "installed")
-    assert "memforensics/sources/glibc_walk.py" in names
+    assert "memforensics/sources/glibc/glibc_walk.py" in names
     assert not [n for n in names if n.endswith(".so")]
     probe = (
         "import sys\n"
-        "from memforensics.sources import heapcopy\n"
-        "from memforensics.live import read_heap_residency\n"
+        "from memforensics.sources.glibc import heapcopy\n"
+        "from memforensics.entry.live import read_heap_residency\n"
         "from memforensics.model.heap import Arena, HeapDump\n"
         "assert not heapcopy.native_walk_available(), heapcopy.__file__\n"
         "main = Arena(0, (), 0, 0, 1, 0, 0, 0)\n"

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from memforensics.analysis.oom_select import scan
+from memforensics.entry.oomscan import scan_default
 from memforensics.model.logrecord import LogRecord
 from memforensics.model.oom import OomEvent
-from memforensics.oomscan import scan_default
-from memforensics.sources.journal import BootNotFoundError, JournalReader
-from memforensics.sources.logfile import read_text_log
+from memforensics.sources.logs.journal import BootNotFoundError, JournalReader
+from memforensics.sources.logs.logfile import read_text_log
 
 
 def find_events(records: Iterable[LogRecord]) -> list[OomEvent]:

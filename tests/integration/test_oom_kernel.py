@@ -24,8 +24,8 @@ import pytest
 from click.testing import CliRunner
 
 from memforensics.cli import cli
+from memforensics.entry.oomscan import scan_default
 from memforensics.model.oom import OomEvent
-from memforensics.oomscan import scan_default
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

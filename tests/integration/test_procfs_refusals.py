@@ -23,7 +23,7 @@ from memforensics.errors import (
     TargetPermissionError,
     TargetStoppedError,
 )
-from memforensics.sources import procfs
+from memforensics.sources.proc import procfs
 from tests.support.targets import TARGETS_DIR, c_target, have_cc, running
 
 pytestmark = [
@@ -303,7 +303,7 @@ def test_root_without_cap_sys_ptrace_refused_before_attaching() -> None:
     user's process: check_target says so up front, as exit 4, instead of gdb failing later."""
     code = (
         "import sys\n"
-        "from memforensics.sources import procfs\n"
+        "from memforensics.sources.proc import procfs\n"
         "from memforensics.errors import MemforensicsError\n"
         "try:\n"
         "    procfs.check_target(int(sys.argv[1]))\n"

@@ -1,6 +1,6 @@
 """The residency walk's copy of a live heap and its walk over several heaps, C and Python.
 
-* The copy (memforensics.sources.heapcopy.copy_into): process_vm_readv in C, preadv of
+* The copy (memforensics.sources.glibc.heapcopy.copy_into): process_vm_readv in C, preadv of
   /proc/PID/mem where the kernel refuses it or stops short, preadv in pure Python: the same
   bytes every way, pages not present read as zeros (tests/targets/copy_pages.c).
 * The walk of arenas above the old 64 MiB whole-copy cap: a worker arena chained over two
@@ -19,12 +19,12 @@ from collections.abc import Sequence
 
 import pytest
 
-from memforensics.live import read_heap_residency
+from memforensics.entry.live import read_heap_residency
 from memforensics.model.process import HeapResidency
-from memforensics.sources import glibc_walk, heapcopy
-from memforensics.sources.heapcopy import BufferPool, Segment, copy_into
-from memforensics.sources.heapmaps import scan_heap
-from memforensics.sources.procmem import ProcessMemoryReader
+from memforensics.sources.glibc import glibc_walk, heapcopy
+from memforensics.sources.glibc.heapcopy import BufferPool, Segment, copy_into
+from memforensics.sources.glibc.heapmaps import scan_heap
+from memforensics.sources.proc.procmem import ProcessMemoryReader
 from tests.integration.test_residency_live import limited_arenas_target
 from tests.support.targets import c_target, have_cc
 

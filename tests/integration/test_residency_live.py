@@ -21,12 +21,12 @@ import pytest
 
 from memforensics.analysis.residency import residency_advice, waterfall
 from memforensics.analysis.trim_forecast import forecast_trim
-from memforensics.live import read_heap_residency
+from memforensics.entry.live import read_heap_residency
 from memforensics.model.heap import Arena, HeapDump
 from memforensics.render.process_json import residency_json, waterfall_json
-from memforensics.sources import procfs
-from memforensics.sources.malloc_xml import parse_dump
-from memforensics.sources.procmaps import read_maps
+from memforensics.sources.malloc_info.malloc_xml import parse_dump
+from memforensics.sources.proc import procfs
+from memforensics.sources.proc.procmaps import read_maps
 from tests.support.targets import Target, c_target, compile_target, have_cc, running
 
 pytestmark = [

@@ -14,10 +14,10 @@ import pytest
 from click.testing import CliRunner
 
 from memforensics.cli import cli
-from memforensics.live import TrimSettings, trim_process
-from memforensics.sources import procfs
-from memforensics.sources.gdb import GdbSession
-from memforensics.sources.malloc_xml import parse_dump
+from memforensics.entry.live import TrimSettings, trim_process
+from memforensics.sources.gdb.gdb import GdbSession
+from memforensics.sources.malloc_info.malloc_xml import parse_dump
+from memforensics.sources.proc import procfs
 from tests.support.schema import missing_keys
 from tests.support.targets import c_target, needs_live
 

@@ -20,11 +20,11 @@ import pytest
 from click.testing import CliRunner
 
 from memforensics.cli import cli
+from memforensics.entry.live import Inspection, inspect_process
+from memforensics.entry.watching import MAX_FAILURES, Watch, WatchedProcess, WatchSettings
 from memforensics.errors import DeadlineError, ToolingError
-from memforensics.live import Inspection, inspect_process
 from memforensics.model.series import SeriesEvent
-from memforensics.sources.recording import read_recording
-from memforensics.watching import MAX_FAILURES, Watch, WatchedProcess, WatchSettings
+from memforensics.sources.files.recording import read_recording
 from tests.support.schema import missing_keys
 from tests.support.targets import c_target, live_skip_reason
 

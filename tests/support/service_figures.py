@@ -18,7 +18,7 @@ import threading
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from memforensics.live import Inspection
+from memforensics.entry.live import Inspection
 from memforensics.model.heap import HeapDump
 from memforensics.model.process import HeapResidency
 from memforensics.model.trim import TrimResult

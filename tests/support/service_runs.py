@@ -1,5 +1,6 @@
 """What every service test does: inspect under load, trim at steady state, through the public
-library API (memforensics.live) or the CLI as a user runs it, recording the issue's figures."""
+library API (memforensics.entry.live) or the CLI as a user runs it, recording the issue's
+figures."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from memforensics.entry.live import Inspection, TrimSettings, inspect_process, trim_process
 from memforensics.errors import MemforensicsError
-from memforensics.live import Inspection, TrimSettings, inspect_process, trim_process
 from memforensics.model.trim import TrimResult
 from tests.support.service_figures import (
     FORECAST_TOLERANCE,
@@ -34,7 +35,7 @@ MIB = 1024 * 1024
 
 
 def inspect(service: str, pid: int, *, health: Callable[[], str] | None = None) -> Inspection:
-    """One library inspection (``memforensics.live.inspect_process``), recorded.
+    """One library inspection (``memforensics.entry.live.inspect_process``), recorded.
 
     When it fails and ``health`` is given, the failure says how the service is doing after it
     (did the inspection hurt it?)."""
@@ -120,7 +121,7 @@ class SteadyTrim:
 def trim_at_steady_state(
     service: str, pid: int, *, samples: int = 3, health: Callable[[], str] | None = None
 ) -> SteadyTrim:
-    """Inspect ``samples`` times, then trim (``memforensics.live.trim_process``), recorded.
+    """Inspect ``samples`` times, then trim (``memforensics.entry.live.trim_process``), recorded.
 
     Steady means both malloc_info's free bytes and the anonymous RSS, over the inspections
     and the trim's own "before", stay within STEADY_SPREAD of their mean: a service that frees

@@ -14,7 +14,7 @@ from memforensics.analysis.diff import diff_dumps
 from memforensics.analysis.gates import check_gates
 from memforensics.analysis.heap import PAGE_BYTES, analyze, histogram
 from memforensics.model.heap import Arena, SizeBucket, bucket_columns
-from memforensics.sources.malloc_xml import iter_dumps, parse_dump
+from memforensics.sources.malloc_info.malloc_xml import iter_dumps, parse_dump
 
 FIXTURES = Path(__file__).resolve().parent.parent.parent / "fixtures"
 
@@ -297,7 +297,7 @@ def _big_dump_xml(arenas: int, *, suspect_arena: int | None = None) -> bytes:
 
 def _without_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
     from memforensics.analysis import bucket_arrays
-    from memforensics.sources import malloc_buckets
+    from memforensics.sources.malloc_info import malloc_buckets
 
     monkeypatch.setattr(malloc_buckets, "numpy_module", lambda: None)
     monkeypatch.setattr(bucket_arrays, "numpy_module", lambda: None)

@@ -98,3 +98,30 @@ def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
     bad.write_text("from memforensics.cli import main\nimport rich\n")
     assert "memforensics.cli" in _imports(bad)
     assert RANK[_layer("memforensics.cli") or ""] > RANK[_layer("memforensics.model.heap") or ""]
+
+
+DOC = PACKAGE.parent / "docs" / "architecture.md"
+
+
+def test_every_sources_folder_and_module_is_on_the_map() -> None:
+    """docs/architecture.md names each domain folder of sources/ and each module in it, so a
+    folder or module added without a sentence on the map fails here."""
+    doc = DOC.read_text(encoding="utf-8")
+    folders = sorted(p for p in (PACKAGE / "sources").iterdir() if (p / "__init__.py").exists())
+    assert folders, "sources/ has no domain folders"
+    for folder in folders:
+        assert f"`sources/{folder.name}/`" in doc, f"sources/{folder.name}/ is not on the map"
+        for module in sorted(folder.glob("*.py")):
+            if module.name != "__init__.py":
+                assert f"`{module.name}`" in doc, f"{module} is not on the map"
+    loose = [p.name for p in (PACKAGE / "sources").glob("*.py") if p.name != "__init__.py"]
+    assert loose == [], f"modules outside a domain folder of sources/: {loose}"
+
+
+def test_every_entry_point_is_in_the_entry_package() -> None:
+    top = sorted(p.stem for p in PACKAGE.glob("*.py"))
+    assert top == ["__init__", "__main__", "errors", "units"], top
+    doc = DOC.read_text(encoding="utf-8")
+    for module in sorted((PACKAGE / "entry").glob("*.py")):
+        if module.name != "__init__.py":
+            assert f"`{module.name}`" in doc, f"{module} is not on the map"

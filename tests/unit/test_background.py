@@ -7,7 +7,7 @@ import sys
 import threading
 import time
 
-from memforensics.background import QuietGate, lower_thread_priority, prompt_thread_switches
+from memforensics.entry.background import QuietGate, lower_thread_priority, prompt_thread_switches
 
 
 def test_quiet_waits_for_a_busy_worker_to_park_and_holds_it_until_done() -> None:

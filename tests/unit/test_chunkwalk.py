@@ -12,10 +12,10 @@ from collections.abc import Callable
 
 import pytest
 
-from memforensics.sources import heapcopy
-from memforensics.sources.glibc_walk import ArenaWalker
-from memforensics.sources.heapcopy import BufferPool, Segment
-from memforensics.sources.procmem import PageMap
+from memforensics.sources.glibc import heapcopy
+from memforensics.sources.glibc.glibc_walk import ArenaWalker
+from memforensics.sources.glibc.heapcopy import BufferPool, Segment
+from memforensics.sources.proc.procmem import PageMap
 
 PAGE = 4096
 START = 0x7F0000000000  # where the copied heap lay in the target

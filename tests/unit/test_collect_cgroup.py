@@ -7,7 +7,7 @@ import os
 import pytest
 
 from memforensics.model.collect import ContainerIdentity
-from memforensics.sources.cgroup import (
+from memforensics.sources.proc.cgroup import (
     container_identity,
     process_cgroup_path,
     read_container_identity,

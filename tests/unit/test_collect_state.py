@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from memforensics.collect import OomSources, read_oom
-from memforensics.collect_state import (
+from memforensics.entry.collect import OomSources, read_oom
+from memforensics.entry.collect_state import (
     LOCK_FILE,
     OVERLAP,
     STATE_FILE,

@@ -7,10 +7,10 @@ import gc
 import pytest
 from click.testing import CliRunner
 
-from memforensics import early
 from memforensics.cli import cli
 from memforensics.cli.inspect import command
-from memforensics.sources import gdb_spawn
+from memforensics.entry import early
+from memforensics.sources.gdb import gdb_spawn
 from tests.support.targets import c_target, live_skip_reason
 
 

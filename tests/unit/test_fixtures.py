@@ -22,7 +22,7 @@ import pytest
 
 from memforensics.errors import EXIT_INPUT, InputDataError
 from memforensics.model.heap import Arena, HeapDump
-from memforensics.sources.malloc_xml import iter_dumps, parse_dump
+from memforensics.sources.malloc_info.malloc_xml import iter_dumps, parse_dump
 
 FIXTURES = Path(__file__).resolve().parent.parent.parent / "fixtures"
 

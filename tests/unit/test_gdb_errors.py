@@ -21,8 +21,8 @@ from memforensics.errors import (
     ThreadVanishedError,
     ToolingError,
 )
-from memforensics.sources.gdb_setup import gdb_error
-from memforensics.sources.gdbmi import MiError, MiGdbExited, MiTimeout
+from memforensics.sources.gdb.gdb_setup import gdb_error
+from memforensics.sources.gdb.gdbmi import MiError, MiGdbExited, MiTimeout
 
 
 def test_a_thread_gone_under_gdb_is_the_targets_race_not_a_tooling_error() -> None:

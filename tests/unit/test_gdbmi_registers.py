@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pygdbmi import gdbmiparser
 
-from memforensics.sources.gdbmi import parse_register_list
+from memforensics.sources.gdb.gdbmi import parse_register_list
 
 # The shapes gdb 13 answers on x86-64 (values in raw format: a union of every view for the
 # vector registers, {lo, hi} pairs, plain hex), and names with the empty ones gdb lists.

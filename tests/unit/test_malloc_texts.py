@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from memforensics.errors import InputDataError
 from memforensics.model.heap import HeapDump
-from memforensics.sources import malloc_texts, malloc_xml
-from memforensics.sources.malloc_xml import iter_dumps
+from memforensics.sources.malloc_info import malloc_texts, malloc_xml
+from memforensics.sources.malloc_info.malloc_xml import iter_dumps
 from tests.unit.test_malloc_xml import MODERN
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"

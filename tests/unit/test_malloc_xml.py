@@ -7,7 +7,7 @@ import io
 import pytest
 
 from memforensics.errors import InputDataError
-from memforensics.sources.malloc_xml import iter_dumps, parse_dump
+from memforensics.sources.malloc_info.malloc_xml import iter_dumps, parse_dump
 
 # A glibc 2.36 document as the real thing prints it (values from a real dump on Debian 12).
 MODERN = b"""<malloc version="1">
@@ -148,7 +148,7 @@ def test_series_yields_every_document_in_order_with_text_between() -> None:
 
 
 def test_series_split_across_read_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    from memforensics.sources import malloc_xml
+    from memforensics.sources.malloc_info import malloc_xml
 
     monkeypatch.setattr(malloc_xml, "READ_CHUNK_BYTES", 7)
     dumps = list(iter_dumps(MODERN * 3))

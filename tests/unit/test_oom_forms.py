@@ -11,8 +11,8 @@ import pytest
 from memforensics.analysis.oom_select import scan
 from memforensics.model.oom import OomEvent
 from memforensics.render.cgroup_name import short_cgroup
-from memforensics.sources.cgroup import identify
-from memforensics.sources.logfile import read_text_log
+from memforensics.sources.logs.logfile import read_text_log
+from memforensics.sources.proc.cgroup import identify
 
 OOM = Path(__file__).resolve().parent.parent.parent / "fixtures" / "oom"
 KIB = 1024

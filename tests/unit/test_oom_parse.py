@@ -11,7 +11,7 @@ import pytest
 from memforensics.analysis.oom_select import scan, select_events, summarize
 from memforensics.model.logrecord import KERNEL, LogRecord
 from memforensics.model.oom import OomEvent
-from memforensics.sources.logfile import read_text_log
+from memforensics.sources.logs.logfile import read_text_log
 from tests.support.timezone import pinned_timezone
 
 

@@ -1,4 +1,4 @@
-"""The default scan (memforensics.oomscan.scan_default) on a host without journal files: the
+"""The default scan (memforensics.entry.oomscan.scan_default) on a host without journal files: the
 syslog files, rotated and compressed, oldest first; a kill in two files reported once; what
 was searched named in the result."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from memforensics.oomscan import scan_default, syslog_files
+from memforensics.entry.oomscan import scan_default, syslog_files
 from memforensics.render.oom import describe_sources
 
 OOM = Path(__file__).resolve().parent.parent.parent / "fixtures" / "oom"

@@ -16,10 +16,10 @@ from memforensics.analysis.oom_select import scan
 from memforensics.errors import InputDataError
 from memforensics.model.logrecord import KERNEL, LogRecord
 from memforensics.model.oom import OomEvent
-from memforensics.sources import kmsg, logfile, logprefilter
-from memforensics.sources.logfile import read_text_log
-from memforensics.sources.logline import parse_line
-from memforensics.sources.logtime import month_number, parse_user_time
+from memforensics.sources.logs import kmsg, logfile, logprefilter
+from memforensics.sources.logs.logfile import read_text_log
+from memforensics.sources.logs.logline import parse_line
+from memforensics.sources.logs.logtime import month_number, parse_user_time
 from tests.support.timezone import pinned_timezone
 
 

@@ -20,7 +20,7 @@ import pytest
 
 from memforensics.analysis.oom_select import scan
 from memforensics.errors import InputDataError
-from memforensics.sources.logfile import read_text_log
+from memforensics.sources.logs.logfile import read_text_log
 
 OOM = Path(__file__).resolve().parent.parent.parent / "fixtures" / "oom"
 REPO = OOM.parent.parent

@@ -13,9 +13,9 @@ import psutil
 import pytest
 
 from memforensics.errors import NoSuchProcessError, TargetError
-from memforensics.sources import process_search, procfs, procmem
-from memforensics.sources.heapmaps import scan_heap
-from memforensics.sources.procmem import PagemapUnavailableError, ProcessMemoryReader
+from memforensics.sources.glibc.heapmaps import scan_heap
+from memforensics.sources.proc import process_search, procfs, procmem
+from memforensics.sources.proc.procmem import PagemapUnavailableError, ProcessMemoryReader
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 

@@ -11,14 +11,14 @@ import pytest
 from click.testing import CliRunner
 
 from memforensics.cli import cli
+from memforensics.entry.reporting import build_report
 from memforensics.errors import InputDataError
 from memforensics.model.advice import Advice
 from memforensics.model.process import Waterfall, WaterfallLine
 from memforensics.model.series import ArenaPoint, Sample, SeriesEvent, SizeClassPoint
 from memforensics.render.sample_json import event_line, sample_line
-from memforensics.reporting import build_report
-from memforensics.sources.recording import RecordingWriter, read_recording
-from memforensics.sources.report_inputs import sniff
+from memforensics.sources.files.recording import RecordingWriter, read_recording
+from memforensics.sources.files.report_inputs import sniff
 from tests.support.schema import missing_keys
 
 FIXTURES = Path(__file__).resolve().parent.parent.parent / "fixtures"

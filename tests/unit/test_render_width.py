@@ -10,7 +10,7 @@ from rich.console import Console
 
 from memforensics.analysis.heap import analyze
 from memforensics.render.heap import arena_table
-from memforensics.sources.malloc_xml import parse_dump
+from memforensics.sources.malloc_info.malloc_xml import parse_dump
 
 FIXTURES = Path(__file__).resolve().parent.parent.parent / "fixtures"
 

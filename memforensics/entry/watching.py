@@ -1,0 +1,322 @@
+"""Library entry point for `watch`: sample live processes over time, never printing.
+
+Heap samples (an attach at a safe point, as `inspect` does) come every ``interval_seconds``;
+RSS samples (a read of /proc, no attach) every ``rss_interval_seconds``. Each sample and
+event is handed to a callback as it is taken, so a caller can record it at once. A heap
+sample that cannot reach a safe point in time is skipped and the gap becomes an event; a
+process that exits ends its series, with the OOM kill that took it when the kernel log has one.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from memforensics.analysis.oom_select import scan
+from memforensics.analysis.samples import heap_sample, rss_sample
+from memforensics.analysis.trend import Trend, compute_trend
+from memforensics.entry.live import Inspection, inspect_process, now_utc
+from memforensics.errors import (
+    DeadlineError,
+    MemforensicsError,
+    NoSuchProcessError,
+    TargetStoppedError,
+)
+from memforensics.model.oom import OomEvent
+from memforensics.model.series import Sample, SeriesEvent
+from memforensics.sources.logs.journal import JournalReader
+from memforensics.sources.logs.kmsg import KmsgReader
+from memforensics.sources.proc import procfs
+from memforensics.units import format_bytes, format_duration
+
+# The live view and the trend so far look at this many recent RSS readings (a day at 1 s
+# would be 86,400; the recording keeps everything, the view does not need to).
+RECENT_RSS_SAMPLES = 3600
+# A heap sample failing this many times in a row for a reason other than a deadline ends
+# the watch with that error.
+MAX_FAILURES = 5
+# An OOM kill logged this long before the watch noticed the exit still belongs to it.
+_OOM_SLACK = timedelta(minutes=1)
+
+
+@dataclass(frozen=True)
+class WatchSettings:
+    """How to watch: the options of `memforensics watch`, as the library wants them."""
+
+    interval_seconds: float = 60.0
+    rss_interval_seconds: float = 1.0
+    count: int | None = None  # heap samples per process; None: until stopped
+    duration_seconds: float | None = None
+    timeout_seconds: float = 10.0
+    gdb_path: str | None = None
+    log: Any = None
+
+
+@dataclass
+class WatchedProcess:
+    """What the watch knows about one process so far (for the live view and the summary)."""
+
+    pid: int
+    process: str
+    started: datetime
+    heap: list[Sample] = field(default_factory=list)
+    rss: deque[Sample] = field(default_factory=lambda: deque(maxlen=RECENT_RSS_SAMPLES))
+    rss_samples: int = 0
+    gaps: list[SeriesEvent] = field(default_factory=list)
+    pause_seconds: float = 0.0
+    ended: SeriesEvent | None = None
+    oom_kill: SeriesEvent | None = None
+    trend: Trend | None = None
+    failures: int = 0  # heap samples failed in a row
+
+    @property
+    def last_rss_bytes(self) -> int | None:
+        latest = [s for s in (self.rss[-1] if self.rss else None, self.latest_heap) if s]
+        latest.sort(key=lambda s: s.time or self.started)
+        return latest[-1].rss_bytes if latest else None
+
+    @property
+    def latest_heap(self) -> Sample | None:
+        return self.heap[-1] if self.heap else None
+
+    def update_trend(self) -> None:
+        self.trend = compute_trend([*self.heap, *self.rss])
+
+
+Record = Sample | SeriesEvent
+OnRecord = Callable[[Record, WatchedProcess], None]
+
+
+def find_oom_kill(pid: int, since: datetime) -> OomEvent | None:
+    """The kernel's OOM kill of ``pid`` at or after ``since``, if the kernel log has one.
+
+    Reads /dev/kmsg (this boot's ring buffer), then the journal when kmsg is not readable;
+    any failure means "not known", never an error: the exit is reported either way.
+    """
+    for reader in (KmsgReader(), JournalReader(boot="0", since=since - _OOM_SLACK)):
+        try:
+            events = list(scan([(reader.source, reader.records())]).events)
+        except (MemforensicsError, OSError):
+            continue
+        for event in reversed(events):
+            if event.pid == pid and (event.time is None or event.time >= since - _OOM_SLACK):
+                return event
+        return None
+    return None
+
+
+def _oom_event(proc: WatchedProcess, kill: OomEvent) -> SeriesEvent:
+    scope = f" ({kill.scope})" if kill.scope else ""
+    anon = f", anon-rss {format_bytes(kill.anon_rss_bytes)}" if kill.anon_rss_bytes else ""
+    return SeriesEvent(
+        kind="oom-kill",
+        time=kill.time or now_utc(),
+        pid=proc.pid,
+        process=proc.process,
+        message=f"killed by the {kill.killer} OOM killer{scope}{anon}",
+        rss_bytes=proc.last_rss_bytes,
+        detail={
+            "killer": kill.killer,
+            "scope": kill.scope,
+            "anon_rss_bytes": kill.anon_rss_bytes,
+            "cgroup": kill.cgroup,
+            "constraint": kill.constraint,
+        },
+    )
+
+
+class Watch:
+    """Samples some processes until the count or duration is reached, all exit, or stop."""
+
+    def __init__(
+        self,
+        pids: Sequence[int],
+        settings: WatchSettings,
+        *,
+        on_record: OnRecord,
+        stop: threading.Event | None = None,
+        oom_lookup: Callable[[int, datetime], OomEvent | None] = find_oom_kill,
+        inspect: Callable[..., Inspection] = inspect_process,
+    ) -> None:
+        self.settings = settings
+        self.on_record = on_record
+        self.stop = stop or threading.Event()
+        self.oom_lookup = oom_lookup
+        self.inspect = inspect
+        started = now_utc()
+        # Raises NoSuchProcessError (exit 3) for a PID that is not there at the start.
+        self.processes = [
+            WatchedProcess(pid=pid, process=procfs.read_process(pid).name, started=started)
+            for pid in pids
+        ]
+        self.started_monotonic = time.monotonic()
+
+    def _done(self, proc: WatchedProcess) -> bool:
+        count = self.settings.count
+        return proc.ended is not None or (count is not None and len(proc.heap) >= count)
+
+    def _emit(self, record: Record, proc: WatchedProcess) -> None:
+        self.on_record(record, proc)
+
+    def _end(self, proc: WatchedProcess, why: str) -> None:
+        ended = SeriesEvent(
+            kind="exit",
+            time=now_utc(),
+            pid=proc.pid,
+            process=proc.process,
+            message=why,
+            rss_bytes=proc.last_rss_bytes,
+        )
+        proc.ended = ended
+        self._emit(ended, proc)
+        kill = self.oom_lookup(proc.pid, proc.started)
+        if kill is not None:
+            proc.oom_kill = _oom_event(proc, kill)
+            self._emit(proc.oom_kill, proc)
+
+    def _rss(self, proc: WatchedProcess) -> None:
+        taken = now_utc()
+        try:
+            memory = procfs.read_memory(proc.pid)
+        except NoSuchProcessError:
+            self._end(proc, "the process exited")
+            return
+        if memory.rss_bytes is None:
+            self._end(proc, "the process exited (zombie: no memory left)")
+            return
+        sample = rss_sample(memory, time=taken, pid=proc.pid, process=proc.process)
+        proc.rss.append(sample)
+        proc.rss_samples += 1
+        self._emit(sample, proc)
+
+    def _heap(self, proc: WatchedProcess) -> None:
+        taken = now_utc()
+        settings = self.settings
+        try:
+            result = self.inspect(
+                proc.pid,
+                timeout_seconds=settings.timeout_seconds,
+                gdb_path=settings.gdb_path,
+                allow_stopped=False,
+                log=settings.log,
+            )
+        except NoSuchProcessError:
+            self._end(proc, "the process exited")
+            return
+        except MemforensicsError as exc:
+            if _gone(proc.pid):
+                # An exit racing the attach surfaces as whatever step failed first (gdb
+                # cannot open /proc/PID/exe of a zombie): the exit is the news.
+                self._end(proc, "the process exited")
+                return
+            proc.failures += 1
+            # Busy beyond the deadline or stopped by someone: always a gap. Anything else
+            # (another tracer holding the target a moment, a gdb hiccup) is a gap once the
+            # watch has worked, until it fails MAX_FAILURES times in a row: one bad attach
+            # must not end a watch of hours, a broken setup must not go on for ever.
+            transient = isinstance(exc, (DeadlineError, TargetStoppedError)) or _traced(proc.pid)
+            if not transient and (not proc.heap or proc.failures >= MAX_FAILURES):
+                raise
+            gap = SeriesEvent(
+                kind="gap",
+                time=taken,
+                pid=proc.pid,
+                process=proc.process,
+                message=f"heap sample skipped: {exc.message}",
+                rss_bytes=proc.last_rss_bytes,
+            )
+            proc.gaps.append(gap)
+            self._emit(gap, proc)
+            return
+        proc.failures = 0
+        residency = result.residency
+        sample = heap_sample(
+            result.analysis,
+            time=taken,
+            pid=proc.pid,
+            process=proc.process,
+            memory=result.memory,
+            pause_seconds=result.capture.pause_seconds,
+            free_resident_bytes=residency.free_resident_bytes if residency else None,
+            waterfall=result.waterfall,
+            extra_advice=result.extra_advice,
+        )
+        proc.heap.append(sample)
+        proc.pause_seconds += result.capture.pause_seconds
+        proc.update_trend()
+        self._emit(sample, proc)
+
+    def run(self) -> list[WatchedProcess]:
+        """Sample until done; returns every process's final state."""
+        settings = self.settings
+        start = self.started_monotonic
+        end = None if settings.duration_seconds is None else start + settings.duration_seconds
+        next_heap = {p.pid: start for p in self.processes}
+        next_rss = {p.pid: start + settings.rss_interval_seconds for p in self.processes}
+        while not self.stop.is_set():
+            active = [p for p in self.processes if not self._done(p)]
+            if not active:
+                break
+            due = min(min(next_heap[p.pid], next_rss[p.pid]) for p in active)
+            if end is not None and due > end:
+                self.stop.wait(max(end - time.monotonic(), 0.0))
+                break
+            if self.stop.wait(max(due - time.monotonic(), 0.0)):
+                break
+            now = time.monotonic()
+            for proc in active:
+                if proc.ended is None and next_heap[proc.pid] <= now:
+                    self._heap(proc)
+                    next_heap[proc.pid] = _next(next_heap[proc.pid], settings.interval_seconds)
+                if proc.ended is None and not self._done(proc) and next_rss[proc.pid] <= now:
+                    self._rss(proc)
+                    next_rss[proc.pid] = _next(next_rss[proc.pid], settings.rss_interval_seconds)
+        return self.processes
+
+    def elapsed_seconds(self) -> float:
+        return time.monotonic() - self.started_monotonic
+
+
+def _traced(pid: int) -> bool:
+    """True when another tracer (a debugger, another memforensics) holds ``pid`` now."""
+    try:
+        return procfs.read_process(pid).tracer_pid != 0
+    except MemforensicsError:
+        return False
+
+
+def _gone(pid: int) -> bool:
+    """True when ``pid`` has exited (no such process, or a zombie waiting to be reaped)."""
+    try:
+        return procfs.process_state(pid) in ("Z", "X")
+    except NoSuchProcessError:
+        return True
+    except MemforensicsError:
+        return False
+
+
+def _next(previous: float, interval: float) -> float:
+    """The next start on the grid; missed slots are dropped rather than bunched up."""
+    upcoming = previous + interval
+    now = time.monotonic()
+    if upcoming <= now:
+        missed = int((now - upcoming) / interval) + 1
+        upcoming += missed * interval
+    return upcoming
+
+
+def overhead_words(proc: WatchedProcess, elapsed_seconds: float) -> str:
+    """What the watch cost the target: pause per heap sample and share of wall time."""
+    if not proc.heap:
+        return "no heap sample taken"
+    per = proc.pause_seconds / len(proc.heap)
+    share = proc.pause_seconds / elapsed_seconds if elapsed_seconds > 0 else 0.0
+    return (
+        f"paused {format_duration(proc.pause_seconds)} in {len(proc.heap)} heap samples "
+        f"({format_duration(per)} each, {share:.2%} of wall time)"
+    )

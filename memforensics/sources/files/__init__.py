@@ -1,0 +1,1 @@
+"""Saved files: recordings, report inputs, atomic writes."""

@@ -1,0 +1,1 @@
+"""Gdb sessions and surviving our own death."""

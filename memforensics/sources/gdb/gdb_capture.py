@@ -1,0 +1,58 @@
+"""One malloc_info document from a live process: a gdb session, again if a thread vanished."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from memforensics.errors import ThreadVanishedError
+from memforensics.sources.gdb.gdb import GdbSession
+
+# A thread exiting under gdb (ThreadVanishedError) costs one more attempt, at most this many.
+CAPTURE_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class Capture:
+    """One malloc_info document taken from a live process."""
+
+    xml: bytes
+    pause_seconds: float
+    safe_point: str
+
+
+def capture_malloc_info(
+    pid: int,
+    *,
+    timeout_seconds: float = 10.0,
+    gdb_path: str | None = None,
+    log: Callable[[str], None] | None = None,
+    allow_stopped: bool = False,
+    quiet_while_stopping: Callable[[], contextlib.AbstractContextManager[None]] | None = None,
+) -> Capture:
+    """Attach, take one malloc_info document at a safe point, detach: the whole inspect dance.
+
+    A thread that exits while gdb reads it costs a new attempt (malloc_info only reads the
+    heap, so repeating it is harmless); the pause reported is that of every attempt.
+    """
+    paused_seconds = 0.0
+    for attempt in range(1, CAPTURE_ATTEMPTS + 1):
+        session = GdbSession(
+            pid,
+            timeout_seconds=timeout_seconds,
+            gdb_path=gdb_path,
+            log=log,
+            allow_stopped=allow_stopped,
+            quiet_while_stopping=quiet_while_stopping,
+        )
+        try:
+            with session:
+                xml = session.malloc_info()
+        except ThreadVanishedError:
+            if attempt == CAPTURE_ATTEMPTS:
+                raise
+        else:
+            return Capture(xml, paused_seconds + session.pause_seconds, session.safe_point)
+        paused_seconds += session.pause_seconds
+    raise AssertionError("unreachable: the last attempt returns or raises")

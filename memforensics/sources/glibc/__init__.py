@@ -1,0 +1,1 @@
+"""The live glibc heap read through /proc."""

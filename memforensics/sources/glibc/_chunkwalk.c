@@ -1,0 +1,474 @@
+/* Optional accelerator for memforensics.sources.glibc.glibc_walk: the copy of a heap mapping out of
+ * the target (process_vm_readv, else preadv of /proc/PID/mem) and the hot loop of the
+ * residency walk (glibc free lists followed through those private copies), in C. Same checks
+ * and results as memforensics.sources.glibc.heapcopy's Python twins; the package works without it
+ * (pip install on a machine with no compiler builds none and uses the Python code).
+ *
+ * Both entry points release the GIL while they work: inspect runs the residency scan in a
+ * worker thread while the main thread drives the gdb session, and a copy of hundreds of MiB
+ * or a walk of millions of chunks holding the GIL would stall that session (and with it the
+ * target's pause) for as long. The buffers stay valid meanwhile because they are held through
+ * Py_buffer views: an exported mmap or bytearray cannot be closed or resized until they are
+ * released. Nothing here writes to the target; reads go only to the pages the caller marks
+ * readable (present or swapped), as procmem.py explains. */
+#define _GNU_SOURCE
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#define COPY_BATCH 512 /* runs of pages per process_vm_readv (IOV_MAX is 1024) */
+#define ALIGN_MASK 15  /* MALLOC_ALIGNMENT - 1 on 64-bit glibc */
+#define MAX_SEGMENTS 4096
+
+static uint64_t word_at(const unsigned char *base, uint64_t slot) {
+    uint64_t value;
+    memcpy(&value, base + slot * 8, sizeof value);
+    return value;
+}
+
+/* ---- copy ----------------------------------------------------------------------------- */
+
+/* pread /proc/PID/mem into [buf, buf + length) from address until done; what cannot be read
+ * (a page unmapped meanwhile) reads as zeros. 1 when every byte was read. */
+static int pread_fill(int fd, unsigned char *buf, size_t length, uint64_t address) {
+    size_t done = 0;
+    while (done < length) {
+        ssize_t got = pread(fd, buf + done, length - done, (off_t)(address + done));
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
+            memset(buf + done, 0, length - done);
+            return 0;
+        }
+        done += (size_t)got;
+    }
+    return 1;
+}
+
+/* A stretch of the copy that no read fills must read as zeros (a pooled buffer holds another
+ * arena's bytes). Whole pages of an anonymous private mapping are dropped instead of written:
+ * they then read as zeros and cost no memory (a trimmed heap's holes can be hundreds of MiB). */
+static void zero_hole(unsigned char *buf, size_t from, size_t to, size_t page, int anonymous) {
+    if (anonymous && ((uintptr_t)buf % page) == 0 && from % page == 0 && to - from >= page) {
+        size_t whole = (to - from) / page * page;
+        if (madvise(buf + from, whole, MADV_DONTNEED) == 0) from += whole;
+    }
+    if (to > from) memset(buf + from, 0, to - from);
+}
+
+typedef struct {
+    pid_t pid;
+    int fd;
+    int use_vm;
+    int complete;
+    unsigned char *buf;
+    uint64_t address;
+    struct iovec local[COPY_BATCH], remote[COPY_BATCH];
+    int runs;
+} Copy;
+
+/* Read the queued runs: process_vm_readv (one call for many runs, no page-sized kernel bounce
+ * buffer), and preadv of /proc/PID/mem for what it could not read. process_vm_readv stops at
+ * the first page it cannot read (a PROT_NONE page that /proc/PID/mem, reading with FOLL_FORCE,
+ * still reads; one unmapped meanwhile): that run is finished with pread and the next runs are
+ * asked for again. A refusal of the call itself (EPERM under a seccomp policy, ENOSYS, ESRCH)
+ * turns it off for the rest of this copy and tells the caller. */
+static void flush(Copy *copy) {
+    int first = 0;
+    while (first < copy->runs) {
+        size_t got = 0;
+        if (copy->use_vm) {
+            ssize_t ret = process_vm_readv(copy->pid, copy->local + first, copy->runs - first,
+                                           copy->remote + first, copy->runs - first, 0);
+            if (ret < 0 && errno != EFAULT) {
+                copy->use_vm = 0;
+                continue;
+            }
+            got = ret < 0 ? 0 : (size_t)ret;
+            while (first < copy->runs && got >= copy->local[first].iov_len) {
+                got -= copy->local[first].iov_len;
+                first++;
+            }
+            if (first == copy->runs) break;
+        }
+        unsigned char *at = copy->local[first].iov_base;
+        size_t length = copy->local[first].iov_len;
+        if (!pread_fill(copy->fd, at + got, length - got,
+                        (uint64_t)(uintptr_t)copy->remote[first].iov_base + got))
+            copy->complete = 0;
+        first++;
+    }
+    copy->runs = 0;
+}
+
+static void queue_run(Copy *copy, size_t from, size_t to) {
+    copy->local[copy->runs].iov_base = copy->buf + from;
+    copy->local[copy->runs].iov_len = to - from;
+    copy->remote[copy->runs].iov_base = (void *)(uintptr_t)(copy->address + from);
+    copy->remote[copy->runs].iov_len = to - from;
+    if (++copy->runs == COPY_BATCH) flush(copy);
+}
+
+/* copy(pid, fd, buffer, address, readable, page, use_vm, anonymous) -> (complete, vm_usable)
+ * Fill buffer with the target's bytes at address: readable holds one byte per page of the
+ * buffer (nonzero = present or swapped, may be read; missing entries are not read), pages not
+ * readable read as zeros. complete: every readable byte was read. vm_usable: False when
+ * process_vm_readv was refused (the caller stops asking for it). */
+static PyObject *copy_pages(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *target, *flags;
+    int pid, fd, use_vm, anonymous;
+    unsigned long long address, page;
+    if (!PyArg_ParseTuple(args, "iiOKOKpp", &pid, &fd, &target, &address, &flags, &page, &use_vm,
+                          &anonymous))
+        return NULL;
+    if (page == 0) {
+        PyErr_SetString(PyExc_ValueError, "page must be positive");
+        return NULL;
+    }
+    Py_buffer view, readable;
+    if (PyObject_GetBuffer(target, &view, PyBUF_WRITABLE) < 0) return NULL;
+    if (PyObject_GetBuffer(flags, &readable, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    Copy *copy = PyMem_RawMalloc(sizeof(Copy));
+    if (copy == NULL) {
+        PyBuffer_Release(&view);
+        PyBuffer_Release(&readable);
+        return PyErr_NoMemory();
+    }
+    copy->pid = pid;
+    copy->fd = fd;
+    copy->use_vm = use_vm;
+    copy->complete = 1;
+    copy->buf = view.buf;
+    copy->address = address;
+    copy->runs = 0;
+    const unsigned char *can_read = readable.buf;
+    size_t length = (size_t)view.len, pages = (length + page - 1) / page;
+    size_t known = (size_t)readable.len;
+    Py_BEGIN_ALLOW_THREADS
+    size_t index = 0;
+    while (index < pages) {
+        size_t run = index;
+        int readable_run = index < known && can_read[index];
+        while (run < pages && (run < known && can_read[run]) == readable_run) run++;
+        size_t from = index * page, to = run * page < length ? run * page : length;
+        if (readable_run)
+            queue_run(copy, from, to);
+        else
+            zero_hole(copy->buf, from, to, page, anonymous);
+        index = run;
+    }
+    flush(copy);
+    Py_END_ALLOW_THREADS
+    PyObject *result = Py_BuildValue("(OO)", copy->complete ? Py_True : Py_False,
+                                     copy->use_vm || !use_vm ? Py_True : Py_False);
+    PyMem_RawFree(copy);
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&readable);
+    return result;
+}
+
+/* ---- walk ----------------------------------------------------------------------------- */
+
+typedef struct {
+    const unsigned char *base;
+    uint64_t start, length, pages;
+    const unsigned char *present; /* one byte per page, 1 = in RAM; NULL = all resident */
+} Seg;
+
+/* Bytes of [from, to) on present pages of seg. */
+static uint64_t resident_span(const Seg *seg, uint64_t from, uint64_t to, uint64_t page) {
+    uint64_t total = 0;
+    while (from < to) {
+        uint64_t index = (from - seg->start) / page;
+        uint64_t page_end = seg->start + (index + 1) * page;
+        uint64_t piece_end = page_end < to ? page_end : to;
+        if (index < seg->pages && seg->present[index]) total += piece_end - from;
+        from = piece_end;
+    }
+    return total;
+}
+
+/* The segment holding [chunk, chunk + 32), or NULL; segs sorted by start, not overlapping. */
+static const Seg *find_seg(const Seg *segs, Py_ssize_t count, uint64_t chunk) {
+    Py_ssize_t low = 0, high = count;
+    while (low < high) {
+        Py_ssize_t middle = (low + high) / 2;
+        if (segs[middle].start <= chunk)
+            low = middle + 1;
+        else
+            high = middle;
+    }
+    if (low == 0) return NULL;
+    const Seg *seg = &segs[low - 1];
+    return seg->length >= 32 && chunk - seg->start <= seg->length - 32 ? seg : NULL;
+}
+
+typedef struct {
+    uint64_t count, total, resident, trimmable;
+    int consistent, out_of_time;
+} Tally;
+
+#define CLOCK_EVERY 0xFFFF /* chunks between two looks at the clock (~10 ms at 5 M/s) */
+
+/* time.monotonic() of Python on Linux */
+static double monotonic_seconds(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
+}
+
+/* The loop itself: runs without the GIL. A static copy cannot cycle without coming back to
+ * the head once every bk names the chunk before (a chunk seen twice would need two
+ * predecessors), so the visit limit is only a backstop. */
+static Tally follow(const Seg *segs, Py_ssize_t nsegs, uint64_t head, uint64_t fd, uint64_t bk,
+                    uint64_t low, uint64_t high, uint64_t page, double deadline) {
+    Tally t = {0, 0, 0, 0, 1, 0};
+    uint64_t limit = 1;
+    for (Py_ssize_t i = 0; i < nsegs; i++) limit += segs[i].length / 32;
+    uint64_t min_trim = page + 48, align_in = 48 + page - 1;
+    uint64_t previous = head, chunk = fd;
+    const Seg *seg = nsegs ? &segs[0] : NULL;
+    while (chunk != head) {
+        if (seg == NULL || chunk < seg->start || seg->length < 32 ||
+            chunk - seg->start > seg->length - 32) {
+            seg = find_seg(segs, nsegs, chunk);
+            if (seg == NULL) goto inconsistent;
+        }
+        uint64_t offset = chunk - seg->start, slot = offset >> 3;
+        if ((chunk & ALIGN_MASK) || word_at(seg->base, slot + 3) != previous || ++t.count > limit)
+            goto inconsistent;
+        if (!(t.count & CLOCK_EVERY) && monotonic_seconds() > deadline) {
+            t.out_of_time = 1;
+            goto inconsistent;
+        }
+        uint64_t size = word_at(seg->base, slot + 1) & ~(uint64_t)7;
+        if (size < low || size > high || (slot + (size >> 3)) > (seg->length >> 3))
+            goto inconsistent;
+        t.total += size;
+        uint64_t first = (chunk + align_in) / page, last = (chunk + size) / page;
+        if (seg->present == NULL) {
+            t.resident += size;
+            if (size >= min_trim && last > first) t.trimmable += (last - first) * page;
+        } else {
+            t.resident += resident_span(seg, chunk, chunk + size, page);
+            for (uint64_t p = first; p < last; p++) {
+                uint64_t index = p - seg->start / page;
+                if (index < seg->pages && seg->present[index]) t.trimmable += page;
+            }
+        }
+        previous = chunk;
+        chunk = word_at(seg->base, slot + 2);
+    }
+    t.consistent = bk == previous;
+    return t;
+inconsistent:
+    t.consistent = 0;
+    return t;
+}
+
+/* walk_segments(segments, head, fd, bk, low, high, page, deadline=inf)
+ * segments: sequence of (buffer, start, present or None), sorted by start: private copies of
+ * one arena's heaps. -> (count, total, resident, trimmable), or None when the list does not
+ * read back consistently (every chunk 16-byte aligned and inside a segment, bk naming the
+ * chunk before, size fitting the bin and the segment, the list returning to the head whose
+ * bk names the last chunk), or False when time.monotonic() passed deadline first (looked at
+ * every 65,536 chunks). present: one byte per page of that copy (1 = in RAM). */
+/* Segments for a loop: (buffer, start, present or None) items of ``items`` into ``segs``,
+ * their buffers held in ``views`` (``*held`` of them, to release). 0, or -1 with an error. */
+static int take_segments(PyObject *items, Py_ssize_t nsegs, unsigned long long page, Seg *segs,
+                         Py_buffer *views, Py_ssize_t *held) {
+    for (Py_ssize_t i = 0; i < nsegs; i++) {
+        PyObject *buffer, *present;
+        unsigned long long start;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(items, i), "OKO", &buffer, &start,
+                              &present))
+            return -1;
+        if (start % page || (i && start < segs[i - 1].start + segs[i - 1].length)) {
+            PyErr_SetString(PyExc_ValueError, "segments must be page-aligned, sorted, disjoint");
+            return -1;
+        }
+        if (PyObject_GetBuffer(buffer, &views[*held], PyBUF_SIMPLE) < 0) return -1;
+        segs[i].base = views[*held].buf;
+        segs[i].length = (uint64_t)views[*held].len;
+        (*held)++;
+        segs[i].start = start;
+        if (present != Py_None) {
+            if (PyObject_GetBuffer(present, &views[*held], PyBUF_SIMPLE) < 0) return -1;
+            segs[i].present = views[*held].buf;
+            segs[i].pages = (uint64_t)views[*held].len;
+            (*held)++;
+        }
+    }
+    return 0;
+}
+
+/* A fastbin: NULL-terminated, singly linked through fd, each chunk of the bin's one size;
+ * glibc >= 2.32 stores fd as (address of the fd field >> 12) ^ pointer ("safe-linking"). */
+static Tally follow_fastbin(const Seg *segs, Py_ssize_t nsegs, uint64_t chunk, uint64_t size,
+                            uint64_t page, int mangled) {
+    Tally t = {0, 0, 0, 0, 1, 0};
+    uint64_t limit = 0;
+    for (Py_ssize_t i = 0; i < nsegs; i++) limit += segs[i].length / 32;
+    while (chunk) {
+        const Seg *seg = find_seg(segs, nsegs, chunk);
+        if (seg == NULL || (chunk & ALIGN_MASK)) goto inconsistent;
+        uint64_t slot = (chunk - seg->start) >> 3;
+        if ((word_at(seg->base, slot + 1) & ~(uint64_t)7) != size || ++t.count > limit)
+            goto inconsistent;
+        t.total += size;
+        uint64_t end = seg->start + seg->length, to = chunk + size < end ? chunk + size : end;
+        t.resident += seg->present == NULL ? to - chunk : resident_span(seg, chunk, to, page);
+        uint64_t stored = word_at(seg->base, slot + 2);
+        chunk = mangled ? ((chunk + 16) >> 12) ^ stored : stored;
+        if (chunk && ((chunk & ALIGN_MASK) || find_seg(segs, nsegs, chunk) == NULL))
+            goto inconsistent;
+    }
+    return t;
+inconsistent:
+    t.consistent = 0;
+    return t;
+}
+
+typedef struct {
+    Seg *segs;
+    Py_buffer *views;
+    Py_ssize_t nsegs, held;
+    PyObject *items;
+} Segments;
+
+static int open_segments(PyObject *sequence, unsigned long long page, Segments *out) {
+    out->segs = NULL;
+    out->views = NULL;
+    out->held = 0;
+    if (page == 0) {
+        PyErr_SetString(PyExc_ValueError, "page must be positive");
+        return -1;
+    }
+    out->items = PySequence_Fast(sequence, "segments must be a sequence");
+    if (out->items == NULL) return -1;
+    out->nsegs = PySequence_Fast_GET_SIZE(out->items);
+    if (out->nsegs > MAX_SEGMENTS) {
+        PyErr_SetString(PyExc_ValueError, "too many segments");
+        return -1;
+    }
+    out->segs = PyMem_RawCalloc((size_t)out->nsegs + 1, sizeof(Seg));
+    out->views = PyMem_RawCalloc(2 * (size_t)out->nsegs + 1, sizeof(Py_buffer));
+    if (out->segs == NULL || out->views == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return take_segments(out->items, out->nsegs, page, out->segs, out->views, &out->held);
+}
+
+static void close_segments(Segments *segments) {
+    for (Py_ssize_t i = 0; i < segments->held; i++) PyBuffer_Release(&segments->views[i]);
+    PyMem_RawFree(segments->views);
+    PyMem_RawFree(segments->segs);
+    Py_XDECREF(segments->items);
+}
+
+/* walk_segments(segments, head, fd, bk, low, high, page, deadline=inf)
+ * segments: sequence of (buffer, start, present or None), sorted by start: private copies of
+ * one arena's heaps. -> (count, total, resident, trimmable), or None when the list does not
+ * read back consistently (every chunk 16-byte aligned and inside a segment, bk naming the
+ * chunk before, size fitting the bin and the segment, the list returning to the head whose
+ * bk names the last chunk), or False when time.monotonic() passed deadline first (looked at
+ * every 65,536 chunks). present: one byte per page of that copy (1 = in RAM). */
+static PyObject *walk_segments(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *sequence;
+    unsigned long long head, fd, bk, low, high, page;
+    double deadline = HUGE_VAL;
+    if (!PyArg_ParseTuple(args, "OKKKKKK|d", &sequence, &head, &fd, &bk, &low, &high, &page,
+                          &deadline))
+        return NULL;
+    Segments segments;
+    PyObject *result = NULL;
+    if (open_segments(sequence, page, &segments) == 0) {
+        Tally t;
+        Py_BEGIN_ALLOW_THREADS
+        t = follow(segments.segs, segments.nsegs, head, fd, bk, low, high, page, deadline);
+        Py_END_ALLOW_THREADS
+        if (t.consistent)
+            result = Py_BuildValue("KKKK", t.count, t.total, t.resident, t.trimmable);
+        else {
+            result = t.out_of_time ? Py_False : Py_None;
+            Py_INCREF(result);
+        }
+    }
+    close_segments(&segments);
+    return result;
+}
+
+/* walk_fastbin(segments, head, size, page, mangled) -> (count, total, resident, 0), or None
+ * when the list does not read back consistently (every chunk 16-byte aligned and inside a
+ * segment, of the bin's size, every next pointer NULL or such a chunk). */
+static PyObject *walk_fastbin(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *sequence;
+    unsigned long long head, size, page;
+    int mangled;
+    if (!PyArg_ParseTuple(args, "OKKKp", &sequence, &head, &size, &page, &mangled)) return NULL;
+    Segments segments;
+    PyObject *result = NULL;
+    if (open_segments(sequence, page, &segments) == 0) {
+        Tally t;
+        Py_BEGIN_ALLOW_THREADS
+        t = follow_fastbin(segments.segs, segments.nsegs, head, size, page, mangled);
+        Py_END_ALLOW_THREADS
+        if (t.consistent)
+            result = Py_BuildValue("KKKK", t.count, t.total, t.resident, 0ULL);
+        else {
+            result = Py_None;
+            Py_INCREF(result);
+        }
+    }
+    close_segments(&segments);
+    return result;
+}
+
+/* walk(buffer, start, head, fd, bk, low, high, page, present=None): walk_segments of one
+ * copy, kept for callers with one heap. */
+static PyObject *walk(PyObject *self, PyObject *args) {
+    PyObject *source, *present = Py_None;
+    unsigned long long start, head, fd, bk, low, high, page;
+    if (!PyArg_ParseTuple(args, "OKKKKKKK|O", &source, &start, &head, &fd, &bk, &low, &high,
+                          &page, &present))
+        return NULL;
+    PyObject *segments = Py_BuildValue("((OKO))", source, start, present);
+    if (segments == NULL) return NULL;
+    PyObject *call = Py_BuildValue("(OKKKKKK)", segments, head, fd, bk, low, high, page);
+    Py_DECREF(segments);
+    if (call == NULL) return NULL;
+    PyObject *result = walk_segments(self, call);
+    Py_DECREF(call);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"walk", walk, METH_VARARGS,
+     "Follow one free list through a heap copy: (count, total, resident, trimmable) or None."},
+    {"walk_segments", walk_segments, METH_VARARGS,
+     "Follow one free list through copies of an arena's heaps: (count, total, resident, "
+     "trimmable) or None."},
+    {"walk_fastbin", walk_fastbin, METH_VARARGS,
+     "Follow one fastbin through copies of an arena's heaps: (count, total, resident, 0) or "
+     "None."},
+    {"copy", copy_pages, METH_VARARGS,
+     "Copy a target's readable pages into a buffer: (complete, process_vm_readv usable)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_chunkwalk", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__chunkwalk(void) { return PyModule_Create(&module); }

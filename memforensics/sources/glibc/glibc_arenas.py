@@ -1,0 +1,177 @@
+"""glibc's arenas located in a running process: sub-heaps, arena states, main_arena.
+
+Read through /proc/PID/mem while the target runs; every header is checked for plausibility
+before it is trusted. Layout constants: memforensics.model.glibc.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from memforensics.model import glibc
+from memforensics.sources.proc.procmaps import Mapping
+from memforensics.sources.proc.procmem import PageMap, ProcessMemoryReader
+
+
+@dataclass
+class Heap:
+    """One heap mapping: a 64 MiB-aligned sub-heap of a non-main arena, or the [heap]."""
+
+    start: int
+    ar_ptr: int
+    size_bytes: int
+    mprotect_bytes: int
+    pages: PageMap | None = None
+
+
+@dataclass
+class ArenaState:
+    """The words of one ``malloc_state`` that the walk needs."""
+
+    address: int
+    top: int
+    next_arena: int
+    system_bytes: int
+    bins: tuple[int, ...]  # fd, bk of bins 1 … 127, flattened
+    fastbins: tuple[int, ...]
+
+
+def read_state(mem: ProcessMemoryReader, address: int) -> ArenaState | None:
+    """The malloc_state at ``address`` in one read, or None where nothing is mapped."""
+    data = mem.read(address, glibc.STATE_BYTES)
+    return None if data is None else parse_state(address, data)
+
+
+def parse_state(address: int, data: bytes | memoryview) -> ArenaState:
+    """A malloc_state from its STATE_BYTES bytes (read alone or out of a heap's copy)."""
+    words = memoryview(data).cast("B").cast("Q")
+    bins = glibc.OFF_BINS // 8
+    fast = glibc.OFF_FASTBINS // 8
+    return ArenaState(
+        address=address,
+        top=words[glibc.OFF_TOP // 8],
+        next_arena=words[glibc.OFF_NEXT // 8],
+        system_bytes=words[glibc.OFF_SYSTEM_MEM // 8],
+        bins=tuple(words[bins : bins + 2 * (glibc.NBINS - 1)].tolist()),
+        fastbins=tuple(words[fast : fast + glibc.NFASTBINS].tolist()),
+    )
+
+
+def _heap_info(mem: ProcessMemoryReader, address: int) -> tuple[int, int, int, int] | None:
+    """(ar_ptr, prev, size, mprotect_size) of a plausible heap_info at ``address``."""
+    if not mem.readable(address):
+        return None
+    data = mem.read(address, 32)
+    if data is None:
+        return None
+    ar_ptr, prev, size, mprotect_size = struct.unpack("<4Q", data)
+    if (
+        0 < size <= glibc.HEAP_MAX_BYTES
+        and size % mem.page_bytes == 0
+        and size <= mprotect_size <= glibc.HEAP_MAX_BYTES
+        and prev % glibc.HEAP_MAX_BYTES == 0
+        and ar_ptr % 8 == 0
+        and ar_ptr != 0
+    ):
+        return ar_ptr, prev, size, mprotect_size
+    return None
+
+
+def find_heaps(mappings: Sequence[Mapping], mem: ProcessMemoryReader) -> list[Heap]:
+    """Sub-heaps of non-main arenas: 64 MiB-aligned anonymous RW memory holding a heap_info."""
+    heaps: list[Heap] = []
+    for mapping in mappings:
+        if not mapping.anonymous or not mapping.perms.startswith("rw") or not mapping.rss_bytes:
+            continue
+        # Adjacent anonymous mappings may merge, so look at every aligned address inside.
+        address = glibc.page_ceil(mapping.start_address, glibc.HEAP_MAX_BYTES)
+        while address < mapping.end_address:
+            info = _heap_info(mem, address)
+            if info is not None:
+                heaps.append(Heap(address, info[0], info[2], info[3]))
+            address += glibc.HEAP_MAX_BYTES
+    # A first heap holds its own arena; later heaps of a chain point at an arena of a first heap.
+    owners = {h.ar_ptr for h in heaps if h.start < h.ar_ptr < h.start + h.size_bytes}
+    return [h for h in heaps if h.ar_ptr in owners]
+
+
+def reread_heaps(mem: ProcessMemoryReader, heaps: list[Heap]) -> list[Heap]:
+    """The same heaps with their ``size`` read again (a busy arena grows and shrinks)."""
+    fresh: list[Heap] = []
+    for heap in heaps:
+        info = _heap_info(mem, heap.start)
+        if info is not None and info[0] == heap.ar_ptr:
+            fresh.append(Heap(heap.start, heap.ar_ptr, info[2], info[3]))
+    return fresh
+
+
+def heaps_from_top(mem: ProcessMemoryReader, state: ArenaState) -> list[Heap]:
+    """An arena's sub-heaps found from its top chunk, as glibc does (heap_for_ptr, prev)."""
+    heaps: list[Heap] = []
+    address = glibc.page_floor(state.top, glibc.HEAP_MAX_BYTES)
+    while address and len(heaps) < 1 << 16:
+        info = _heap_info(mem, address)
+        if info is None or info[0] != state.address:
+            return []
+        heaps.append(Heap(address, info[0], info[2], info[3]))
+        address = info[1]
+    return heaps[::-1]
+
+
+def find_main_arena(
+    mappings: Sequence[Mapping],
+    mem: ProcessMemoryReader,
+    libc_path: str | None,
+    arenas: set[int],
+) -> int | None:
+    """Locate main_arena in libc's writable data: its ``next`` is itself or a known arena,
+    and its empty bins point at themselves or into memory, so one scan of a few KiB finds it."""
+    regions: list[Mapping] = []
+    for index, mapping in enumerate(mappings):
+        is_libc = mapping.path == libc_path if libc_path else "libc.so" in mapping.path
+        if is_libc and mapping.perms.startswith("rw"):
+            regions.append(mapping)
+            # .bss continues in the anonymous mapping right after the file-backed one.
+            after = mappings[index + 1] if index + 1 < len(mappings) else None
+            if after is not None and after.start_address == mapping.end_address:
+                regions.append(after)
+    for region in regions:
+        data = mem.read(region.start_address, region.size_bytes)
+        if data is None:
+            continue
+        words = memoryview(data).cast("Q")
+        next_slot = glibc.OFF_NEXT // 8
+        top_slot = glibc.OFF_TOP // 8
+        for slot in range(len(words) - glibc.STATE_BYTES // 8 + 1):
+            base = region.start_address + 8 * slot
+            next_arena = words[slot + next_slot]
+            if next_arena != base and next_arena not in arenas:
+                continue
+            top = words[slot + top_slot]
+            unsorted_head = base + glibc.OFF_BINS - 16
+            mutex = words[slot] & 0xFFFFFFFF
+            if (
+                mutex <= 2
+                and (top == unsorted_head or top > 0x10000)
+                and _bins_plausible(words, slot, base)
+            ):
+                return base
+    return None
+
+
+def _bins_plausible(words: memoryview, slot: int, base: int) -> bool:
+    """Every bin of a malloc_state is empty (fd == bk == the bin itself) or holds pointers,
+    and 127 bins are never all in use: rules out a stray pointer that happens to sit where
+    ``next`` would be."""
+    empty = 0
+    for bin_index in range(1, glibc.NBINS):
+        fd_slot = slot + (glibc.OFF_BINS // 8) + 2 * (bin_index - 1)
+        bin_address = base + glibc.OFF_BINS + 16 * (bin_index - 1) - 16
+        fd, bk = words[fd_slot], words[fd_slot + 1]
+        if fd == bin_address and bk == bin_address:
+            empty += 1
+        elif fd < 0x10000 or bk < 0x10000 or fd % 16 or bk % 16:
+            return False
+    return empty > 0

@@ -1,0 +1,427 @@
+"""Walks of one glibc arena's free lists in a running process, consistent or retried.
+
+Everything goes through /proc/PID/mem while the target runs, so any structure can change
+between two reads. Each free list is therefore walked with a consistency check (every chunk
+aligned and inside the arena's heaps, its size fitting the bin, its ``bk`` naming the chunk
+before it, the list returning to the bin's head with the head's ``bk`` naming the last
+chunk); a list caught moving is read again from a fresh copy, a bounded number of times, and
+only a bin that still fails is left for the caller to estimate. Memory is copied in blocks of
+whole resident pages, once per block, so dense free lists cost one read per run of pages,
+not one per chunk. Layout constants: memforensics.model.glibc.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from memforensics.model import glibc
+from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap, parse_state, read_state
+from memforensics.sources.glibc.heapcopy import (
+    BufferPool,
+    OutOfTime,
+    Segment,
+    copy_into,
+    walk_copies,
+    walk_fastbin_copies,
+)
+from memforensics.sources.proc.procmem import ProcessMemoryReader
+
+BIN_RETRIES = 4
+_LAZY_FILL_PAGES = 16  # a big arena read lazily: 64 KiB per read
+_CHASE_MAX_CHUNKS = 2048  # each chunk may cost a read, and reads wait for the mmap lock
+CHASE_SECONDS = 0.05  # time box of one arena's chase round
+_CLOCK_EVERY_CHUNKS = 255  # a list read block by block looks at the clock this often
+_CHUNK_WORDS = struct.Struct("<4Q")  # prev_size, size, fd, bk
+_TWO_WORDS = struct.Struct("<2Q")
+_FASTBIN = 0  # pseudo bin number of the fastbins in ``unmeasured_bins``
+_COPY_SLICE_BYTES = 4 << 20  # ~1 ms of copying: the longest a pause waits for the copy
+
+
+def _bin_head(state: ArenaState, index: int) -> int:
+    """Address glibc's bin_at() gives bin ``index``: its fd/bk slots posing as a chunk's."""
+    return state.address + glibc.OFF_BINS + 16 * (index - 1) - 16
+
+
+def _nonempty_bins(state: ArenaState, first: int) -> list[int]:
+    """Bins from ``first`` on whose fd does not point back at the bin itself."""
+    heads = range(_bin_head(state, 1), _bin_head(state, glibc.NBINS), 16)
+    return [
+        index
+        for index, (fd, head) in enumerate(zip(state.bins[0::2], heads, strict=True), start=1)
+        if fd != head and index >= first
+    ]
+
+
+@dataclass
+class ArenaWalk:
+    """What a walk of one arena measured, and which bins it left unmeasured."""
+
+    free_bytes: int = 0  # chunk bytes of the bins read consistently, plus the top
+    resident_bytes: int = 0  # of those, bytes on resident pages
+    trimmable_bytes: int = 0  # resident whole pages malloc_trim would release from them
+    chunks: int = 0
+    retries: int = 0
+    unmeasured_bins: list[int] = field(default_factory=list)
+    budget_reached: bool = False
+    top_bytes: int | None = None
+    top_resident_bytes: int | None = None
+
+
+# The walk's time budget ran out in the middle of a list (copied whole or read block by block).
+_OutOfTime = OutOfTime
+
+
+class ArenaWalker:
+    """Walks one arena's free lists over copies of its heap mappings."""
+
+    def __init__(
+        self,
+        mem: ProcessMemoryReader,
+        heaps: Sequence[Heap],
+        *,
+        is_main: bool,
+        pool: BufferPool,
+        pause: Callable[[], object] | None = None,
+    ) -> None:
+        self._mem = mem
+        # Called between slices of a whole copy: a caller may hold the walk there (the scan
+        # beside a gdb session parks while gdb attaches, background.QuietGate), and a closed
+        # gate then waits for one slice (~1 ms), not for a whole arena's copy (~5 ms).
+        self._pause = pause or (lambda: None)
+        self._pool = pool
+        self._page = mem.page_bytes
+        self._is_main = is_main
+        self._segments = [
+            Segment(h.start, h.start + h.size_bytes, h.pages, pool)
+            for h in sorted(heaps, key=lambda h: h.start)
+            if h.pages is not None and h.size_bytes > 0
+        ]
+        self._mangled: bool | None = None  # fastbin safe-linking (glibc >= 2.32)
+        self._last_segment: Segment | None = None
+        # An arena whose resident bytes fit the pool's copy budget (a few hundred MiB, at
+        # most half of MemAvailable) is copied whole for each round of the walk, one read
+        # per run of pages, all its heaps; a bigger one (a huge main heap with few free
+        # chunks) is copied block by block as its lists lead there.
+        resident = sum(s.pages.total_resident_bytes for s in self._segments)
+        self._prefetch_whole = resident <= pool.copy_max_bytes
+        self._shift = self._page.bit_length() - 1
+        self._fill_pages = _LAZY_FILL_PAGES
+        self._deadline = float("inf")
+
+    def close(self) -> None:
+        for segment in self._segments:
+            segment.close(self._pool)
+
+    def _segment_for(self, address: int) -> Segment | None:
+        last = self._last_segment  # lists mostly stay in one heap: look there first
+        if last is not None and last.start <= address < last.end:
+            return last
+        for segment in self._segments:
+            if segment.start <= address < segment.end:
+                self._last_segment = segment
+                return segment
+        return None
+
+    def _fill(self, segment: Segment, first_page: int) -> None:
+        """Copy the readable pages from ``first_page`` on (``_fill_pages`` of them, plus one
+        more so a chunk header straddling the last page is whole)."""
+        page = self._page
+        first = first_page * page
+        last = min(first + (self._fill_pages + 1) * page, segment.length)
+        # A reused buffer holds another arena's bytes: an unread page reads as zeros.
+        copy_into(self._mem, segment, first, last)
+        segment.filled[first_page : first_page + self._fill_pages] = b"\x01" * self._fill_pages
+
+    def _reset(self, fill_pages: int) -> None:
+        """Forget every copied page; later reads copy ``fill_pages`` pages at a time."""
+        self._fill_pages = fill_pages
+        for segment in self._segments:
+            segment.filled[:] = bytes(len(segment.filled))
+            segment.whole = False
+
+    def _prefetch(self) -> None:
+        """Copy every readable page of the arena now, one read per run of resident pages
+        (per _COPY_SLICE_BYTES at most, with a pause between slices)."""
+        for segment in self._segments:
+            for begin in range(0, segment.length, _COPY_SLICE_BYTES):
+                if begin:
+                    self._pause()
+                copy_into(self._mem, segment, begin, min(begin + _COPY_SLICE_BYTES, segment.length))
+            segment.filled[:] = b"\x01" * len(segment.filled)
+            segment.whole = True
+
+    def _walk_list(
+        self, head: int, fd: int, bk: int, low: int, high: int
+    ) -> tuple[int, ...] | None:
+        """(chunks, bytes, resident bytes, trimmable bytes) of one circular free list,
+        or None when it does not read back consistently."""
+        if not self._segments:
+            return None
+        if all(segment.whole for segment in self._segments):
+            return walk_copies(self._segments, head, fd, bk, low, high, self._page, self._deadline)
+        page = self._page
+        min_trim = page + glibc.MALLOC_CHUNK_BYTES
+        align_in = glibc.MALLOC_CHUNK_BYTES + page - 1
+        unpack = _CHUNK_WORDS.unpack_from
+        shift = self._shift
+        segment = self._segments[0]
+        start, length, buffer, filled = segment.start, segment.length, segment.view, segment.filled
+        pages = segment.pages
+        all_resident = pages.all_resident
+        limit = length // glibc.MINSIZE + 1
+        if self._fill_pages == 1:  # a chase helps short hot lists; a long one waits for a copy
+            limit = min(limit, _CHASE_MAX_CHUNKS)
+        count = total = resident = trimmable = 0
+        previous = head
+        chunk = fd
+        while chunk != head:
+            offset = chunk - start
+            if offset < 0 or offset > length - 32:
+                found = self._segment_for(chunk)
+                if found is None:
+                    return None
+                segment = found
+                start, length, buffer = segment.start, segment.length, segment.view
+                filled, pages, all_resident = (
+                    segment.filled,
+                    segment.pages,
+                    segment.pages.all_resident,
+                )
+                limit += length // glibc.MINSIZE
+                offset = chunk - start
+                if offset > length - 32:
+                    return None
+            if offset & 15:
+                return None
+            block = offset >> shift
+            if not filled[block]:
+                self._fill(segment, block)
+            _, size, next_chunk, back = unpack(buffer, offset)
+            size &= ~7
+            if back != previous or size < low or size > high or offset + size > length:
+                return None
+            count += 1
+            if count > limit:
+                return None  # a cycle that never comes back to the head
+            if not count & _CLOCK_EVERY_CHUNKS and time.monotonic() > self._deadline:
+                raise _OutOfTime
+            total += size
+            if all_resident:
+                resident += size
+                if size >= min_trim:
+                    whole = ((chunk + size) // page - (chunk + align_in) // page) * page
+                    if whole > 0:
+                        trimmable += whole
+            else:
+                end = chunk + size
+                resident += pages.resident_bytes(chunk, end)
+                span_start, span_end = glibc.mtrim_span(chunk, size, page)
+                trimmable += pages.whole_pages_resident_bytes(span_start, span_end)
+            previous = chunk
+            chunk = next_chunk
+        if bk != previous:
+            return None
+        return count, total, resident, trimmable
+
+    def _walk_fastbin(self, head: int, size_bytes: int) -> tuple[int, ...] | None:
+        """(chunks, bytes, resident bytes, 0) of one fastbin (a NULL-terminated list)."""
+        if all(segment.whole for segment in self._segments):
+            if self._mangled is not None:
+                return walk_fastbin_copies(
+                    self._segments, head, size_bytes, self._page, self._mangled
+                )
+            # Not known yet whether this glibc safe-links fastbin pointers (>= 2.32): the list
+            # tells, read whole both ways by the copy's loop (in C, where built) rather than
+            # chunk by chunk here. A consistent list reads back one way only: a pointer taken
+            # the other way is scrambled by (position >> 12) and lands outside the heaps.
+            for mangled in (True, False):
+                found = walk_fastbin_copies(self._segments, head, size_bytes, self._page, mangled)
+                if found is not None:
+                    self._mangled = mangled
+                    return found
+            return None
+        limit = sum(segment.length for segment in self._segments) // glibc.MINSIZE
+        count = total = resident = 0
+        chunk = head
+        while chunk:
+            segment = self._segment_for(chunk)
+            if segment is None or chunk % 16:
+                return None
+            offset = chunk - segment.start
+            if offset > segment.length - 32:
+                return None
+            block = offset >> self._shift
+            if not segment.filled[block]:
+                self._fill(segment, block)
+            _, size, stored, _ = _CHUNK_WORDS.unpack_from(segment.view, offset)
+            if size & ~7 != size_bytes:
+                return None
+            count += 1
+            if count > limit:
+                return None
+            total += size_bytes
+            pages = segment.pages
+            if pages.all_resident and chunk + size_bytes <= pages.end:
+                resident += size_bytes  # what resident_bytes would say, without its arithmetic
+            else:
+                resident += pages.resident_bytes(chunk, chunk + size_bytes)
+            revealed = self._reveal(chunk + glibc.OFF_FD, stored)
+            if revealed is None:
+                return None
+            chunk = revealed
+        return count, total, resident, 0
+
+    def _reveal(self, position: int, stored: int) -> int | None:
+        """A fastbin ``fd`` as a pointer: glibc >= 2.32 stores it as (position >> 12) ^ fd."""
+        revealed = (position >> 12) ^ stored
+
+        def valid(pointer: int) -> bool:
+            return pointer == 0 or (pointer % 16 == 0 and self._segment_for(pointer) is not None)
+
+        if self._mangled is None:
+            if valid(revealed) and not valid(stored):
+                self._mangled = True
+            elif valid(stored) and not valid(revealed):
+                self._mangled = False
+            else:
+                return revealed if valid(revealed) else None  # undecided: assume modern glibc
+        pointer = revealed if self._mangled else stored
+        return pointer if valid(pointer) else None
+
+    def _snapshot(self, state: ArenaState, *, chase: bool) -> ArenaState | None:
+        """Fresh reads for a round of the walk, and the arena's malloc_state as of them.
+
+        A snapshot round copies a small arena whole, in runs of resident pages, within
+        milliseconds (a big one block by block as its lists lead there): a list read from
+        one such copy is far likelier to be consistent than one read lazily while the target
+        works. A non-main arena's malloc_state lies in its first heap, so it comes out of the
+        same copy. A chase round reads page by page as the lists lead, each list right after
+        its head is read again: a short hot list is read within microseconds.
+        """
+        if chase:
+            self._reset(1)
+            return read_state(self._mem, state.address)
+        if not self._prefetch_whole:
+            self._reset(_LAZY_FILL_PAGES)
+            return read_state(self._mem, state.address)
+        self._prefetch()
+        segment = self._segment_for(state.address)
+        if segment is not None:
+            offset = state.address - segment.start
+            return parse_state(state.address, segment.view[offset : offset + glibc.STATE_BYTES])
+        return read_state(self._mem, state.address)
+
+    def walk(
+        self, state: ArenaState, *, deadline: float, retry_deadline: float | None = None
+    ) -> ArenaWalk:
+        """Measure every bin (fastbins, unsorted, small, large) and the top of the arena.
+
+        Rounds: the first reads a snapshot and walks every bin; later rounds, alternately
+        chasing and from a fresh snapshot, walk only the bins whose lists read
+        inconsistently, at most BIN_RETRIES more times, and only until ``retry_deadline``
+        (the caller's fair share of the budget: one hot arena must not starve the rest).
+        """
+        walk = ArenaWalk()
+        clock = time.monotonic
+        pending = [_FASTBIN, *_nonempty_bins(state, 1)]
+        for attempt in range(BIN_RETRIES + 1):
+            if clock() > deadline:
+                walk.budget_reached = True
+                break
+            if attempt and retry_deadline is not None and clock() > retry_deadline:
+                break  # its share of the time is spent: the bins still moving are estimated
+            chase = attempt % 2 == 1
+            # A chase reads page by page, and each read waits for the target's mmap lock,
+            # which a busy allocator holds often: a chase round gets a short time box.
+            self._deadline = min(deadline, clock() + CHASE_SECONDS) if chase else deadline
+            fresh = self._snapshot(state, chase=chase)
+            if fresh is None:
+                break
+            state = fresh
+            if attempt == 0:
+                self._measure_top(state, walk)
+            failed: list[int] = []
+            for position, index in enumerate(pending):
+                if clock() > self._deadline:
+                    walk.budget_reached = clock() > deadline
+                    failed.extend(pending[position:])
+                    break
+                if chase:
+                    state = self._reread_heads(state, index)
+                try:
+                    result = self._walk_bin(state, index)
+                except _OutOfTime:
+                    walk.budget_reached = clock() > deadline
+                    failed.extend(pending[position:])
+                    break
+                if result is None:
+                    failed.append(index)
+                else:
+                    self._add(walk, result)
+            pending = failed
+            if not pending or walk.budget_reached:
+                break
+            walk.retries += attempt < BIN_RETRIES
+        walk.unmeasured_bins.extend(pending)
+        return walk
+
+    def _reread_heads(self, state: ArenaState, index: int) -> ArenaState:
+        """``state`` with bin ``index``'s head (or the fastbin heads) read again just now."""
+        if index == _FASTBIN:
+            data = self._mem.read(state.address + glibc.OFF_FASTBINS, 8 * glibc.NFASTBINS)
+            if data is None:
+                return state
+            return replace(state, fastbins=tuple(memoryview(data).cast("Q")))
+        data = self._mem.read(state.address + glibc.OFF_BINS + 16 * (index - 1), 16)
+        if data is None:
+            return state
+        bins = list(state.bins)
+        bins[2 * (index - 1) : 2 * index] = _TWO_WORDS.unpack(data)
+        return replace(state, bins=tuple(bins))
+
+    def _walk_bin(self, state: ArenaState, index: int) -> tuple[int, ...] | None:
+        """One bin of ``state`` measured: all fastbins for pseudo bin 0, else one list."""
+        if index == _FASTBIN:
+            if not any(state.fastbins):
+                return (0, 0, 0, 0)
+            totals = [0, 0, 0, 0]
+            for fast_index, head in enumerate(state.fastbins):
+                result = self._walk_fastbin(head, (fast_index + 2) * glibc.MALLOC_ALIGNMENT)
+                if result is None:
+                    return None
+                totals = [a + b for a, b in zip(totals, result, strict=True)]
+            return tuple(totals)
+        fd, bk = state.bins[2 * (index - 1)], state.bins[2 * (index - 1) + 1]
+        head = _bin_head(state, index)
+        if fd == head and bk == head:
+            return (0, 0, 0, 0)  # emptied meanwhile: measured, nothing in it
+        low, high = glibc.bin_size_range(index)
+        return self._walk_list(head, fd, bk, low, high)
+
+    @staticmethod
+    def _add(walk: ArenaWalk, result: tuple[int, ...]) -> None:
+        chunks, total, resident, trimmable = result
+        walk.chunks += chunks
+        walk.free_bytes += total
+        walk.resident_bytes += resident
+        walk.trimmable_bytes += trimmable
+
+    def _measure_top(self, state: ArenaState, walk: ArenaWalk) -> None:
+        segment = self._segment_for(state.top)
+        data = self._mem.read(state.top, 16) if segment is not None else None
+        if segment is None or data is None:
+            return
+        top_bytes = _TWO_WORDS.unpack(data)[1] & ~glibc.SIZE_FLAGS
+        if state.top + top_bytes > segment.end:
+            return
+        walk.top_bytes = top_bytes
+        walk.top_resident_bytes = segment.pages.resident_bytes(state.top, state.top + top_bytes)
+        walk.free_bytes += top_bytes
+        walk.resident_bytes += walk.top_resident_bytes
+        if self._is_main:
+            extra = glibc.systrim_release_bytes(top_bytes, self._page)
+            end = state.top + top_bytes
+            walk.trimmable_bytes += segment.pages.whole_pages_resident_bytes(end - extra, end)

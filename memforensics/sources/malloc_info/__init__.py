@@ -1,0 +1,1 @@
+"""Malloc_info documents."""

@@ -1,0 +1,213 @@
+"""Read-only access to a live process's memory: /proc/PID/mem reads and /proc/PID/pagemap.
+
+Nothing here stops the target. gdb/MI would send memory as hex text (a 7 MB malloc_info
+document took seconds that way); a pread of /proc/PID/mem takes milliseconds and needs the
+same right as a ptrace attach. Reads go only to pages the pagemap says are present or
+swapped: reading a never-touched page through /proc/PID/mem would map a page into the
+target, and a page registered with userfaultfd would block the reader.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from pathlib import Path
+
+from memforensics.errors import (
+    MemforensicsError,
+    NoSuchProcessError,
+    TargetError,
+    TargetPermissionError,
+)
+
+# Where the per-process files are looked up: a seam for tests that need one file missing.
+PROC_ROOT = Path("/proc")
+# pagemap entry bits (Documentation/admin-guide/mm/pagemap.rst).
+_PRESENT_BIT = 63
+_SWAPPED_BIT = 62
+_PRESENT_TABLE = bytes(byte >> (_PRESENT_BIT - 56) & 1 for byte in range(256))
+_READABLE_TABLE = bytes(1 if byte >> (_SWAPPED_BIT - 56) else 0 for byte in range(256))
+
+
+class PagemapUnavailableError(MemforensicsError):
+    """Which pages are resident is unknown: /proc/PID/pagemap cannot be read."""
+
+
+def _open(pid: int, name: str) -> int:
+    path = PROC_ROOT / str(pid) / name
+    try:
+        return os.open(path, os.O_RDONLY)
+    except (FileNotFoundError, ProcessLookupError) as exc:
+        if name == "pagemap" and (PROC_ROOT / str(pid)).exists():
+            raise PagemapUnavailableError(
+                f"/proc/{pid}/pagemap is missing (kernel without CONFIG_PROC_PAGE_MONITOR): "
+                "which heap pages are resident is unknown",
+                pid=pid,
+            ) from exc
+        raise NoSuchProcessError(f"no process with PID {pid}", pid=pid) from exc
+    except PermissionError as exc:
+        raise TargetPermissionError(f"cannot read /proc/{pid}/{name}: permission denied") from exc
+
+
+class PageMap:
+    """Which pages of [start, end) are present in RAM (and which may be read), in one read."""
+
+    def __init__(self, start: int, end: int, page_bytes: int, entries: bytes) -> None:
+        self.start = start
+        self.end = end
+        self.page_bytes = page_bytes
+        pages = (end - start) // page_bytes
+        # Flags sit in each little-endian entry's top byte: one C-speed pass per flag.
+        top_bytes = entries[7::8] + bytes(pages - len(entries) // 8)
+        present = top_bytes.translate(_PRESENT_TABLE)
+        self.present = present  # one byte per page: 1 = in RAM
+        # Present or swapped: the page holds data; reading it does not create a page.
+        self.readable = top_bytes.translate(_READABLE_TABLE)
+        # prefix[i] = resident pages before page i: any span's count in two lookups.
+        self.prefix = [0, *itertools.accumulate(present)]
+        # The common case (a heap nobody trimmed) lets the walk skip page arithmetic.
+        self.all_resident = pages > 0 and self.prefix[-1] == pages
+
+    def _pages(self, first: int, last: int) -> int:
+        """Resident pages with index in [first, last)."""
+        pages = len(self.prefix) - 1
+        first, last = max(first, 0), min(last, pages)
+        return self.prefix[last] - self.prefix[first] if last > first else 0
+
+    def resident_bytes(self, start: int, end: int) -> int:
+        """Bytes of [start, end) lying on resident pages (partial pages count their part)."""
+        start, end = max(start, self.start), min(end, self.end)
+        if end <= start:
+            return 0
+        ps = self.page_bytes
+        first = (start - self.start) // ps
+        last = (end - 1 - self.start) // ps
+        if first == last:
+            return (end - start) * self._pages(first, first + 1)
+        total = self._pages(first + 1, last) * ps
+        total += (ps - (start - self.start) % ps) * self._pages(first, first + 1)
+        total += ((end - self.start - 1) % ps + 1) * self._pages(last, last + 1)
+        return total
+
+    def whole_pages_resident_bytes(self, start: int, end: int) -> int:
+        """Bytes of the resident pages lying wholly inside [start, end)."""
+        ps = self.page_bytes
+        first = (max(start, self.start) - self.start + ps - 1) // ps
+        last = (min(end, self.end) - self.start) // ps
+        return self._pages(first, last) * ps
+
+    @property
+    def total_resident_bytes(self) -> int:
+        return self.prefix[-1] * self.page_bytes
+
+
+class ProcessMemoryReader:
+    """/proc/PID/mem and /proc/PID/pagemap of one process, opened once (close when done)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.page_bytes = os.sysconf("SC_PAGE_SIZE")
+        # The C copy (heapcopy.copy_into) reads with process_vm_readv until the kernel
+        # refuses it once (seccomp, ENOSYS); then it reads /proc/PID/mem like the rest.
+        self.vm_readv_usable = True
+        self._mem_fd = _open(pid, "mem")
+        try:
+            self._pagemap_fd = _open(pid, "pagemap")
+        except BaseException:
+            os.close(self._mem_fd)
+            raise
+
+    @property
+    def mem_fd(self) -> int:
+        """The open /proc/PID/mem (for the copy in memforensics.sources.glibc.heapcopy)."""
+        return self._mem_fd
+
+    def close(self) -> None:
+        os.close(self._mem_fd)
+        os.close(self._pagemap_fd)
+
+    def __enter__(self) -> ProcessMemoryReader:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def pagemap(self, start: int, end: int) -> PageMap:
+        """Residency of the pages of [start, end) (page-aligned), in one pagemap read.
+
+        An unreadable range raises PagemapUnavailableError: unknown stays unknown, never
+        "all resident" or "none resident".
+        """
+        pages = (end - start) // self.page_bytes
+        try:
+            data = os.pread(self._pagemap_fd, 8 * pages, 8 * (start // self.page_bytes))
+        except OSError as exc:
+            raise PagemapUnavailableError(
+                f"cannot read /proc/{self.pid}/pagemap at {start:#x}: {exc.strerror}; "
+                "which heap pages are resident is unknown",
+                pid=self.pid,
+            ) from exc
+        return PageMap(start, end, self.page_bytes, data[: len(data) - len(data) % 8])
+
+    def readable(self, address: int) -> bool:
+        """True when the page holding ``address`` is present or swapped."""
+        try:
+            entry = os.pread(self._pagemap_fd, 8, 8 * (address // self.page_bytes))
+        except OSError:
+            return False  # only decides whether to read: an unknown page is not read
+        return len(entry) == 8 and bool(int.from_bytes(entry, "little") >> _SWAPPED_BIT)
+
+    def read(self, address: int, length: int) -> bytes | None:
+        """``length`` bytes at ``address``, or None where nothing readable is mapped."""
+        try:
+            data = os.pread(self._mem_fd, length, address)
+        except OSError:
+            return None
+        return data if len(data) == length else None
+
+    def read_into(self, view: memoryview, address: int) -> bool:
+        """Fill ``view`` with the bytes at ``address`` in one read; False when it fell short."""
+        try:
+            return os.preadv(self._mem_fd, [view], address) == len(view)
+        except OSError:
+            return False
+
+
+class TargetMemory:
+    """An open /proc/PID/mem for the gdb session: ``read`` returns exactly the bytes asked
+    for, or raises (the walk's ProcessMemoryReader instead skips what it cannot read)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._fd: int | None = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
+
+    def read(self, address: int, size_bytes: int) -> bytes:
+        """``size_bytes`` bytes at ``address``, in one buffer (no hex, no re-joining)."""
+        if self._fd is None:
+            raise TargetError(f"memory of PID {self.pid} is closed", pid=self.pid)
+        buffer = bytearray(size_bytes)
+        view = memoryview(buffer)
+        done = 0
+        while done < size_bytes:
+            try:
+                got = os.preadv(self._fd, [view[done:]], address + done)
+            except OSError as exc:
+                raise TargetError(
+                    f"cannot read {size_bytes} bytes at {address:#x} in PID {self.pid}: "
+                    f"{exc.strerror}",
+                    pid=self.pid,
+                ) from exc
+            if got <= 0:
+                raise TargetError(
+                    f"could read only {done} of {size_bytes} bytes at {address:#x} "
+                    f"in PID {self.pid}",
+                    pid=self.pid,
+                )
+            done += got
+        return bytes(buffer)
+
+    def close(self) -> None:
+        """Close the file descriptor (idempotent)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
