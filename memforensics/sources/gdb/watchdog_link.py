@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import memforensics
 from memforensics.sources.gdb.reaper import reap_in_background
 
 # The watchdog's program, run with -c: ``-m`` would first import runpy and its helpers
@@ -21,15 +22,19 @@ _WATCHDOG_PROGRAM = (
 )
 
 
+def package_root() -> str:
+    """The directory holding the ``memforensics`` package: the watchdog's PYTHONPATH."""
+    return str(Path(memforensics.__file__).resolve().parent.parent)
+
+
 class Watchdog:
     """memforensics' side: start the watchdog process, tell it the session, dismiss it."""
 
     def __init__(self, target_pid: int, gdb_pid: int, *, was_running: bool) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
         # -S: no site-packages scan (a faster start); the package is found via PYTHONPATH.
-        package_root = str(Path(__file__).resolve().parent.parent.parent)
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-        env["PYTHONPATH"] = package_root
+        env["PYTHONPATH"] = package_root()
         with contextlib.suppress(OSError):
             self._proc = subprocess.Popen(
                 [
