@@ -12,7 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import memforensics
 from memforensics.sources.gdb.reaper import reap_in_background
 
 # The watchdog's program, run with -c: ``-m`` would first import runpy and its helpers
@@ -23,8 +22,9 @@ _WATCHDOG_PROGRAM = (
 
 
 def package_root() -> str:
-    """The directory holding the ``memforensics`` package: the watchdog's PYTHONPATH."""
-    return str(Path(memforensics.__file__).resolve().parent.parent)
+    """The directory holding the ``memforensics`` package: the watchdog's PYTHONPATH. Found
+    from this module's dotted name, so it holds wherever the module moves in the package."""
+    return str(Path(__file__).resolve().parents[__name__.count(".")])
 
 
 class Watchdog:
