@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import and_, floordiv, gt, lshift, mul, sub
@@ -15,9 +16,12 @@ from memforensics.model.heap import (
     BucketColumns,
     HeapDump,
     bucket_columns,
+    lines_over,
     top_chunk_bytes,
 )
 
+# The histogram's page: where its size classes split (docs/json.md: "at least a page (4 KiB)").
+# The trim estimate takes the page size of the machine the dump came from instead.
 PAGE_BYTES = 4096
 MiB = 1 << 20
 
@@ -146,6 +150,10 @@ class HeapAnalysis:
     advice: tuple[Advice, ...]
     notes: tuple[str, ...]
     page_or_larger_free_bytes: int  # free bytes in chunks of at least a page
+    # What malloc_trim(0) would release by the XML alone, every free page taken as resident
+    # (trim_release_bytes), and the page size that estimate assumed.
+    trim_release_bytes: int = 0
+    page_bytes: int = PAGE_BYTES
 
     @property
     def suspect(self) -> bool:
@@ -270,10 +278,72 @@ def _mib(count: int) -> str:
     return f"{count / MiB:.1f} MiB"
 
 
+def machine_page_bytes() -> int:
+    """The page size of the machine this runs on (a dump's own machine is not known)."""
+    return os.sysconf("SC_PAGE_SIZE")
+
+
+def trim_release_bytes(
+    arenas: Sequence[Arena], main_top_bytes: int | None, *, page_bytes: int
+) -> int:
+    """What malloc_trim(0) would release by the XML alone, every free page taken as still
+    resident: the trim forecast's own estimator (trim_forecast.estimate_buckets_releasable)
+    over the arenas' size lines, with the main arena's top (``main_top_bytes``; None where the
+    dump does not count it, glibc < 2.31). Other arenas' tops are not trimmed by glibc.
+
+    Only lines whose mean chunk is over a page are handed to it (model.heap.lines_over): no
+    other line holds a whole page (the estimator gives them 0), and a big dump's million
+    lines need no objects.
+    """
+    # Imported here: the forecast brings the residency model, which `parse --help` and the
+    # modules importing this one for its types need not load.
+    from memforensics.analysis.trim_forecast import estimate_buckets_releasable
+
+    lines = [line for arena in arenas for line in lines_over(arena.sizes, page_bytes)]
+    return estimate_buckets_releasable(
+        lines, 1.0, page_bytes=page_bytes, top_bytes=main_top_bytes or 0
+    )
+
+
+def _trim_advice(
+    dump: HeapDump, releasable: int, page_bytes: int, machine_page: bool, top_known: bool
+) -> Advice | None:
+    if not (
+        releasable >= _WORTH_MENTIONING_BYTES
+        or (dump.system_bytes and releasable >= 0.1 * dump.system_bytes and releasable >= MiB)
+    ):
+        return None
+    size = f"{page_bytes // 1024} KiB" if page_bytes % 1024 == 0 else f"{page_bytes} B"
+    pages = f"{size} pages" + (", this machine's page size" if machine_page else "")
+    where = (
+        "in free chunks and the main arena's top"
+        if top_known
+        else "in free chunks (and more in the main arena's top, which this glibc's dump "
+        "does not show)"
+    )
+    return Advice(
+        "trim-would-release",
+        f"{_mib(releasable)} of whole free pages ({pages}) sit {where}: malloc_trim(0) "
+        "returns them to the OS (`memforensics trim PID`), unless an earlier trim already "
+        "did (`memforensics inspect` shows what is still resident).",
+        "warn",
+    )
+
+
 def advise(
-    dump: HeapDump, figures: tuple[ArenaFigures, ...], rows: tuple[HistogramRow, ...]
+    dump: HeapDump,
+    figures: tuple[ArenaFigures, ...],
+    rows: tuple[HistogramRow, ...],
+    *,
+    trim_release: int = 0,
+    page_bytes: int = PAGE_BYTES,
+    machine_page: bool = False,
 ) -> tuple[Advice, ...]:
-    """Plain-words advice drawn from what is known about glibc malloc; stable codes."""
+    """Plain-words advice drawn from what is known about glibc malloc; stable codes.
+
+    ``trim_release``: :func:`trim_release_bytes` of the dump for pages of ``page_bytes``
+    (``machine_page``: that is this machine's page size, not one given for the dump).
+    """
     advice: list[Advice] = []
     if dump.all_zero:
         return (
@@ -289,8 +359,9 @@ def advise(
         advice.append(
             Advice(
                 "suspect-counters",
-                f"arena(s) {', '.join(map(str, suspect))} print implausible <unsorted> counts "
-                "(uninitialised in glibc <= 2.17): their free figures are not reliable.",
+                f"arena(s) {', '.join(map(str, suspect))} print implausible counters (an "
+                "<unsorted> slot glibc <= 2.17 never filled in): kept out of their free "
+                "figures, which therefore miss whatever sat in that bin.",
                 "warn",
             )
         )
@@ -311,20 +382,10 @@ def advise(
             )
     page_free = sum(r.bytes for r in rows if r.page_or_larger)
     top_free = sum(f.top_bytes or 0 for f in figures)
-    releasable = page_free + top_free
-    if releasable >= _WORTH_MENTIONING_BYTES or (
-        dump.system_bytes and releasable >= 0.1 * dump.system_bytes and releasable >= MiB
-    ):
-        advice.append(
-            Advice(
-                "trim-would-release",
-                f"{_mib(releasable)} sit in free chunks of a page or more (and top): "
-                "malloc_trim(0) returns their whole pages to the OS "
-                "(`memforensics trim PID`), unless an earlier trim already did "
-                "(`memforensics inspect` shows what is still resident).",
-                "warn",
-            )
-        )
+    top_known = bool(figures) and figures[0].top_bytes is not None
+    trim = _trim_advice(dump, trim_release, page_bytes, machine_page, top_known)
+    if trim is not None:
+        advice.append(trim)
     small_free = free_bytes - page_free - top_free
     if free_bytes >= _WORTH_MENTIONING_BYTES and small_free >= _SMALL_CHUNK_SHARE * free_bytes:
         advice.append(
@@ -372,9 +433,18 @@ def _notes(dump: HeapDump) -> tuple[str, ...]:
     )
 
 
-def analyze(dump: HeapDump) -> HeapAnalysis:
-    """Compute every figure, the histogram and the advice for ``dump``."""
-    sums = dump_sums(dump.arenas, _CLASS_LIMITS_BYTES)
+def analyze(dump: HeapDump, *, page_bytes: int | None = None) -> HeapAnalysis:
+    """Compute every figure, the histogram and the advice for ``dump``.
+
+    ``page_bytes``: the page size of the machine the dump came from, for the trim estimate;
+    None: this machine's (said in the advice).
+    """
+    machine_page = page_bytes is None
+    page = machine_page_bytes() if page_bytes is None else page_bytes
+    # Lines the parser judged implausible for their arena are not flagged by the vectorised
+    # sums (they judge values alone): such dumps (old glibc, small) take the exact path.
+    judged = any(a.implausible for a in dump.arenas)
+    sums = None if judged else dump_sums(dump.arenas, _CLASS_LIMITS_BYTES)
     if sums is None:
         figures = tuple(arena_figures(a) for a in dump.arenas)
         rows = histogram(dump.arenas)
@@ -384,11 +454,22 @@ def analyze(dump: HeapDump) -> HeapAnalysis:
             for a, bins, suspect in zip(dump.arenas, sums.bins, sums.suspect, strict=True)
         )
         rows = _rows(sums.class_chunks, sums.class_bytes)
+    main_top = figures[0].top_bytes if figures and figures[0].index == 0 else None
+    release = trim_release_bytes(dump.arenas, main_top, page_bytes=page)
     return HeapAnalysis(
         dump=dump,
         arenas=figures,
         histogram=rows,
-        advice=advise(dump, figures, rows),
+        advice=advise(
+            dump,
+            figures,
+            rows,
+            trim_release=release,
+            page_bytes=page,
+            machine_page=machine_page,
+        ),
         notes=_notes(dump),
         page_or_larger_free_bytes=sum(r.bytes for r in rows if r.page_or_larger),
+        trim_release_bytes=release,
+        page_bytes=page,
     )

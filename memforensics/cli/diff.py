@@ -18,10 +18,11 @@ Examples:
   memforensics diff yesterday.xml today.xml
   memforensics diff --json before.xml after.xml | jq .totals.free_delta_bytes
 \b
-Arenas are matched by their number in the dump. glibc numbers arenas from the
-main arena (0) through the newest (1) to the oldest, so when a new arena appears
-between two dumps the numbers of the older ones shift; the totals stay exact.
-A file holding a series of dumps contributes its last dump.
+glibc numbers arenas from the main arena (0) through the newest (1) to the
+oldest, and a new arena becomes 1, moving the older ones up. Main is paired
+with main, the others counted from the oldest: old k is new k + (arenas added).
+Each row shows both numbers (2 → 3). A file holding a series of dumps
+contributes its last dump.
 """
 
 

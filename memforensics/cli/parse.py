@@ -58,8 +58,11 @@ def read_file(
     max_free_ratio: float | None,
     max_free_bytes: int | None,
     max_arenas: int | None,
+    page_bytes: int | None = None,
 ) -> FileResult:
-    """Parse every dump in ``name`` keeping only the last one whole (bounded memory)."""
+    """Parse every dump in ``name`` keeping only the last one whole (bounded memory).
+
+    ``page_bytes``: the page size of the dump's machine (None: this machine's)."""
     source, label = input_source(name)
     last: HeapDump | None = None
     series: list[SeriesRow] = []
@@ -79,7 +82,13 @@ def read_file(
             if dump.sequence % 50 == 49:
                 spinner.update(f"reading {label}… {dump.sequence + 1} dumps")
     assert last is not None  # iter_dumps raises when a file holds no dump
-    return FileResult(label, analyze(last), series, violations)
+    return FileResult(label, analyze(last, page_bytes=page_bytes), series, violations)
+
+
+def _power_of_two(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    if value is not None and (value < 4096 or value & (value - 1)):
+        raise click.BadParameter(f"{value} is not a page size (a power of two, 4KiB or more)")
+    return value
 
 
 @click.command(name="parse", epilog=EXAMPLES + "\n" + exit_codes_epilog())
@@ -111,6 +120,15 @@ def read_file(
     default=None,
     help="Gate: fail (exit 1) if there are more arenas than this.",
 )
+@click.option(
+    "--page-size",
+    "page_bytes",
+    type=SIZE,
+    default=None,
+    callback=_power_of_two,
+    help="Page size of the machine the dumps come from, for the trim estimate "
+    "(default: this machine's, e.g. 4KiB; 16KiB or 64KiB on some arm64 kernels).",
+)
 @verbose_option
 def command(
     files: tuple[str, ...],
@@ -120,6 +138,7 @@ def command(
     max_free_ratio: float | None,
     max_free_bytes: int | None,
     max_arenas: int | None,
+    page_bytes: int | None,
     verbose: bool,
 ) -> None:
     """Report on saved glibc malloc_info XML dumps (FILE, or - for stdin)."""
@@ -131,6 +150,7 @@ def command(
             max_free_ratio=max_free_ratio,
             max_free_bytes=max_free_bytes,
             max_arenas=max_arenas,
+            page_bytes=page_bytes,
         )
         results.append(result)
         if not as_json:

@@ -6,7 +6,7 @@ from abc import abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from operator import and_, lt, not_
+from operator import and_, gt, lt, mul, not_, sub
 from typing import Literal
 
 BucketKind = Literal["fast", "bin", "unsorted"]
@@ -57,6 +57,40 @@ def bucket_kind(tag: str, from_bytes: int, to_bytes: int) -> BucketKind:
 def is_suspect(total_bytes: int, count: int) -> bool:
     """True for counters no real heap prints (old glibc's uninitialised <unsorted> slot)."""
     return count >= SUSPECT_COUNT or total_bytes >= SUSPECT_BYTES
+
+
+# The smallest chunk glibc has (MINSIZE on 32-bit; 32 bytes on 64-bit): no free chunk's raw
+# size field is below it.
+MIN_CHUNK_BYTES = 16
+
+
+def implausible_unsorted(bucket: SizeBucket, system_bytes: int) -> bool:
+    """True when an ``<unsorted>`` line cannot describe free chunks of an arena holding
+    ``system_bytes``: magnitudes no heap prints, ``count`` chunks that cannot lie between
+    ``from`` and ``to`` and add up to ``total``, or more chunk bytes than the arena has.
+
+    glibc <= 2.17 printed the unsorted bin's slot of malloc_info's size table without ever
+    filling it in, then added it into the arena's (and the process's) ``rest``: glibc 2.12
+    malloc/malloc.c, ``malloc_info`` -> ``mi_arena()``, ``sizes[NFASTBINS]`` (davidlt/
+    glibc-2.12-slc6 @ 32193c7ac389b562ae9c954afbe435df44792d6b); stack garbage, 1e9 to 1.4e14
+    in real dumps. From the ``__malloc_info`` rewrite on (about 2.18; seen in the 2.22-2.24
+    tree xen0n/glibc @ 37f5c73130b69e48a7c7ef5a2d09f2255c5dd6f2) the unsorted bin is walked
+    like the others, and a real line passes these checks.
+    """
+    low, high = bucket.from_bytes, bucket.to_bytes
+    total, count = bucket.total_bytes, bucket.count
+    if is_suspect(total, count):
+        return True
+    if count == 0:
+        return total != 0
+    # Each chunk's raw size lies in [from, to] (MIN_CHUNK_BYTES at least), so the total lies
+    # in [count * from, count * to]; minus the PREV_INUSE bit per chunk, it fits the arena.
+    return (
+        low < MIN_CHUNK_BYTES
+        or low > high
+        or not count * low <= total <= count * high
+        or total - count > system_bytes
+    )
 
 
 _KIND_BY_FAST: tuple[BucketKind, BucketKind] = ("bin", "fast")
@@ -144,6 +178,20 @@ class BucketColumns:
             return [False] * len(self.counts)
         return list(map(is_suspect, self.totals, self.counts))
 
+    def free_chunk_bytes(self) -> int:
+        """Bytes of the free chunks of every line that is not suspect, glibc's PREV_INUSE
+        artefact removed (SizeBucket.chunk_bytes, summed)."""
+        counts, totals = self.counts, self.totals
+        if self.any_suspect:
+            keep = list(map(not_, self.suspects()))
+            counts, totals = list(compress(counts, keep)), list(compress(totals, keep))
+            fast, tos = list(compress(self.fast, keep)), list(compress(self.tos, keep))
+        else:
+            fast, tos = self.fast, self.tos
+        # `(to & 1) > fast`: odd and not a fastbin, the lines printed with PREV_INUSE.
+        prev_inuse = map(gt, map(and_, tos, repeat(1)), fast)
+        return sum(map(max, map(sub, totals, map(mul, counts, prev_inuse)), repeat(0)))
+
     def bin_sums(self) -> tuple[int, int]:
         """(chunks, bytes) over the lines that are not fastbins: what glibc sums into rest."""
         return (
@@ -164,6 +212,10 @@ class ColumnarSizes(Sequence[SizeBucket]):
     def line_codes(self) -> tuple[list[int], list[int]]:
         """See :func:`line_codes`."""
         return _line_codes_of(self.columns())
+
+    def lines_over(self, chunk_bytes: int) -> list[SizeBucket]:
+        """See :func:`lines_over`."""
+        return _lines_over(self.columns(), chunk_bytes)
 
 
 # Kinds by line code; a suspect line's code is its kind's plus 3.
@@ -192,6 +244,34 @@ def _line_codes_of(columns: BucketColumns) -> tuple[list[int], list[int]]:
     return codes, numbers
 
 
+def lines_over(sizes: Sequence[SizeBucket], chunk_bytes: int) -> list[SizeBucket]:
+    """The lines, neither fastbins nor suspect, whose mean chunk is over ``chunk_bytes``
+    (PREV_INUSE artefact removed): with a page size, the only lines a whole page can lie in.
+    Built from columns, so a big table makes objects for those lines alone."""
+    if isinstance(sizes, ColumnarSizes):
+        return sizes.lines_over(chunk_bytes)
+    return [
+        b
+        for b in sizes
+        if b.kind != "fast" and not b.suspect and b.chunk_bytes > b.count * chunk_bytes
+    ]
+
+
+def _lines_over(columns: BucketColumns, chunk_bytes: int) -> list[SizeBucket]:
+    counts, totals, tos, fast = columns.counts, columns.totals, columns.tos, columns.fast
+    prev_inuse = map(gt, map(and_, tos, repeat(1)), fast)  # odd and not fast
+    sizes = map(sub, totals, map(mul, counts, prev_inuse))
+    keep = list(map(gt, sizes, map(mul, counts, repeat(chunk_bytes))))
+    if columns.any_suspect:
+        keep = list(map(and_, keep, map(not_, columns.suspects())))
+    keep = list(map(and_, keep, map(not_, fast)))  # fastbins: at most 128 bytes anyway
+    kinds, froms = columns.kinds, columns.froms
+    return [
+        SizeBucket(kinds[i], froms[i], tos[i], totals[i], counts[i])
+        for i in compress(range(len(keep)), keep)
+    ]
+
+
 def bucket_columns(sizes: Sequence[SizeBucket]) -> BucketColumns:
     """The columns of any bucket table: the parser's lazy table or a tuple of buckets."""
     if isinstance(sizes, ColumnarSizes):
@@ -199,14 +279,23 @@ def bucket_columns(sizes: Sequence[SizeBucket]) -> BucketColumns:
     return BucketColumns.from_buckets(sizes)
 
 
-def top_chunk_bytes(arena: Arena, bin_chunks: int, bin_bytes: int) -> int | None:
-    """The top chunk's bytes from rest and the sums of the non-fast bins (None: not counted).
+def rest_counts_top(arena: Arena, bin_chunks: int) -> bool:
+    """Whether ``rest`` counts the top chunk, from the sums of every non-fast line.
 
-    glibc 2.31 added top to ``rest`` as one extra block (BZ #24026).
+    glibc 2.31 added top to ``rest`` as one extra block (BZ #24026; cherry-picked into some
+    2.29/2.30 distribution builds, so no version number decides): rest's count is then one
+    more than the bins', where 2.27-2.30 print exactly the bins'. Implausible lines taken out
+    of ``rest`` by the parser are taken out of the bins here too.
     """
-    if arena.rest_chunks != bin_chunks + 1:
+    return arena.rest_chunks == bin_chunks - arena.implausible_rest[0] + 1
+
+
+def top_chunk_bytes(arena: Arena, bin_chunks: int, bin_bytes: int) -> int | None:
+    """The top chunk's bytes from rest and the sums of every non-fast line (None: ``rest``
+    does not count top, so the dump does not say; see :func:`rest_counts_top`)."""
+    if not rest_counts_top(arena, bin_chunks):
         return None
-    top = arena.rest_bytes - bin_bytes
+    top = arena.rest_bytes - (bin_bytes - arena.implausible_rest[1])
     return top if top >= 0 else None
 
 
@@ -262,6 +351,23 @@ class Arena(FreeFigures):
     subheaps: int | None = None  # glibc >= 2.27, non-main arenas only
     line: int = 0
     extra: tuple[tuple[str, str], ...] = ()  # unknown elements/attributes, kept verbatim
+    # <unsorted> lines the parser judged implausible (implausible_unsorted): flagged suspect
+    # in ``sizes``; when ``implausible_in_rest``, glibc had added them into rest and
+    # rest_chunks/rest_bytes are given without them.
+    implausible: tuple[SizeBucket, ...] = ()
+    implausible_in_rest: bool = False
+
+    @property
+    def implausible_rest(self) -> tuple[int, int]:
+        """(chunks, bytes) the parser took out of glibc's ``rest``: the implausible lines'."""
+        if not self.implausible_in_rest:
+            return 0, 0
+        return sum(b.count for b in self.implausible), sum(b.total_bytes for b in self.implausible)
+
+    @property
+    def rest_includes_top(self) -> bool:
+        """Whether this glibc counts the top chunk in ``rest`` (2.31+): see rest_counts_top."""
+        return rest_counts_top(self, bucket_columns(self.sizes).bin_sums()[0])
 
     @property
     def top_bytes(self) -> int | None:
@@ -273,9 +379,26 @@ class Arena(FreeFigures):
         return top_chunk_bytes(self, *bucket_columns(self.sizes).bin_sums())
 
     @property
+    def free_chunk_bytes(self) -> int:
+        """Bytes of the free chunks in the arena's bins and fastbins, as its size lines give
+        them: PREV_INUSE artefact removed, suspect lines left out, top never included. The
+        same figure whatever the glibc version (unlike ``free_bytes``, which is ``rest`` as
+        printed: with top from 2.31 on)."""
+        return bucket_columns(self.sizes).free_chunk_bytes()
+
+    @property
+    def free_chunk_bytes_with_top(self) -> int | None:
+        """``free_chunk_bytes`` plus the top chunk: what a complete walk of the arena's free
+        lists and top finds. None where the dump does not contain the top (glibc < 2.31:
+        ``rest_includes_top`` is False): add a top measured elsewhere, or say it is unknown;
+        never read None as 0."""
+        top = self.top_bytes
+        return None if top is None else self.free_chunk_bytes + top
+
+    @property
     def suspect(self) -> bool:
         """True when glibc printed implausible numbers (old uninitialised counters)."""
-        return bucket_columns(self.sizes).any_suspect
+        return bool(self.implausible) or bucket_columns(self.sizes).any_suspect
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,6 +422,12 @@ class HeapDump(FreeFigures):
     sequence: int = 0  # position of this dump in a file holding a series
     extra: tuple[tuple[str, str], ...] = ()
     notes: tuple[str, ...] = field(default=())  # what the parser noticed about the dialect
+
+    @property
+    def rest_includes_top(self) -> bool | None:
+        """Whether this dump's glibc counts each arena's top chunk in ``rest`` (2.31+),
+        judged on the main arena (one glibc printed them all); None without arenas."""
+        return self.arenas[0].rest_includes_top if self.arenas else None
 
     @property
     def all_zero(self) -> bool:

@@ -29,7 +29,8 @@ def _cell(figures: Figures | None, name: str) -> str:
 def render_diff(
     diff: HeapDiff, *, old_name: str, new_name: str, show_unchanged: bool
 ) -> RenderableType:
-    """Totals then one row per arena index, growth in red, shrinkage in green."""
+    """Totals then one row per arena (its old and new number), growth in red, shrinkage in
+    green."""
     totals = Table(title=f"{old_name} → {new_name}", title_justify="left", box=box.ROUNDED)
     totals.add_column("", style="bold")
     totals.add_column("old", justify="right")
@@ -61,7 +62,10 @@ def render_diff(
         _signed(diff.mmap_delta_bytes) if diff.mmap_delta_bytes is not None else "n/a",
     )
     arenas = Table(
-        title="arenas (matched by index)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
+        title="arenas, old → new number (a new arena is 1; older ones move up)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
     )
     arenas.add_column("arena", justify="right", no_wrap=True, min_width=5)
     arenas.add_column("", no_wrap=True)
@@ -72,10 +76,20 @@ def render_diff(
         if delta.change == "unchanged" and not show_unchanged:
             hidden += 1
             continue
-        arenas.add_row(str(delta.index), _change_label(delta), *_delta_cells(delta))
+        arenas.add_row(_numbers(delta), _change_label(delta), *_delta_cells(delta))
     if hidden:
         arenas.caption = f"{hidden} unchanged arenas hidden (--all shows them)"
-    return Group(totals, arenas)
+    notes = [Text(f"· {note}", style="dim") for note in diff.notes]
+    return Group(totals, arenas, *notes)
+
+
+def _numbers(delta: ArenaDelta) -> str:
+    """The arena's number in OLD and NEW: ``3``, ``1 → 2``, ``— → 1``, ``2 → —``."""
+    if delta.old_index == delta.new_index:
+        return str(delta.index)
+    old = "—" if delta.old_index is None else str(delta.old_index)
+    new = "—" if delta.new_index is None else str(delta.new_index)
+    return f"{old} → {new}"
 
 
 def _change_label(delta: ArenaDelta) -> Text:
@@ -120,6 +134,8 @@ def diff_json(diff: HeapDiff, *, old_name: str, new_name: str) -> dict[str, Any]
         "arenas": [
             {
                 "index": d.index,
+                "old_index": d.old_index,
+                "new_index": d.new_index,
                 "change": d.change,
                 "old": _figures_json(d.old),
                 "new": _figures_json(d.new),
@@ -129,4 +145,5 @@ def diff_json(diff: HeapDiff, *, old_name: str, new_name: str) -> dict[str, Any]
             }
             for d in diff.arenas
         ],
+        "notes": list(diff.notes),
     }

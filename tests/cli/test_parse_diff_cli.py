@@ -154,3 +154,58 @@ def test_diff_json_and_human(tmp_path: Path, dump_file: Path) -> None:
 def test_diff_refuses_two_stdins(dump_file: Path) -> None:
     result = run("diff", "-", "-", input=MODERN)
     assert result.exit_code == 2 and "only one of OLD and NEW" in result.stderr
+
+
+FIXTURES = Path(__file__).resolve().parent.parent.parent / "fixtures"
+
+
+def test_diff_shows_which_old_arena_is_which_new_one_after_a_new_arena() -> None:
+    """A new arena becomes 1 and pushes the older ones up: the diff pairs old k with new k+1,
+    shows both numbers, and reports only the new arena as a change."""
+    old = str(FIXTURES / "derived/threads-fragmented-one-arena-earlier.xml")
+    new = str(FIXTURES / "threads-fragmented.xml")
+    document = json.loads(run("diff", "--json", old, new).stdout)
+    assert missing_keys(document, "memforensics/heap-diff/1") == []
+    arenas = document["arenas"]
+    assert [(a["old_index"], a["new_index"], a["change"]) for a in arenas[:3]] == [
+        (0, 0, "unchanged"),
+        (None, 1, "appeared"),
+        (1, 2, "unchanged"),
+    ]
+    assert [a["change"] for a in arenas].count("unchanged") == 15
+    assert arenas[-1]["old_index"] == 14 and arenas[-1]["new_index"] == 15
+    human = run("diff", old, new).stdout
+    assert "15 unchanged arenas hidden" in human
+    assert "— → 1" in human and "appeared" in human
+    everything = run("diff", "--all", old, new).stdout
+    assert "1 → 2" in everything and "14 → 15" in everything
+
+
+def test_parse_old_glibc_garbage_unsorted_gives_no_absurd_totals() -> None:
+    """glibc <= 2.17's uninitialised <unsorted> slot is kept out of free and in use (it would
+    read "free 128 TiB, in use 0 B")."""
+    path = str(FIXTURES / "dialects/glibc-2.12-nested.xml")
+    human = run("parse", path).stdout
+    assert "TiB" not in human.split("free chunks by size")[0]
+    document = json.loads(run("parse", "--json", path).stdout)
+    totals = document["totals"]
+    assert totals["free_bytes"] == (992 + 24192) + (1280 + 1339)
+    assert totals["in_use_bytes"] == totals["system_bytes"] - totals["free_bytes"]
+    assert totals["suspect"] is True
+    main = document["arenas"][0]
+    assert main["suspect"] is True and main["rest_bytes"] == 24192
+    assert [s["suspect"] for s in main["sizes"] if s["kind"] == "unsorted"] == [True]
+    assert any("kept out of rest" in note for note in document["notes"])
+
+
+def test_parse_page_size_option_reaches_the_trim_advice() -> None:
+    path = str(FIXTURES / "threads-fragmented.xml")
+    default = json.loads(run("parse", "--json", path).stdout)
+    (message,) = [a["message"] for a in default["advice"] if a["code"] == "trim-would-release"]
+    assert "this machine's page size" in message
+    given = json.loads(run("parse", "--json", "--page-size", "4KiB", path).stdout)
+    (message,) = [a["message"] for a in given["advice"] if a["code"] == "trim-would-release"]
+    assert message.startswith("19.0 MiB") and "4 KiB pages" in message
+    assert "this machine" not in message
+    bad = run("parse", "--page-size", "5000", path)
+    assert bad.exit_code == 2 and "power of two" in bad.stderr

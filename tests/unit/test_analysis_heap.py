@@ -157,7 +157,8 @@ def test_gates_name_arena_and_value_and_skip_tiny_arenas() -> None:
     assert check_gates(dump, max_arenas=2)[0].message == "arenas: 3 > 2"
 
 
-def test_diff_matches_by_index_and_reports_appearing_arenas() -> None:
+def test_diff_pairs_main_with_main_and_the_others_from_the_end() -> None:
+    """glibc's new arena is 1 and pushes the older ones up: old 1 is new 2."""
     old = parse_dump(
         dump_xml([arena_xml(0, system=MiB, buckets=[]), arena_xml(1, system=MiB, buckets=[])])
     )
@@ -171,16 +172,17 @@ def test_diff_matches_by_index_and_reports_appearing_arenas() -> None:
         )
     )
     diff = diff_dumps(old, new)
-    assert [(d.index, d.change) for d in diff.arenas] == [
-        (0, "unchanged"),
-        (1, "changed"),
-        (2, "appeared"),
+    assert [(d.old_index, d.new_index, d.change) for d in diff.arenas] == [
+        (0, 0, "unchanged"),
+        (None, 1, "appeared"),
+        (1, 2, "unchanged"),
     ]
-    assert diff.arenas[1].delta("system_bytes") == 2 * MiB
-    assert diff.arenas[2].old is None and diff.arenas[2].delta("system_bytes") == MiB
+    assert [d.index for d in diff.arenas] == [0, 1, 2]
+    assert diff.arenas[1].old is None and diff.arenas[1].delta("system_bytes") == 3 * MiB
+    assert diff.arenas[2].delta("system_bytes") == 0
     assert diff.total_delta("system_bytes") == 3 * MiB
     back = diff_dumps(new, old)
-    assert back.arenas[2].change == "vanished"
+    assert [(d.old_index, d.new_index, d.change) for d in back.arenas][1] == (1, None, "vanished")
 
 
 # ------------------------------------------------------------------------------------------

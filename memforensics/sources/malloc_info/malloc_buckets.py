@@ -112,16 +112,56 @@ class SizeTable(ColumnarSizes):
     lines.
     """
 
-    __slots__ = ("_array", "_buckets", "_codes", "_columns", "_count", "_first_line", "_raw")
+    __slots__ = (
+        "_array",
+        "_buckets",
+        "_codes",
+        "_columns",
+        "_count",
+        "_first_line",
+        "_flagged",
+        "_raw",
+    )
 
-    def __init__(self, raw: bytes, count: int | None, first_line: int):
+    def __init__(
+        self, raw: bytes, count: int | None, first_line: int, flagged: tuple[int, ...] = ()
+    ):
         self._raw = raw
         self._count = count  # None: counted on first len()
         self._first_line = first_line
+        # Lines judged suspect beyond their own values (implausible for their arena).
+        self._flagged = flagged
         self._array: Any = None
         self._codes: Any = None  # line codes as a numpy array, where decoded in bulk
         self._columns: BucketColumns | None = None
         self._buckets: tuple[SizeBucket, ...] | None = None
+
+    def flagged(self, positions: tuple[int, ...]) -> SizeTable:
+        """This table with the lines at ``positions`` suspect, whatever their values."""
+        return SizeTable(self._raw, self._count, self._first_line, self._flagged + positions)
+
+    def unsorted_lines(self) -> list[tuple[int, SizeBucket]]:
+        """The ``<unsorted>`` lines as (text offset, bucket without its line number), read
+        without decoding the table; :meth:`locate` gives a line's position and line."""
+        found = []
+        at = self._raw.find(b"<unsorted")
+        while at >= 0:
+            match = BUCKET_LINE_RE.match(self._raw, at)
+            if match is not None:  # always, in a checked table
+                low, high, total, count = map(int, match.groups()[1:])
+                bucket = SizeBucket(
+                    "unsorted", low, high, total, count, 0, is_suspect(total, count)
+                )
+                found.append((at, bucket))
+            at = self._raw.find(b"<unsorted", at + 1)
+        return found
+
+    def locate(self, offset: int) -> tuple[int, int]:
+        """(position among the lines, source line) of the bucket line at text ``offset``."""
+        # Each line opens with one "<"; the first "<" is <sizes> itself.
+        return self._raw.count(b"<", 0, offset) - 1, self._first_line + self._raw.count(
+            b"\n", 0, offset
+        )
 
     def unsorted_positions(self) -> list[int]:
         """Indexes of the ``<unsorted>`` lines."""
@@ -158,24 +198,61 @@ class SizeTable(ColumnarSizes):
             array = self._array if self._array is not None and self._array is not False else None
             if array is None:
                 numbers = decode_numbers(self._raw)
-                self._columns = BucketColumns.from_numbers(numbers, self.unsorted_positions())
+                columns = BucketColumns.from_numbers(numbers, self.unsorted_positions())
             else:
-                self._columns = _columns_of_array(array, self.unsorted_positions())
+                columns = _columns_of_array(array, self.unsorted_positions())
+            if self._flagged:
+                flags = list(columns.suspects())
+                for position in self._flagged:
+                    flags[position] = True
+                columns.flagged = flags
+            self._columns = columns
         return self._columns
 
     def line_codes(self) -> tuple[list[int], list[int]]:
         """Line codes and flat numbers (model.heap.line_codes), by numpy where decoded so."""
         array = self._array if self._array is not None and self._array is not False else None
         if array is None:
-            return super().line_codes()
+            return super().line_codes()  # from columns(), flags included
         if self._codes is not None:
-            return self._codes.tolist(), array.tolist()
-        froms, tos, totals, counts = array[0::4], array[1::4], array[2::4], array[3::4]
-        codes = (((tos & 1) == 0) & (froms < tos)).astype("int8")
-        codes[self.unsorted_positions()] = 2
-        suspect = (counts >= SUSPECT_COUNT) | (totals >= SUSPECT_BYTES)
-        codes += suspect.astype("int8") * SUSPECT_CODE_OFFSET
-        return codes.tolist(), array.tolist()
+            codes = self._codes.tolist()
+        else:
+            froms, tos, totals, counts = array[0::4], array[1::4], array[2::4], array[3::4]
+            coded = (((tos & 1) == 0) & (froms < tos)).astype("int8")
+            coded[self.unsorted_positions()] = 2
+            suspect = (counts >= SUSPECT_COUNT) | (totals >= SUSPECT_BYTES)
+            coded += suspect.astype("int8") * SUSPECT_CODE_OFFSET
+            codes = coded.tolist()
+        for position in self._flagged:
+            if codes[position] < SUSPECT_CODE_OFFSET:
+                codes[position] += SUSPECT_CODE_OFFSET
+        return codes, array.tolist()
+
+    def lines_over(self, chunk_bytes: int) -> list[SizeBucket]:
+        """model.heap.lines_over, by numpy where the table was decoded in bulk."""
+        array = self._array if self._array is not None and self._array is not False else None
+        if array is None or self._codes is None:
+            return super().lines_over(chunk_bytes)
+        tos, totals, counts = array[1::4], array[2::4], array[3::4]
+        # Line codes (model.heap.LINE_KINDS): 0 a bin, 2 unsorted; fastbins and suspect
+        # lines (3 and up) never qualify. Odd sizes carry PREV_INUSE once per chunk.
+        codes = self._codes
+        candidate = (codes == 0) | (codes == 2)
+        prev_inuse = counts * (tos & 1)
+        # counts of lines that are not suspect (below SUSPECT_COUNT) times a page, and
+        # their totals, stay far below 2**64.
+        keep = candidate & (totals >= prev_inuse)
+        keep &= totals - prev_inuse > counts * numpy_module().uint64(chunk_bytes)
+        keep[list(self._flagged)] = False
+        picked = keep.nonzero()[0].tolist()
+        if not picked:
+            return []
+        rows = array.reshape(-1, 4)[picked].tolist()
+        kinds = codes[picked].tolist()
+        return [
+            SizeBucket("unsorted" if kind == 2 else "bin", *row)
+            for kind, row in zip(kinds, rows, strict=True)
+        ]
 
     def _materialize(self) -> tuple[SizeBucket, ...]:
         if self._buckets is None:
@@ -187,14 +264,15 @@ class SizeTable(ColumnarSizes):
                 previous = match.start()
                 lines.append(line)
             self._buckets = tuple(
-                SizeBucket(kind, low, high, total, count, at, is_suspect(total, count))
-                for kind, low, high, total, count, at in zip(
+                SizeBucket(kind, low, high, total, count, at, suspect)
+                for kind, low, high, total, count, at, suspect in zip(
                     columns.kinds,
                     columns.froms,
                     columns.tos,
                     columns.totals,
                     columns.counts,
                     lines,
+                    columns.suspects(),
                     strict=True,
                 )
             )

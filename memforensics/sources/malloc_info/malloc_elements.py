@@ -9,6 +9,7 @@ Unknown elements and attributes are kept verbatim in ``extra`` rather than refus
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
@@ -16,8 +17,19 @@ from typing import Any, cast
 from lxml import etree
 
 from memforensics.errors import InputDataError
-from memforensics.model.heap import Arena, HeapDump, SizeBucket, bucket_kind, is_suspect
-from memforensics.sources.malloc_info.malloc_buckets import arena_from_text, checked_table
+from memforensics.model.heap import (
+    Arena,
+    HeapDump,
+    SizeBucket,
+    bucket_kind,
+    implausible_unsorted,
+    is_suspect,
+)
+from memforensics.sources.malloc_info.malloc_buckets import (
+    SizeTable,
+    arena_from_text,
+    checked_table,
+)
 
 _MAX_VALUE = (1 << 64) - 1
 _OTHER_ALLOCATORS = {
@@ -196,8 +208,50 @@ def arena_of(heap: etree._Element, source: str, text: re.Match[bytes] | None = N
     ``text``: the arena pattern matched on the element's source text, where the reader has it.
     """
     arena = arena_from_text(heap, text)
-    if arena is not None:
+    return _unsorted_judged(arena if arena is not None else _arena_careful(heap, source))
+
+
+def _unsorted_judged(arena: Arena) -> Arena:
+    """``arena`` with its implausible ``<unsorted>`` lines flagged suspect and, where glibc
+    had added them into rest, taken out of it (see model.heap.implausible_unsorted).
+
+    glibc <= 2.17 added its never-filled unsorted slot into rest once the arena was in use:
+    rest then holds at least the line's count and total. An arena it was never in use for
+    printed the slot alone; rest is left as printed there.
+    """
+    sizes = arena.sizes
+    if isinstance(sizes, SizeTable):
+        lines = sizes.unsorted_lines()  # one line read: the table stays undecoded
+    else:
+        lines = [(i, b) for i, b in enumerate(sizes) if b.kind == "unsorted"]
+    bad = [(i, b) for i, b in lines if implausible_unsorted(b, arena.system_bytes)]
+    if not bad:
         return arena
+    if isinstance(sizes, SizeTable):  # text offsets to positions and source lines
+        located = [(sizes.locate(at), b) for at, b in bad]
+        bad = [(i, dataclasses.replace(b, line=line)) for (i, line), b in located]
+    positions = tuple(i for i, _ in bad)
+    flagged = tuple(dataclasses.replace(b, suspect=True) for _, b in bad)
+    chunks, total = sum(b.count for b in flagged), sum(b.total_bytes for b in flagged)
+    in_rest = arena.rest_chunks >= chunks and arena.rest_bytes >= total
+    new_sizes: Sequence[SizeBucket]
+    if isinstance(sizes, SizeTable):
+        new_sizes = sizes.flagged(positions)
+    else:
+        by_position = dict(zip(positions, flagged, strict=True))
+        new_sizes = tuple(by_position.get(i, b) for i, b in enumerate(sizes))
+    return dataclasses.replace(
+        arena,
+        sizes=new_sizes,
+        rest_chunks=arena.rest_chunks - chunks if in_rest else arena.rest_chunks,
+        rest_bytes=arena.rest_bytes - total if in_rest else arena.rest_bytes,
+        implausible=flagged,
+        implausible_in_rest=in_rest,
+    )
+
+
+def _arena_careful(heap: etree._Element, source: str) -> Arena:
+    """The arena of a ``<heap>`` of any other shape, element by element."""
     line = line_of(heap)
     index = _number(heap.get("nr"), "<heap> nr", source, line)
     totals = _Totals()
@@ -258,11 +312,34 @@ def _dialect_notes(dump_totals: _Totals, arenas: list[Arena]) -> tuple[str, ...]
     if dump_totals.mmap is None:
         notes.append("no mmap total: glibc before ~2.17 did not print one")
     # Deciding from the main arena alone keeps parsing lazy; every arena of one glibc agrees.
-    if arenas and arenas[0].top_bytes is not None:
+    if arenas and arenas[0].rest_includes_top:
         notes.append("rest includes each arena's top chunk (glibc >= 2.31)")
     elif arenas:
         notes.append("rest excludes the top chunk (glibc before 2.31): in-use includes it")
+    for in_rest in (True, False):
+        judged = [a.index for a in arenas if a.implausible and a.implausible_in_rest == in_rest]
+        if judged:
+            where = f"arena{'s' if len(judged) > 1 else ''} {', '.join(map(str, judged))}"
+            notes.append(
+                f"{where}: an implausible <unsorted> line (glibc <= 2.17 printed a slot it never "
+                "filled in) is flagged suspect and "
+                + (
+                    "kept out of rest, free and in use (glibc had added it in)"
+                    if in_rest
+                    else "left out of the histogram (rest did not include it)"
+                )
+            )
     return tuple(notes)
+
+
+def _without_implausible(rest: tuple[int, int], arenas: list[Arena]) -> tuple[int, int]:
+    """The process's rest without what the parser took out of its arenas' rest (glibc
+    printed the process totals as the sums of the arenas' figures as printed)."""
+    chunks = sum(a.implausible_rest[0] for a in arenas)
+    size = sum(a.implausible_rest[1] for a in arenas)
+    if chunks > rest[0] or size > rest[1]:
+        return rest  # not the sums of these arenas (an excerpt): left as printed
+    return rest[0] - chunks, rest[1] - size
 
 
 def dump_of(elem: etree._Element, arenas: list[Arena], source: str, sequence: int) -> HeapDump:
@@ -277,13 +354,14 @@ def dump_of(elem: etree._Element, arenas: list[Arena], source: str, sequence: in
     totals.require("<malloc>", source, line_of(elem))
     assert totals.rest is not None and totals.system_current is not None
     assert totals.system_max is not None
+    rest_chunks, rest_bytes = _without_implausible(totals.rest, arenas)
     return HeapDump(
         version=version,
         arenas=tuple(arenas),
         fast_chunks=totals.fast[0] if totals.fast else None,
         fast_bytes=totals.fast[1] if totals.fast else None,
-        rest_chunks=totals.rest[0],
-        rest_bytes=totals.rest[1],
+        rest_chunks=rest_chunks,
+        rest_bytes=rest_bytes,
         mmap_chunks=totals.mmap[0] if totals.mmap else None,
         mmap_bytes=totals.mmap[1] if totals.mmap else None,
         system_bytes=totals.system_current,
