@@ -20,6 +20,7 @@ HERE = Path(__file__).parent
 SYSTEM_PACKAGES = (
     "gdb",
     "gcc",
+    "gcc-multilib",  # cc -m32: the 32-bit target that inspect refuses
     "systemd-journal-remote",
     "libjemalloc2",
     "libtcmalloc-minimal4",

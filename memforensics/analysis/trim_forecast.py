@@ -27,7 +27,8 @@ NOTES_ALWAYS = (
     "tcache chunks (up to 7 per size per thread) look in-use in malloc_info and are not trimmed",
     "fastbin chunks are merged first; they are at most 128 bytes and add at most a page each",
     "non-main arenas keep their top chunk: malloc_trim releases only the main arena's top",
-    "the main arena keeps M_TOP_PAD (128 KiB by default) only on free(); malloc_trim(0) pads 0",
+    "the main arena keeps M_TOP_PAD (128 KiB by default) only on free(); malloc_trim pads only "
+    "by its argument (--pad)",
 )
 
 
@@ -43,10 +44,15 @@ def _expected_whole_pages_bytes(chunk_bytes: float, page_bytes: int) -> float:
 
 
 def estimate_buckets_releasable(
-    buckets: Iterable[SizeBucket], resident_share: float, *, page_bytes: int, top_bytes: int = 0
+    buckets: Iterable[SizeBucket],
+    resident_share: float,
+    *,
+    page_bytes: int,
+    top_bytes: int = 0,
+    pad_bytes: int = 0,
 ) -> int:
-    """Bytes malloc_trim should release from these dump lines (and a main-arena top of
-    ``top_bytes``) by the XML alone, scaled by the share that is resident."""
+    """Bytes malloc_trim(``pad_bytes``) should release from these dump lines (and a
+    main-arena top of ``top_bytes``) by the XML alone, scaled by the share that is resident."""
     whole_pages = 0.0
     for bucket in buckets:
         if bucket.count <= 0 or bucket.kind == "fast":
@@ -54,21 +60,24 @@ def estimate_buckets_releasable(
         whole_pages += bucket.count * _expected_whole_pages_bytes(
             bucket.chunk_bytes / bucket.count, page_bytes
         )
-    whole_pages += glibc.systrim_release_bytes(top_bytes, page_bytes) if top_bytes else 0
+    whole_pages += glibc.systrim_release_bytes(top_bytes, page_bytes, pad_bytes) if top_bytes else 0
     return int(whole_pages * min(max(resident_share, 0.0), 1.0))
 
 
-def estimate_arena_releasable(arena: Arena, resident_share: float, *, page_bytes: int) -> int:
+def estimate_arena_releasable(
+    arena: Arena, resident_share: float, *, page_bytes: int, pad_bytes: int = 0
+) -> int:
     """Bytes malloc_trim should release from ``arena`` by the XML alone, scaled by residency."""
     return estimate_buckets_releasable(
         arena.sizes,
         resident_share,
         page_bytes=page_bytes,
         top_bytes=(arena.top_bytes or 0) if arena.index == 0 else 0,
+        pad_bytes=pad_bytes,
     )
 
 
-def _xml_row(arena: Arena, residency: HeapResidency | None, page_bytes: int) -> int:
+def _xml_row(arena: Arena, residency: HeapResidency | None, page_bytes: int, pad_bytes: int) -> int:
     """An arena with no walk at all: the XML scaled by the resident share known for it."""
     measured = residency.arena(arena.index) if residency is not None else None
     share = 1.0
@@ -78,13 +87,16 @@ def _xml_row(arena: Arena, residency: HeapResidency | None, page_bytes: int) -> 
         share = measured.resident_bytes / measured.mapped_bytes
     elif residency is not None and residency.heap_mapped_bytes:
         share = residency.heap_resident_bytes / residency.heap_mapped_bytes
-    return estimate_arena_releasable(arena, share, page_bytes=page_bytes)
+    return estimate_arena_releasable(arena, share, page_bytes=page_bytes, pad_bytes=pad_bytes)
 
 
 def forecast_trim(
-    dump: HeapDump, residency: HeapResidency | None, *, page_bytes: int
+    dump: HeapDump, residency: HeapResidency | None, *, page_bytes: int, pad_bytes: int = 0
 ) -> TrimForecast:
-    """Bytes malloc_trim(0) can release: whole resident pages inside free chunks + main top.
+    """Bytes malloc_trim(``pad_bytes``) can release: whole resident pages inside free chunks
+    plus the main arena's top beyond the pad when it ends at the program break.
+
+    ``residency`` must have been built for the same ``pad_bytes`` (its trimmable figures are).
 
     Per arena the same figures as the residency: what the walk measured plus, for the bins it
     could not read, the XML estimate; arenas never walked are estimated from their size
@@ -100,19 +112,17 @@ def forecast_trim(
                 ArenaTrimForecast(
                     arena.index,
                     measured.trimmable_bytes,
-                    measured=measured.estimated_free_bytes == 0,
+                    measured=measured.estimated_free_bytes == 0 and measured.balanced,
                     estimated_bytes=estimated,
                 )
             )
             continue
-        releasable = _xml_row(arena, residency, page_bytes)
+        releasable = _xml_row(arena, residency, page_bytes, pad_bytes)
         rows.append(ArenaTrimForecast(arena.index, releasable, False, estimated_bytes=releasable))
     all_measured = bool(rows) and all(row.measured for row in rows)
     not_resident = (
-        free_not_resident_bytes(dump, residency)
-        if residency is not None
-        and len(residency.arenas) == len(dump.arenas)
-        and residency.free_resident_bytes is not None
+        free_not_resident_bytes(residency)
+        if residency is not None and len(residency.arenas) == len(dump.arenas)
         else None
     )
     releasable_total = sum(row.releasable_bytes for row in rows)

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from memforensics.analysis.oom_select import scan
+from memforensics.analysis.residency import residency_figures
 from memforensics.entry.collect_state import (
     CollectState,
     count_new_kills,
@@ -169,15 +170,19 @@ def inspect_target(
         )
         return down, spent
     dump = inspection.analysis.dump
-    waterfall = inspection.waterfall
+    headline = (
+        residency_figures(dump, inspection.residency) if inspection.residency is not None else None
+    )
     figures = TargetFigures(
         heap_free_bytes=dump.free_bytes,
         heap_in_use_bytes=dump.in_use_bytes,
         heap_system_bytes=dump.system_bytes,
-        heap_free_resident_bytes=waterfall.get("arena_free_resident") if waterfall else None,
+        heap_free_resident_bytes=headline.free_resident_bytes if headline else None,
         heap_arenas=len(dump.arenas),
         process_resident_bytes=inspection.memory.rss_bytes,
         pause_seconds=inspection.capture.pause_seconds,
+        heap_trimmable_bytes=headline.trimmable_bytes if headline else None,
+        heap_measured_ratio=headline.measured_share if headline else None,
     )
     up = TargetResult(
         pid=pid,

@@ -29,6 +29,7 @@ from memforensics.errors import (
 )
 from memforensics.model.advice import Advice
 from memforensics.model.heap import process_source
+from memforensics.model.heapscan import HeapScan
 from memforensics.model.process import HeapResidency, ProcessFacts, ProcessMemory, Waterfall
 from memforensics.sources.gdb.gdb import GdbSession
 from memforensics.sources.gdb.gdb_capture import Capture, capture_malloc_info
@@ -45,6 +46,11 @@ if TYPE_CHECKING:
 # bytes is done again after the session (PostgreSQL backends under pgbench: 66-88 % measured
 # by the scan beside the session, 84-100 % by one right after the dump).
 RESCAN_BELOW_SHARE = 0.9
+# The read while gdb holds a single-threaded target's only thread after the dump: for heaps
+# whose process holds at most this much anonymous memory, with this time budget (bins it does
+# not reach are estimated, and the reads beside and after the session may do better).
+HELD_READ_MAX_ANON_BYTES = 64 * 1024 * 1024
+HELD_READ_BUDGET_SECONDS = 0.05
 _SETTLE_FIRST_SECONDS = 0.05
 _SETTLE_STEP_SECONDS = 0.05
 _SETTLE_MAX_READS = 6
@@ -71,12 +77,14 @@ def read_heap_residency(
     *,
     libc_path: str | None = None,
     budget_seconds: float = WALK_BUDGET_SECONDS,
+    pad_bytes: int = 0,
 ) -> HeapResidency:
-    """Read the live heap of ``pid`` (after detach) and set it against ``dump``."""
+    """Read the live heap of ``pid`` (after detach) and set it against ``dump``; trimmable
+    figures are for malloc_trim(``pad_bytes``)."""
     from memforensics.analysis.residency_build import build_residency
 
     scan = scan_heap(pid, libc_path=libc_path, budget_seconds=budget_seconds)
-    return build_residency(dump, scan)
+    return build_residency(dump, scan, pad_bytes=pad_bytes)
 
 
 def now_utc() -> datetime:
@@ -137,6 +145,7 @@ def inspect_process(
     A process that exits at any moment after the first look gives TargetExitedError.
     """
     first = procfs.check_target(pid, allow_stopped=allow_stopped)  # no such PID: exit 3
+    held_read = _read_while_held(pid, first)
     if scan is None and first.libc_path is not None:
         # No glibc mapped: the session refuses the target before anything else touches it.
         scan = BackgroundScan(pid, libc_path=first.libc_path)
@@ -144,6 +153,7 @@ def inspect_process(
         return _inspect(
             pid,
             scan,
+            held_read=held_read,
             timeout_seconds=timeout_seconds,
             gdb_path=gdb_path,
             allow_stopped=allow_stopped,
@@ -155,10 +165,27 @@ def inspect_process(
         raise
 
 
+def _read_while_held(pid: int, facts: ProcessFacts) -> Callable[[], HeapScan] | None:
+    """A heap read to run while gdb holds the caller right after the dump, for a target
+    where that read sees the very heap the dump described (one thread, so nothing else
+    runs) and costs the pause little (a small heap, and a budget of HELD_READ_BUDGET_SECONDS);
+    else None, and the reads beside and after the session stand alone."""
+    if facts.threads != 1 or facts.libc_path is None:
+        return None
+    anon = procfs.read_memory(pid).anon_bytes
+    if anon is None or anon > HELD_READ_MAX_ANON_BYTES:
+        return None
+    libc_path = facts.libc_path
+    return lambda: scan_heap(
+        pid, libc_path=libc_path, budget_seconds=HELD_READ_BUDGET_SECONDS, arenas_only=True
+    )
+
+
 def _inspect(
     pid: int,
     scan: BackgroundScan | None,
     *,
+    held_read: Callable[[], HeapScan] | None = None,
     timeout_seconds: float,
     gdb_path: str | None,
     allow_stopped: bool,
@@ -174,6 +201,7 @@ def _inspect(
             log=log,
             allow_stopped=allow_stopped,
             quiet_while_stopping=scan.gate.quiet if scan is not None else None,
+            while_held=held_read,
         )
     from memforensics.analysis.heap import analyze
     from memforensics.analysis.residency import one_verdict, residency_advice, waterfall
@@ -189,16 +217,18 @@ def _inspect(
     residency_error: str | None = None
     analysis = analyze(dump)
     try:
-        if scan is None:
-            residency = read_heap_residency(pid, dump, libc_path=facts.libc_path)
-        else:
-            residency = build_residency(dump, scan.result())
-            if residency.measured_share < RESCAN_BELOW_SHARE:
-                # The scan began before the dump: on a busy heap, lists moved in between and
-                # part of the free bytes is estimated. Read it again now, right after it.
-                again = read_heap_residency(pid, dump, libc_path=facts.libc_path)
-                if again.measured_share > residency.measured_share:
-                    residency = again
+        reads: list[HeapResidency] = []
+        beside = scan.result() if scan is not None else None
+        if isinstance(capture.held_result, HeapScan):
+            reads.append(build_residency(dump, _arenas_of(capture.held_result, beside)))
+        if beside is not None:
+            reads.append(build_residency(dump, beside))
+        if not reads or not _close_to_dump(max(reads, key=_closer_to_dump)):
+            # The scan began before the dump: on a busy heap, lists moved in between (and
+            # gdb's own call sorts the unsorted bin). Under 90 % of the dump's free bytes
+            # measured, or an arena out of balance: read it again now, right after it.
+            reads.append(read_heap_residency(pid, dump, libc_path=facts.libc_path))
+        residency = max(reads, key=_closer_to_dump)
         flow = waterfall(memory, dump, residency)
         # One verdict per question: the residency's trim advice replaces the XML's.
         analysis = replace(
@@ -219,6 +249,36 @@ def _inspect(
         extra_advice=extra,
         residency_error=residency_error,
     )
+
+
+def _arenas_of(held: HeapScan, beside: HeapScan | None) -> HeapScan:
+    """The arenas of the read made while held, with the process-wide figures (mmapped chunks,
+    stacks, anonymous memory) of the read beside the session, which the held read skips."""
+    if beside is None:
+        return held
+    return replace(
+        beside,
+        chained=held.chained,
+        arenas=held.arenas,
+        heap_mapped_bytes=held.heap_mapped_bytes,
+        heap_resident_bytes=held.heap_resident_bytes,
+        walk_seconds=held.walk_seconds,
+        walk_budget_seconds=held.walk_budget_seconds,
+        notes=held.notes,
+    )
+
+
+def _close_to_dump(residency: HeapResidency) -> bool:
+    """At least 90 % of the dump's free bytes measured, and every arena in balance."""
+    return residency.measured_share >= RESCAN_BELOW_SHARE and all(
+        a.balanced for a in residency.arenas
+    )
+
+
+def _closer_to_dump(residency: HeapResidency) -> tuple[float, int]:
+    """Orders two reads of one heap against one dump: the larger measured share of the dump's
+    free bytes, then the smaller unaccounted difference."""
+    return residency.measured_share, -sum(abs(a.unaccounted_bytes) for a in residency.arenas)
 
 
 def trim_process(pid: int, settings: TrimSettings) -> TrimResult:
@@ -246,8 +306,13 @@ def _trim(pid: int, facts: ProcessFacts, settings: TrimSettings) -> TrimResult:
     if before.rss_bytes is None:
         raise NoSuchProcessError(f"PID {pid} has no memory figures (exited?)")
     capture = capture_malloc_info(
-        pid, timeout_seconds=settings.timeout_seconds, gdb_path=settings.gdb_path, log=settings.log
+        pid,
+        timeout_seconds=settings.timeout_seconds,
+        gdb_path=settings.gdb_path,
+        log=settings.log,
+        while_held=_read_while_held(pid, facts),
     )
+    from memforensics.analysis.residency_build import build_residency
     from memforensics.analysis.trim import skip_reason
     from memforensics.analysis.trim_forecast import forecast_trim
     from memforensics.model.trim import TrimResult
@@ -264,14 +329,27 @@ def _trim(pid: int, facts: ProcessFacts, settings: TrimSettings) -> TrimResult:
     residency: HeapResidency | None = None
     residency_notes: tuple[str, ...] = ()
     try:
-        residency = read_heap_residency(pid, dump, libc_path=facts.libc_path)
+        if isinstance(capture.held_result, HeapScan):
+            residency = build_residency(dump, capture.held_result, pad_bytes=settings.pad_bytes)
+        else:
+            residency = read_heap_residency(
+                pid, dump, libc_path=facts.libc_path, pad_bytes=settings.pad_bytes
+            )
+        if not _close_to_dump(residency):
+            again = read_heap_residency(
+                pid, dump, libc_path=facts.libc_path, pad_bytes=settings.pad_bytes
+            )
+            if _closer_to_dump(again) > _closer_to_dump(residency):
+                residency = again
         residency_notes = residency.notes
     except NoSuchProcessError:
         raise
     except MemforensicsError as exc:
         residency_notes = (f"no residency figures: {exc.message}",)
     figures_read = time.monotonic()
-    forecast = forecast_trim(dump, residency, page_bytes=_page_bytes(residency))
+    forecast = forecast_trim(
+        dump, residency, page_bytes=_page_bytes(residency), pad_bytes=settings.pad_bytes
+    )
     skipped, detail = skip_reason(
         forecast, min_free_bytes=settings.min_free_bytes, dry_run=settings.dry_run
     )

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from memforensics.analysis.oom_select import scan
+from memforensics.analysis.residency import residency_figures
 from memforensics.analysis.samples import heap_sample, rss_sample
 from memforensics.analysis.trend import Trend, compute_trend
 from memforensics.entry.live import Inspection, inspect_process, now_utc
@@ -242,7 +243,11 @@ class Watch:
             process=proc.process,
             memory=result.memory,
             pause_seconds=result.capture.pause_seconds,
-            free_resident_bytes=residency.free_resident_bytes if residency else None,
+            free_resident_bytes=(
+                residency_figures(result.analysis.dump, residency).free_resident_bytes
+                if residency
+                else None
+            ),
             waterfall=result.waterfall,
             extra_advice=result.extra_advice,
         )

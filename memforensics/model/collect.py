@@ -33,6 +33,9 @@ class TargetFigures:
     heap_arenas: int
     process_resident_bytes: int | None
     pause_seconds: float
+    # Measured: what malloc_trim(0) would release now; None where residency is unknown.
+    heap_trimmable_bytes: int | None = None
+    heap_measured_ratio: float | None = None  # measured free bytes / the dump's free bytes
 
 
 @dataclass(frozen=True, slots=True)

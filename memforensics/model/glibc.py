@@ -18,6 +18,7 @@ Facts from glibc malloc/malloc.c and malloc/arena.c (2.27 … 2.39, x86-64 and a
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 
 HEAP_MAX_BYTES = 64 << 20  # HEAP_MAX_SIZE on 64-bit
 HEAP_INFO_BYTES = 40  # ar_ptr, prev, size, mprotect_size, pagesize (pagesize since 2.35)
@@ -60,9 +61,20 @@ def mtrim_span(chunk: int, size_bytes: int, page_bytes: int) -> tuple[int, int]:
     )
 
 
-def systrim_release_bytes(top_bytes: int, page_bytes: int) -> int:
-    """Bytes systrim() gives back from a main-arena top of ``top_bytes`` with pad 0."""
-    return max((top_bytes - MINSIZE - 1) // page_bytes * page_bytes, 0)
+def systrim_release_bytes(top_bytes: int, page_bytes: int, pad_bytes: int = 0) -> int:
+    """Bytes systrim() gives back from a main-arena top of ``top_bytes`` (glibc
+    malloc/malloc.c: ``top_area = size - MINSIZE - 1``; nothing when ``top_area <= pad``,
+    else ``ALIGN_DOWN (top_area - pad, pagesize)``). It shrinks the heap only when the top
+    ends at the program break; the caller decides that."""
+    top_area = top_bytes - MINSIZE - 1
+    if top_area <= pad_bytes:
+        return 0
+    return (top_area - pad_bytes) // page_bytes * page_bytes
+
+
+def runs_bytes_within(runs: Iterable[tuple[int, int]], start: int, end: int) -> int:
+    """Bytes of the [start, end) address runs that lie inside [start, end)."""
+    return sum(max(min(b, end) - max(a, start), 0) for a, b in runs)
 
 
 def bin_index(chunk_bytes: int) -> int:

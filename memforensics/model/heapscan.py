@@ -15,6 +15,8 @@ class ArenaScan:
     is_main: bool
     system_bytes: int | None  # malloc_state.system_mem at the read
     layout_ok: bool  # non-main: system_mem equals its heaps' sizes (re-read while it moved)
+    # Its memory: sub-heaps; for the main arena [heap] first (when there is one), then any
+    # segments it mmapped beyond [heap] when sbrk failed.
     segments: tuple[HeapSegment, ...]
     walked: bool  # its bins were walked (some may still be in unmeasured_bins)
     free_bytes: int = 0  # chunk bytes of the bins read consistently, fastbins and top
@@ -26,6 +28,15 @@ class ArenaScan:
     budget_reached: bool = False
     top_bytes: int | None = None
     top_resident_bytes: int | None = None
+    top_address: int | None = None
+    # Per bin read consistently, sorted: (bin, chunks, bytes); 0 = the fastbins, 1 = unsorted.
+    bins: tuple[tuple[int, int, int], ...] = ()
+    # Main arena: the top's resident pages as [start, end) runs; None when not listed.
+    top_resident_runs: tuple[tuple[int, int], ...] | None = None
+    # Main arena: its top ends at the program break (the end of [heap]), the only top that
+    # malloc_trim's systrim gives back; False for a top in a segment mmapped when sbrk
+    # failed; None when not known (or not the main arena).
+    top_at_brk: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,3 +57,9 @@ class HeapScan:
     walk_seconds: float
     walk_budget_seconds: float
     notes: tuple[str, ...] = ()
+    # The search for mmapped chunks looked at all anonymous memory (False: its time ran out,
+    # ``mmap_chunks`` may miss some; a note says so).
+    mmap_search_complete: bool = True
+    # Only the arenas were read (no mmapped chunks, no stacks): their figures stand, the
+    # process-wide ones (mmap_*, stack_resident_bytes) are not figures and must not be shown.
+    arenas_only: bool = False

@@ -13,10 +13,13 @@ AllocatorKind = Literal["glibc", "musl", "jemalloc", "tcmalloc", "mimalloc", "st
 MatchMethod = Literal["arena-chain", "system-mem", "totals"]
 
 # How the free bytes still resident were obtained: "walked" = every bin's free chunks read
-# consistently and checked page by page in /proc/PID/pagemap; "partial" = some bins walked,
-# the rest estimated from the XML's per-size counts; "estimate" = nothing walked: resident
-# heap minus in-use, clamped (see docs/residency.md).
+# consistently, checked page by page in /proc/PID/pagemap, and their total balances with the
+# dump's (within the conservation tolerance); "partial" = some bins walked, the rest estimated
+# from the XML's per-size counts, or a walk that does not balance with the dump (the
+# difference is unaccounted); "estimate" = nothing walked (see docs/residency.md).
 FreeMethod = Literal["walked", "partial", "estimate"]
+
+WaterfallKind = Literal["measured", "estimated", "difference"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +108,28 @@ class ArenaResidency:
     estimated_bins: tuple[int, ...] = ()  # 0 = the fastbins, 1 = unsorted, 2 … 126
     retries: int = 0  # lists read again because they moved under the reads
     budget_reached: bool = False
+    # Conservation: dump_free_bytes = measured_free_bytes + estimated_free_bytes
+    # + unaccounted_bytes, always (unaccounted is negative when the walk found more free
+    # bytes than the dump counted). measured_free_bytes splits into measured_resident_bytes
+    # and the rest, measured not resident.
+    dump_free_bytes: int = 0  # the dump's free chunk bytes of this arena, top included
+    measured_resident_bytes: int = 0  # measured free bytes lying on resident pages
+    unaccounted_bytes: int = 0  # the dump's free bytes neither measured nor estimated
+    balanced: bool = True  # |unaccounted_bytes| within the conservation tolerance
+    top_at_brk: bool | None = None  # main arena: its top ends at the program break
+    top_trimmable_bytes: int = 0  # resident whole pages systrim gives back (main, at brk)
+
+    @property
+    def measured_not_resident_bytes(self) -> int:
+        """Measured free bytes whose pages are not in RAM (released, or never touched)."""
+        return self.measured_free_bytes - self.measured_resident_bytes
+
+    @property
+    def measured_share(self) -> float:
+        """Share of the dump's free bytes that was measured, 0 … 1 (1.0 when none is free)."""
+        if self.dump_free_bytes <= 0:
+            return 1.0
+        return min(self.measured_free_bytes, self.dump_free_bytes) / self.dump_free_bytes
 
     @property
     def mapped_bytes(self) -> int:
@@ -139,12 +164,50 @@ class HeapResidency:
     estimated_free_bytes: int = 0
     walk_seconds: float = 0.0
     walk_budget_seconds: float | None = None
+    # The dump's free bytes (chunk bytes, tops included) over all arenas: the denominator of
+    # measured_share, and what measured + estimated + unaccounted add up to.
+    dump_free_bytes: int = 0
+    pad_bytes: int = 0  # the malloc_trim pad the trimmable figures assume
+    # Part of mmap_chunk_resident_bytes estimated for chunks the dump counts and the search
+    # did not find; how many it found (None: not searched).
+    mmap_chunk_estimated_bytes: int = 0
+    mmap_chunks_found: int | None = None
 
     @property
     def measured_share(self) -> float:
-        """Share of the free bytes that was measured, 0 … 1 (1.0 when nothing is free)."""
-        total = self.measured_free_bytes + self.estimated_free_bytes
-        return self.measured_free_bytes / total if total else 1.0
+        """Share of the dump's free bytes that was measured, 0 … 1 (1.0 when none is free):
+        per arena at most that arena's dump figure, so a surplus in one arena never hides a
+        shortfall in another."""
+        if not self.arenas:
+            return 0.0 if self.dump_free_bytes > 0 else 1.0
+        if self.dump_free_bytes <= 0:
+            return 1.0
+        measured = sum(min(a.measured_free_bytes, a.dump_free_bytes) for a in self.arenas)
+        return measured / self.dump_free_bytes
+
+    @property
+    def unaccounted_free_bytes(self) -> int:
+        """The dump's free bytes neither measured nor estimated, over all arenas (signed)."""
+        return sum(a.unaccounted_bytes for a in self.arenas)
+
+    @property
+    def measured_resident_free_bytes(self) -> int:
+        """Measured free bytes on resident pages, over all arenas."""
+        return sum(a.measured_resident_bytes for a in self.arenas)
+
+    @property
+    def measured_not_resident_bytes(self) -> int:
+        """Measured free bytes whose pages are not in RAM: "free, released"."""
+        return sum(a.measured_not_resident_bytes for a in self.arenas)
+
+    @property
+    def measured_trimmable_bytes(self) -> int:
+        """What malloc_trim(pad) releases by the walked chunks alone (no estimate)."""
+        return sum(
+            (a.trimmable_bytes or 0) - a.estimated_trimmable_bytes
+            for a in self.arenas
+            if a.trimmable_bytes is not None
+        )
 
     def arena(self, index: int) -> ArenaResidency | None:
         """The residency of the arena with this dump index, if matched."""
@@ -162,6 +225,22 @@ class HeapResidency:
 
 
 @dataclass(frozen=True, slots=True)
+class ResidencyFigures:
+    """The headline figures of a heap set against the kernel, one definition each, used by
+    every output (terminal, JSON, recordings, Prometheus). Computed only by
+    memforensics.analysis.residency.residency_figures."""
+
+    free_resident_bytes: int  # free chunks (bins and tops) on resident pages
+    free_resident_estimated: bool  # part of free_resident_bytes is estimated from the XML
+    trimmable_bytes: int  # measured: what malloc_trim(pad_bytes) releases now
+    pad_bytes: int
+    free_released_bytes: int  # measured free bytes whose pages are not in RAM
+    estimated_free_bytes: int  # from the dump's lines, for bins that could not be read
+    unaccounted_free_bytes: int  # the dump's free bytes neither measured nor estimated
+    measured_share: float  # measured free bytes / the dump's free bytes, 0 … 1
+
+
+@dataclass(frozen=True, slots=True)
 class WaterfallLine:
     """One line of the RSS waterfall: a share of memory, indented under its parent."""
 
@@ -172,6 +251,9 @@ class WaterfallLine:
     estimate: bool = False
     note: str = ""
     in_rss: bool = True  # False: shown beside the waterfall (swap, free pages already released)
+    # How the figure was obtained: "measured" (read from the kernel or the walk), "estimated"
+    # (in part from the dump's per-size lines) or "difference" (a whole minus its parts).
+    kind: WaterfallKind = "measured"
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,7 @@ def waterfall_json(wf: Waterfall) -> dict[str, Any]:
                 "depth": line.depth,
                 "estimate": line.estimate,
                 "in_rss": line.in_rss,
+                "kind": line.kind,
                 "note": line.note,
             }
             for line in wf.lines
@@ -70,6 +71,12 @@ def residency_json(res: HeapResidency) -> dict[str, Any]:
         "measured_free_bytes": res.measured_free_bytes,
         "estimated_free_bytes": res.estimated_free_bytes,
         "measured_share": round(res.measured_share, 4),
+        "dump_free_bytes": res.dump_free_bytes,
+        "unaccounted_free_bytes": res.unaccounted_free_bytes,
+        "measured_resident_free_bytes": res.measured_resident_free_bytes,
+        "measured_not_resident_bytes": res.measured_not_resident_bytes,
+        "trimmable_bytes": res.measured_trimmable_bytes,
+        "pad_bytes": res.pad_bytes,
         "walk_seconds": round(res.walk_seconds, 3),
         "walk_budget_seconds": res.walk_budget_seconds,
         "arenas": [
@@ -89,6 +96,13 @@ def residency_json(res: HeapResidency) -> dict[str, Any]:
                 "retries": arena.retries,
                 "top_bytes": arena.top_bytes,
                 "top_resident_bytes": arena.top_resident_bytes,
+                "top_at_brk": arena.top_at_brk,
+                "top_trimmable_bytes": arena.top_trimmable_bytes,
+                "dump_free_bytes": arena.dump_free_bytes,
+                "measured_resident_bytes": arena.measured_resident_bytes,
+                "unaccounted_bytes": arena.unaccounted_bytes,
+                "balanced": arena.balanced,
+                "measured_share": round(arena.measured_share, 4),
                 "segments": [
                     {
                         "start": hex(seg.start),

@@ -40,8 +40,21 @@ _TARGET_GAUGES: tuple[tuple[str, str, str], ...] = (
     ),
     (
         "heap_free_resident_bytes",
-        "Bytes of free heap chunks still resident in RAM: what malloc_trim could give back now.",
+        "Bytes of free heap chunks still resident in RAM: what fragmentation costs now (not "
+        "all of it can be trimmed: see heap_trimmable_bytes).",
         "heap_free_resident_bytes",
+    ),
+    (
+        "heap_trimmable_bytes",
+        "Bytes malloc_trim(0) would give back now: resident whole pages inside free chunks, "
+        "plus the main arena's top at the program break; measured, never estimated.",
+        "heap_trimmable_bytes",
+    ),
+    (
+        "heap_free_measured_ratio",
+        "Share (0..1) of malloc_info's free bytes that the residency walk measured; the "
+        "other figures lean on estimates below about 0.9.",
+        "heap_measured_ratio",
     ),
     ("heap_arenas", "Number of glibc malloc arenas.", "heap_arenas"),
     (
@@ -186,6 +199,8 @@ def _target_json(target: TargetResult) -> dict[str, object]:
         "heap_in_use_bytes": figures.heap_in_use_bytes if figures else None,
         "heap_system_bytes": figures.heap_system_bytes if figures else None,
         "heap_free_resident_bytes": figures.heap_free_resident_bytes if figures else None,
+        "heap_trimmable_bytes": figures.heap_trimmable_bytes if figures else None,
+        "heap_measured_ratio": figures.heap_measured_ratio if figures else None,
         "heap_arenas": figures.heap_arenas if figures else None,
         "process_resident_bytes": figures.process_resident_bytes if figures else None,
     }

@@ -27,6 +27,7 @@ def _waterfall(wf: Waterfall) -> list[dict[str, Any]]:
             "depth": line.depth,
             "estimate": line.estimate,
             "in_rss": line.in_rss,
+            "kind": line.kind,
         }
         for line in wf.lines
     ]

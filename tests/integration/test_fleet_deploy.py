@@ -75,7 +75,8 @@ def test_promtool_test_rules() -> None:
 def test_rules_cover_the_issue_and_query_real_metrics() -> None:
     rules = [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
     by_name = {rule["alert"]: rule for rule in rules}
-    free = by_name["MemforensicsFreeHeapResident"]
+    free = by_name["MemforensicsHeapTrimmable"]
+    assert "memforensics_heap_trimmable_bytes" in free["expr"]
     assert free["for"] == "30m" and "1024 * 1024 * 1024" in free["expr"]
     assert "MALLOC_ARENA_MAX" in free["annotations"]["description"]
     assert "trim" in free["annotations"]["description"]

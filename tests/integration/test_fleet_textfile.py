@@ -119,6 +119,10 @@ def test_node_exporter_serves_sane_values(
     assert free + in_use == system
     assert 20 * MIB < free_resident <= system
     assert free_resident < rss
+    # Trimmable is a part of free resident (whole pages of the 28 KiB runs of freed blocks).
+    trimmable = value("memforensics_heap_trimmable_bytes")
+    assert 10 * MIB < trimmable <= free_resident
+    assert 0.9 <= value("memforensics_heap_free_measured_ratio") <= 1.0
     assert 0 < pause < 10
     assert document["pause_used_seconds"] == pytest.approx(pause, abs=1e-5)
     (last,) = metrics["memforensics_collect_last_success_timestamp_seconds"].samples

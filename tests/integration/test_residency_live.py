@@ -22,8 +22,9 @@ import pytest
 from memforensics.analysis.residency import residency_advice, waterfall
 from memforensics.analysis.trim_forecast import forecast_trim
 from memforensics.entry.live import read_heap_residency
-from memforensics.model.heap import Arena, HeapDump
+from memforensics.model.heap import HeapDump
 from memforensics.render.process_json import residency_json, waterfall_json
+from memforensics.sources.gdb.gdb_capture import capture_malloc_info
 from memforensics.sources.malloc_info.malloc_xml import parse_dump
 from memforensics.sources.proc import procfs
 from memforensics.sources.proc.procmaps import read_maps
@@ -282,6 +283,11 @@ def test_dump_from_another_moment_falls_back_and_says_so() -> None:
         assert residency.heap_resident_bytes > 0
 
 
+def _gdb_dump(pid: int) -> HeapDump:
+    """malloc_info of ``pid`` as glibc writes it, taken at a safe point through gdb."""
+    return parse_dump(capture_malloc_info(pid, timeout_seconds=30).xml, name=f"pid {pid}")
+
+
 def test_single_arena_python_process() -> None:
     """A plain Python process (main arena only, many small objects) is located and walked."""
     code = (
@@ -294,13 +300,17 @@ def test_single_arena_python_process() -> None:
     with running([sys.executable, "-c", code]) as target:
         facts = procfs.check_target(target.pid)
         assert facts.allocator.kind == "glibc"
-        # No dump from gdb here: a one-arena dump is enough to match the main arena alone.
-        main = Arena(0, (), 0, 0, 1, 0, 0, 0)
-        dump = HeapDump("1", (main,), 0, 0, 1, 0, 0, 0, 0, 0)
+        dump = _gdb_dump(target.pid)
         residency = read_heap_residency(target.pid, dump, libc_path=facts.libc_path)
         row = residency.arena(0)
         assert row is not None and row.address is not None
         assert row.walked_chunks > 0 and row.free_method == "walked"
+        # An idle process: the walk finds malloc_info's own free bytes (conservation).
+        assert (
+            row.balanced
+            and row.measured_free_bytes + row.estimated_free_bytes + (row.unaccounted_bytes)
+            == row.dump_free_bytes
+        )
         assert row.resident_bytes > 3000 * 1500
 
 
@@ -430,10 +440,10 @@ def test_forked_child_whose_heap_shows_as_two_mappings_is_walked_whole() -> None
             heaps = [m for m in read_maps(child) if m.path == "[heap]"]
             assert len(heaps) >= 2, "precondition: the kernel split the child's heap"
             facts = procfs.check_target(child)
-            main = Arena(0, (), 0, 0, 1, 0, 0, 0)
-            dump = HeapDump("1", (main,), 0, 0, 1, 0, 0, 0, 0, 0)
+            dump = _gdb_dump(child)
             row = read_heap_residency(child, dump, libc_path=facts.libc_path).arena(0)
             assert row is not None and row.free_method == "walked" and not row.estimated_bins
+            assert row.balanced
             assert row.walked_chunks >= 2000
             assert row.mapped_bytes == heaps[-1].end_address - heaps[0].start_address
         finally:

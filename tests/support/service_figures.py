@@ -1,10 +1,8 @@
 """The issue's two figures for a service report, and a record of them for the session summary.
 
-*Measured share*: the part of malloc_info's free bytes whose residency was measured (the bins
-walked page by page), not estimated. The residency model is gaining ``measured_free_bytes``,
-``estimated_free_bytes`` and ``measured_share``; until then the same figures are computed here
-from the current model (an arena counts as measured when its free lists were walked), so the
-tests run on either and assert against the same names.
+*Measured share*: the part of malloc_info's own free bytes (``fast`` + ``rest``, the dump's
+totals, not anything the residency computed) that the walk measured page by page, capped at
+1. The residency's own ``measured_share`` is a claim under test, never the figure here.
 
 *Forecast error*: |forecast - released| / released, with ``released`` the RSS the trim really
 gave back.
@@ -34,45 +32,23 @@ STEADY_SPREAD = 0.15
 FIGURES_ENV = "MEMFORENSICS_SERVICE_FIGURES"  # a path: every figure is appended as JSON Lines
 
 
-def free_split(residency: HeapResidency | None, dump: HeapDump) -> tuple[int, int]:
-    """(measured, estimated) free bytes of one report; no residency = all estimated."""
-    if residency is None:
-        return 0, dump.free_bytes
-    measured_attr: Any = getattr(residency, "measured_free_bytes", None)
-    estimated_attr: Any = getattr(residency, "estimated_free_bytes", None)
-    if isinstance(measured_attr, int) and isinstance(estimated_attr, int):
-        return measured_attr, estimated_attr
-    measured = 0
-    for arena in dump.arenas:
-        row = residency.arena(arena.index)
-        if row is not None and row.free_method == "walked":
-            measured += arena.free_bytes
-    return measured, max(dump.free_bytes - measured, 0)
-
-
 def measured_share(residency: HeapResidency | None, dump: HeapDump) -> float:
-    """0..1: the share of the free bytes that was measured; 1.0 when nothing is free."""
-    share_attr: Any = getattr(residency, "measured_share", None) if residency else None
-    if isinstance(share_attr, (int, float)) and not isinstance(share_attr, bool):
-        return float(share_attr)
-    measured, estimated = free_split(residency, dump)
-    total = measured + estimated
-    return 1.0 if total == 0 else measured / total
+    """0..1: measured free bytes / malloc_info's free bytes; 1.0 when nothing is free."""
+    if dump.free_bytes <= 0:
+        return 1.0
+    measured = residency.measured_free_bytes if residency is not None else 0
+    return min(measured, dump.free_bytes) / dump.free_bytes
 
 
 def json_measured_share(document: dict[str, Any]) -> float:
-    """The measured share from an `inspect --json` document (keys documented in docs/json.md)."""
+    """The same from an `inspect --json` document: residency.measured_free_bytes over the
+    dump's own totals.free_bytes."""
     free = int(document["totals"]["free_bytes"])
+    if free <= 0:
+        return 1.0
     residency = document.get("residency")
-    if not residency:
-        return 1.0 if free == 0 else 0.0
-    if "measured_free_bytes" in residency and "estimated_free_bytes" in residency:
-        measured = int(residency["measured_free_bytes"])
-        total = measured + int(residency["estimated_free_bytes"])
-        return 1.0 if total == 0 else measured / total
-    walked = {a["index"] for a in residency.get("arenas", []) if a["free_method"] == "walked"}
-    measured = sum(int(a["free_bytes"]) for a in document["arenas"] if a["index"] in walked)
-    return 1.0 if free == 0 else measured / free
+    measured = int(residency["measured_free_bytes"]) if residency else 0
+    return min(measured, free) / free
 
 
 def forecast_error(result: TrimResult) -> float | None:

@@ -109,7 +109,17 @@ def test_forecast_prefers_measured_arenas_and_reports_gone_free() -> None:
         dump, _residency(before, heap_resident=201 * MIB, anon=203 * MIB), page_bytes=PAGE
     )
     assert fc.measured and fc.releasable_bytes == 199 * MIB
-    after = ArenaResidency(0, 0x1000, (HeapSegment(0, 201 * MIB, MIB),), 4096, "walked", 0)
+    after = ArenaResidency(
+        0,
+        0x1000,
+        (HeapSegment(0, 201 * MIB, MIB),),
+        4096,
+        "walked",
+        0,
+        measured_free_bytes=200 * MIB + 64 * 1024,
+        measured_resident_bytes=4096,
+        dump_free_bytes=200 * MIB + 64 * 1024,
+    )
     fc = forecast_trim(dump, _residency(after, heap_resident=MIB, anon=3 * MIB), page_bytes=PAGE)
     assert fc.releasable_bytes == 0
     assert fc.free_not_resident_bytes is not None
@@ -367,7 +377,8 @@ def test_arenas_pair_one_by_one_when_the_chain_does_not_fit() -> None:
     residency = build_residency(_dump(main, a1, a2), scan)
     assert residency.method == "system-mem"
     assert [r.free_method for r in residency.arenas] == ["walked", "walked", "estimate"]
-    assert residency.estimated_free_bytes == a2.free_bytes
+    # Estimated in chunk bytes, without the +1 per chunk regular bins print.
+    assert residency.estimated_free_bytes == SMALL.chunk_bytes == a2.free_bytes - SMALL.count
 
 
 def test_measured_share_is_one_without_free_bytes() -> None:
@@ -396,11 +407,13 @@ def test_residency_json_has_the_documented_keys() -> None:
         measured_free_bytes=3 * MIB,
         estimated_free_bytes=MIB,
         estimated_bins=(1,),
+        dump_free_bytes=4 * MIB,
     )
     residency = replace(
         _residency(row, heap_resident=8 * MIB, anon=9 * MIB),
         measured_free_bytes=3 * MIB,
         estimated_free_bytes=MIB,
+        dump_free_bytes=4 * MIB,
     )
     document = {"residency": residency_json(residency)}
     assert missing_keys(document, "memforensics/heap/1#residency") == []

@@ -19,7 +19,7 @@ from typing import IO, Any
 
 from memforensics.errors import InputDataError, ToolingError
 from memforensics.model.advice import Advice, Severity
-from memforensics.model.process import Waterfall, WaterfallLine
+from memforensics.model.process import Waterfall, WaterfallKind, WaterfallLine
 from memforensics.model.series import ArenaPoint, Sample, SeriesEvent, SizeClassPoint
 
 SAMPLE_SCHEMA = "memforensics/sample/1"
@@ -185,9 +185,19 @@ def waterfall_from(items: Any, source: str, line: int) -> Waterfall | None:
                 depth=_int(item, "depth", source, line) or 0,
                 estimate=bool(item.get("estimate", False)),
                 in_rss=bool(item.get("in_rss", True)),
+                kind=_waterfall_kind(item.get("kind")),
             )
         )
     return Waterfall(lines=tuple(lines))
+
+
+def _waterfall_kind(value: object) -> WaterfallKind:
+    """A recorded line's kind; recordings from before kinds existed say "measured"."""
+    if value == "estimated":
+        return "estimated"
+    if value == "difference":
+        return "difference"
+    return "measured"
 
 
 def advice_from(items: Iterable[Any]) -> tuple[Advice, ...]:

@@ -99,21 +99,9 @@ class GdbSession(ThreadControl):
         self._pending_calls: dict[int, str] = {}  # token -> command of calls sent, not awaited
         self.non_stop = False  # set for a running target (see gdb_threads)
         self._caller: str | None = None
+        self.held_result: object = None  # what malloc_info's while_held returned
 
     # -- public API --------------------------------------------------------------------------
-
-    @property
-    def pause_seconds(self) -> float:
-        """How long the target was stopped (attach to detach; until now while attached)."""
-        if self._attach_started is None:
-            return 0.0
-        end = self._detached_at if self._detached_at is not None else time.monotonic()
-        return end - self._attach_started
-
-    @property
-    def attached(self) -> bool:
-        """True while gdb holds the target."""
-        return self._attached
 
     def __enter__(self) -> GdbSession:
         self._signal_handlers.install()
@@ -133,17 +121,19 @@ class GdbSession(ThreadControl):
     ) -> None:
         self._cleanup()
 
-    def malloc_info(self) -> bytes:
+    def malloc_info(self, while_held: Callable[[], object] | None = None) -> bytes:
         """The target's ``malloc_info(0, fp)`` XML, written to an in-memory stream in the target.
 
         ``open_memstream`` keeps the document in the target's own heap (no file anywhere, so a
         target in another mount namespace works and nothing is left behind); the buffer is read
         back through gdb and freed. Every value a call returns is checked before it is used.
+        ``while_held`` runs right after malloc_info, the caller still held, nothing freed yet
+        (its result is ``held_result``; it must not raise; its time counts in the pause).
         """
         with gdb_failures(self.pid):
-            return self._malloc_info()
+            return self._malloc_info(while_held)
 
-    def _malloc_info(self) -> bytes:
+    def _malloc_info(self, while_held: Callable[[], object] | None = None) -> bytes:
         libc = self._require_safe()
         fn = libc.functions
         cell = self._call(f"(long)((void *(*)(unsigned long)){fn['malloc']:#x})(16)")
@@ -163,6 +153,8 @@ class GdbSession(ThreadControl):
             status = self._call(
                 f"(int)((int (*)(int, void *)){fn['malloc_info']:#x})(0, {stream:#x})"
             )
+            if while_held is not None and status == 0:
+                self.held_result = while_held()
             closed = self._call(f"(int)((int (*)(void *)){fn['fclose']:#x})({stream:#x})")
             stream = 0
             buffer, size_bytes = self._read_words(cell)
@@ -336,8 +328,7 @@ class GdbSession(ThreadControl):
                 self._call(expression)
 
     def _read_words(self, address: int) -> tuple[int, int]:
-        data = self._read_memory(address, 16)
-        first, second = struct.unpack("<QQ", data)
+        first, second = struct.unpack("<QQ", self._read_memory(address, 16))
         return first, second
 
     def _read_document(self, address: int, size_bytes: int) -> bytes:

@@ -20,6 +20,7 @@ class Capture:
     xml: bytes
     pause_seconds: float
     safe_point: str
+    held_result: object = None  # what ``while_held`` returned in the attempt that succeeded
 
 
 def capture_malloc_info(
@@ -30,13 +31,17 @@ def capture_malloc_info(
     log: Callable[[str], None] | None = None,
     allow_stopped: bool = False,
     quiet_while_stopping: Callable[[], contextlib.AbstractContextManager[None]] | None = None,
+    while_held: Callable[[], object] | None = None,
 ) -> Capture:
     """Attach, take one malloc_info document at a safe point, detach: the whole inspect dance.
 
     A thread that exits while gdb reads it costs a new attempt (malloc_info only reads the
     heap, so repeating it is harmless); the pause reported is that of every attempt.
+    ``while_held`` is GdbSession.malloc_info's: run with the caller held, right after the dump.
     """
     paused_seconds = 0.0
+    if while_held is not None:
+        while_held = _never_raising(while_held, log)
     for attempt in range(1, CAPTURE_ATTEMPTS + 1):
         session = GdbSession(
             pid,
@@ -48,11 +53,29 @@ def capture_malloc_info(
         )
         try:
             with session:
-                xml = session.malloc_info()
+                xml = session.malloc_info(while_held)
         except ThreadVanishedError:
             if attempt == CAPTURE_ATTEMPTS:
                 raise
         else:
-            return Capture(xml, paused_seconds + session.pause_seconds, session.safe_point)
+            return Capture(
+                xml, paused_seconds + session.pause_seconds, session.safe_point, session.held_result
+            )
         paused_seconds += session.pause_seconds
     raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _never_raising(
+    read: Callable[[], object], log: Callable[[str], None] | None
+) -> Callable[[], object]:
+    """``read`` whose failure gives None (logged): a failed read must not cost the dump."""
+
+    def guarded() -> object:
+        try:
+            return read()
+        except Exception as exc:
+            if log is not None:
+                log(f"-- the read while held failed: {exc!r}")
+            return None
+
+    return guarded

@@ -74,6 +74,21 @@ class ThreadControl:
     _command: Callable[..., MiResult]
     _mi_or_fail: Callable[[], MiTransport]
     _libc_or_fail: Callable[[], LibcImage]
+    _detached_at: float | None
+    _attached: bool
+
+    @property
+    def pause_seconds(self) -> float:
+        """How long the target was stopped (attach to detach; until now while attached)."""
+        if self._attach_started is None:
+            return 0.0
+        end = self._detached_at if self._detached_at is not None else time.monotonic()
+        return end - self._attach_started
+
+    @property
+    def attached(self) -> bool:
+        """True while gdb holds the target."""
+        return self._attached
 
     def _reach_safe_point(self) -> None:
         """Select a thread outside the allocator, running the target forward if needed."""

@@ -10,7 +10,8 @@
  * target's pause) for as long. The buffers stay valid meanwhile because they are held through
  * Py_buffer views: an exported mmap or bytearray cannot be closed or resized until they are
  * released. Nothing here writes to the target; reads go only to the pages the caller marks
- * readable (present or swapped), as procmem.py explains. */
+ * readable: those the pagemap says are present in RAM, never a swapped-out page (reading it
+ * would fault it back into the target) nor a never-touched one, as procmem.py explains. */
 #define _GNU_SOURCE
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -117,8 +118,8 @@ static void queue_run(Copy *copy, size_t from, size_t to) {
 
 /* copy(pid, fd, buffer, address, readable, page, use_vm, anonymous) -> (complete, vm_usable)
  * Fill buffer with the target's bytes at address: readable holds one byte per page of the
- * buffer (nonzero = present or swapped, may be read; missing entries are not read), pages not
- * readable read as zeros. complete: every readable byte was read. vm_usable: False when
+ * buffer (nonzero = present in RAM, may be read; zero = swapped, never touched or unknown,
+ * never read; missing entries are not read), pages not readable read as zeros. complete: every readable byte was read. vm_usable: False when
  * process_vm_readv was refused (the caller stops asking for it). */
 static PyObject *copy_pages(PyObject *self, PyObject *args) {
     (void)self;

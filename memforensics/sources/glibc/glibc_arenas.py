@@ -1,7 +1,10 @@
-"""glibc's arenas located in a running process: sub-heaps, arena states, main_arena.
+"""glibc's arenas located in a running process: sub-heaps, arena states, main_arena (the
+searches of anonymous memory, for mmapped chunks and the main arena's mmapped segments, are
+in heap_search).
 
-Read through /proc/PID/mem while the target runs; every header is checked for plausibility
-before it is trusted. Layout constants: memforensics.model.glibc.
+Read through /proc/PID/mem while the target runs, only from pages that are present in RAM
+(procmem's invariant); every header is checked for plausibility before it is trusted.
+Layout constants: memforensics.model.glibc.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from memforensics.sources.proc.procmem import PageMap, ProcessMemoryReader
 
 @dataclass
 class Heap:
-    """One heap mapping: a 64 MiB-aligned sub-heap of a non-main arena, or the [heap]."""
+    """One heap mapping: a 64 MiB-aligned sub-heap of a non-main arena, the [heap]
+    (``ar_ptr`` 0), or a segment a main arena mmapped when sbrk failed (``ar_ptr``
+    main_arena)."""
 
     start: int
     ar_ptr: int
@@ -36,6 +41,17 @@ class ArenaState:
     system_bytes: int
     bins: tuple[int, ...]  # fd, bk of bins 1 … 127, flattened
     fastbins: tuple[int, ...]
+    flags: int = 0  # malloc_state.flags: NONCONTIGUOUS_BIT, FASTCHUNKS in old glibc
+
+    @property
+    def noncontiguous(self) -> bool:
+        """Its memory is not one brk region: every non-main arena, and a main arena whose
+        sbrk failed once (glibc's sysmalloc then mmaps instead, and says so here)."""
+        return bool(self.flags & NONCONTIGUOUS_BIT)
+
+
+NONCONTIGUOUS_BIT = 0x2  # malloc_state.flags (glibc malloc/malloc.c)
+_OFF_FLAGS = 4  # malloc_state.flags: an int after the mutex
 
 
 def read_state(mem: ProcessMemoryReader, address: int) -> ArenaState | None:
@@ -56,13 +72,13 @@ def parse_state(address: int, data: bytes | memoryview) -> ArenaState:
         system_bytes=words[glibc.OFF_SYSTEM_MEM // 8],
         bins=tuple(words[bins : bins + 2 * (glibc.NBINS - 1)].tolist()),
         fastbins=tuple(words[fast : fast + glibc.NFASTBINS].tolist()),
+        flags=int.from_bytes(bytes(memoryview(data)[_OFF_FLAGS : _OFF_FLAGS + 4]), "little"),
     )
 
 
 def _heap_info(mem: ProcessMemoryReader, address: int) -> tuple[int, int, int, int] | None:
-    """(ar_ptr, prev, size, mprotect_size) of a plausible heap_info at ``address``."""
-    if not mem.readable(address):
-        return None
+    """(ar_ptr, prev, size, mprotect_size) of a plausible heap_info at ``address`` (read
+    only where its page is present)."""
     data = mem.read(address, 32)
     if data is None:
         return None
@@ -138,9 +154,9 @@ def find_main_arena(
             if after is not None and after.start_address == mapping.end_address:
                 regions.append(after)
     for region in regions:
-        data = mem.read(region.start_address, region.size_bytes)
-        if data is None:
-            continue
+        # Only its present pages: a swapped page of libc's data is not faulted back in (and
+        # a main_arena on one is not found: the arenas are then matched by size).
+        data = mem.read_present(region.start_address, region.size_bytes)
         words = memoryview(data).cast("Q")
         next_slot = glibc.OFF_NEXT // 8
         top_slot = glibc.OFF_TOP // 8

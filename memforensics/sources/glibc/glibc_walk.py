@@ -27,7 +27,7 @@ from memforensics.sources.glibc.heapcopy import (
     walk_copies,
     walk_fastbin_copies,
 )
-from memforensics.sources.proc.procmem import ProcessMemoryReader
+from memforensics.sources.proc.procmem import PageMap, ProcessMemoryReader
 
 BIN_RETRIES = 4
 _LAZY_FILL_PAGES = 16  # a big arena read lazily: 64 KiB per read
@@ -38,6 +38,7 @@ _CHUNK_WORDS = struct.Struct("<4Q")  # prev_size, size, fd, bk
 _TWO_WORDS = struct.Struct("<2Q")
 _FASTBIN = 0  # pseudo bin number of the fastbins in ``unmeasured_bins``
 _COPY_SLICE_BYTES = 4 << 20  # ~1 ms of copying: the longest a pause waits for the copy
+_TOP_RUNS_MAX = 4096  # a top with more runs of resident pages is estimated, not listed
 
 
 def _bin_head(state: ArenaState, index: int) -> int:
@@ -61,13 +62,43 @@ class ArenaWalk:
 
     free_bytes: int = 0  # chunk bytes of the bins read consistently, plus the top
     resident_bytes: int = 0  # of those, bytes on resident pages
-    trimmable_bytes: int = 0  # resident whole pages malloc_trim would release from them
+    trimmable_bytes: int = 0  # resident whole pages mtrim releases from the binned chunks
     chunks: int = 0
     retries: int = 0
     unmeasured_bins: list[int] = field(default_factory=list)
     budget_reached: bool = False
     top_bytes: int | None = None
     top_resident_bytes: int | None = None
+    top_address: int | None = None
+    # Per bin read consistently (0 = all fastbins, 1 = unsorted, 2 … 126): (chunks, bytes).
+    bins: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # Main arena only: the top's resident pages as [start, end) runs (None: too fragmented
+    # to list, or not the main arena); what systrim releases is decided from them.
+    top_resident_runs: tuple[tuple[int, int], ...] | None = None
+
+
+def resident_runs(
+    pages: PageMap, start: int, end: int, max_runs: int
+) -> tuple[tuple[int, int], ...] | None:
+    """The resident pages wholly inside [start, end) as sorted [start, end) address runs;
+    None when there are more than ``max_runs`` of them."""
+    size = pages.page_bytes
+    first = max((max(start, pages.start) - pages.start + size - 1) // size, 0)
+    last = (min(end, pages.end) - pages.start) // size
+    present = pages.present
+    runs: list[tuple[int, int]] = []
+    index = first
+    while index < last:
+        begin = present.find(1, index, last)
+        if begin < 0:
+            break
+        stop = present.find(0, begin, last)
+        stop = last if stop < 0 else stop
+        runs.append((pages.start + begin * size, pages.start + stop * size))
+        if len(runs) > max_runs:
+            return None
+        index = stop
+    return tuple(runs)
 
 
 # The walk's time budget ran out in the middle of a list (copied whole or read block by block).
@@ -228,6 +259,10 @@ class ArenaWalker:
 
     def _walk_fastbin(self, head: int, size_bytes: int) -> tuple[int, ...] | None:
         """(chunks, bytes, resident bytes, 0) of one fastbin (a NULL-terminated list)."""
+        if head == 0:
+            # Empty: it reads back either way, so it must not decide safe-linking (a glibc
+            # without it, < 2.32, would then fail every non-empty fastbin after it).
+            return (0, 0, 0, 0)
         if all(segment.whole for segment in self._segments):
             if self._mangled is not None:
                 return walk_fastbin_copies(
@@ -326,7 +361,7 @@ class ArenaWalker:
         """
         walk = ArenaWalk()
         clock = time.monotonic
-        pending = [_FASTBIN, *_nonempty_bins(state, 1)]
+        pending: list[int] = []
         for attempt in range(BIN_RETRIES + 1):
             if clock() > deadline:
                 walk.budget_reached = True
@@ -342,6 +377,10 @@ class ArenaWalker:
                 break
             state = fresh
             if attempt == 0:
+                # Which bins to walk comes from this snapshot, never from the state read
+                # before it: meanwhile a malloc (gdb's own, at the dump) may have sorted the
+                # unsorted bin into a large bin that the earlier state showed empty.
+                pending = [_FASTBIN, *_nonempty_bins(state, 1)]
                 self._measure_top(state, walk)
             failed: list[int] = []
             for position, index in enumerate(pending):
@@ -361,6 +400,7 @@ class ArenaWalker:
                     failed.append(index)
                 else:
                     self._add(walk, result)
+                    walk.bins[index] = (result[0], result[1])
             pending = failed
             if not pending or walk.budget_reached:
                 break
@@ -418,10 +458,13 @@ class ArenaWalker:
         if state.top + top_bytes > segment.end:
             return
         walk.top_bytes = top_bytes
+        walk.top_address = state.top
         walk.top_resident_bytes = segment.pages.resident_bytes(state.top, state.top + top_bytes)
         walk.free_bytes += top_bytes
         walk.resident_bytes += walk.top_resident_bytes
         if self._is_main:
-            extra = glibc.systrim_release_bytes(top_bytes, self._page)
-            end = state.top + top_bytes
-            walk.trimmable_bytes += segment.pages.whole_pages_resident_bytes(end - extra, end)
+            # What systrim gives back depends on malloc_trim's pad and on where the program
+            # break is: decided by the analysis from these runs (glibc.systrim_release_bytes).
+            walk.top_resident_runs = resident_runs(
+                segment.pages, state.top, state.top + top_bytes, _TOP_RUNS_MAX
+            )

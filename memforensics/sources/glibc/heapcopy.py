@@ -180,9 +180,12 @@ class Segment:
 
 def copy_into(mem: ProcessMemoryReader, segment: Segment, begin: int, end: int) -> bool:
     """Copy bytes [begin, end) of ``segment`` (offsets, ``begin`` page-aligned) out of the
-    target: its readable pages (present or swapped) are read, one read per run of them,
-    the others read as zeros. True when every readable byte was read (a page unmapped
-    meanwhile reads as zeros). The C copy and this Python one fill the same bytes."""
+    target: its readable pages (``PageMap.readable``: the present ones) are read, one read
+    per run of them, the others read as zeros. A swapped-out page is never read (reading it
+    would fault it back into the target): a chunk on it reads as zeros, so a list through
+    it reads back inconsistent and its bin is left unmeasured. True when every readable
+    byte was read (a page unmapped meanwhile reads as zeros). The C copy and this Python
+    one fill the same bytes."""
     page = mem.page_bytes
     readable = memoryview(segment.pages.readable)[begin // page : (end + page - 1) // page]
     if _native is not None:

@@ -3,15 +3,21 @@
 Everything is read-only and never stops the target. One pass over smaps finds the mappings;
 /proc/PID/mem gives each sub-heap's ``heap_info`` and each arena's ``malloc_state`` (to order
 the arenas as malloc_info numbers them and to walk their bins); /proc/PID/pagemap says which
-pages are in RAM. Matching the arenas to a dump and estimating what could not be read is
-analysis (memforensics.analysis.residency_build).
+pages are in RAM, and only those are ever read (a swapped page is not faulted back in: chunks
+on it count as not resident, a list through it leaves its bin unmeasured). The anonymous
+memory no sub-heap holds is searched page by page, within MMAP_SEARCH_SECONDS, for glibc's
+mmapped chunks (also inside mappings the kernel merged) and, for a main arena that fell back
+to mmap when sbrk failed, for its segments beyond [heap], which are then walked with it.
+Matching the arenas to a dump and estimating what could not be read is analysis
+(memforensics.analysis.residency_build).
 """
 
 from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from memforensics.model import glibc
 from memforensics.model.heapscan import ArenaScan, HeapScan
@@ -26,6 +32,11 @@ from memforensics.sources.glibc.glibc_arenas import (
     reread_heaps,
 )
 from memforensics.sources.glibc.glibc_walk import ArenaWalker
+from memforensics.sources.glibc.heap_search import (
+    find_mmapped_chunks,
+    main_arena_segments,
+    subtract_spans,
+)
 from memforensics.sources.glibc.heapcopy import BufferPool
 from memforensics.sources.proc.procmaps import Mapping, read_smaps
 from memforensics.sources.proc.procmem import ProcessMemoryReader
@@ -35,6 +46,9 @@ from memforensics.sources.proc.procmem import ProcessMemoryReader
 WALK_BUDGET_SECONDS = 3.0
 # A non-main arena whose system_mem disagrees with its heaps is read again this many times.
 LAYOUT_RETRIES = 3
+# The page-by-page search for mmapped chunks (and a main arena's mmapped segments) in the
+# anonymous memory that no arena holds stops after this long; the scan then says so.
+MMAP_SEARCH_SECONDS = 1.0
 _MAX_ARENAS = 1 << 16  # a ``next`` list longer than this is not glibc's
 
 
@@ -101,51 +115,53 @@ def _brk_extent(mappings: Sequence[Mapping]) -> tuple[int, int] | None:
     return parts[0].start_address, end
 
 
-def _stack_resident_bytes(mappings: Sequence[Mapping], heap_starts: set[int]) -> int:
-    """Anonymous RW mappings directly above an inaccessible guard page: thread stacks."""
-    total = 0
+def _stack_mappings(mappings: Sequence[Mapping]) -> list[Mapping]:
+    """Anonymous RW mappings directly above an inaccessible guard page, and [stack]: the
+    thread stacks (a mapping merged with one counts whole, less what is found in it)."""
+    stacks = [m for m in mappings if m.path == "[stack]"]
     for below, mapping in itertools.pairwise(mappings):
-        if mapping.path == "[stack]" or (
+        if (
             mapping.anonymous
             and mapping.perms.startswith("rw")
-            and mapping.start_address not in heap_starts
             and below.end_address == mapping.start_address
             and below.perms.startswith("---")
             and below.anonymous
             and below.size_bytes < glibc.HEAP_MAX_BYTES // 16
         ):
-            total += mapping.anon_bytes or 0
-    if mappings and mappings[0].path == "[stack]":
-        total += mappings[0].anon_bytes or 0
-    return total
+            stacks.append(mapping)
+    return stacks
 
 
-def _mmapped_chunks(
-    mappings: Iterable[Mapping], mem: ProcessMemoryReader
-) -> Iterator[tuple[Mapping, int, int]]:
-    """(mapping, start, bytes) of chunks glibc served with mmap: a chunk header at a
-    mapping's start whose size has IS_MMAPPED set and is whole pages; several may share a
-    mapping when adjacent mmaps merged, so follow them one after the other."""
-    page = mem.page_bytes
-    for mapping in mappings:
-        address = mapping.start_address
-        while address + glibc.CHUNK_HEADER_BYTES <= mapping.end_address:
-            data = mem.read(address, 16) if mem.readable(address) else None
-            if data is None:
-                break
-            prev_size = int.from_bytes(data[:8], "little")
-            size_field = int.from_bytes(data[8:], "little")
-            size = size_field & ~glibc.SIZE_FLAGS
-            if (
-                prev_size != 0
-                or not size_field & glibc.IS_MMAPPED
-                or size == 0
-                or size % page
-                or address + size > mapping.end_address
-            ):
-                break
-            yield mapping, address, size
-            address += size
+def _anonymous_spans(mappings: Sequence[Mapping], heaps: Sequence[Heap]) -> list[tuple[int, int]]:
+    """[start, end) of anonymous read-write memory with pages in RAM that no sub-heap
+    reserves (each reserves HEAP_MAX_BYTES): where mmapped chunks and a main arena's mmapped
+    segments lie. Adjacent mappings are one span (a chunk may cross a split the kernel made)."""
+    spans: list[tuple[int, int]] = []
+    for m in mappings:
+        if m.anonymous and m.perms.startswith("rw") and m.rss_bytes:
+            if spans and spans[-1][1] == m.start_address:
+                spans[-1] = (spans[-1][0], m.end_address)
+            else:
+                spans.append((m.start_address, m.end_address))
+    return subtract_spans(spans, [(h.start, h.start + glibc.HEAP_MAX_BYTES) for h in heaps])
+
+
+def _top_at_brk(
+    mem: ProcessMemoryReader, state: ArenaState, brk: tuple[int, int] | None, walked: ArenaScan
+) -> bool | None:
+    """Whether the main arena's top ends at the program break (the end of [heap], the break
+    rounded up to a page as the kernel maps it; glibc moves it in whole pages): systrim gives
+    back only such a top. False for a top beyond [heap] (a main arena that fell back to
+    mmap); None when the top's size cannot be read."""
+    if brk is None or not brk[0] <= state.top < brk[1]:
+        return False
+    size = walked.top_bytes
+    if size is None:
+        data = mem.read(state.top, glibc.CHUNK_HEADER_BYTES)
+        if data is None:
+            return None
+        size = int.from_bytes(data[8:], "little") & ~glibc.SIZE_FLAGS
+    return state.top + size == brk[1]
 
 
 def scan_heap(
@@ -154,19 +170,25 @@ def scan_heap(
     libc_path: str | None = None,
     budget_seconds: float = WALK_BUDGET_SECONDS,
     pause: Callable[[], object] | None = None,
+    arenas_only: bool = False,
 ) -> HeapScan:
     """Read every arena of ``pid``: heaps, residency, free lists (within the time budget).
 
     ``pause`` is called before each arena is read and between slices of its copy (every
     ~1 ms of work): a caller may hold the scan there (while gdb attaches, see
-    scanning.BackgroundScan).
+    scanning.BackgroundScan). ``arenas_only``: the arenas alone, without the search for
+    mmapped chunks and thread stacks (those figures are then 0 and ``arenas_only`` says so);
+    the quick read made while gdb holds a target.
     """
     started = time.monotonic()
     mappings = read_smaps(pid)
     pool = BufferPool()
     try:
         with ProcessMemoryReader(pid) as mem:
-            return _scan(pid, mappings, mem, pool, libc_path, started, budget_seconds, pause)
+            scan = _scan(
+                pid, mappings, mem, pool, libc_path, started, budget_seconds, pause, arenas_only
+            )
+            return replace(scan, arenas_only=arenas_only)
     finally:
         pool.close()
 
@@ -180,6 +202,7 @@ def _scan(
     started: float,
     budget_seconds: float,
     pause: Callable[[], object] | None = None,
+    arenas_only: bool = False,
 ) -> HeapScan:
     pause = pause or (lambda: None)
     notes: list[str] = []
@@ -209,16 +232,31 @@ def _scan(
     brk = _brk_extent(mappings)
 
     deadline = started + budget_seconds
-    rows: list[ArenaScan] = []
-    all_heaps: list[Heap] = []
-    if brk is not None:
-        main_heap = Heap(brk[0], 0, brk[1] - brk[0], brk[1] - brk[0])
-        pause()
-        main_heap.pages = mem.pagemap(brk[0], brk[1])
-        all_heaps.append(main_heap)
-        rows.append(
-            _scan_arena(mem, pool, main_state, [main_heap], True, True, deadline, pause=pause)
+    # Before any arena is walked: the anonymous memory no sub-heap holds, searched for
+    # mmapped chunks and, where the main arena fell back to mmap, for its segments.
+    spans = _anonymous_spans(mappings, heaps) if is_64 else []
+    pause()
+    # A main arena that fell back to mmap needs the chunks, to tell its segments from them.
+    search = not arenas_only or (main_state is not None and main_state.noncontiguous)
+    chunks, searched = (
+        find_mmapped_chunks(mem, spans, time.monotonic() + MMAP_SEARCH_SECONDS, pause)
+        if search
+        else ([], False)
+    )
+    if search and not searched:
+        notes.append(
+            f"mmapped chunks: the search stopped after {MMAP_SEARCH_SECONDS:g} s, "
+            "some anonymous memory was not looked at"
         )
+    main_heaps = _main_heaps(mem, spans, chunks, main_state, brk, notes)
+    rows: list[ArenaScan] = []
+    all_heaps: list[Heap] = list(main_heaps)
+    if main_heaps:
+        pause()
+        row = _scan_arena(mem, pool, main_state, main_heaps, True, True, deadline, pause=pause)
+        if main_state is not None:
+            row = replace(row, top_at_brk=_top_at_brk(mem, main_state, brk, row))
+        rows.append(row)
     for position, address in enumerate(order):
         pause()
         arena_heaps = by_arena.get(address) or heaps_from_top(mem, states[address])
@@ -242,23 +280,23 @@ def _scan(
             )
         )
 
+    chunk_spans = [(start, start + size) for start, size in chunks]
+    chunk_resident = sum(mem.pagemap(lo, hi).total_resident_bytes for lo, hi in chunk_spans)
     heap_starts = {h.start for h in all_heaps}
-    candidates = [
-        m
-        for m in mappings
-        if m.anonymous
-        and m.perms.startswith("rw")
-        and m.rss_bytes
-        and m.start_address not in heap_starts
-    ]
-    chunk_count = chunk_bytes = chunk_resident = 0
-    for mapping, start, size in _mmapped_chunks(candidates, mem):
-        chunk_count += 1
-        chunk_bytes += size
-        if size == mapping.size_bytes:
-            chunk_resident += mapping.anon_bytes or 0
-        else:
-            chunk_resident += mem.pagemap(start, start + size).total_resident_bytes
+    beyond_brk = [(h.start, h.start + h.size_bytes) for h in main_heaps if h.ar_ptr]
+    found = [*chunk_spans, *beyond_brk]
+    stack_resident = 0
+    for stack in _stack_mappings(mappings) if not arenas_only else ():
+        if stack.start_address in heap_starts:
+            continue
+        inside = sum(
+            mem.pagemap(
+                max(lo, stack.start_address), min(hi, stack.end_address)
+            ).total_resident_bytes
+            for lo, hi in found
+            if lo < stack.end_address and hi > stack.start_address
+        )
+        stack_resident += max((stack.anon_bytes or 0) - inside, 0)
     return HeapScan(
         pid=pid,
         page_bytes=mem.page_bytes,
@@ -266,15 +304,52 @@ def _scan(
         arenas=tuple(rows),
         heap_mapped_bytes=sum(h.size_bytes for h in all_heaps),
         heap_resident_bytes=sum(h.pages.total_resident_bytes for h in all_heaps if h.pages),
-        mmap_chunks=chunk_count,
-        mmap_chunk_bytes=chunk_bytes,
+        mmap_chunks=len(chunks),
+        mmap_chunk_bytes=sum(size for _, size in chunks),
         mmap_chunk_resident_bytes=chunk_resident,
-        stack_resident_bytes=_stack_resident_bytes(mappings, heap_starts),
+        stack_resident_bytes=stack_resident,
         anon_resident_bytes=sum(m.anon_bytes or 0 for m in mappings),
         walk_seconds=time.monotonic() - started,
         walk_budget_seconds=budget_seconds,
         notes=tuple(notes),
+        mmap_search_complete=searched,
     )
+
+
+def _main_heaps(
+    mem: ProcessMemoryReader,
+    spans: list[tuple[int, int]],
+    chunks: list[tuple[int, int]],
+    state: ArenaState | None,
+    brk: tuple[int, int] | None,
+    notes: list[str],
+) -> list[Heap]:
+    """The main arena's memory, with its pages: [heap] (first, when there is one), then the
+    segments it mmapped beyond [heap] when sbrk failed (glibc then sets NONCONTIGUOUS_BIT),
+    found in ``spans`` less the mmapped ``chunks``. A note says so, and whether [heap] and
+    those segments add up to the arena's system_mem."""
+    heaps: list[Heap] = []
+    if brk is not None:
+        heaps.append(Heap(brk[0], 0, brk[1] - brk[0], brk[1] - brk[0]))
+    if state is not None and state.noncontiguous:
+        pieces = subtract_spans(spans, [(start, start + size) for start, size in chunks])
+        for low, high in main_arena_segments(
+            mem, pieces, state, time.monotonic() + MMAP_SEARCH_SECONDS
+        ):
+            heaps.append(Heap(low, state.address, high - low, high - low))
+        located = sum(h.size_bytes for h in heaps)
+        notes.append(
+            f"main arena fell back to mmap (sbrk failed): {len(heaps) - (brk is not None)} "
+            f"segments beyond [heap] found"
+            + (
+                ""
+                if located == state.system_bytes
+                else f"; {located:,} bytes located of its system_mem {state.system_bytes:,}"
+            )
+        )
+    for heap in heaps:
+        heap.pages = mem.pagemap(heap.start, heap.start + heap.size_bytes)
+    return heaps
 
 
 def _scan_arena(
@@ -323,4 +398,7 @@ def _scan_arena(
         budget_reached=walk.budget_reached,
         top_bytes=walk.top_bytes,
         top_resident_bytes=walk.top_resident_bytes,
+        top_address=walk.top_address,
+        top_resident_runs=walk.top_resident_runs,
+        bins=tuple((index, *counts) for index, counts in sorted(walk.bins.items())),
     )

@@ -21,10 +21,13 @@ from memforensics.sources.proc.procmaps import Mapping, read_maps
 # Exported functions defined in glibc's malloc/malloc.c (which #includes arena.c, hooks.c and,
 # since 2.34, morecore.c). Their neighbourhood in libc's .text is the allocator; see
 # LibcImage.allocator_range for why the whole object file, static helpers included, is covered.
+# Not malloc_get_state/malloc_set_state: compat stubs since 2.25 that no program calls, which
+# glibc 2.31 places far from malloc.o in .text; counting them stretched the "allocator" over
+# half of libc, sleep() and nanosleep() included, so no thread was ever at a safe point.
 _ALLOCATOR_EXPORT_NAMES = """
     malloc free cfree realloc calloc memalign aligned_alloc valloc pvalloc posix_memalign
     malloc_trim malloc_usable_size mallinfo mallinfo2 malloc_stats mallopt malloc_info
-    malloc_get_state malloc_set_state __libc_malloc __libc_free __libc_realloc __libc_calloc
+    __libc_malloc __libc_free __libc_realloc __libc_calloc
     __libc_memalign __libc_valloc __libc_pvalloc __libc_mallinfo __libc_mallinfo2
     __libc_mallopt __posix_memalign __default_morecore __malloc_trim __malloc_stats
     __malloc_info __malloc_usable_size

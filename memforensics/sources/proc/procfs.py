@@ -40,6 +40,9 @@ _FOREIGN_ALLOCATORS: tuple[tuple[str, str], ...] = (
 _scan_cache: dict[tuple[int, int, int], tuple[bool, str | None]] = {}
 _GLIBC_TUNABLE_MARK = b"glibc.malloc."
 _COMM_MAX_CHARS = 15  # TASK_COMM_LEN - 1
+# e_ident of an ELF file: the magic, then EI_CLASS (1 = ELFCLASS32, 2 = ELFCLASS64).
+_ELF_MAGIC = b"\x7fELF"
+ELFCLASS32 = 1
 
 
 def _proc(pid: int, name: str) -> Path:
@@ -218,6 +221,17 @@ def _exe_path(pid: int) -> str | None:
         return None
 
 
+def elf_class(path: Path) -> int | None:
+    """EI_CLASS of the ELF file at ``path`` (ELFCLASS32 = 1, ELFCLASS64 = 2), or None when
+    it cannot be read or is no ELF file."""
+    try:
+        with path.open("rb") as handle:
+            ident = handle.read(5)
+    except OSError:
+        return None
+    return ident[4] if len(ident) == 5 and ident.startswith(_ELF_MAGIC) else None
+
+
 def read_process(pid: int) -> ProcessFacts:
     """Identity, state, tracer and allocator of PID, from /proc (never stops it)."""
     status = _status(pid)
@@ -265,9 +279,10 @@ def _describe_pid(pid: int) -> str:
 def check_target(pid: int, *, allow_stopped: bool = False) -> ProcessFacts:
     """Refuse what cannot be inspected safely, else return the facts of PID.
 
-    Raises NoSuchProcessError; TargetError for ourselves, a zombie, a kernel thread or a
-    process stopped by someone else (unless ``allow_stopped``); TargetPermissionError when
-    another tracer holds it; NotGlibcMallocError naming the allocator that was found.
+    Raises NoSuchProcessError; TargetError for ourselves, a zombie, a kernel thread, a
+    32-bit program (ELFCLASS32 executable: only 64-bit glibc layouts are read) or a process
+    stopped by someone else (unless ``allow_stopped``); TargetPermissionError when another
+    tracer holds it; NotGlibcMallocError naming the allocator that was found.
     """
     if pid <= 0:
         raise NoSuchProcessError(f"no process with PID {pid}")
@@ -304,6 +319,15 @@ def check_target(pid: int, *, allow_stopped: bool = False) -> ProcessFacts:
         raise diagnose_attach_failure(pid, f"/proc/{pid}/exe: Permission denied") from None
     except OSError:
         pass  # no exe (deleted binary, exited): the checks below and the attach decide
+    if elf_class(_proc(pid, "exe")) == ELFCLASS32:
+        # glibc's 32-bit layout (4-byte words, 1 MiB sub-heaps) would be read wrong.
+        raise TargetError(
+            f"{label} is a 32-bit program ({facts.exe or 'its executable'} is ELFCLASS32): "
+            "memforensics reads only 64-bit glibc heaps",
+            hint="a 32-bit program can print its own heap with malloc_info(0, stdout); "
+            "memforensics inspects 64-bit processes (x86-64, aarch64)",
+            pid=pid,
+        )
     if facts.allocator.kind == "unknown" and facts.allocator.detail.endswith("not readable"):
         detect_allocator(pid)  # raises the TargetPermissionError with its own message
     if not facts.allocator.is_glibc_malloc:

@@ -2,9 +2,14 @@
 
 Nothing here stops the target. gdb/MI would send memory as hex text (a 7 MB malloc_info
 document took seconds that way); a pread of /proc/PID/mem takes milliseconds and needs the
-same right as a ptrace attach. Reads go only to pages the pagemap says are present or
-swapped: reading a never-touched page through /proc/PID/mem would map a page into the
-target, and a page registered with userfaultfd would block the reader.
+same right as a ptrace attach.
+
+Invariant: reads go only to pages the pagemap says are present in RAM (bit 63). Reading any
+other page through /proc/PID/mem (or process_vm_readv) changes the target: a swapped-out page
+(bit 62) is faulted back in (its RSS grows, its swap shrinks), a never-touched page is mapped,
+and a page registered with userfaultfd blocks the reader. So ``PageMap.readable`` is the
+present pages, ``read`` refuses a range holding any page that is not present, and
+``read_present`` reads the present pages of a range and leaves the others as zeros.
 """
 
 from __future__ import annotations
@@ -26,7 +31,12 @@ PROC_ROOT = Path("/proc")
 _PRESENT_BIT = 63
 _SWAPPED_BIT = 62
 _PRESENT_TABLE = bytes(byte >> (_PRESENT_BIT - 56) & 1 for byte in range(256))
-_READABLE_TABLE = bytes(1 if byte >> (_SWAPPED_BIT - 56) else 0 for byte in range(256))
+# Swapped and not present: in the swap area (reading it would bring it back into RAM).
+_SWAPPED_TABLE = bytes(
+    1 if byte >> (_SWAPPED_BIT - 56) & 1 and not byte >> (_PRESENT_BIT - 56) & 1 else 0
+    for byte in range(256)
+)
+_READ_MAX_BYTES = 4 << 20  # read_present reads at most this much per preadv
 
 
 class PagemapUnavailableError(MemforensicsError):
@@ -50,7 +60,8 @@ def _open(pid: int, name: str) -> int:
 
 
 class PageMap:
-    """Which pages of [start, end) are present in RAM (and which may be read), in one read."""
+    """Which pages of [start, end) are present in RAM (the only ones that may be read), and
+    which are swapped out, in one read."""
 
     def __init__(self, start: int, end: int, page_bytes: int, entries: bytes) -> None:
         self.start = start
@@ -61,8 +72,10 @@ class PageMap:
         top_bytes = entries[7::8] + bytes(pages - len(entries) // 8)
         present = top_bytes.translate(_PRESENT_TABLE)
         self.present = present  # one byte per page: 1 = in RAM
-        # Present or swapped: the page holds data; reading it does not create a page.
-        self.readable = top_bytes.translate(_READABLE_TABLE)
+        # The pages a copy may read: the present ones, never a swapped one (the read would
+        # fault it back into the target) nor a never-touched one (it would map a page).
+        self.readable = present
+        self.swapped = top_bytes.translate(_SWAPPED_TABLE)  # 1 = in swap, not in RAM
         # prefix[i] = resident pages before page i: any span's count in two lookups.
         self.prefix = [0, *itertools.accumulate(present)]
         # The common case (a heap nobody trimmed) lets the walk skip page arithmetic.
@@ -149,24 +162,70 @@ class ProcessMemoryReader:
             ) from exc
         return PageMap(start, end, self.page_bytes, data[: len(data) - len(data) % 8])
 
-    def readable(self, address: int) -> bool:
-        """True when the page holding ``address`` is present or swapped."""
+    def _present_flags(self, address: int, length: int) -> bytes:
+        """One byte per page of [address, address + length): 1 = present. A page whose
+        entry cannot be read counts as not present (it is then not read)."""
+        first = address // self.page_bytes
+        last = (address + max(length, 1) - 1) // self.page_bytes
         try:
-            entry = os.pread(self._pagemap_fd, 8, 8 * (address // self.page_bytes))
+            entries = os.pread(self._pagemap_fd, 8 * (last - first + 1), 8 * first)
         except OSError:
-            return False  # only decides whether to read: an unknown page is not read
-        return len(entry) == 8 and bool(int.from_bytes(entry, "little") >> _SWAPPED_BIT)
+            return bytes(last - first + 1)
+        flags = entries[7 : len(entries) - len(entries) % 8 : 8].translate(_PRESENT_TABLE)
+        return flags + bytes(last - first + 1 - len(flags))
+
+    def readable(self, address: int) -> bool:
+        """True when the page holding ``address`` is present in RAM (may be read)."""
+        return self._present_flags(address, 1) == b"\x01"
 
     def read(self, address: int, length: int) -> bytes | None:
-        """``length`` bytes at ``address``, or None where nothing readable is mapped."""
+        """``length`` bytes at ``address``, or None when any page of them is not present in
+        RAM (swapped out, never touched, unmapped) or cannot be read."""
+        if 0 in self._present_flags(address, length):
+            return None
         try:
             data = os.pread(self._mem_fd, length, address)
         except OSError:
             return None
         return data if len(data) == length else None
 
+    def read_present(self, address: int, length: int, present: bytes | None = None) -> bytes:
+        """The bytes of [address, address + length) on present pages, one read per run of
+        them; every other byte (swapped, never touched, unmapped, unreadable) is zero.
+        ``present``: the pages' flags when the caller has read them already (one byte per
+        page from the one holding ``address``; 1 = present)."""
+        flags = self._present_flags(address, length) if present is None else present
+        buffer = bytearray(length)
+        view = memoryview(buffer)
+        page = self.page_bytes
+        base = address // page * page
+        index = 0
+        while index < len(flags):
+            begin = flags.find(1, index)
+            if begin < 0:
+                break
+            stop = flags.find(0, begin)
+            stop = len(flags) if stop < 0 else stop
+            lo = max(base + begin * page, address) - address
+            hi = min(base + stop * page, address + length) - address
+            while lo < hi:
+                piece = min(hi, lo + _READ_MAX_BYTES)
+                try:
+                    got = os.preadv(self._mem_fd, [view[lo:piece]], address + lo)
+                except OSError:
+                    got = 0
+                if got <= 0:
+                    view[lo:hi] = bytes(hi - lo)  # unmapped meanwhile: zeros
+                    break
+                lo += got
+            index = stop
+        return bytes(buffer)
+
     def read_into(self, view: memoryview, address: int) -> bool:
-        """Fill ``view`` with the bytes at ``address`` in one read; False when it fell short."""
+        """Fill ``view`` with the bytes at ``address`` in one read; False when it fell short
+        or when any page of them is not present in RAM (then nothing is read)."""
+        if 0 in self._present_flags(address, len(view)):
+            return False
         try:
             return os.preadv(self._mem_fd, [view], address) == len(view)
         except OSError:
