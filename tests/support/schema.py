@@ -17,7 +17,7 @@ from typing import Any
 
 DOC = Path(__file__).resolve().parent.parent.parent / "docs" / "json.md"
 _BLOCK = re.compile(r"```keys (\S+)\n(.*?)```", re.DOTALL)
-_SIGNED_BYTE_KEYS = ("delta", "released", "unexplained", "change")
+_SIGNED_BYTE_KEYS = ("delta", "released", "unexplained", "change", "unaccounted")
 _ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|\+00:00)$")
 
 
