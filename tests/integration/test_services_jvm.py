@@ -78,7 +78,8 @@ def test_inspections_under_load_measure_the_free_bytes(jvm_service: TcpService) 
     assert errors == 0, f"{errors} compress/inflate round trips gave wrong bytes"
     assert ops_after > ops_before, "the JVM made no progress"
     assert probe.failures == [], probe.failures[:3]
-    assert_most_measured(shares, SERVICE)
+    # "One truth per figure": >= 90 % of the dump's free bytes in >= 3 of 5 reports.
+    assert_most_measured(shares, SERVICE, at_least=0.6)
 
 
 @pytest.mark.timeout(180)

@@ -59,7 +59,8 @@ def test_backends_inspected_under_pgbench(
                 inspection = inspect(SERVICE, pid)
                 assert inspection.facts.allocator.kind == "glibc"
                 shares.append(share_of(inspection))
-    assert_most_measured(shares, SERVICE)
+    # "One truth per figure": >= 90 % of the dump's free bytes in >= 80 % of backend reports.
+    assert_most_measured(shares, SERVICE, at_least=0.8)
 
 
 @pytest.mark.timeout(240)
