@@ -113,3 +113,39 @@ def test_a_single_threaded_heap_is_read_at_the_moment_of_its_dump() -> None:
             for arena in residency.arenas:
                 assert arena.balanced and arena.free_method == "walked", arena
             assert residency.measured_share >= 0.99
+
+
+def test_a_python_main_heap_over_64_mib_is_measured_whole() -> None:
+    """CPython's big objects come from malloc's main arena: a [heap] past 64 MiB with half its
+    blocks freed is measured against the dump's own free bytes, balanced, and its waterfall
+    adds up to the kernel's anonymous memory within what changed between the reads."""
+    code = (
+        "import time\n"
+        "junk = [bytearray(3000) for _ in range(40000)]\n"
+        "del junk[::2]\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    from tests.support.targets import python_target
+
+    with python_target(code) as target:
+        document = _cli("inspect", "--json", str(target.pid))
+        free = document["totals"]["free_bytes"]
+        residency = document["residency"]
+        main = residency["arenas"][0]
+        assert main["mapped_bytes"] > 64 * MIB
+        assert free > 50 * MIB
+        assert min(residency["measured_free_bytes"], free) / free >= 0.9
+        assert main["balanced"] and main["free_method"] == "walked"
+        waterfall = document["waterfall"]
+        parts = sum(
+            waterfall[f"{key}_bytes"]
+            for key in (
+                "arena_in_use",
+                "arena_free_resident",
+                "mmap_chunks",
+                "stacks",
+                "other_anon",
+            )
+        )
+        assert abs(document["process"]["anon_bytes"] - parts) <= 2 * MIB
