@@ -83,7 +83,7 @@ def victim_event(
     is_summary_victim = incident.summary_pid == pid
     if uid is None and is_summary_victim:
         uid = incident.summary_uid
-    row = tasks.victim_row(incident.rows, pid)
+    row = tasks.victim_row(incident.rows, pid, name)
     page_bytes = tasks.page_size(row, total_vm)
     rss = None
     if anon is not None and file_rss is not None:

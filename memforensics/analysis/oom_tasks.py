@@ -36,15 +36,21 @@ def parse_row(columns: list[str], rest: str) -> Row | None:
     return parsed
 
 
-def victim_row(rows: dict[int, Row], pid: int) -> Row | None:
+def victim_row(rows: dict[int, Row], pid: int, name: str | None = None) -> Row | None:
     """The victim's task-table row: by pid, else the row whose tgid is the victim's pid (the
-    table may list another thread of the process than the one the kill line names)."""
+    table may list another thread of the process than the one the kill line names), else the
+    only row of the victim's name (old kernels' selection line names the chosen thread, which
+    the table, one row per process, lists under its leader's pid: RHEL 7 memcg OOMs)."""
     row = rows.get(pid)
     if row is not None:
         return row
     for candidate in rows.values():
         if candidate.get("tgid") == pid:
             return candidate
+    if name is not None:
+        named = [candidate for candidate in rows.values() if candidate.get("name") == name]
+        if len(named) == 1:
+            return named[0]
     return None
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -12,6 +14,7 @@ import click
 from memforensics.analysis.oom_select import scan
 from memforensics.cli.options import exit_codes_epilog, json_option, verbose_option
 from memforensics.cli.output import emit_json, stdout_console
+from memforensics.entry.oomjoin import default_state_dir, join_scan, load_histories
 from memforensics.entry.oomscan import scan_default
 from memforensics.errors import (
     EXIT_GATE,
@@ -46,6 +49,10 @@ Examples:
   memforensics oom --wide                   full cgroup paths, boot, total-vm, uid
   memforensics oom --kmsg --json | jq '.events[] | {pid, process, cgroup}'
   memforensics oom --since -1h --fail-if-found    # CI/cron gate: exit 1 on any kill
+  memforensics oom --recording app.jsonl    each kill of a recorded process beside
+                                            its last heap sample (watch --record)
+  memforensics oom --state-dir /var/lib/memforensics    ... or the last heap
+                                            samples `collect` kept there
 \b
 One row per victim. anon-rss is the victim's private memory when it died
 (what the kill freed); total-vm (--wide) its address space. by is "global"
@@ -150,6 +157,23 @@ def _kmsg_reader(boot: str) -> KmsgReader:
     "--process", "process", metavar="NAME", default=None, help="Only victims named NAME (a glob)."
 )
 @click.option(
+    "--recording",
+    "recordings",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    metavar="FILE",
+    help="A `watch --record` recording: show each kill of a recorded process beside its last "
+    "heap sample (same pid and name, at most 1 h before the kill). Repeatable.",
+)
+@click.option(
+    "--state-dir",
+    "state_dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    metavar="DIR",
+    help="`collect`'s state directory: join kills with the last heap samples it keeps there.",
+)
+@click.option(
     "--summary", is_flag=True, help="Group kills by process name instead of one row each."
 )
 @click.option(
@@ -171,6 +195,8 @@ def command(
     files: tuple[str, ...],
     use_kmsg: bool,
     process: str | None,
+    recordings: tuple[str, ...],
+    state_dir: Path | None,
     summary: bool,
     wide: bool,
     as_json: bool,
@@ -207,6 +233,10 @@ def command(
     except MemforensicsError as exc:
         exc.hint = _with_flag_hint(exc)
         raise
+    state_dir = state_dir or default_state_dir()
+    if recordings or state_dir is not None:
+        histories, notes = load_histories(recordings, state_dir)
+        result = join_scan(result, histories, notes)
     _output(result, as_json=as_json, summary=summary, wide=wide)
     if fail_if_found and result.events:
         ctx.exit(EXIT_GATE)
@@ -259,7 +289,7 @@ def _scan(
             lost = (
                 f"/dev/kmsg overwrote records before they were read ({kmsg_reader.lost_records}x)"
             )
-            result = OomScan(result.events, result.sources, (*result.notes, lost))
+            result = replace(result, notes=(*result.notes, lost))
         return result
     if directory is not None or boot.lower() != "all" or has_journal_files(None):
         reader = JournalReader(directory=directory, boot=boot, since=since, until=until)
@@ -267,7 +297,7 @@ def _scan(
             _status("running: " + " ".join(reader.argv()))
         streams.append((reader.source, reader.records()))
         result = scan(streams, since=since, until=until, process=process)
-        return OomScan(result.events, result.sources, (*reader.notes, *result.notes))
+        return replace(result, notes=(*reader.notes, *result.notes))
     if verbose:
         _status(f"no journal files in {' or '.join(JOURNAL_DIRS)}: reading /dev/kmsg and /var/log")
     return scan_default(since=since, until=until, process=process)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from memforensics.analysis.oom_select import scan
 from memforensics.analysis.residency import residency_figures
+from memforensics.entry.collect_heap import update_heap_samples
 from memforensics.entry.collect_state import (
     CollectState,
     count_new_kills,
@@ -248,6 +249,7 @@ def collect(
     started = time.monotonic()
     targets, notes = select_targets(pids, names)
     results: list[TargetResult] = []
+    taken: list[tuple[TargetResult, datetime]] = []
     spent = 0.0
     for pid in targets:
         if spent >= max_pause_seconds:
@@ -262,11 +264,16 @@ def collect(
                 )
             )
             continue
+        when = datetime.now(timezone.utc)
         result, cost = inspect_target(
             pid, timeout_seconds=timeout_seconds, gdb_path=gdb_path, log=log
         )
         spent += cost
         results.append(result)
+        taken.append((result, when))
+    if state_dir is not None and any(result.up for result, _ in taken):
+        # The last heap samples per process, for `oom --state-dir` to join kills with.
+        notes.extend(update_heap_samples(state_dir, taken, now=datetime.now(timezone.utc)))
     oom: OomReading | None = None
     if state_dir is not None and oom_sources is not None:
         oom, oom_notes = read_oom(state_dir, oom_sources, now=now or datetime.now(timezone.utc))

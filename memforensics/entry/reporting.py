@@ -9,9 +9,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from memforensics.analysis.oom_join import join_kill
 from memforensics.analysis.samples import sample_from_dump
 from memforensics.analysis.timeline import release_marks
 from memforensics.analysis.trend import Trend, compute_trend
+from memforensics.model.oom import HeapAtKill
 from memforensics.model.series import Sample, Series, SeriesEvent
 from memforensics.sources.files.recording import read_recording
 from memforensics.sources.files.report_inputs import file_time, read_heap_json, sniff
@@ -25,6 +27,8 @@ class ProcessReport:
     series: Series
     trend: Trend
     marks: tuple[SeriesEvent, ...]  # recorded events plus detected releases, in time order
+    # Each recorded OOM kill with the last heap sample before it (None when none fits).
+    kills: tuple[tuple[SeriesEvent, HeapAtKill | None], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +141,24 @@ def process_report(series: Series) -> ProcessReport:
     marks = [*series.events, *release_marks(ordered)]
     never = datetime.min.replace(tzinfo=timezone.utc)
     marks.sort(key=lambda e: e.time or never)
-    return ProcessReport(series=series, trend=compute_trend(ordered), marks=tuple(marks))
+    kills = tuple((event, _join(event, series)) for event in marks if event.kind == "oom-kill")
+    return ProcessReport(
+        series=series, trend=compute_trend(ordered), marks=tuple(marks), kills=kills
+    )
+
+
+def _join(kill: SeriesEvent, series: Series) -> HeapAtKill | None:
+    """The recorded kill beside the process's last heap sample before it."""
+    anon = kill.detail.get("anon_rss_bytes")
+    return join_kill(
+        series.samples,
+        pid=kill.pid,
+        process=kill.process,
+        killed=kill.time,
+        anon_rss_bytes=anon if isinstance(anon, int) else None,
+        source=", ".join(series.sources),
+        events=series.events,
+    )
 
 
 def build_report(

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
+
+from memforensics.model.series import Sample
 
 Killer = Literal["kernel", "systemd-oomd", "earlyoom"]
 Scope = Literal["global", "memcg"]
@@ -103,9 +106,30 @@ class ProcessSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class HeapAtKill:
+    """The last heap sample of a process before the OOM killer took it, and its trend.
+
+    ``seconds_before`` is the kill's time minus the sample's; ``verdict`` the trend of the
+    process's heap samples up to that one (analysis/trend.py); ``source`` the recording or
+    state file the sample came from; ``sentence`` the kill and the heap in words.
+    """
+
+    sample: Sample
+    seconds_before: float
+    verdict: str
+    source: str
+    sentence: str
+
+
+@dataclass(frozen=True, slots=True)
 class OomScan:
-    """Everything one scan found: events in log order, which sources, and notes to show."""
+    """Everything one scan found: events in log order, which sources, and notes to show.
+
+    ``heap`` maps an event's index in ``events`` to the heap sample it was joined with (only
+    when recordings or a collect state directory were given, and only where one fits).
+    """
 
     events: tuple[OomEvent, ...]
     sources: tuple[str, ...]
     notes: tuple[str, ...] = field(default=())
+    heap: Mapping[int, HeapAtKill] = field(default_factory=dict)

@@ -7,7 +7,14 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from memforensics.analysis.oom_select import summarize
-from memforensics.model.oom import OomEvent, OomScan, OomTrigger, ProcessSummary, TopTask
+from memforensics.model.oom import (
+    HeapAtKill,
+    OomEvent,
+    OomScan,
+    OomTrigger,
+    ProcessSummary,
+    TopTask,
+)
 from memforensics.render.cgroup_name import short_cgroup
 from memforensics.render.oom_table import render_rows
 from memforensics.units import format_bytes
@@ -54,7 +61,28 @@ def _task_json(task: TopTask) -> dict[str, Any]:
     }
 
 
-def event_json(event: OomEvent) -> dict[str, Any]:
+def heap_at_kill_json(heap: HeapAtKill | None) -> dict[str, Any] | None:
+    """``heap_sample``: the last heap sample of the victim before the kill (docs/json.md)."""
+    if heap is None:
+        return None
+    sample = heap.sample
+    return {
+        "time": iso_utc(sample.time),
+        "before_kill_seconds": round(heap.seconds_before, 3),
+        "source": heap.source,
+        "rss_bytes": sample.rss_bytes,
+        "anon_bytes": sample.anon_bytes,
+        "in_use_bytes": sample.in_use_bytes,
+        "free_bytes": sample.free_bytes,
+        "free_resident_bytes": sample.free_resident_bytes,
+        "system_bytes": sample.total("system_bytes"),
+        "arenas": sample.total("arenas"),
+        "verdict": heap.verdict,
+        "message": heap.sentence,
+    }
+
+
+def event_json(event: OomEvent, heap: HeapAtKill | None = None) -> dict[str, Any]:
     """One event with the keys documented in docs/json.md."""
     return {
         "time": iso_utc(event.time),
@@ -90,6 +118,7 @@ def event_json(event: OomEvent) -> dict[str, Any]:
         "pod_uid": event.pod_uid,
         "container_id": event.container_id,
         "qos_class": event.qos_class,
+        "heap_sample": heap_at_kill_json(heap),
     }
 
 
@@ -108,7 +137,7 @@ def scan_json(scan: OomScan) -> dict[str, Any]:
         "schema": SCHEMA,
         "sources": list(scan.sources),
         "kills": len(scan.events),
-        "events": [event_json(event) for event in scan.events],
+        "events": [event_json(event, scan.heap.get(i)) for i, event in enumerate(scan.events)],
         "summary": [_summary_json(s) for s in summarize(scan.events)],
         "notes": list(scan.notes),
     }
@@ -185,6 +214,9 @@ def events_table(scan: OomScan, *, wide: bool = False, width: int = 80) -> Rende
     notes = [f"read: {describe_sources(scan.sources)}"]
     if any(not event.confirmed for event in scan.events):
         notes.append("* no kill line in the log: known from the selection or summary line only")
+    for index, heap in sorted(scan.heap.items()):
+        event = scan.events[index]
+        notes.append(f"{_who(event.process, event.pid)} {heap.sentence}")
     title = f"OOM kills: {len(scan.events)}"
     if wide:
         return _wide_table(scan, title, notes)

@@ -194,12 +194,20 @@ def _process_section(report: ProcessReport, number: int) -> str:
         f"<li>{escape(a.message)} <code>{escape(a.code)}</code></li>"
         for a in (latest.advice if latest else ())
     )
+    kills = "".join(
+        f'<p class="kill"><b>OOM kill</b> '
+        f"{escape(k.time.strftime('%Y-%m-%d %H:%M:%S') if k.time else '')}: "
+        f"{escape(heap.sentence)}</p>"
+        for k, heap in report.kills
+        if heap is not None
+    )
     return f"""
 <section class="process" id="process-{number}">
 <h2>{escape(title)} <span class="verdict v-{trend.verdict}">{trend.verdict}</span></h2>
 <p class="muted">{trend.heap_samples} heap samples, {trend.rss_samples} RSS readings;
 {window}{pause}.</p>
 <ul class="evidence">{evidence}</ul>
+{kills}
 <h3>Memory over time</h3>
 <div class="chart-box">{svg}<div class="tip"></div></div>
 <p class="hint">Hover for values; drag across the chart to zoom on a time range,

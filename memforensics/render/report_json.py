@@ -8,6 +8,7 @@ from typing import Any
 from memforensics.analysis import trend as trend_rules
 from memforensics.analysis.trend import Fit, Trend
 from memforensics.entry.reporting import ProcessReport, Report
+from memforensics.render.oom import heap_at_kill_json
 from memforensics.render.sample_json import iso_time
 
 REPORT_SCHEMA = "memforensics/report/1"
@@ -89,6 +90,16 @@ def process_json(report: ProcessReport) -> dict[str, Any]:
                 "detail": dict(mark.detail),
             }
             for mark in report.marks
+        ],
+        "oom_kills": [
+            {
+                "time": iso_time(kill.time),
+                "message": kill.message,
+                "anon_rss_bytes": kill.detail.get("anon_rss_bytes"),
+                "scope": kill.detail.get("scope"),
+                "heap_sample": heap_at_kill_json(heap),
+            }
+            for kill, heap in report.kills
         ],
         "advice": []
         if latest is None

@@ -63,6 +63,10 @@ def _process(report: ProcessReport) -> list[str]:
             lines.append(
                 f"| {when} | {mark.kind}: {_cell(mark.message)} | {format_bytes(mark.rss_bytes)} |"
             )
+    for kill, heap in report.kills:
+        if heap is not None:
+            when = kill.time.strftime("%Y-%m-%d %H:%M:%S") if kill.time else "–"
+            lines += ["", f"**OOM kill** {when}: {_cell(heap.sentence)}"]
     if latest is not None and latest.advice:
         lines += ["", "**Advice** (latest heap sample)", ""]
         lines += [f"- {_cell(a.message)} `{a.code}`" for a in latest.advice]

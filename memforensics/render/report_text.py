@@ -69,6 +69,10 @@ def process_renderable(report: ProcessReport) -> RenderableType:
     for mark in report.marks[:20]:
         when = mark.time.strftime("%Y-%m-%d %H:%M:%S") if mark.time else "–"
         parts.append(Text(f"{when} {mark.kind}: {mark.message}", style="dim"))
+    for kill, joined in report.kills:
+        if joined is not None:
+            when = kill.time.strftime("%Y-%m-%d %H:%M:%S") if kill.time else "–"
+            parts.append(Text(f"{when} OOM kill: {joined.sentence}", style="bold red"))
     title = f"PID {series.pid} {series.process}" if series.pid is not None else series.process
     return Panel(Group(*parts), title=title, title_align="left", box=box.ROUNDED)
 
