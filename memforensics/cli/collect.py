@@ -95,7 +95,8 @@ def _mi_logger(line: str) -> None:
     envvar="STATE_DIRECTORY",
     default=None,
     metavar="DIR",
-    help="Where the OOM kill counters and cursor persist between runs "
+    help="Where the OOM kill counters and cursor, and the last heap samples per process (for "
+    "`oom --state-dir`), persist between runs "
     "(default: $STATE_DIRECTORY set by systemd's StateDirectory=; without it, no OOM counts).",
 )
 @click.option(
