@@ -360,6 +360,19 @@ def compute_trend(samples: Sequence[Sample]) -> Trend:
     else:
         verdict = "stable"
         evidence.append("neither live, free resident nor other memory grows beyond the noise")
+    if (
+        live is not None
+        and not live.growing
+        and arena is not None
+        and arena.growing
+        and chunks is not None
+        and chunks.falling
+    ):
+        evidence.append(
+            f"arena in use {format_bytes(arena.change_bytes, signed=True)} while mmapped chunks "
+            f"{format_bytes(chunks.change_bytes, signed=True)}: blocks moved from mmap to the "
+            "heap (glibc's dynamic mmap threshold rose), live memory flat: not a leak"
+        )
     if runtime is not None:
         evidence.append(f"runtime: {RUNTIME_NAMES.get(runtime, runtime)}")
     trend = Trend(

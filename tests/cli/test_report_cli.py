@@ -213,8 +213,8 @@ def test_fail_on_accepts_every_verdict_and_growing(leak: Path, fragment: Path) -
     for verdict in ("mmap-growing", "outside-malloc-growing", "rss-growing", "stable"):
         result = CliRunner().invoke(cli, ["report", str(fragment), "--fail-on", verdict])
         assert result.exit_code == 0, result.output
-    stable_gate = CliRunner().invoke(cli, ["report", str(fragment), "--fail-on", "free-growing"])
-    assert stable_gate.exit_code == 1
+    free_gate = CliRunner().invoke(cli, ["report", str(fragment), "--fail-on", "free-growing"])
+    assert free_gate.exit_code == 1
     both = CliRunner().invoke(cli, ["report", str(leak), str(fragment), "--fail-on", "growing"])
     assert both.exit_code == 1
     assert "PID 100 p100 is in-use-growing" in both.stderr

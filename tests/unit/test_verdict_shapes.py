@@ -113,6 +113,7 @@ def test_memory_moving_from_mmap_to_the_heap_is_not_a_leak() -> None:
     assert trend.verdict == "stable"
     assert trend.arena_in_use is not None and trend.arena_in_use.growing
     assert trend.live is not None and not trend.live.growing
+    assert any("blocks moved from mmap to the heap" in line for line in trend.evidence)
 
 
 def test_a_single_step_is_not_a_trend() -> None:
