@@ -44,6 +44,7 @@ def heap_sample(
     waterfall: Waterfall | None = None,
     extra_advice: tuple[Advice, ...] = (),
     sequence: int = 0,
+    runtime: str | None = None,
 ) -> Sample:
     """A heap sample: totals, per-arena figures, the free-chunk histogram, waterfall, advice."""
     return Sample(
@@ -73,6 +74,7 @@ def heap_sample(
         waterfall=waterfall,
         advice=analysis.advice + extra_advice,
         sequence=sequence,
+        runtime=runtime,
     )
 
 

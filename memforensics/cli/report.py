@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from memforensics.analysis.trend import VERDICTS
 from memforensics.cli.options import DURATION, exit_codes_epilog, json_option, verbose_option
 from memforensics.cli.output import emit_json, stderr_console, stdout_console
 from memforensics.entry.reporting import build_report
@@ -25,10 +26,13 @@ Examples:
 \b
 INPUT is a recording (`watch --record`), a heap JSON document (`inspect --json`,
 `parse --json`) or malloc_info XML (one dump or a series). The verdict per process:
-in-use-growing (a leak, or a cache that keeps growing), free-growing (fragmentation:
-free chunks pile up while in use stays flat), stable, or unknown (fewer than 3 heap
+in-use-growing (live memory, arena in use + mmapped chunks, grows: a leak or a cache),
+mmap-growing (the same, in large mmapped blocks), outside-malloc-growing (memory malloc
+does not know grows: a runtime's heap, the program's own mmaps), free-growing
+(fragmentation: free resident chunks pile up while live memory stays flat), rss-growing
+(RSS grows and no recorded line explains it), stable, or unknown (fewer than 3 heap
 samples). "Growing" means: at least 1 MiB and 5% over the window, 3 standard errors
-above zero and twice the noise (docs/watch.md).
+above zero, twice the noise, and not one single step (docs/watch.md).
 """
 
 
@@ -68,8 +72,9 @@ def _write(path: str, text: str, what: str) -> None:
     "--fail-on",
     "fail_on",
     multiple=True,
-    type=click.Choice(["in-use-growing", "free-growing"]),
-    help="Exit 1 when a process gets this verdict (repeatable): a CI gate.",
+    type=click.Choice([*VERDICTS, "growing"]),
+    help="Exit 1 when a process gets this verdict (repeatable; `growing`: any *-growing "
+    "verdict): a CI gate.",
 )
 @json_option
 @verbose_option
@@ -98,7 +103,10 @@ def command(
         emit_json(report_json(report))
     elif html_path is None and markdown_path is None:
         stdout_console().print(render_report(report))
-    failed = [p for p in report.processes if p.trend.verdict in fail_on]
+    gated = set(fail_on)
+    if "growing" in gated:
+        gated.update(v for v in VERDICTS if v.endswith("-growing"))
+    failed = [p for p in report.processes if p.trend.verdict in gated]
     for process in failed:
         series = process.series
         who = f"PID {series.pid} {series.process}" if series.pid is not None else series.process

@@ -33,6 +33,7 @@ from memforensics.model.series import Sample, SeriesEvent
 from memforensics.sources.logs.journal import JournalReader
 from memforensics.sources.logs.kmsg import KmsgReader
 from memforensics.sources.proc import procfs
+from memforensics.sources.proc.runtime import detect_runtime
 from memforensics.units import format_bytes, format_duration
 
 # The live view and the trend so far look at this many recent RSS readings (a day at 1 s
@@ -74,6 +75,7 @@ class WatchedProcess:
     oom_kill: SeriesEvent | None = None
     trend: Trend | None = None
     failures: int = 0  # heap samples failed in a row
+    runtime: str | None = None  # cpython, jvm, go, node: told once, at the start
 
     @property
     def last_rss_bytes(self) -> int | None:
@@ -152,7 +154,12 @@ class Watch:
         started = now_utc()
         # Raises NoSuchProcessError (exit 3) for a PID that is not there at the start.
         self.processes = [
-            WatchedProcess(pid=pid, process=procfs.read_process(pid).name, started=started)
+            WatchedProcess(
+                pid=pid,
+                process=procfs.read_process(pid).name,
+                started=started,
+                runtime=detect_runtime(pid),
+            )
             for pid in pids
         ]
         self.started_monotonic = time.monotonic()
@@ -250,6 +257,7 @@ class Watch:
             ),
             waterfall=result.waterfall,
             extra_advice=result.extra_advice,
+            runtime=proc.runtime,
         )
         proc.heap.append(sample)
         proc.pause_seconds += result.capture.pause_seconds

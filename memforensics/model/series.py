@@ -61,6 +61,9 @@ class Sample:
     waterfall: Waterfall | None = None
     advice: tuple[Advice, ...] = ()
     sequence: int = 0  # position in its input, to order samples that have no time
+    # The runtime the process runs on, when it can be told from the process itself
+    # ("cpython", "jvm", "go", "node"); None when unknown or not recorded.
+    runtime: str | None = None
 
     def total(self, key: str) -> int | None:
         """An integer from ``totals`` (None when absent, null or not a heap sample)."""

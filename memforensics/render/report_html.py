@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from html import escape
 
-from memforensics.analysis.trend import Fit
+from memforensics.analysis.trend import RUNTIME_NAMES, Fit
 from memforensics.entry.reporting import ProcessReport, Report
 from memforensics.model.process import Waterfall
 from memforensics.model.series import Sample
@@ -21,7 +21,7 @@ color:var(--ink);background:var(--bg);margin:0 auto;max-width:1040px;padding:24p
 h1{font-size:24px;margin:0 0 4px}h2{font-size:20px;margin:28px 0 8px;
 border-top:2px solid var(--line);padding-top:16px}h3{font-size:16px;margin:18px 0 6px}
 .muted{color:var(--muted)}.verdict{display:inline-block;padding:2px 10px;border-radius:12px;
-font-weight:600;color:#fff}.v-in-use-growing{background:#c0392b}.v-free-growing{background:#d68910}
+font-weight:600;color:#fff}.v-in-use-growing,.v-mmap-growing,.v-outside-malloc-growing,.v-rss-growing{background:#c0392b}.v-free-growing{background:#d68910}
 .v-stable{background:#1e8449}.v-unknown{background:#7f8c8d}
 .chart{width:100%;height:auto;display:block}.grid{stroke:#eaecf0}.frame{fill:none;stroke:var(--line)}
 .tick{font-size:11px;fill:var(--muted)}.legend{font-size:13px;margin:4px 0 0 78px}
@@ -108,6 +108,15 @@ def _figures_table(report: ProcessReport) -> str:
         ("free (in bins)", trend.free, latest.free_bytes if latest else None),
         ("free, resident", trend.free_resident, latest.free_resident_bytes if latest else None),
         ("RSS", trend.rss, latest.rss_bytes if latest else None),
+        *(
+            (
+                name,
+                fit,
+                None if latest is None or latest.waterfall is None else latest.waterfall.get(key),
+            )
+            for key, name, fit in trend.fits()
+            if fit is not None and key in ("mmap_chunks", "other_anon", "stacks", "shmem", "file")
+        ),
     )
     body = "".join(
         f"<tr><td>{name}</td><td>{escape(format_bytes(value))}</td>"
@@ -184,6 +193,11 @@ def _process_section(report: ProcessReport, number: int) -> str:
         else ""
     )
     evidence = "".join(f"<li>{escape(item)}</li>" for item in trend.evidence)
+    runtime = (
+        ""
+        if trend.runtime is None
+        else f"runtime: {escape(RUNTIME_NAMES.get(trend.runtime, trend.runtime))}; "
+    )
     marks = "".join(
         f"<li><b>{escape(m.kind)}</b> "
         f"{escape(m.time.strftime('%Y-%m-%d %H:%M:%S') if m.time else '')}: "
@@ -204,7 +218,7 @@ def _process_section(report: ProcessReport, number: int) -> str:
     return f"""
 <section class="process" id="process-{number}">
 <h2>{escape(title)} <span class="verdict v-{trend.verdict}">{trend.verdict}</span></h2>
-<p class="muted">{trend.heap_samples} heap samples, {trend.rss_samples} RSS readings;
+<p class="muted">{runtime}{trend.heap_samples} heap samples, {trend.rss_samples} RSS readings;
 {window}{pause}.</p>
 <ul class="evidence">{evidence}</ul>
 {kills}

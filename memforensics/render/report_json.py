@@ -30,6 +30,7 @@ def thresholds_json() -> dict[str, Any]:
         "growth_min_share": trend_rules.GROWTH_MIN_SHARE,
         "significance_t": trend_rules.SIGNIFICANCE_T,
         "noise_multiple": trend_rules.NOISE_MULTIPLE,
+        "step_residual_ratio": trend_rules.STEP_RESIDUAL_RATIO,
     }
 
 
@@ -40,6 +41,15 @@ def trend_json(trend: Trend) -> dict[str, Any]:
         "free": trend.free,
         "free_resident": trend.free_resident,
         "rss": trend.rss,
+        # Added with the whole-RSS verdicts: live = arena in use + mmapped chunks, and the
+        # waterfall's lines (null when the recording has no waterfall).
+        "live": trend.live,
+        "arena_in_use": trend.arena_in_use,
+        "mmap_chunks": trend.mmap_chunks,
+        "other_anon": trend.other_anon,
+        "stacks": trend.stacks,
+        "shmem": trend.shmem,
+        "file": trend.file,
     }
     document: dict[str, Any] = {"verdict": trend.verdict}
     for name, fit in fits.items():
@@ -48,6 +58,10 @@ def trend_json(trend: Trend) -> dict[str, Any]:
         document[f"{name}_change_bytes"] = _change(fit)
     for name, fit in fits.items():
         document[f"{name}_growing"] = None if fit is None else fit.growing
+    document["growing_lines"] = list(trend.growing_lines)
+    document["step_lines"] = list(trend.step_lines)
+    document["figures"] = trend.figures
+    document["runtime"] = trend.runtime
     document["evidence"] = list(trend.evidence)
     document["thresholds"] = thresholds_json()
     return document
@@ -64,6 +78,7 @@ def process_json(report: ProcessReport) -> dict[str, Any]:
         "pid": series.pid,
         "process": series.process,
         "sources": list(series.sources),
+        "runtime": trend.runtime,
         "heap_samples": trend.heap_samples,
         "rss_samples": trend.rss_samples,
         "first_time": iso_time(trend.first_time),

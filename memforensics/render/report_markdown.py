@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from memforensics.analysis.trend import Fit
+from memforensics.analysis.trend import RUNTIME_NAMES, Fit
 from memforensics.entry.reporting import ProcessReport, Report
 from memforensics.units import format_bytes, format_duration
 
 VERDICT_ICON = {
     "in-use-growing": "🔴",
+    "mmap-growing": "🔴",
+    "outside-malloc-growing": "🔴",
+    "rss-growing": "🔴",
     "free-growing": "🟠",
     "stable": "🟢",
     "unknown": "⚪",
@@ -31,6 +34,8 @@ def _process(report: ProcessReport) -> list[str]:
     title = f"PID {series.pid} {series.process}" if series.pid is not None else series.process
     icon = VERDICT_ICON[trend.verdict]
     lines = [f"### {title}: {icon} `{trend.verdict}`", ""]
+    if trend.runtime is not None:
+        lines += [f"Runtime: {RUNTIME_NAMES.get(trend.runtime, trend.runtime)}.", ""]
     span = trend.span_seconds
     lines.append(
         f"{trend.heap_samples} heap samples, {trend.rss_samples} RSS readings"
@@ -44,6 +49,15 @@ def _process(report: ProcessReport) -> list[str]:
         ("free", trend.free, latest.free_bytes if latest else None),
         ("free resident", trend.free_resident, latest.free_resident_bytes if latest else None),
         ("RSS", trend.rss, latest.rss_bytes if latest else None),
+        *(
+            (
+                name,
+                fit,
+                None if latest is None or latest.waterfall is None else latest.waterfall.get(key),
+            )
+            for key, name, fit in trend.fits()
+            if fit is not None and key in ("mmap_chunks", "other_anon", "stacks", "shmem", "file")
+        ),
     )
     for name, fit, value in rows:
         change = "–" if fit is None else format_bytes(fit.change_bytes, signed=True)

@@ -8,8 +8,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from memforensics.analysis.trend import Fit
+from memforensics.analysis.trend import RUNTIME_NAMES, Fit
 from memforensics.entry.reporting import ProcessReport, Report
+from memforensics.model.series import Sample
 from memforensics.render.watch_view import VERDICT_STYLE, sparkline
 from memforensics.units import format_bytes, format_duration
 
@@ -20,6 +21,26 @@ def _rate(fit: Fit | None) -> str:
     if fit.per_hour is None:
         return f"{format_bytes(fit.slope_per_unit, signed=True)}/dump"
     return f"{format_bytes(fit.per_hour, signed=True)}/h"
+
+
+def _line_values(heap: tuple[Sample, ...], key: str) -> list[int | None]:
+    return [None if s.waterfall is None else s.waterfall.get(key) for s in heap]
+
+
+def _waterfall_rows(
+    report: ProcessReport,
+) -> list[tuple[str, Fit | None, int | None, list[int | None]]]:
+    """Rows for the verdict's other figures, where the recording has them."""
+    trend, heap = report.trend, report.series.heap_samples
+    rows: list[tuple[str, Fit | None, int | None, list[int | None]]] = []
+    for key, name, fit in trend.fits():
+        if key in ("in_use", "free", "free_resident", "rss", "live") or fit is None:
+            continue
+        values = _line_values(heap, key)
+        if key == "arena_in_use" and trend.figures != "waterfall":
+            continue  # the same figure as "in use" above
+        rows.append((name, fit, values[-1] if values else None, values))
+    return rows
 
 
 def process_renderable(report: ProcessReport) -> RenderableType:
@@ -48,6 +69,7 @@ def process_renderable(report: ProcessReport) -> RenderableType:
             [s.free_resident_bytes for s in heap],
         ),
         ("RSS", trend.rss, rss_values[-1] if rss_values else None, rss_values),
+        *_waterfall_rows(report),
     ):
         table.add_row(
             name,
@@ -58,6 +80,8 @@ def process_renderable(report: ProcessReport) -> RenderableType:
         )
     head = Text("verdict: ")
     head.append(trend.verdict, style=VERDICT_STYLE[trend.verdict])
+    if trend.runtime is not None:
+        head.append(f"   runtime: {RUNTIME_NAMES.get(trend.runtime, trend.runtime)}")
     span = trend.span_seconds
     head.append(
         f"   {trend.heap_samples} heap samples, {trend.rss_samples} RSS readings"

@@ -50,6 +50,8 @@ def sample_line(sample: Sample) -> dict[str, Any]:
     line["pause_seconds"] = None if sample.pause_seconds is None else round(sample.pause_seconds, 6)
     if sample.free_resident_bytes is not None:
         line["free_resident_bytes"] = sample.free_resident_bytes
+    if sample.runtime is not None:
+        line["runtime"] = sample.runtime
     line["arenas"] = [
         {
             "index": a.index,

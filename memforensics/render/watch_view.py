@@ -22,6 +22,9 @@ SPARK_GLYPHS = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 40
 VERDICT_STYLE = {
     "in-use-growing": "bold red",
+    "mmap-growing": "bold red",
+    "outside-malloc-growing": "bold red",
+    "rss-growing": "bold red",
     "free-growing": "bold yellow",
     "stable": "bold green",
     "unknown": "dim",

@@ -206,3 +206,16 @@ def test_fail_on_is_a_gate(leak: Path, fragment: Path) -> None:
     assert "PID 200" not in gate.stderr
     passing = CliRunner().invoke(cli, ["report", str(fragment), "--fail-on", "in-use-growing"])
     assert passing.exit_code == 0
+
+
+def test_fail_on_accepts_every_verdict_and_growing(leak: Path, fragment: Path) -> None:
+    """Gates take every verdict; `growing` means any *-growing verdict."""
+    for verdict in ("mmap-growing", "outside-malloc-growing", "rss-growing", "stable"):
+        result = CliRunner().invoke(cli, ["report", str(fragment), "--fail-on", verdict])
+        assert result.exit_code == 0, result.output
+    free_gate = CliRunner().invoke(cli, ["report", str(fragment), "--fail-on", "free-growing"])
+    assert free_gate.exit_code == 1
+    both = CliRunner().invoke(cli, ["report", str(leak), str(fragment), "--fail-on", "growing"])
+    assert both.exit_code == 1
+    assert "PID 100 p100 is in-use-growing" in both.stderr
+    assert "PID 200 p200 is free-growing" in both.stderr

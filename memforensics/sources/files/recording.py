@@ -245,6 +245,7 @@ def _sample(obj: Mapping[str, Any], source: str, line: int) -> Sample:
         waterfall=waterfall_from(obj.get("waterfall"), source, line),
         advice=advice_from(_list(obj, "advice", source, line)),
         sequence=line,
+        runtime=runtime if isinstance(runtime := obj.get("runtime"), str) else None,
     )
 
 

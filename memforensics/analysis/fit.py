@@ -1,0 +1,121 @@
+"""Is one figure growing? A least-squares line, its growth tests, and the step check.
+
+A figure counts as *growing* only when all four hold over the observed window:
+
+1. the fitted change (slope × window) is at least ``GROWTH_MIN_BYTES`` (1 MiB) and at least
+   ``GROWTH_MIN_SHARE`` (5 %) of the figure's level at the start of the window (its fitted
+   value there, at least 1 MiB) — small heaps and small drifts are not worth a verdict;
+2. the slope is at least ``SIGNIFICANCE_T`` (3) standard errors above zero — the rise is
+   not an accident of a few noisy samples;
+3. the fitted change is at least ``NOISE_MULTIPLE`` (2) times the residual standard
+   deviation — the rise stands above the sample-to-sample noise;
+4. the rise is not one step: the best single step (the samples split in two at one point,
+   each part at its own mean) leaves at least ``STEP_RESIDUAL_RATIO`` (half) of the
+   squared residual the line leaves. A level that jumps once and stays (glibc moving
+   blocks between mmap and the heap, a cache filled once) fits a step far better than a
+   line, whatever its t; a leak's steady rise fits the line better than any step.
+
+A figure that passes 1–3 but fails 4 is a *step* (``Fit.step``): reported, never a trend.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import accumulate
+
+MiB = 1 << 20
+MIN_POINTS = 3
+GROWTH_MIN_BYTES = MiB
+GROWTH_MIN_SHARE = 0.05
+SIGNIFICANCE_T = 3.0
+NOISE_MULTIPLE = 2.0
+STEP_RESIDUAL_RATIO = 0.5
+SECONDS_PER_HOUR = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """A least-squares line through one figure's samples and what it says."""
+
+    points: int
+    slope_per_unit: float  # bytes per second (timed) or per sample (untimed)
+    start_bytes: float  # fitted value at the window's start
+    change_bytes: float  # fitted change over the window
+    noise_bytes: float  # residual standard deviation
+    t_stat: float  # slope / its standard error (inf for a perfect line)
+    growing: bool
+    timed: bool
+    step: bool = False  # tests 1-3 passed, but one step explains the rise better than a line
+    step_bytes: float = 0.0  # the best single step's height (right mean − left mean)
+
+    @property
+    def per_hour(self) -> float | None:
+        """Bytes per hour, when the samples carry times."""
+        return self.slope_per_unit * SECONDS_PER_HOUR if self.timed else None
+
+    @property
+    def falling(self) -> bool:
+        return self.change_bytes <= -GROWTH_MIN_BYTES and self.t_stat <= -SIGNIFICANCE_T
+
+
+def best_step(ys: Sequence[float]) -> tuple[float, float]:
+    """The single step that fits ``ys`` best: (its squared residual, its height).
+
+    Every split point is tried (at least one sample on each side), each side at its mean;
+    prefix sums make it one pass, so a week of 1 s readings costs no more than the line.
+    """
+    n = len(ys)
+    if n < 2:
+        return 0.0, 0.0
+    shift = ys[0]  # sums of squares of values near zero lose no precision
+    values = [y - shift for y in ys]
+    sums = list(accumulate(values))
+    squares = list(accumulate(v * v for v in values))
+    total, total_sq = sums[-1], squares[-1]
+    best, height = math.inf, 0.0
+    for k in range(1, n):
+        left, left_sq = sums[k - 1], squares[k - 1]
+        right, right_sq = total - left, total_sq - left_sq
+        residual = (left_sq - left * left / k) + (right_sq - right * right / (n - k))
+        if residual < best:
+            best, height = residual, right / (n - k) - left / k
+    return max(best, 0.0), height
+
+
+def fit_line(xs: Sequence[float], ys: Sequence[float], *, timed: bool) -> Fit | None:
+    """Fit ``ys`` against ``xs`` and apply the growth tests; None with fewer than 3 points."""
+    n = len(xs)
+    if n < MIN_POINTS or n != len(ys):
+        return None
+    mean_x = math.fsum(xs) / n
+    mean_y = math.fsum(ys) / n
+    sxx = math.fsum((x - mean_x) ** 2 for x in xs)
+    if sxx <= 0:
+        return None
+    sxy = math.fsum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=False))
+    slope = sxy / sxx
+    intercept = mean_y - slope * mean_x
+    residual = math.fsum((y - (intercept + slope * x)) ** 2 for x, y in zip(xs, ys, strict=False))
+    noise = math.sqrt(residual / (n - 2)) if n > 2 else 0.0
+    stderr = noise / math.sqrt(sxx)
+    if stderr > 0:
+        t_stat = slope / stderr
+    else:
+        t_stat = math.inf if slope > 0 else (-math.inf if slope < 0 else 0.0)
+    span = max(xs) - min(xs)
+    start = intercept + slope * min(xs)
+    change = slope * span
+    rising = (
+        change >= GROWTH_MIN_BYTES
+        and change >= GROWTH_MIN_SHARE * max(start, GROWTH_MIN_BYTES)
+        and t_stat >= SIGNIFICANCE_T
+        and change >= NOISE_MULTIPLE * noise
+    )
+    step = False
+    height = 0.0
+    if rising:
+        step_residual, height = best_step(ys)
+        step = step_residual < STEP_RESIDUAL_RATIO * residual
+    return Fit(n, slope, start, change, noise, t_stat, rising and not step, timed, step, height)
