@@ -34,6 +34,9 @@ _VERDICT_WORDS = {
     "in-use-growing": "in use growing: a leak (or a cache that keeps growing)",
     "free-growing": "in use flat: fragmentation, not a leak",
     "stable": "in use and free flat: neither a leak nor fragmentation",
+    "mmap-growing": "mmapped blocks growing: a leak of large allocations",
+    "outside-malloc-growing": "memory outside malloc growing (a runtime's heap, mmaps)",
+    "rss-growing": "RSS growing, no recorded line explains it",
     "unknown": "too few heap samples for a trend",
 }
 

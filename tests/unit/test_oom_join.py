@@ -266,3 +266,10 @@ def test_partial_memcg_v1_record_without_killed_line_keeps_uid_and_adj_from_the_
     assert (event.process, event.uid, event.oom_score_adj) == ("java", 1000, -998)
     assert event.scope == "memcg"
     assert event.rss_bytes == 119961 * 4096  # the row's rss (pages)
+
+
+def test_every_verdict_has_words_beside_a_kill() -> None:
+    """A kill's sentence speaks every verdict the trend can give, none shown raw."""
+    from memforensics.analysis import oom_join, trend
+
+    assert set(trend.VERDICTS) <= set(oom_join._VERDICT_WORDS)
