@@ -55,10 +55,21 @@ def page_ceil(address: int, page_bytes: int) -> int:
 
 
 def mtrim_span(chunk: int, size_bytes: int, page_bytes: int) -> tuple[int, int]:
-    """The [start, end) mtrim madvises in a free chunk: whole pages after its first 48 bytes."""
+    """The [start, end) mtrim madvises in a free chunk: whole pages after its first 48 bytes
+    (empty, start >= end, when the chunk holds no such page)."""
     return page_ceil(chunk + MALLOC_CHUNK_BYTES, page_bytes), page_floor(
         chunk + size_bytes, page_bytes
     )
+
+
+def mtrim_whole_pages_bytes(chunk: int, size_bytes: int, page_bytes: int) -> int:
+    """The length of mtrim_span (0 when it is empty): what mtrim releases from a free chunk
+    whose pages are all resident. A chunk smaller than page_bytes + 48 never holds such a
+    page. _chunkwalk.c's mtrim_pages does the same arithmetic in C."""
+    whole = (chunk + size_bytes) // page_bytes - (
+        chunk + MALLOC_CHUNK_BYTES + page_bytes - 1
+    ) // page_bytes
+    return whole * page_bytes if whole > 0 else 0
 
 
 def systrim_release_bytes(top_bytes: int, page_bytes: int, pad_bytes: int = 0) -> int:

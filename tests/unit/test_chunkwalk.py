@@ -1,101 +1,36 @@
-"""The walk's list loop, C and Python, on hand-built heap copies: good lists measured the
-same, every kind of inconsistency refused the same way."""
+"""The walk's two loops, a circular free list and a fastbin, on hand-built heap copies:
+_chunkwalk.c's follow_list and follow_fastbin and their Python twins in heapcopy give the same
+result for every case (a measurement, None, or out of time), from whole copies and from copies
+filled block by block as the list leads there (the lazy walk of a big arena)."""
 
 from __future__ import annotations
 
 import array
+import dataclasses
+import random
 import struct
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 
+from memforensics.model import glibc
 from memforensics.sources.glibc import heapcopy
-from memforensics.sources.glibc.glibc_walk import ArenaWalker
-from memforensics.sources.glibc.heapcopy import BufferPool, Segment
+from memforensics.sources.glibc.heapcopy import BufferPool, OutOfTime, Segment
 from memforensics.sources.proc.procmem import PageMap
 
 PAGE = 4096
-START = 0x7F0000000000  # where the copied heap lay in the target
-HEAD = 0x7F00DEAD0000  # the bin's own address (outside the heap, as in malloc_state)
+START = 0x7F0000000000  # where the first copied heap lay in the target
+SECOND = START + 64 * PAGE  # a second heap of the arena (a thread arena's chained heaps)
+HEAP_PAGES = 16
+HEAD = 0x7F00DEAD0000  # the bin's own address (outside the heaps, as in malloc_state)
+FILL_PAGES = 4  # the lazy copies' block
+OUT_OF_TIME = "out of time"
 
-
-def _heap(chunks: list[tuple[int, int]], length: int = 16 * PAGE) -> tuple[bytearray, int, int]:
-    """A heap copy holding one free list of (offset, size) chunks in that order; (copy,
-    fd of the head, bk of the head)."""
-    heap = bytearray(length)
-    addresses = [START + offset for offset, _ in chunks]
-    for position, (offset, size) in enumerate(chunks):
-        forward = addresses[position + 1] if position + 1 < len(chunks) else HEAD
-        back = addresses[position - 1] if position else HEAD
-        struct.pack_into("<4Q", heap, offset, 0, size | 1, forward, back)
-    return heap, addresses[0], addresses[-1]
-
-
-Walk = Callable[..., tuple[int, ...] | None]
-
-
-def _walks() -> list[Walk]:
-    walks: list[Walk] = [heapcopy.walk_resident_copy_py]
-    native = heapcopy._native
-    if native is not None:
-        walks.append(lambda buf, *args: native.walk(buf, *args, None))
-    return walks
-
-
-def _run(
-    walk: Walk, heap: bytearray, fd: int, bk: int, low: int = 32, high: int = 1 << 62
-) -> object:
-    return walk(memoryview(heap), START, HEAD, fd, bk, low, high, PAGE)
-
-
-LIST = [(0x100, 0x40), (0x3000, 0x2040), (0x800, 0x100)]
-
-
-@pytest.mark.parametrize("walk", _walks())
-def test_a_consistent_list_is_measured(walk: Walk) -> None:
-    heap, fd, bk = _heap(LIST)
-    # 0x2040 bytes at 0x3000: whole pages from align_up(0x3000 + 48) = 0x4000 to 0x5040 -> 1.
-    assert _run(walk, heap, fd, bk) == (3, 0x40 + 0x2040 + 0x100, 0x40 + 0x2040 + 0x100, PAGE)
-
-
-@pytest.mark.parametrize("walk", _walks())
-def test_every_inconsistency_is_refused(walk: Walk) -> None:
-    heap, fd, bk = _heap(LIST)
-    assert _run(walk, heap, fd, bk + 16) is None  # the head's bk names another chunk
-    assert _run(walk, heap, fd, bk, low=0x50) is None  # a size the bin cannot hold
-    broken = bytearray(heap)
-    struct.pack_into("<Q", broken, 0x3000 + 24, START + 0x999)  # bk not the previous chunk
-    assert _run(walk, broken, fd, bk) is None
-    outside = bytearray(heap)
-    struct.pack_into("<Q", outside, 0x100 + 16, START + 64 * PAGE)  # fd leaves the heap
-    assert _run(walk, outside, fd, bk) is None
-    looped = bytearray(heap)
-    struct.pack_into("<Q", looped, 0x800 + 16, START + 0x100)  # back to the first chunk
-    assert _run(walk, looped, fd, bk) is None
-    too_big = bytearray(heap)
-    struct.pack_into("<Q", too_big, 0x3000 + 8, 0x100000 | 1)  # runs past the heap's end
-    assert _run(walk, too_big, fd, bk) is None
-
-
-def test_the_c_loop_counts_partly_resident_pages_like_the_page_map() -> None:
-    native = heapcopy._native
-    if native is None:
-        pytest.skip("the C loop is not in use (not built here, or MEMFORENSICS_PURE_PYTHON is set)")
-    heap, fd, bk = _heap(LIST)
-    present = bytearray([1] * 16)
-    present[4] = 0  # the page 0x4000 … 0x5000 inside the big chunk was released
-    count, total, resident, trimmable = native.walk(
-        memoryview(heap), START, HEAD, fd, bk, 32, 1 << 62, PAGE, bytes(present)
-    )
-    assert (count, total) == (3, 0x40 + 0x2040 + 0x100)
-    assert resident == total - PAGE and trimmable == 0
-
-
-# Several heaps (a thread arena's chained heaps): two copies with a gap between them.
-SECOND = START + 64 * PAGE
+Outcome = tuple[int, ...] | None | str
+Way = Callable[..., Outcome]
 
 
 def _page_map(start: int, pages: int, absent: tuple[int, ...] = ()) -> PageMap:
@@ -104,114 +39,341 @@ def _page_map(start: int, pages: int, absent: tuple[int, ...] = ()) -> PageMap:
     return PageMap(start, start + pages * PAGE, PAGE, entries)
 
 
-def _empty_heaps(absent: tuple[int, ...] = ()) -> tuple[list[Segment], BufferPool]:
-    """Two zeroed 16-page heap copies at START and SECOND (``absent``: pages of the second
-    heap not in RAM)."""
-    pool = BufferPool()
-    segments = [
-        Segment(START, START + 16 * PAGE, _page_map(START, 16), pool),
-        Segment(SECOND, SECOND + 16 * PAGE, _page_map(SECOND, 16, absent), pool),
-    ]
-    for segment in segments:
+class Heaps:
+    """Zeroed heap copies made for one test, closed with it."""
+
+    def __init__(self) -> None:
+        self.pool = BufferPool()
+        self.made: list[Segment] = []
+
+    def segment(self, start: int, pages: int, absent: tuple[int, ...] = ()) -> Segment:
+        segment = Segment(start, start + pages * PAGE, _page_map(start, pages, absent), self.pool)
         segment.view[:] = bytes(segment.length)
-    return segments, pool
+        segment.whole = True
+        self.made.append(segment)
+        return segment
+
+    def two(self, absent: tuple[int, ...] = ()) -> list[Segment]:
+        """Copies of two 16-page heaps at START and SECOND (``absent``: pages of the second
+        one not in RAM)."""
+        return [self.segment(START, HEAP_PAGES), self.segment(SECOND, HEAP_PAGES, absent)]
+
+    def lazy_twins(self, segments: list[Segment]) -> tuple[list[Segment], heapcopy.Fill]:
+        """Empty copies of ``segments`` and the ``fill`` that copies a block of them (plus
+        one page, as glibc_walk.ArenaWalker._fill) when the loop first reads there."""
+        twins = [Segment(s.start, s.end, s.pages, self.pool) for s in segments]
+        self.made.extend(twins)
+        for twin in twins:
+            twin.view[:] = bytes(twin.length)  # a pooled buffer: another heap's bytes
+        sources = {s.start: s for s in segments}
+
+        def fill(segment: Segment, first_page: int) -> None:
+            first = first_page * PAGE
+            last = min(first + (FILL_PAGES + 1) * PAGE, segment.length)
+            segment.view[first:last] = sources[segment.start].view[first:last]
+            segment.filled[first_page : first_page + FILL_PAGES] = b"\x01" * FILL_PAGES
+
+        return twins, fill
+
+    def close(self) -> None:
+        for segment in self.made:
+            segment.close(self.pool)
+        self.pool.close()
 
 
-def _two_heaps(
-    chunks: list[tuple[int, int]], absent: tuple[int, ...] = ()
-) -> tuple[list[Segment], int, int, BufferPool]:
-    """Two 16-page heap copies at START and SECOND holding one free list of (address, size)
-    chunks in that order (``absent``: pages of the second heap not in RAM)."""
-    segments, pool = _empty_heaps(absent)
+@pytest.fixture
+def heaps() -> Iterator[Heaps]:
+    made = Heaps()
+    yield made
+    made.close()
+
+
+def _poke(segments: list[Segment], address: int, word: int) -> None:
+    """Write ``word`` at target ``address`` in the copy that holds it."""
+    (segment,) = [s for s in segments if s.start <= address < s.end]
+    struct.pack_into("<Q", segment.view, address - segment.start, word)
+
+
+def _link_list(segments: list[Segment], chunks: list[tuple[int, int]]) -> None:
+    """A circular free list of (address, size) chunks, in that order, from HEAD."""
     for position, (address, size) in enumerate(chunks):
         forward = chunks[position + 1][0] if position + 1 < len(chunks) else HEAD
         back = chunks[position - 1][0] if position else HEAD
-        segment = segments[address >= SECOND]
-        struct.pack_into("<4Q", segment.view, address - segment.start, 0, size | 1, forward, back)
-    return segments, chunks[0][0], chunks[-1][0], pool
+        for offset, word in ((8, size | 1), (16, forward), (24, back)):
+            _poke(segments, address + offset, word)
 
 
-def _segment_walks() -> list[Walk]:
-    walks: list[Walk] = [heapcopy.walk_copies_py]
+def _outcome(call: Callable[[], object]) -> Outcome:
+    try:
+        result = call()
+    except OutOfTime:
+        return OUT_OF_TIME
+    return OUT_OF_TIME if result is False else result  # type: ignore[return-value]
+
+
+def _list_ways(heaps: Heaps) -> dict[str, Way]:
+    """Every way a list is followed: C (where built), Python, Python over lazy copies."""
+
+    def python(segments: list[Segment], *args: float) -> Outcome:
+        return _outcome(lambda: heapcopy.follow_list(segments, *args))  # type: ignore[arg-type]
+
+    def lazy(segments: list[Segment], *args: float) -> Outcome:
+        twins, fill = heaps.lazy_twins(segments)
+        return _outcome(lambda: heapcopy.follow_list(twins, *args, fill=fill))  # type: ignore[arg-type]
+
+    ways: dict[str, Way] = {"python": python, "python, lazy copies": lazy}
     native = heapcopy._native
     if native is not None:
-        walks.append(
-            lambda segments, *args: native.walk_segments(
-                [
-                    (s.view, s.start, None if s.pages.all_resident else s.pages.present)
-                    for s in segments
-                ],
-                *args,
-            )
+        ways["c"] = lambda segments, *args: _outcome(
+            lambda: native.walk_segments(heapcopy._native_copies(segments), *args)
         )
-    return walks
+    return ways
 
 
+def _fastbin_ways(heaps: Heaps) -> dict[str, Way]:
+    """Every way a fastbin is followed, as _list_ways."""
+
+    def python(segments: list[Segment], *args: float) -> Outcome:
+        return _outcome(lambda: heapcopy.follow_fastbin(segments, *args))  # type: ignore[arg-type]
+
+    def lazy(segments: list[Segment], *args: float) -> Outcome:
+        twins, fill = heaps.lazy_twins(segments)
+        return _outcome(lambda: heapcopy.follow_fastbin(twins, *args, fill=fill))  # type: ignore[arg-type]
+
+    ways: dict[str, Way] = {"python": python, "python, lazy copies": lazy}
+    native = heapcopy._native
+    if native is not None:
+        ways["c"] = lambda segments, *args: _outcome(
+            lambda: native.walk_fastbin(heapcopy._native_copies(segments), *args)
+        )
+    return ways
+
+
+def test_c_and_python_look_at_the_clock_as_often() -> None:
+    if heapcopy._native is None:
+        pytest.skip("the C loop is not in use (not built here, or MEMFORENSICS_PURE_PYTHON is set)")
+    assert heapcopy._native.CLOCK_EVERY_CHUNKS == heapcopy.CLOCK_EVERY_CHUNKS == 0xFFFF
+
+
+# A list through both heaps; the big chunk's one mtrim page is 0x4000 … 0x5000 of the second.
 HOPS = [(START + 0x100, 0x40), (SECOND + 0x3000, 0x2040), (START + 0x800, 0x100)]
+TOTAL = 0x40 + 0x2040 + 0x100
 
 
-@pytest.mark.parametrize("walk", _segment_walks())
-@pytest.mark.parametrize("absent", [(), (4,)])
-def test_a_list_across_heaps_is_measured(walk: Walk, absent: tuple[int, ...]) -> None:
-    segments, fd, bk, pool = _two_heaps(HOPS, absent)
-    try:
-        result = walk(segments, HEAD, fd, bk, 32, 1 << 62, PAGE)
-    finally:
-        for segment in segments:
-            segment.close(pool)
-        pool.close()
-    total = 0x40 + 0x2040 + 0x100
-    # Page 4 of the second heap lies inside the big chunk, whose one mtrim page it is.
-    assert result == ((3, total, total, PAGE) if not absent else (3, total, total - PAGE, 0))
+@dataclasses.dataclass
+class ListCase:
+    expected: Outcome
+    chunks: list[tuple[int, int]] = dataclasses.field(default_factory=lambda: list(HOPS))
+    pokes: tuple[tuple[int, int], ...] = ()  # (address, word) written after linking
+    absent: tuple[int, ...] = ()  # pages of the second heap not in RAM
+    low: int = glibc.MINSIZE
+    high: int = 1 << 62
+    head_bk: int | None = None  # the head's bk, when not the last chunk
 
 
-@pytest.mark.parametrize("walk", _segment_walks())
-def test_every_inconsistency_across_heaps_is_refused(walk: Walk) -> None:
-    def refused(chunks: list[tuple[int, int]], fd_of_first: int | None = None) -> bool:
-        segments, fd, bk, pool = _two_heaps(chunks)
-        try:
-            if fd_of_first is not None:  # the first chunk's fd leads astray
-                struct.pack_into("<Q", segments[0].view, chunks[0][0] - START + 16, fd_of_first)
-            return walk(segments, HEAD, fd, bk, 32, 1 << 62, PAGE) is None
-        finally:
-            for segment in segments:
-                segment.close(pool)
-            pool.close()
+LIST_CASES = {
+    "consistent": ListCase((3, TOTAL, TOTAL, PAGE)),
+    "its mtrim page released": ListCase((3, TOTAL, TOTAL - PAGE, 0), absent=(4,)),
+    "a page under no chunk released": ListCase((3, TOTAL, TOTAL, PAGE), absent=(10,)),
+    "the page of a chunk's tail released": ListCase((3, TOTAL, TOTAL - 0x40, PAGE), absent=(5,)),
+    "empty": ListCase((0, 0, 0, 0), chunks=[]),
+    "misaligned chunk": ListCase(None, chunks=[HOPS[0], (SECOND + 0x3008, 0x40), HOPS[2]]),
+    "fd into the gap between heaps": ListCase(None, pokes=((START + 0x110, START + 20 * PAGE),)),
+    "fd below every heap": ListCase(None, pokes=((START + 0x110, START - PAGE),)),
+    "header past the heap's end": ListCase(
+        None, pokes=((START + 0x110, SECOND + HEAP_PAGES * PAGE - 16),)
+    ),
+    "size below the bin's": ListCase(None, low=0x50),
+    "size above the bin's": ListCase(None, high=0x2000),
+    "chunk past its heap's end": ListCase(
+        None, chunks=[HOPS[0], (SECOND + 0x3000, 0x10000), HOPS[2]]
+    ),
+    "bk not the chunk before": ListCase(None, pokes=((SECOND + 0x3018, START + 0x990),)),
+    "never back to the head": ListCase(None, pokes=((START + 0x810, 0),)),
+    "head's bk not the last chunk": ListCase(None, head_bk=START + 0x100),
+    "a cycle back to the first chunk": ListCase(None, pokes=((START + 0x810, START + 0x100),)),
+}
 
-    assert refused(HOPS, fd_of_first=START + 20 * PAGE)  # into the gap between the heaps
-    assert refused(HOPS, fd_of_first=START - PAGE)  # below every heap
-    assert refused(HOPS, fd_of_first=SECOND + 16 * PAGE - 16)  # header past the second's end
-    assert refused([HOPS[0], (SECOND + 0x3000, 0x10000), HOPS[2]])  # runs past its heap
-    # Misaligned, though every bk names the chunk before: not a chunk glibc made.
-    assert refused([HOPS[0], (SECOND + 0x3008, 0x40), HOPS[2]])
-    assert not refused(HOPS)
+
+@pytest.mark.parametrize("case", LIST_CASES.values(), ids=LIST_CASES.keys())
+def test_every_list_case_reads_the_same_every_way(heaps: Heaps, case: ListCase) -> None:
+    segments = heaps.two(case.absent)
+    _link_list(segments, case.chunks)
+    for address, word in case.pokes:
+        _poke(segments, address, word)
+    fd = case.chunks[0][0] if case.chunks else HEAD
+    bk = case.chunks[-1][0] if case.chunks else HEAD
+    bk = bk if case.head_bk is None else case.head_bk
+    ways = _list_ways(heaps)
+    outcomes = {
+        name: way(segments, HEAD, fd, bk, case.low, case.high, PAGE) for name, way in ways.items()
+    }
+    assert outcomes == dict.fromkeys(ways, case.expected)
 
 
-def test_a_long_list_stops_at_the_deadline_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
-    """70,000 chunks in one copy: measured alike with time left, OutOfTime (C and Python)
-    once the deadline has passed: a list of millions must not overrun the walk's budget."""
-    count = 70_000
-    pool = BufferPool()
-    length = count * 32 + PAGE
-    segment = Segment(START, START + length, _page_map(START, length // PAGE), pool)
-    try:
-        words = segment.words
-        addresses = range(START, START + 32 * count, 32)
-        words[1 : 4 * count : 4] = array.array("Q", [32 | 1]) * count
-        words[2 : 4 * count : 4] = array.array("Q", [*addresses[1:], HEAD])
-        words[3 : 4 * count : 4] = array.array("Q", [HEAD, *addresses[:-1]])
-        args = (HEAD, START, addresses[-1], 32, 32, PAGE)
-        ways = {"native": heapcopy._native, "python": None}
-        for way, native in ways.items():
-            if way == "native" and native is None:
-                continue
-            monkeypatch.setattr(heapcopy, "_native", native)
-            assert heapcopy.walk_copies([segment], *args) == (count, 32 * count, 32 * count, 0)
-            with pytest.raises(heapcopy.OutOfTime):
-                heapcopy.walk_copies([segment], *args, time.monotonic() - 1)
-    finally:
-        segment.close(pool)
-        pool.close()
+def _long_list(heaps: Heaps, count: int) -> tuple[list[Segment], int, int]:
+    """One copy holding a list of ``count`` 32-byte chunks in address order."""
+    pages = (count * 32) // PAGE + 1
+    segment = heaps.segment(START, pages)
+    words = segment.words
+    addresses = range(START, START + 32 * count, 32)
+    words[1 : 4 * count : 4] = array.array("Q", [32 | 1]) * count
+    words[2 : 4 * count : 4] = array.array("Q", [*addresses[1:], HEAD])
+    words[3 : 4 * count : 4] = array.array("Q", [HEAD, *addresses[:-1]])
+    return [segment], addresses[0], addresses[-1]
+
+
+@pytest.mark.parametrize("count", [heapcopy.CLOCK_EVERY_CHUNKS, heapcopy.CLOCK_EVERY_CHUNKS + 1])
+def test_the_clock_is_looked_at_after_the_same_count_every_way(heaps: Heaps, count: int) -> None:
+    """A deadline long past: a list shorter than the clock's interval is measured, one chunk
+    more is out of time, alike in C and Python (a list of millions must not overrun the
+    walk's budget, and no loop looks at the clock more often than the other)."""
+    segments, fd, bk = _long_list(heaps, count)
+    past = time.monotonic() - 1
+    expected = (count, 32 * count, 32 * count, 0) if count <= 0xFFFF else OUT_OF_TIME
+    for name, way in _list_ways(heaps).items():
+        assert way(segments, HEAD, fd, bk, 32, 32, PAGE, past) == expected, name
+        assert way(segments, HEAD, fd, bk, 32, 32, PAGE) == (count, 32 * count, 32 * count, 0)
+    # Fastbins too: the same chunks, NULL-terminated through plain fd pointers.
+    segments[0].words[2 : 4 * count : 4][-1] = 0
+    for name, way in _fastbin_ways(heaps).items():
+        assert way(segments, fd, 32, PAGE, False, past) == expected, name
+
+
+def test_walk_copies_raises_out_of_time_c_or_python(
+    heaps: Heaps, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    segments, fd, bk = _long_list(heaps, 70_000)
+    for native in {heapcopy._native, None}:
+        monkeypatch.setattr(heapcopy, "_native", native)
+        assert heapcopy.walk_copies(segments, HEAD, fd, bk, 32, 32, PAGE) == (
+            70_000,
+            32 * 70_000,
+            32 * 70_000,
+            0,
+        )
+        with pytest.raises(OutOfTime):
+            heapcopy.walk_copies(segments, HEAD, fd, bk, 32, 32, PAGE, time.monotonic() - 1)
+
+
+def test_a_copy_that_moves_under_the_loop_stops_at_the_chunk_limit(heaps: Heaps) -> None:
+    """A static copy cannot cycle (a chunk seen twice would need two predecessors), but a
+    copy filled while the list is followed can: here every read finds the other chunk's
+    ``bk`` just right. The loop gives up after chunk_limit() chunks, or ``max_chunks``."""
+    source = heaps.segment(START, 2)
+    first, second = START + 0x100, START + PAGE + 0x100
+    reads: list[int] = []
+
+    def fill(segment: Segment, first_page: int) -> None:  # never marks a page copied
+        reads.append(first_page)
+        back = HEAD if len(reads) == 1 else (second if first_page == 0 else first)
+        chunk = (first, second)[first_page]
+        following = (second, first)[first_page]
+        struct.pack_into("<4Q", segment.view, chunk - START, 0, 0x40 | 1, following, back)
+
+    segments = [source]
+    source.whole = False
+    assert heapcopy.follow_list(segments, HEAD, first, first, 32, 64, PAGE, fill=fill) is None
+    assert len(reads) == heapcopy.chunk_limit(segments) + 1 == 2 * PAGE // 32 + 1
+    reads.clear()
+    assert (
+        heapcopy.follow_list(segments, HEAD, first, first, 32, 64, PAGE, fill=fill, max_chunks=5)
+        is None
+    )
+    assert len(reads) == 6
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_mtrim_whole_pages_is_the_length_of_the_mtrim_span(seed: int) -> None:
+    rng = random.Random(seed)
+    for _ in range(2000):
+        chunk = START + 16 * rng.randrange(4 * PAGE // 16)
+        size = 16 * rng.randrange(2, 6 * PAGE // 16)
+        start, end = glibc.mtrim_span(chunk, size, PAGE)
+        assert glibc.mtrim_whole_pages_bytes(chunk, size, PAGE) == max(end - start, 0)
+
+
+# Fastbins: NULL-terminated, one size, fd safe-linked ((address of fd >> 12) ^ next) since
+# glibc 2.32.
+FAST = [START + 0x100, SECOND + 0x3000, START + 0x2FE0]  # the last one straddles a page
+
+
+def _chain(chunks: list[int], end: int = 0) -> list[tuple[int, int]]:
+    """(chunk, next) links of a fastbin through ``chunks`` whose last one leads to ``end``."""
+    return list(zip(chunks, [*chunks[1:], end], strict=True))
+
+
+@dataclasses.dataclass
+class FastCase:
+    expected: Outcome
+    links: list[tuple[int, int]] = dataclasses.field(default_factory=lambda: _chain(FAST))
+    stored_mangled: bool = True  # how the fd pointers are stored
+    read_mangled: bool = True  # how the loop is told to read them
+    size: int = 0x40  # of every chunk
+    absent: tuple[int, ...] = ()
+
+
+LAST = SECOND + HEAP_PAGES * PAGE  # the second heap's end
+FAST_CASES = {
+    "safe-linked": FastCase((3, 0xC0, 0xC0, 0)),
+    "plain": FastCase((3, 0xC0, 0xC0, 0), stored_mangled=False, read_mangled=False),
+    "a page released": FastCase((3, 0xC0, 0x80, 0), absent=(3,)),
+    "empty": FastCase((0, 0, 0, 0), links=[]),
+    "a lone chunk": FastCase((1, 0x40, 0x40, 0), links=_chain(FAST[:1])),
+    "safe-linked read plain": FastCase(None, read_mangled=False),
+    "plain read safe-linked": FastCase(None, stored_mangled=False),
+    "a lone safe-linked chunk read plain": FastCase(
+        None, links=_chain(FAST[:1]), read_mangled=False
+    ),
+    "a lone plain chunk read safe-linked": FastCase(
+        None, links=_chain(FAST[:1]), stored_mangled=False
+    ),
+    "another size than the bin's": FastCase(None, size=0x50),
+    "fd into the gap between heaps": FastCase(None, links=_chain([FAST[0]], START + 20 * PAGE)),
+    "fd misaligned": FastCase(None, links=_chain([FAST[0], START + 0x208])),
+    "header past the heap's end": FastCase(None, links=_chain([FAST[0]], LAST - 16)),
+    "chunk past its heap's end": FastCase(None, links=_chain([FAST[0], LAST - 32])),
+    "not NULL-terminated": FastCase(None, links=_chain(FAST, HEAD)),
+    "a cycle": FastCase(None, links=_chain(FAST, FAST[0])),
+}
+
+
+@pytest.mark.parametrize("case", FAST_CASES.values(), ids=FAST_CASES.keys())
+def test_every_fastbin_case_reads_the_same_every_way(heaps: Heaps, case: FastCase) -> None:
+    segments = heaps.two(case.absent)
+    for address, following in case.links:
+        stored = ((address + 16) >> 12) ^ following if case.stored_mangled else following
+        _poke(segments, address + 8, case.size | 1)
+        _poke(segments, address + 16, stored)
+    head = case.links[0][0] if case.links else 0
+    ways = _fastbin_ways(heaps)
+    outcomes = {
+        name: way(segments, head, 0x40, PAGE, case.read_mangled) for name, way in ways.items()
+    }
+    assert outcomes == dict.fromkeys(ways, case.expected)
+
+
+def test_heaps_the_c_loops_refuse_are_walked_in_python(heaps: Heaps) -> None:
+    """Overlapping copies (heaps read while they moved) are no error: the Python loops,
+    which need no order, walk them."""
+    segments = heaps.two()
+    _link_list(segments, HOPS)
+    overlapping = [segments[0], segments[0], segments[1]]
+    expected = heapcopy.follow_list(segments, HEAD, HOPS[0][0], HOPS[-1][0], 32, 1 << 62, PAGE)
+    assert expected is not None
+    walked = heapcopy.walk_copies(overlapping, HEAD, HOPS[0][0], HOPS[-1][0], 32, 1 << 62, PAGE)
+    assert walked == expected
+    fast = heaps.two()
+    for address, following in _chain(FAST):
+        _poke(fast, address + 8, 0x40 | 1)
+        _poke(fast, address + 16, following)
+    overlapping = [fast[0], fast[0], fast[1]]
+    assert heapcopy.walk_fastbin_copies(overlapping, FAST[0], 0x40, PAGE, False) == (
+        3,
+        0xC0,
+        0xC0,
+        0,
+    )
 
 
 def test_the_c_loop_lets_other_threads_run() -> None:
@@ -228,19 +390,19 @@ def test_the_c_loop_lets_other_threads_run() -> None:
     words = memoryview(buffer).cast("Q")
     addresses = [START + 32 * i for i in order]
     slots = array.array("Q", [4 * i for i in order])
-    sizes = array.array("Q", [32 | 1])
     for slot, forward, back in zip(
         slots, [*addresses[1:], HEAD], [HEAD, *addresses[:-1]], strict=True
     ):
-        words[slot + 1] = sizes[0]
+        words[slot + 1] = 32 | 1
         words[slot + 2] = forward
         words[slot + 3] = back
     calls: list[tuple[float, float, object]] = []
+    copies = [(words, START, None)]
 
     def walker() -> None:
         for _ in range(5):
             before = time.monotonic()
-            result = native.walk(words, START, HEAD, addresses[0], addresses[-1], 32, 32, PAGE)
+            result = native.walk_segments(copies, HEAD, addresses[0], addresses[-1], 32, 32, PAGE)
             calls.append((before, time.monotonic(), result))
 
     thread = threading.Thread(target=walker)
@@ -257,131 +419,8 @@ def test_the_c_loop_lets_other_threads_run() -> None:
     finally:
         sys.setswitchinterval(interval)
     assert all(result == (count, 32 * count, 32 * count, 0) for *_, result in calls)
-    # Ticks in the middle half of a call: with the GIL held, the main thread could tick only
-    # just before the C code took over or just after it returned, never in between.
     during = [
         sum(before + (after - before) / 4 < tick < after - (after - before) / 4 for tick in ticks)
         for before, after, _ in calls
     ]
     assert max(during) > 0, (during, [after - before for before, after, _ in calls])
-
-
-def test_heaps_the_c_loop_refuses_are_walked_in_python() -> None:
-    """Overlapping copies (heaps read while they moved) are no error: the Python loop,
-    which needs no order, walks them."""
-    segments, fd, bk, pool = _two_heaps(HOPS)
-    try:
-        expected = heapcopy.walk_copies_py(segments, HEAD, fd, bk, 32, 1 << 62, PAGE)
-        overlapping = [segments[0], segments[0], segments[1]]
-        assert heapcopy.walk_copies(overlapping, HEAD, fd, bk, 32, 1 << 62, PAGE) == expected
-        assert expected is not None
-    finally:
-        for segment in segments:
-            segment.close(pool)
-        pool.close()
-
-
-# Fastbins: NULL-terminated, one size, fd safe-linked ((address of fd >> 12) ^ next) since
-# glibc 2.32.
-FAST = [START + 0x100, SECOND + 0x3000, START + 0x2FE0]  # the last one straddles a page
-
-
-def _fastbin(
-    chunks: list[int], size: int, *, mangled: bool, absent: tuple[int, ...] = ()
-) -> tuple[list[Segment], BufferPool]:
-    segments, pool = _empty_heaps(absent)
-    for position, address in enumerate(chunks):
-        following = chunks[position + 1] if position + 1 < len(chunks) else 0
-        stored = ((address + 16) >> 12) ^ following if mangled else following
-        segment = segments[address >= SECOND]
-        struct.pack_into("<3Q", segment.view, address - segment.start, 0, size | 1, stored)
-    return segments, pool
-
-
-def _fastbin_walks() -> list[Walk]:
-    walks: list[Walk] = [heapcopy.walk_fastbin_copies_py]
-    if heapcopy._native is not None:
-        walks.append(heapcopy.walk_fastbin_copies)
-    return walks
-
-
-@pytest.mark.parametrize("walk", _fastbin_walks())
-@pytest.mark.parametrize("mangled", [True, False])
-@pytest.mark.parametrize("absent", [(), (3,)])
-def test_a_fastbin_is_measured_the_same_both_ways(
-    walk: Walk, mangled: bool, absent: tuple[int, ...]
-) -> None:
-    segments, pool = _fastbin(FAST, 0x40, mangled=mangled, absent=absent)
-    try:
-        result = walk(segments, FAST[0], 0x40, PAGE, mangled)
-    finally:
-        for segment in segments:
-            segment.close(pool)
-        pool.close()
-    # Page 3 of the second heap holds the middle chunk (0x3000..0x3040) when it is absent.
-    assert result == (3, 3 * 0x40, 3 * 0x40 - (0x40 if absent else 0), 0)
-
-
-@pytest.mark.parametrize("mangled", [True, False])
-@pytest.mark.parametrize("chunks", [FAST, FAST[:1]], ids=["three chunks", "a lone chunk"])
-def test_an_arena_walk_learns_from_its_first_fastbin_whether_pointers_are_safe_linked(
-    mangled: bool, chunks: list[int]
-) -> None:
-    """The arena's first fastbin is read both ways by the copies' loop; the way it reads
-    back consistently is kept for the arena's other fastbins (a lone chunk tells too: its
-    NULL next pointer is stored scrambled by safe-linking)."""
-    segments, pool = _fastbin(chunks, 0x40, mangled=mangled)
-    walker = ArenaWalker.__new__(ArenaWalker)  # only what a walk over whole copies uses
-    walker._segments, walker._page, walker._mangled = segments, PAGE, None
-    try:
-        for segment in segments:
-            segment.whole = True
-        first = walker._walk_fastbin(chunks[0], 0x40)
-        assert walker._mangled is mangled
-        again = walker._walk_fastbin(chunks[0], 0x40)
-    finally:
-        for segment in segments:
-            segment.close(pool)
-        pool.close()
-    assert first == again == (len(chunks), len(chunks) * 0x40, len(chunks) * 0x40, 0)
-
-
-@pytest.mark.parametrize("walk", _fastbin_walks())
-def test_every_fastbin_inconsistency_is_refused(walk: Walk) -> None:
-    def refused(size: int = 0x40, *, next_of_first: int | None = None) -> bool:
-        segments, pool = _fastbin(FAST, size, mangled=True)
-        try:
-            if next_of_first is not None:  # the first chunk's fd leads astray
-                stored = ((FAST[0] + 16) >> 12) ^ next_of_first
-                struct.pack_into("<Q", segments[0].view, FAST[0] - START + 16, stored)
-            return walk(segments, FAST[0], 0x40, PAGE, True) is None
-        finally:
-            for segment in segments:
-                segment.close(pool)
-            pool.close()
-
-    assert not refused()
-    assert refused(size=0x50)  # chunks of another size than the bin's
-    assert refused(next_of_first=START + 20 * PAGE)  # into the gap between the heaps
-    assert refused(next_of_first=START + 0x208)  # misaligned
-    assert refused(next_of_first=SECOND + 16 * PAGE - 16)  # a header past the heap's end
-    # Read as plain pointers, safe-linked ones lead nowhere.
-    segments, pool = _fastbin(FAST, 0x40, mangled=True)
-    try:
-        assert walk(segments, FAST[0], 0x40, PAGE, False) is None
-    finally:
-        for segment in segments:
-            segment.close(pool)
-        pool.close()
-
-
-def test_a_fastbin_cycle_is_refused_both_ways() -> None:
-    for walk in _fastbin_walks():
-        segments, pool = _fastbin([START + 0x100, START + 0x200], 0x40, mangled=False)
-        struct.pack_into("<Q", segments[0].view, 0x200 + 16, START + 0x100)  # back to the first
-        try:
-            assert walk(segments, START + 0x100, 0x40, PAGE, False) is None
-        finally:
-            for segment in segments:
-                segment.close(pool)
-            pool.close()

@@ -1,10 +1,11 @@
-/* Optional accelerator for memforensics.sources.glibc.glibc_walk: the copy of a heap mapping out of
- * the target (process_vm_readv, else preadv of /proc/PID/mem) and the hot loop of the
- * residency walk (glibc free lists followed through those private copies), in C. Same checks
- * and results as memforensics.sources.glibc.heapcopy's Python twins; the package works without it
- * (pip install on a machine with no compiler builds none and uses the Python code).
+/* Optional accelerator for memforensics.sources.glibc.glibc_walk: the copy of a heap mapping out
+ * of the target (process_vm_readv, else preadv of /proc/PID/mem) and the two loops of the
+ * residency walk (follow_list: a circular free list; follow_fastbin: a fastbin) through those
+ * private copies, in C. heapcopy.copy_into, follow_list and follow_fastbin are the Python
+ * twins: the same bytes, checks and results; the package works without this module (pip
+ * install on a machine with no compiler builds none and uses the Python code).
  *
- * Both entry points release the GIL while they work: inspect runs the residency scan in a
+ * Every entry point releases the GIL while it works: inspect runs the residency scan in a
  * worker thread while the main thread drives the gdb session, and a copy of hundreds of MiB
  * or a walk of millions of chunks holding the GIL would stall that session (and with it the
  * target's pause) for as long. The buffers stay valid meanwhile because they are held through
@@ -219,7 +220,14 @@ typedef struct {
     int consistent, out_of_time;
 } Tally;
 
-#define CLOCK_EVERY 0xFFFF /* chunks between two looks at the clock (~10 ms at 5 M/s) */
+/* The loops look at the clock when their chunk count is a multiple of CLOCK_EVERY_CHUNKS + 1
+ * (65,536 chunks, ~10 ms at 5 M chunks/s): the same constant as
+ * memforensics.sources.glibc.heapcopy.CLOCK_EVERY_CHUNKS, exported as the module's
+ * CLOCK_EVERY_CHUNKS (a build without it is stale, and the Python loops run instead). */
+#define CLOCK_EVERY_CHUNKS 0xFFFF
+#define MINSIZE 32           /* the smallest chunk: a list longer than its room is a cycle */
+#define MALLOC_CHUNK_BYTES 48 /* sizeof(struct malloc_chunk): what mtrim keeps of a chunk */
+#define OFF_FD 16             /* the fd pointer after prev_size and size */
 
 /* time.monotonic() of Python on Linux */
 static double monotonic_seconds(void) {
@@ -228,15 +236,33 @@ static double monotonic_seconds(void) {
     return (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
 }
 
-/* The loop itself: runs without the GIL. A static copy cannot cycle without coming back to
- * the head once every bk names the chunk before (a chunk seen twice would need two
- * predecessors), so the visit limit is only a backstop. */
-static Tally follow(const Seg *segs, Py_ssize_t nsegs, uint64_t head, uint64_t fd, uint64_t bk,
-                    uint64_t low, uint64_t high, uint64_t page, double deadline) {
+/* The most chunks a list through segs can hold (heapcopy.chunk_limit). */
+static uint64_t chunk_limit(const Seg *segs, Py_ssize_t nsegs) {
+    uint64_t limit = 0;
+    for (Py_ssize_t i = 0; i < nsegs; i++) limit += segs[i].length / MINSIZE;
+    return limit;
+}
+
+/* The whole pages mtrim madvises in a free chunk, as page numbers [*first, *last) (empty when
+ * *last <= *first): from align_up(chunk + 48) to align_down(chunk + size). The same arithmetic
+ * as memforensics.model.glibc.mtrim_span and mtrim_whole_pages_bytes, which C cannot call. */
+static void mtrim_pages(uint64_t chunk, uint64_t size, uint64_t page, uint64_t *first,
+                        uint64_t *last) {
+    *first = (chunk + MALLOC_CHUNK_BYTES + page - 1) / page;
+    *last = (chunk + size) / page;
+}
+
+/* One circular free list of bin head (its fd and bk) through segs; runs without the GIL.
+ * heapcopy.follow_list is its Python twin: the same checks in the same order. Per chunk: the
+ * 32-byte header inside a segment; 16-byte aligned; bk naming the chunk before; at most
+ * chunk_limit chunks (a static copy cannot cycle without coming back to the head once every
+ * bk names the chunk before, so this is a backstop); the clock every 65,536 chunks; size
+ * within [low, high] and the chunk within its segment. At the end: bk names the last chunk. */
+static Tally follow_list(const Seg *segs, Py_ssize_t nsegs, uint64_t head, uint64_t fd,
+                         uint64_t bk, uint64_t low, uint64_t high, uint64_t page,
+                         double deadline) {
     Tally t = {0, 0, 0, 0, 1, 0};
-    uint64_t limit = 1;
-    for (Py_ssize_t i = 0; i < nsegs; i++) limit += segs[i].length / 32;
-    uint64_t min_trim = page + 48, align_in = 48 + page - 1;
+    uint64_t limit = chunk_limit(segs, nsegs);
     uint64_t previous = head, chunk = fd;
     const Seg *seg = nsegs ? &segs[0] : NULL;
     while (chunk != head) {
@@ -248,7 +274,7 @@ static Tally follow(const Seg *segs, Py_ssize_t nsegs, uint64_t head, uint64_t f
         uint64_t offset = chunk - seg->start, slot = offset >> 3;
         if ((chunk & ALIGN_MASK) || word_at(seg->base, slot + 3) != previous || ++t.count > limit)
             goto inconsistent;
-        if (!(t.count & CLOCK_EVERY) && monotonic_seconds() > deadline) {
+        if (!(t.count & CLOCK_EVERY_CHUNKS) && monotonic_seconds() > deadline) {
             t.out_of_time = 1;
             goto inconsistent;
         }
@@ -256,10 +282,11 @@ static Tally follow(const Seg *segs, Py_ssize_t nsegs, uint64_t head, uint64_t f
         if (size < low || size > high || (slot + (size >> 3)) > (seg->length >> 3))
             goto inconsistent;
         t.total += size;
-        uint64_t first = (chunk + align_in) / page, last = (chunk + size) / page;
+        uint64_t first, last;
+        mtrim_pages(chunk, size, page, &first, &last);
         if (seg->present == NULL) {
             t.resident += size;
-            if (size >= min_trim && last > first) t.trimmable += (last - first) * page;
+            if (last > first) t.trimmable += (last - first) * page;
         } else {
             t.resident += resident_span(seg, chunk, chunk + size, page);
             for (uint64_t p = first; p < last; p++) {
@@ -277,13 +304,6 @@ inconsistent:
     return t;
 }
 
-/* walk_segments(segments, head, fd, bk, low, high, page, deadline=inf)
- * segments: sequence of (buffer, start, present or None), sorted by start: private copies of
- * one arena's heaps. -> (count, total, resident, trimmable), or None when the list does not
- * read back consistently (every chunk 16-byte aligned and inside a segment, bk naming the
- * chunk before, size fitting the bin and the segment, the list returning to the head whose
- * bk names the last chunk), or False when time.monotonic() passed deadline first (looked at
- * every 65,536 chunks). present: one byte per page of that copy (1 = in RAM). */
 /* Segments for a loop: (buffer, start, present or None) items of ``items`` into ``segs``,
  * their buffers held in ``views`` (``*held`` of them, to release). 0, or -1 with an error. */
 static int take_segments(PyObject *items, Py_ssize_t nsegs, unsigned long long page, Seg *segs,
@@ -313,26 +333,29 @@ static int take_segments(PyObject *items, Py_ssize_t nsegs, unsigned long long p
     return 0;
 }
 
-/* A fastbin: NULL-terminated, singly linked through fd, each chunk of the bin's one size;
- * glibc >= 2.32 stores fd as (address of the fd field >> 12) ^ pointer ("safe-linking"). */
+/* A fastbin: NULL-terminated, singly linked through fd from chunk, each chunk of the bin's
+ * one size; mangled: every fd is stored safe-linked, as (its own address >> 12) ^ pointer
+ * (glibc >= 2.32). heapcopy.follow_fastbin is its Python twin. Per chunk: the header inside
+ * a segment; 16-byte aligned; at most chunk_limit chunks; the clock every 65,536 chunks; size
+ * equal to the bin's and the chunk within its segment. */
 static Tally follow_fastbin(const Seg *segs, Py_ssize_t nsegs, uint64_t chunk, uint64_t size,
-                            uint64_t page, int mangled) {
+                            uint64_t page, int mangled, double deadline) {
     Tally t = {0, 0, 0, 0, 1, 0};
-    uint64_t limit = 0;
-    for (Py_ssize_t i = 0; i < nsegs; i++) limit += segs[i].length / 32;
+    uint64_t limit = chunk_limit(segs, nsegs);
     while (chunk) {
         const Seg *seg = find_seg(segs, nsegs, chunk);
-        if (seg == NULL || (chunk & ALIGN_MASK)) goto inconsistent;
-        uint64_t slot = (chunk - seg->start) >> 3;
-        if ((word_at(seg->base, slot + 1) & ~(uint64_t)7) != size || ++t.count > limit)
+        if (seg == NULL || (chunk & ALIGN_MASK) || ++t.count > limit) goto inconsistent;
+        if (!(t.count & CLOCK_EVERY_CHUNKS) && monotonic_seconds() > deadline) {
+            t.out_of_time = 1;
+            goto inconsistent;
+        }
+        uint64_t offset = chunk - seg->start, slot = offset >> 3;
+        if ((word_at(seg->base, slot + 1) & ~(uint64_t)7) != size || offset + size > seg->length)
             goto inconsistent;
         t.total += size;
-        uint64_t end = seg->start + seg->length, to = chunk + size < end ? chunk + size : end;
-        t.resident += seg->present == NULL ? to - chunk : resident_span(seg, chunk, to, page);
+        t.resident += seg->present == NULL ? size : resident_span(seg, chunk, chunk + size, page);
         uint64_t stored = word_at(seg->base, slot + 2);
-        chunk = mangled ? ((chunk + 16) >> 12) ^ stored : stored;
-        if (chunk && ((chunk & ALIGN_MASK) || find_seg(segs, nsegs, chunk) == NULL))
-            goto inconsistent;
+        chunk = mangled ? ((chunk + OFF_FD) >> 12) ^ stored : stored;
     }
     return t;
 inconsistent:
@@ -398,7 +421,8 @@ static PyObject *walk_segments(PyObject *self, PyObject *args) {
     if (open_segments(sequence, page, &segments) == 0) {
         Tally t;
         Py_BEGIN_ALLOW_THREADS
-        t = follow(segments.segs, segments.nsegs, head, fd, bk, low, high, page, deadline);
+        t = follow_list(segments.segs, segments.nsegs, head, fd, bk, low, high, page,
+                        deadline);
         Py_END_ALLOW_THREADS
         if (t.consistent)
             result = Py_BuildValue("KKKK", t.count, t.total, t.resident, t.trimmable);
@@ -411,26 +435,28 @@ static PyObject *walk_segments(PyObject *self, PyObject *args) {
     return result;
 }
 
-/* walk_fastbin(segments, head, size, page, mangled) -> (count, total, resident, 0), or None
- * when the list does not read back consistently (every chunk 16-byte aligned and inside a
- * segment, of the bin's size, every next pointer NULL or such a chunk). */
+/* walk_fastbin(segments, head, size, page, mangled, deadline=inf) -> (count, total, resident,
+ * 0), or None when the fastbin does not read back consistently (follow_fastbin's checks), or
+ * False when time.monotonic() passed deadline first. segments as for walk_segments. */
 static PyObject *walk_fastbin(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *sequence;
     unsigned long long head, size, page;
     int mangled;
-    if (!PyArg_ParseTuple(args, "OKKKp", &sequence, &head, &size, &page, &mangled)) return NULL;
+    double deadline = HUGE_VAL;
+    if (!PyArg_ParseTuple(args, "OKKKp|d", &sequence, &head, &size, &page, &mangled, &deadline))
+        return NULL;
     Segments segments;
     PyObject *result = NULL;
     if (open_segments(sequence, page, &segments) == 0) {
         Tally t;
         Py_BEGIN_ALLOW_THREADS
-        t = follow_fastbin(segments.segs, segments.nsegs, head, size, page, mangled);
+        t = follow_fastbin(segments.segs, segments.nsegs, head, size, page, mangled, deadline);
         Py_END_ALLOW_THREADS
         if (t.consistent)
             result = Py_BuildValue("KKKK", t.count, t.total, t.resident, 0ULL);
         else {
-            result = Py_None;
+            result = t.out_of_time ? Py_False : Py_None;
             Py_INCREF(result);
         }
     }
@@ -438,33 +464,13 @@ static PyObject *walk_fastbin(PyObject *self, PyObject *args) {
     return result;
 }
 
-/* walk(buffer, start, head, fd, bk, low, high, page, present=None): walk_segments of one
- * copy, kept for callers with one heap. */
-static PyObject *walk(PyObject *self, PyObject *args) {
-    PyObject *source, *present = Py_None;
-    unsigned long long start, head, fd, bk, low, high, page;
-    if (!PyArg_ParseTuple(args, "OKKKKKKK|O", &source, &start, &head, &fd, &bk, &low, &high,
-                          &page, &present))
-        return NULL;
-    PyObject *segments = Py_BuildValue("((OKO))", source, start, present);
-    if (segments == NULL) return NULL;
-    PyObject *call = Py_BuildValue("(OKKKKKK)", segments, head, fd, bk, low, high, page);
-    Py_DECREF(segments);
-    if (call == NULL) return NULL;
-    PyObject *result = walk_segments(self, call);
-    Py_DECREF(call);
-    return result;
-}
-
 static PyMethodDef methods[] = {
-    {"walk", walk, METH_VARARGS,
-     "Follow one free list through a heap copy: (count, total, resident, trimmable) or None."},
     {"walk_segments", walk_segments, METH_VARARGS,
      "Follow one free list through copies of an arena's heaps: (count, total, resident, "
-     "trimmable) or None."},
+     "trimmable), None or False."},
     {"walk_fastbin", walk_fastbin, METH_VARARGS,
-     "Follow one fastbin through copies of an arena's heaps: (count, total, resident, 0) or "
-     "None."},
+     "Follow one fastbin through copies of an arena's heaps: (count, total, resident, 0), "
+     "None or False."},
     {"copy", copy_pages, METH_VARARGS,
      "Copy a target's readable pages into a buffer: (complete, process_vm_readv usable)."},
     {NULL, NULL, 0, NULL},
@@ -472,4 +478,12 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_chunkwalk", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__chunkwalk(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__chunkwalk(void) {
+    PyObject *created = PyModule_Create(&module);
+    if (created == NULL) return NULL;
+    if (PyModule_AddIntConstant(created, "CLOCK_EVERY_CHUNKS", CLOCK_EVERY_CHUNKS) < 0) {
+        Py_DECREF(created);
+        return NULL;
+    }
+    return created;
+}

@@ -7,7 +7,9 @@ before it, the list returning to the bin's head with the head's ``bk`` naming th
 chunk); a list caught moving is read again from a fresh copy, a bounded number of times, and
 only a bin that still fails is left for the caller to estimate. Memory is copied in blocks of
 whole resident pages, once per block, so dense free lists cost one read per run of pages,
-not one per chunk. Layout constants: memforensics.model.glibc.
+not one per chunk. The loops that check and measure a list are heapcopy's (C where built);
+whether fastbin pointers are safe-linked is decided here, once per arena, and handed to them.
+Layout constants: memforensics.model.glibc.
 """
 
 from __future__ import annotations
@@ -23,7 +25,10 @@ from memforensics.sources.glibc.heapcopy import (
     BufferPool,
     OutOfTime,
     Segment,
+    Tally,
     copy_into,
+    follow_fastbin,
+    follow_list,
     walk_copies,
     walk_fastbin_copies,
 )
@@ -33,8 +38,6 @@ BIN_RETRIES = 4
 _LAZY_FILL_PAGES = 16  # a big arena read lazily: 64 KiB per read
 _CHASE_MAX_CHUNKS = 2048  # each chunk may cost a read, and reads wait for the mmap lock
 CHASE_SECONDS = 0.05  # time box of one arena's chase round
-_CLOCK_EVERY_CHUNKS = 255  # a list read block by block looks at the clock this often
-_CHUNK_WORDS = struct.Struct("<4Q")  # prev_size, size, fd, bk
 _TWO_WORDS = struct.Struct("<2Q")
 _FASTBIN = 0  # pseudo bin number of the fastbins in ``unmeasured_bins``
 _COPY_SLICE_BYTES = 4 << 20  # ~1 ms of copying: the longest a pause waits for the copy
@@ -101,10 +104,6 @@ def resident_runs(
     return tuple(runs)
 
 
-# The walk's time budget ran out in the middle of a list (copied whole or read block by block).
-_OutOfTime = OutOfTime
-
-
 class ArenaWalker:
     """Walks one arena's free lists over copies of its heap mappings."""
 
@@ -131,14 +130,12 @@ class ArenaWalker:
             if h.pages is not None and h.size_bytes > 0
         ]
         self._mangled: bool | None = None  # fastbin safe-linking (glibc >= 2.32)
-        self._last_segment: Segment | None = None
         # An arena whose resident bytes fit the pool's copy budget (a few hundred MiB, at
         # most half of MemAvailable) is copied whole for each round of the walk, one read
         # per run of pages, all its heaps; a bigger one (a huge main heap with few free
         # chunks) is copied block by block as its lists lead there.
         resident = sum(s.pages.total_resident_bytes for s in self._segments)
         self._prefetch_whole = resident <= pool.copy_max_bytes
-        self._shift = self._page.bit_length() - 1
         self._fill_pages = _LAZY_FILL_PAGES
         self._deadline = float("inf")
 
@@ -147,18 +144,19 @@ class ArenaWalker:
             segment.close(self._pool)
 
     def _segment_for(self, address: int) -> Segment | None:
-        last = self._last_segment  # lists mostly stay in one heap: look there first
-        if last is not None and last.start <= address < last.end:
-            return last
+        """The copy of the heap holding ``address``, or None."""
         for segment in self._segments:
             if segment.start <= address < segment.end:
-                self._last_segment = segment
                 return segment
         return None
 
     def _fill(self, segment: Segment, first_page: int) -> None:
         """Copy the readable pages from ``first_page`` on (``_fill_pages`` of them, plus one
-        more so a chunk header straddling the last page is whole)."""
+        more so a chunk header straddling the last page is whole): the loops' ``fill`` for a
+        copy made block by block. Every read may wait for the target's mmap lock, so the
+        clock is looked at before each: OutOfTime once the round's deadline has passed."""
+        if time.monotonic() > self._deadline:
+            raise OutOfTime
         page = self._page
         first = first_page * page
         last = min(first + (self._fill_pages + 1) * page, segment.length)
@@ -184,147 +182,54 @@ class ArenaWalker:
             segment.filled[:] = b"\x01" * len(segment.filled)
             segment.whole = True
 
-    def _walk_list(
-        self, head: int, fd: int, bk: int, low: int, high: int
-    ) -> tuple[int, ...] | None:
-        """(chunks, bytes, resident bytes, trimmable bytes) of one circular free list,
-        or None when it does not read back consistently."""
-        if not self._segments:
-            return None
+    def _walk_list(self, head: int, fd: int, bk: int, low: int, high: int) -> Tally | None:
+        """One circular free list measured, or None when it does not read back consistently:
+        through whole copies by walk_copies (C where built), else by follow_list, filling
+        blocks as the list leads there (a chase follows at most _CHASE_MAX_CHUNKS chunks)."""
         if all(segment.whole for segment in self._segments):
             return walk_copies(self._segments, head, fd, bk, low, high, self._page, self._deadline)
-        page = self._page
-        min_trim = page + glibc.MALLOC_CHUNK_BYTES
-        align_in = glibc.MALLOC_CHUNK_BYTES + page - 1
-        unpack = _CHUNK_WORDS.unpack_from
-        shift = self._shift
-        segment = self._segments[0]
-        start, length, buffer, filled = segment.start, segment.length, segment.view, segment.filled
-        pages = segment.pages
-        all_resident = pages.all_resident
-        limit = length // glibc.MINSIZE + 1
-        if self._fill_pages == 1:  # a chase helps short hot lists; a long one waits for a copy
-            limit = min(limit, _CHASE_MAX_CHUNKS)
-        count = total = resident = trimmable = 0
-        previous = head
-        chunk = fd
-        while chunk != head:
-            offset = chunk - start
-            if offset < 0 or offset > length - 32:
-                found = self._segment_for(chunk)
-                if found is None:
-                    return None
-                segment = found
-                start, length, buffer = segment.start, segment.length, segment.view
-                filled, pages, all_resident = (
-                    segment.filled,
-                    segment.pages,
-                    segment.pages.all_resident,
-                )
-                limit += length // glibc.MINSIZE
-                offset = chunk - start
-                if offset > length - 32:
-                    return None
-            if offset & 15:
-                return None
-            block = offset >> shift
-            if not filled[block]:
-                self._fill(segment, block)
-            _, size, next_chunk, back = unpack(buffer, offset)
-            size &= ~7
-            if back != previous or size < low or size > high or offset + size > length:
-                return None
-            count += 1
-            if count > limit:
-                return None  # a cycle that never comes back to the head
-            if not count & _CLOCK_EVERY_CHUNKS and time.monotonic() > self._deadline:
-                raise _OutOfTime
-            total += size
-            if all_resident:
-                resident += size
-                if size >= min_trim:
-                    whole = ((chunk + size) // page - (chunk + align_in) // page) * page
-                    if whole > 0:
-                        trimmable += whole
-            else:
-                end = chunk + size
-                resident += pages.resident_bytes(chunk, end)
-                span_start, span_end = glibc.mtrim_span(chunk, size, page)
-                trimmable += pages.whole_pages_resident_bytes(span_start, span_end)
-            previous = chunk
-            chunk = next_chunk
-        if bk != previous:
-            return None
-        return count, total, resident, trimmable
+        return follow_list(
+            self._segments,
+            head,
+            fd,
+            bk,
+            low,
+            high,
+            self._page,
+            self._deadline,
+            fill=self._fill,
+            max_chunks=_CHASE_MAX_CHUNKS if self._fill_pages == 1 else None,
+        )
 
-    def _walk_fastbin(self, head: int, size_bytes: int) -> tuple[int, ...] | None:
-        """(chunks, bytes, resident bytes, 0) of one fastbin (a NULL-terminated list)."""
+    def _walk_fastbin(self, head: int, size_bytes: int) -> Tally | None:
+        """One fastbin measured, or None when it does not read back consistently.
+
+        Whether this glibc safe-links fastbin pointers (>= 2.32) is decided here, once per
+        arena, by one rule: the first non-empty fastbin is read both ways, and when exactly
+        one way reads back consistently, that way is kept for the arena's other fastbins (a
+        pointer taken the wrong way is scrambled by (its position >> 12) and leads outside
+        the heaps; a lone chunk tells too, as its NULL is stored scrambled). An empty fastbin
+        reads back either way, so it never decides."""
         if head == 0:
-            # Empty: it reads back either way, so it must not decide safe-linking (a glibc
-            # without it, < 2.32, would then fail every non-empty fastbin after it).
             return (0, 0, 0, 0)
+        if self._mangled is not None:
+            return self._follow_fastbin(head, size_bytes, self._mangled)
+        safe_linked = self._follow_fastbin(head, size_bytes, True)
+        plain = self._follow_fastbin(head, size_bytes, False)
+        if (safe_linked is None) != (plain is None):
+            self._mangled = safe_linked is not None
+        return safe_linked if safe_linked is not None else plain
+
+    def _follow_fastbin(self, head: int, size_bytes: int, mangled: bool) -> Tally | None:
+        """One fastbin read one way: through whole copies by walk_fastbin_copies (C where
+        built), else by follow_fastbin, filling blocks as the list leads there."""
         if all(segment.whole for segment in self._segments):
-            if self._mangled is not None:
-                return walk_fastbin_copies(
-                    self._segments, head, size_bytes, self._page, self._mangled
-                )
-            # Not known yet whether this glibc safe-links fastbin pointers (>= 2.32): the list
-            # tells, read whole both ways by the copy's loop (in C, where built) rather than
-            # chunk by chunk here. A consistent list reads back one way only: a pointer taken
-            # the other way is scrambled by (position >> 12) and lands outside the heaps.
-            for mangled in (True, False):
-                found = walk_fastbin_copies(self._segments, head, size_bytes, self._page, mangled)
-                if found is not None:
-                    self._mangled = mangled
-                    return found
-            return None
-        limit = sum(segment.length for segment in self._segments) // glibc.MINSIZE
-        count = total = resident = 0
-        chunk = head
-        while chunk:
-            segment = self._segment_for(chunk)
-            if segment is None or chunk % 16:
-                return None
-            offset = chunk - segment.start
-            if offset > segment.length - 32:
-                return None
-            block = offset >> self._shift
-            if not segment.filled[block]:
-                self._fill(segment, block)
-            _, size, stored, _ = _CHUNK_WORDS.unpack_from(segment.view, offset)
-            if size & ~7 != size_bytes:
-                return None
-            count += 1
-            if count > limit:
-                return None
-            total += size_bytes
-            pages = segment.pages
-            if pages.all_resident and chunk + size_bytes <= pages.end:
-                resident += size_bytes  # what resident_bytes would say, without its arithmetic
-            else:
-                resident += pages.resident_bytes(chunk, chunk + size_bytes)
-            revealed = self._reveal(chunk + glibc.OFF_FD, stored)
-            if revealed is None:
-                return None
-            chunk = revealed
-        return count, total, resident, 0
-
-    def _reveal(self, position: int, stored: int) -> int | None:
-        """A fastbin ``fd`` as a pointer: glibc >= 2.32 stores it as (position >> 12) ^ fd."""
-        revealed = (position >> 12) ^ stored
-
-        def valid(pointer: int) -> bool:
-            return pointer == 0 or (pointer % 16 == 0 and self._segment_for(pointer) is not None)
-
-        if self._mangled is None:
-            if valid(revealed) and not valid(stored):
-                self._mangled = True
-            elif valid(stored) and not valid(revealed):
-                self._mangled = False
-            else:
-                return revealed if valid(revealed) else None  # undecided: assume modern glibc
-        pointer = revealed if self._mangled else stored
-        return pointer if valid(pointer) else None
+            return walk_fastbin_copies(
+                self._segments, head, size_bytes, self._page, mangled, self._deadline
+            )
+        return follow_fastbin(
+            self._segments, head, size_bytes, self._page, mangled, self._deadline, fill=self._fill
+        )
 
     def _snapshot(self, state: ArenaState, *, chase: bool) -> ArenaState | None:
         """Fresh reads for a round of the walk, and the arena's malloc_state as of them.
@@ -392,7 +297,7 @@ class ArenaWalker:
                     state = self._reread_heads(state, index)
                 try:
                     result = self._walk_bin(state, index)
-                except _OutOfTime:
+                except OutOfTime:
                     walk.budget_reached = clock() > deadline
                     failed.extend(pending[position:])
                     break
@@ -422,18 +327,20 @@ class ArenaWalker:
         bins[2 * (index - 1) : 2 * index] = _TWO_WORDS.unpack(data)
         return replace(state, bins=tuple(bins))
 
-    def _walk_bin(self, state: ArenaState, index: int) -> tuple[int, ...] | None:
+    def _walk_bin(self, state: ArenaState, index: int) -> Tally | None:
         """One bin of ``state`` measured: all fastbins for pseudo bin 0, else one list."""
         if index == _FASTBIN:
             if not any(state.fastbins):
                 return (0, 0, 0, 0)
-            totals = [0, 0, 0, 0]
+            chunks = total = resident = 0
             for fast_index, head in enumerate(state.fastbins):
                 result = self._walk_fastbin(head, (fast_index + 2) * glibc.MALLOC_ALIGNMENT)
                 if result is None:
                     return None
-                totals = [a + b for a, b in zip(totals, result, strict=True)]
-            return tuple(totals)
+                chunks += result[0]
+                total += result[1]
+                resident += result[2]
+            return chunks, total, resident, 0
         fd, bk = state.bins[2 * (index - 1)], state.bins[2 * (index - 1) + 1]
         head = _bin_head(state, index)
         if fd == head and bk == head:
@@ -442,7 +349,7 @@ class ArenaWalker:
         return self._walk_list(head, fd, bk, low, high)
 
     @staticmethod
-    def _add(walk: ArenaWalk, result: tuple[int, ...]) -> None:
+    def _add(walk: ArenaWalk, result: Tally) -> None:
         chunks, total, resident, trimmable = result
         walk.chunks += chunks
         walk.free_bytes += total

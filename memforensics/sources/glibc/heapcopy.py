@@ -1,9 +1,13 @@
-"""Private copies of a target's heap mappings, and the loop that follows a free list in them.
+"""Private copies of a target's heap mappings, and the two loops that follow glibc's free
+lists through them.
 
-A copy is filled page run by page run (glibc_walk decides when); copy buffers are pooled
-from arena to arena. The copy and the list loop exist twice, in Python here and in C in
-memforensics.sources.glibc._chunkwalk (optional, built where ``pip install`` finds a compiler):
-both copy the same bytes and measure the same figures. The C copy reads with
+A copy is filled whole or block by block (glibc_walk decides which and when); copy buffers
+are pooled from arena to arena. follow_list (a circular free list) and follow_fastbin (a
+NULL-terminated fastbin) are the Python loops over chunks, for whole copies and for copies
+filled block by block alike (through their ``fill``). memforensics.sources.glibc._chunkwalk
+(optional, built where ``pip install`` finds a compiler) holds their C twins and the copy's:
+the same checks in the same order, the same bytes and figures; walk_copies,
+walk_fastbin_copies and copy_into use C where it is built. The C copy reads with
 process_vm_readv (one call for many runs of pages, 1.4-1.8x the speed of /proc/PID/mem
 measured on a 518 MiB heap) and falls back to preadv of /proc/PID/mem wherever that is
 refused; the Python copy reads /proc/PID/mem.
@@ -18,7 +22,7 @@ import math
 import mmap
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 
@@ -32,7 +36,10 @@ POOL_MAX_BYTES = 256 << 20  # copy buffers kept for the next arena
 COPY_MAX_BYTES = 512 << 20
 _READ_MAX_PAGES = 1024  # the Python copy reads at most 4 MiB per preadv
 MEMINFO = Path("/proc/meminfo")
-_CLOCK_EVERY_CHUNKS = 0xFFFF  # a list walked in a copy looks at the clock this often (~10 ms)
+# A list loop looks at the clock when its chunk count is a multiple of CLOCK_EVERY_CHUNKS + 1
+# (65,536 chunks: ~10 ms in C, ~40 ms in Python): the one constant of both loops, the same
+# as _chunkwalk.c's CLOCK_EVERY_CHUNKS (tests check that they agree).
+CLOCK_EVERY_CHUNKS = 0xFFFF
 
 
 class OutOfTime(Exception):
@@ -45,7 +52,7 @@ _native: ModuleType | None = None
 if not os.environ.get("MEMFORENSICS_PURE_PYTHON"):
     with contextlib.suppress(ImportError):
         _native = importlib.import_module("memforensics.sources.glibc._chunkwalk")
-    if not all(hasattr(_native, name) for name in ("copy", "walk_segments")):
+    if getattr(_native, "CLOCK_EVERY_CHUNKS", None) != CLOCK_EVERY_CHUNKS:
         _native = None  # a stale build of an older version: the Python code is right, if slower
 
 
@@ -69,54 +76,6 @@ def copy_budget_bytes(meminfo: Path = MEMINFO) -> int:
     except (OSError, ValueError, IndexError):
         pass
     return COPY_MAX_BYTES
-
-
-def walk_resident_copy_py(
-    buffer: memoryview,
-    start: int,
-    head: int,
-    fd: int,
-    bk: int,
-    low: int,
-    high: int,
-    page: int,
-    deadline: float = math.inf,
-) -> tuple[int, ...] | None:
-    """(chunks, bytes, resident bytes, trimmable bytes) of one free list followed through
-    ``buffer``, a static copy of a wholly resident heap starting at ``start``; None when the
-    list does not read back consistently. The hottest loop: nothing but the checks in it.
-    A static copy cannot cycle without returning to the head (a chunk seen twice would
-    need two predecessors), so no visits are counted. memforensics.sources.glibc._chunkwalk.walk
-    is the same loop in C, built where a compiler exists (and used, also for partly
-    resident heaps and for several heaps, when it was)."""
-    min_trim = page + glibc.MALLOC_CHUNK_BYTES
-    align_in = glibc.MALLOC_CHUNK_BYTES + page - 1
-    words = buffer if buffer.format == "Q" else buffer.cast("Q")
-    last_slot = (len(words) * 8 - 32) >> 3
-    end_slot = len(words)
-    count = total = trimmable = 0
-    previous = head
-    chunk = fd
-    while chunk != head:
-        slot = (chunk - start) >> 3
-        if not 0 <= slot <= last_slot or chunk & 15 or words[slot + 3] != previous:
-            return None
-        size = words[slot + 1] & ~7
-        if not low <= size <= high or slot + (size >> 3) > end_slot:
-            return None
-        count += 1
-        if not count & _CLOCK_EVERY_CHUNKS and time.monotonic() > deadline:
-            raise OutOfTime
-        total += size
-        if size >= min_trim:
-            whole = ((chunk + size) // page - (chunk + align_in) // page) * page
-            if whole > 0:
-                trimmable += whole
-        previous = chunk
-        chunk = words[slot + 2]
-    if bk != previous:
-        return None
-    return count, total, total, trimmable
 
 
 class BufferPool:
@@ -246,6 +205,20 @@ def _zero_hole(segment: Segment, start: int, stop: int, page: int) -> None:
         segment.view[start:stop] = bytes(stop - start)
 
 
+# What a list loop measured: (chunks, chunk bytes, bytes on resident pages, bytes mtrim
+# would release from resident pages); fastbins release nothing to mtrim (0).
+Tally = tuple[int, int, int, int]
+# Copies a block of a not yet copied segment before the loop reads it: (segment, index of
+# its first page). The lazy walk of a big arena passes one (glibc_walk.ArenaWalker._fill).
+Fill = Callable[[Segment, int], None]
+
+
+def chunk_limit(segments: Sequence[Segment]) -> int:
+    """The most chunks a list through ``segments`` can hold (MINSIZE bytes each): a list
+    followed further is a cycle. The C loops count the same."""
+    return sum(segment.length // glibc.MINSIZE for segment in segments)
+
+
 def _native_copies(segments: Sequence[Segment]) -> list[tuple[object, int, object]]:
     """(buffer, start, present pages or None when all are) of each copy, as the C loops take."""
     return [(s.view, s.start, None if s.pages.all_resident else s.pages.present) for s in segments]
@@ -260,10 +233,9 @@ def walk_copies(
     high: int,
     page: int,
     deadline: float = math.inf,
-) -> tuple[int, ...] | None:
-    """(chunks, bytes, resident bytes, trimmable bytes) of one free list followed through
-    whole copies of an arena's heaps (``segments``, sorted by start), or None when it does
-    not read back consistently: in C where built, else walk_copies_py. OutOfTime when
+) -> Tally | None:
+    """One free list followed through whole copies of an arena's heaps (``segments``, sorted
+    by start): _chunkwalk.walk_segments where built, else follow_list. OutOfTime when
     time.monotonic() passes ``deadline`` first (a list of millions of chunks)."""
     if _native is not None:
         try:
@@ -271,67 +243,37 @@ def walk_copies(
                 _native_copies(segments), head, fd, bk, low, high, page, deadline
             )
         except ValueError:  # heaps the C loop refuses (overlapping: read while they moved)
-            return walk_copies_py(segments, head, fd, bk, low, high, page, deadline)
+            return follow_list(segments, head, fd, bk, low, high, page, deadline)
         if result is False:
             raise OutOfTime
         return result  # type: ignore[no-any-return]
-    return walk_copies_py(segments, head, fd, bk, low, high, page, deadline)
+    return follow_list(segments, head, fd, bk, low, high, page, deadline)
 
 
 def walk_fastbin_copies(
-    segments: Sequence[Segment], head: int, size_bytes: int, page: int, mangled: bool
-) -> tuple[int, ...] | None:
-    """(chunks, bytes, resident bytes, 0) of one fastbin followed through whole copies of an
-    arena's heaps, or None when it does not read back consistently: in C where built, else
-    walk_fastbin_copies_py. ``mangled``: fd pointers are safe-linked (glibc >= 2.32)."""
+    segments: Sequence[Segment],
+    head: int,
+    size_bytes: int,
+    page: int,
+    mangled: bool,
+    deadline: float = math.inf,
+) -> Tally | None:
+    """One fastbin followed through whole copies of an arena's heaps: _chunkwalk.walk_fastbin
+    where built, else follow_fastbin. OutOfTime as walk_copies."""
     if _native is not None:
-        with contextlib.suppress(ValueError):  # heaps the C loop refuses: Python below
-            return _native.walk_fastbin(  # type: ignore[no-any-return]
-                _native_copies(segments), head, size_bytes, page, mangled
+        try:
+            result = _native.walk_fastbin(
+                _native_copies(segments), head, size_bytes, page, mangled, deadline
             )
-    return walk_fastbin_copies_py(segments, head, size_bytes, page, mangled)
+        except ValueError:  # heaps the C loop refuses: the Python loop needs no order
+            return follow_fastbin(segments, head, size_bytes, page, mangled, deadline)
+        if result is False:
+            raise OutOfTime
+        return result  # type: ignore[no-any-return]
+    return follow_fastbin(segments, head, size_bytes, page, mangled, deadline)
 
 
-def walk_fastbin_copies_py(
-    segments: Sequence[Segment], head: int, size_bytes: int, page: int, mangled: bool
-) -> tuple[int, ...] | None:
-    """The Python twin of _chunkwalk.walk_fastbin: every chunk 16-byte aligned, inside one
-    of the copies and of the bin's size, every next pointer NULL or such a chunk."""
-    del page  # the page map knows it
-    starts = [s.start for s in segments]
-    limit = sum(s.length for s in segments) // glibc.MINSIZE
-
-    def segment_for(chunk: int) -> Segment | None:
-        position = bisect.bisect_right(starts, chunk) - 1
-        if position < 0:
-            return None
-        segment = segments[position]
-        return segment if chunk - segment.start <= segment.length - 32 else None
-
-    count = total = resident = 0
-    chunk = head
-    while chunk:
-        segment = segment_for(chunk)
-        if segment is None or chunk & 15:
-            return None
-        slot = (chunk - segment.start) >> 3
-        if segment.words[slot + 1] & ~7 != size_bytes:
-            return None
-        count += 1
-        if count > limit:
-            return None
-        total += size_bytes
-        end = min(chunk + size_bytes, segment.start + segment.length)
-        pages = segment.pages
-        resident += end - chunk if pages.all_resident else pages.resident_bytes(chunk, end)
-        stored = segment.words[slot + 2]
-        chunk = ((chunk + 16) >> 12) ^ stored if mangled else stored
-        if chunk and (chunk & 15 or segment_for(chunk) is None):
-            return None
-    return count, total, resident, 0
-
-
-def walk_copies_py(
+def follow_list(
     segments: Sequence[Segment],
     head: int,
     fd: int,
@@ -340,55 +282,80 @@ def walk_copies_py(
     high: int,
     page: int,
     deadline: float = math.inf,
-) -> tuple[int, ...] | None:
-    """The Python twin of _chunkwalk.walk_segments: the same checks (every chunk 16-byte
-    aligned and inside one of the copies, its ``bk`` naming the chunk before, its size
-    fitting the bin and its heap, the list returning to the head whose ``bk`` names the
-    last chunk) and the same figures. A chunk whose pages are all resident (the prefix sums
-    say so) counts whole; only others need page arithmetic."""
-    if len(segments) == 1 and segments[0].pages.all_resident:
-        only = segments[0]
-        return walk_resident_copy_py(only.view, only.start, head, fd, bk, low, high, page, deadline)
-    shift = page.bit_length() - 1
-    min_trim = page + glibc.MALLOC_CHUNK_BYTES
-    align_in = glibc.MALLOC_CHUNK_BYTES + page - 1
+    *,
+    fill: Fill | None = None,
+    max_chunks: int | None = None,
+) -> Tally | None:
+    """One circular free list of bin ``head`` (its ``fd`` and ``bk``) followed through
+    copies of an arena's heaps (``segments``, sorted by start), or None when it does not
+    read back consistently. The Python twin of _chunkwalk.c's follow_list: the same checks
+    in the same order, the same figures. Per chunk: its 32-byte header inside a segment;
+    16-byte aligned; its ``bk`` naming the chunk before (the head, for the first); at most
+    chunk_limit() chunks (or ``max_chunks``) followed, more is a cycle; its size within
+    [low, high] and the chunk within its segment. At the end: ``bk`` names the last chunk.
+
+    ``fill``: called before a chunk header is read from a page whose ``filled`` flag is 0
+    (a copy made block by block); without it every copy is taken as whole. OutOfTime when
+    time.monotonic() has passed ``deadline`` at a count of chunks that is a multiple of
+    CLOCK_EVERY_CHUNKS + 1 (and whenever ``fill`` says so)."""
+    if not segments:
+        return (0, 0, 0, 0) if fd == head == bk else None
     starts = [s.start for s in segments]
+    limit = chunk_limit(segments) if max_chunks is None else min(chunk_limit(segments), max_chunks)
+    # One comparison per chunk: the limit and the clock are looked at when count reaches it.
+    checkpoint = min(limit, CLOCK_EVERY_CHUNKS) + 1
+    shift = page.bit_length() - 1
+    min_trim = page + glibc.MALLOC_CHUNK_BYTES  # smaller chunks hold no page mtrim releases
+    whole_pages = glibc.mtrim_whole_pages_bytes
+    clock = time.monotonic
     segment = segments[0]
-    words, start, pages = segment.words, segment.start, segment.pages
-    last_slot, end_slot, prefix = (segment.length - 32) >> 3, segment.length >> 3, pages.prefix
+    start, length, pages = segment.start, segment.length, segment.pages
+    words, filled = segment.words, segment.filled
+    prefix, all_resident = pages.prefix, pages.all_resident
     count = total = resident = trimmable = 0
     previous = head
     chunk = fd
     while chunk != head:
-        slot = (chunk - start) >> 3
-        if not 0 <= slot <= last_slot:
+        offset = chunk - start
+        if not 0 <= offset <= length - 32:
             position = bisect.bisect_right(starts, chunk) - 1
             if position < 0:
                 return None
             segment = segments[position]
-            words, start, pages = segment.words, segment.start, segment.pages
-            last_slot, end_slot = (segment.length - 32) >> 3, segment.length >> 3
-            prefix = pages.prefix
-            slot = (chunk - start) >> 3
-            if not 0 <= slot <= last_slot:
+            start, length, pages = segment.start, segment.length, segment.pages
+            words, filled = segment.words, segment.filled
+            prefix, all_resident = pages.prefix, pages.all_resident
+            offset = chunk - start
+            if not 0 <= offset <= length - 32:
                 return None
-        if chunk & 15 or words[slot + 3] != previous:
+        if chunk & 15:
             return None
-        size = words[slot + 1] & ~7
-        if not low <= size <= high or slot + (size >> 3) > end_slot:
+        if fill is not None and not filled[offset >> shift]:
+            fill(segment, offset >> shift)
+        slot = offset >> 3
+        if words[slot + 3] != previous:
             return None
         count += 1
-        if not count & _CLOCK_EVERY_CHUNKS and time.monotonic() > deadline:
-            raise OutOfTime
+        if count >= checkpoint:
+            if count > limit:
+                return None
+            if not count & CLOCK_EVERY_CHUNKS and clock() > deadline:
+                raise OutOfTime
+            checkpoint = min(limit + 1, (count | CLOCK_EVERY_CHUNKS) + 1)
+        size = words[slot + 1] & ~7
+        if not low <= size <= high or offset + size > length:
+            return None
         total += size
-        first_page = (chunk - start) >> shift
-        last_page = (chunk - start + size - 1) >> shift
-        if prefix[last_page + 1] - prefix[first_page] == last_page - first_page + 1:
+        # Every page of the chunk resident (the segment's, or the prefix sums say so)?
+        if (
+            all_resident
+            or prefix[(last := (offset + size - 1) >> shift) + 1]
+            - prefix[(first := offset >> shift)]
+            > last - first
+        ):
             resident += size
             if size >= min_trim:
-                whole = ((chunk + size) // page - (chunk + align_in) // page) * page
-                if whole > 0:
-                    trimmable += whole
+                trimmable += whole_pages(chunk, size, page)
         else:
             resident += pages.resident_bytes(chunk, chunk + size)
             trimmable += pages.whole_pages_resident_bytes(*glibc.mtrim_span(chunk, size, page))
@@ -397,3 +364,54 @@ def walk_copies_py(
     if bk != previous:
         return None
     return count, total, resident, trimmable
+
+
+def follow_fastbin(
+    segments: Sequence[Segment],
+    head: int,
+    size_bytes: int,
+    page: int,
+    mangled: bool,
+    deadline: float = math.inf,
+    *,
+    fill: Fill | None = None,
+) -> Tally | None:
+    """One fastbin (a NULL-terminated list through ``fd`` from ``head``) followed through
+    copies of an arena's heaps, or None when it does not read back consistently. The Python
+    twin of _chunkwalk.c's follow_fastbin. Per chunk: follow_list's checks without ``bk``,
+    and its size equal to the bin's ``size_bytes``. ``mangled``: every ``fd`` is stored
+    safe-linked, as (its own address >> 12) ^ pointer (glibc >= 2.32), which the caller
+    decided (glibc_walk.ArenaWalker, once per arena). ``fill`` and OutOfTime as in
+    follow_list."""
+    starts = [s.start for s in segments]
+    limit = chunk_limit(segments)
+    shift = page.bit_length() - 1
+    count = total = resident = 0
+    chunk = head
+    while chunk:
+        position = bisect.bisect_right(starts, chunk) - 1
+        if position < 0:
+            return None
+        segment = segments[position]
+        offset = chunk - segment.start
+        if offset > segment.length - 32 or chunk & 15:
+            return None
+        if fill is not None and not segment.filled[offset >> shift]:
+            fill(segment, offset >> shift)
+        count += 1
+        if count > limit:
+            return None
+        if not count & CLOCK_EVERY_CHUNKS and time.monotonic() > deadline:
+            raise OutOfTime
+        slot = offset >> 3
+        if segment.words[slot + 1] & ~7 != size_bytes or offset + size_bytes > segment.length:
+            return None
+        total += size_bytes
+        pages = segment.pages
+        if pages.all_resident:
+            resident += size_bytes
+        else:
+            resident += pages.resident_bytes(chunk, chunk + size_bytes)
+        stored = segment.words[slot + 2]
+        chunk = ((chunk + glibc.OFF_FD) >> 12) ^ stored if mangled else stored
+    return count, total, resident, 0

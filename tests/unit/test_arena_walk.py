@@ -1,0 +1,214 @@
+"""One arena walked whole and block by block gives the same figures: ArenaWalker over a
+hand-built thread arena (heap_info, malloc_state, fastbins, unsorted, small and large bins,
+top) in this process's own memory, read through /proc/self/mem and pagemap as a target's
+would be. Copied whole (the C loops where built, else the Python ones) or lazily (64 KiB
+blocks as the lists lead there, the Python loops), the walk measures the same bytes; whether
+fastbin pointers are safe-linked is decided from the first non-empty fastbin, never from an
+empty one."""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import mmap
+import os
+import struct
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from memforensics.model import glibc
+from memforensics.sources.glibc import heapcopy
+from memforensics.sources.glibc.glibc_arenas import Heap, read_state
+from memforensics.sources.glibc.glibc_walk import ArenaWalk, ArenaWalker
+from memforensics.sources.glibc.heapcopy import BufferPool
+from memforensics.sources.proc.procmem import ProcessMemoryReader
+
+PAGE = 4096
+PAGES = 96  # six 16-page blocks of the lazy walk
+STATE = 0x30  # malloc_state after the heap_info, as in a thread arena's first heap
+TOP = 0x54000  # the top chunk, to the heap's end
+
+pytestmark = pytest.mark.skipif(mmap.PAGESIZE != PAGE, reason="laid out for 4 KiB pages")
+
+
+class Arena:
+    """A thread arena's first heap in an anonymous mapping of this process."""
+
+    def __init__(self, *, safe_linked: bool) -> None:
+        self.safe_linked = safe_linked
+        self.map = mmap.mmap(-1, PAGES * PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        self.map.write(b"\0" * len(self.map))  # every page written: resident
+        pointer = ctypes.c_char.from_buffer(self.map)
+        self.base = ctypes.addressof(pointer)
+        del pointer  # the mapping's buffer is no longer exported
+        self.state = self.base + STATE
+        self.chunks = 0
+        self.free_bytes = 0
+        self.resident_bytes = 0
+        self.trimmable_bytes = 0
+        self.bins: dict[int, tuple[int, int]] = {}
+        for index in range(1, glibc.NBINS):  # every bin empty: fd and bk at its own head
+            self._link(index, [])
+
+    def close(self) -> None:
+        self.map.close()
+
+    def word(self, address: int, value: int) -> None:
+        struct.pack_into("<Q", self.map, address - self.base, value)
+
+    def chunk(self, offset: int, size: int) -> int:
+        address = self.base + offset
+        self.word(address + 8, size | 1)
+        return address
+
+    def head(self, index: int) -> int:
+        return self.state + glibc.OFF_BINS + 16 * (index - 1) - 16
+
+    def _link(self, index: int, chunks: list[int]) -> None:
+        head = self.head(index)
+        ring = [head, *chunks, head]
+        for previous, chunk, following in zip(ring, ring[1:], ring[2:], strict=False):
+            self.word(chunk + 16, following)
+            self.word(chunk + 24, previous)
+        self.word(self.state + glibc.OFF_BINS + 16 * (index - 1), ring[1])
+        self.word(self.state + glibc.OFF_BINS + 16 * (index - 1) + 8, ring[-2])
+
+    def bin(self, index: int, chunks: list[tuple[int, int]]) -> None:
+        """Bin ``index`` holding free chunks of (offset, size), all resident."""
+        self._link(index, [self.chunk(offset, size) for offset, size in chunks])
+        sizes = [size for _, size in chunks]
+        self._count(index, len(chunks), sum(sizes))
+        for offset, size in chunks:
+            self.trimmable_bytes += glibc.mtrim_whole_pages_bytes(self.base + offset, size, PAGE)
+
+    def fastbin(self, index: int, offsets: list[int]) -> None:
+        size = (index + 2) * glibc.MALLOC_ALIGNMENT
+        chunks = [self.chunk(offset, size) for offset in offsets]
+        for chunk, following in zip(chunks, [*chunks[1:], 0], strict=True):
+            position = chunk + glibc.OFF_FD
+            self.word(position, (position >> 12) ^ following if self.safe_linked else following)
+        self.word(self.state + glibc.OFF_FASTBINS + 8 * index, chunks[0])
+        self._count(0, len(chunks), size * len(chunks))
+
+    def _count(self, index: int, chunks: int, total: int) -> None:
+        chunks_before, bytes_before = self.bins.get(index, (0, 0))
+        self.bins[index] = (chunks_before + chunks, bytes_before + total)
+        self.chunks += chunks
+        self.free_bytes += total
+        self.resident_bytes += total
+
+    def top(self, offset: int) -> None:
+        self.word(self.state + glibc.OFF_TOP, self.chunk(offset, PAGES * PAGE - offset))
+
+    def release(self, offset: int) -> None:
+        """The page at ``offset`` given back (as mtrim does), so no longer resident."""
+        self.map.madvise(mmap.MADV_DONTNEED, offset, PAGE)
+
+
+def _arena(*, safe_linked: bool, fastbins: bool = True) -> Arena:
+    """Free chunks in every kind of bin, spread over the six 64 KiB blocks (offsets from the
+    heap's start; the malloc_state takes its first 0x8C8 bytes, the top its last 48 KiB)."""
+    arena = Arena(safe_linked=safe_linked)
+    if fastbins:
+        # Fastbin 0 stays empty: it must not decide how pointers are stored.
+        arena.fastbin(1, [0x1000, 0x1030, 0x21000, 0x1060])  # 48-byte chunks
+        arena.fastbin(3, [0x42000])  # one 80-byte chunk
+    arena.bin(10, [(0x2000, 0xA0), (0x12000, 0xA0), (0x2100, 0xA0), (0x52000, 0xA0)])
+    arena.bin(1, [(0x3000, 0x400), (0x23010, 0x3000), (0x4000, 0x200)])  # unsorted
+    arena.bin(glibc.bin_index(0x8000), [(0x30010, 0x8000)])  # large, 7 pages mtrim releases
+    arena.bin(glibc.bin_index(0x9000), [(0x44010, 0x9000)])
+    arena.top(TOP)
+    return arena
+
+
+@pytest.fixture
+def arena() -> Iterator[Arena]:
+    made = _arena(safe_linked=True)
+    yield made
+    made.close()
+
+
+def _walk(arena: Arena, *, lazy: bool) -> tuple[ArenaWalk, ArenaWalker]:
+    with ProcessMemoryReader(os.getpid()) as mem:
+        end = arena.base + PAGES * PAGE
+        heap = Heap(
+            arena.base, arena.state, PAGES * PAGE, PAGES * PAGE, mem.pagemap(arena.base, end)
+        )
+        pool = BufferPool(copy_max_bytes=0 if lazy else 1 << 30)
+        walker = ArenaWalker(mem, [heap], is_main=False, pool=pool)
+        try:
+            state = read_state(mem, arena.state)
+            assert state is not None
+            return walker.walk(state, deadline=time.monotonic() + 60), walker
+        finally:
+            walker.close()
+            pool.close()
+
+
+def _every_way(arena: Arena, monkeypatch: pytest.MonkeyPatch) -> dict[str, ArenaWalk]:
+    walks = {}
+    for native in {heapcopy._native, None}:
+        monkeypatch.setattr(heapcopy, "_native", native)
+        way = "C" if native is not None else "Python"
+        walks[f"whole copy, {way}"] = _walk(arena, lazy=False)[0]
+        walks[f"lazy, {way}"] = _walk(arena, lazy=True)[0]
+    return walks
+
+
+def test_whole_and_lazy_walks_measure_the_same_arena(
+    arena: Arena, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    walks = _every_way(arena, monkeypatch)
+    first = next(iter(walks.values()))
+    for way, walk in walks.items():
+        assert dataclasses.asdict(walk) == dataclasses.asdict(first), way
+    assert first.unmeasured_bins == [] and first.retries == 0
+    top = PAGES * PAGE - TOP
+    assert (first.chunks, first.bins) == (arena.chunks, arena.bins)
+    assert first.free_bytes == arena.free_bytes + top
+    assert first.resident_bytes == arena.resident_bytes + top
+    assert first.trimmable_bytes == arena.trimmable_bytes > 0
+
+
+def test_released_pages_are_measured_the_same_whole_and_lazy(
+    arena: Arena, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pages given back inside free chunks (a trimmed heap): not resident, not trimmable,
+    and the walk over the partly resident copy agrees every way."""
+    arena.release(0x33000)  # inside the large chunk at 0x30010 … 0x38010, after its header
+    arena.release(0x24000)  # inside the unsorted chunk at 0x23010 … 0x26010
+    walks = _every_way(arena, monkeypatch)
+    first = next(iter(walks.values()))
+    for way, walk in walks.items():
+        assert dataclasses.asdict(walk) == dataclasses.asdict(first), way
+    top = PAGES * PAGE - TOP
+    assert first.unmeasured_bins == []
+    assert first.resident_bytes == arena.resident_bytes + top - 2 * PAGE
+    assert first.trimmable_bytes == arena.trimmable_bytes - 2 * PAGE
+
+
+@pytest.mark.parametrize("safe_linked", [True, False], ids=["glibc >= 2.32", "glibc < 2.32"])
+@pytest.mark.parametrize("lazy", [False, True], ids=["whole copy", "lazy"])
+def test_safe_linking_is_decided_by_the_first_non_empty_fastbin(
+    safe_linked: bool, lazy: bool
+) -> None:
+    made = _arena(safe_linked=safe_linked)
+    try:
+        walk, walker = _walk(made, lazy=lazy)
+    finally:
+        made.close()
+    assert walker._mangled is safe_linked
+    assert walk.bins[0] == (5, 4 * 0x30 + 0x50)
+    assert walk.unmeasured_bins == []
+
+
+def test_an_arena_without_fastbin_chunks_decides_nothing() -> None:
+    made = _arena(safe_linked=True, fastbins=False)
+    try:
+        walk, walker = _walk(made, lazy=False)
+    finally:
+        made.close()
+    assert walker._mangled is None
+    assert walk.bins[0] == (0, 0)
