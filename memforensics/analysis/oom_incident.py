@@ -6,8 +6,9 @@ the pod and container from that cgroup."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
+from typing import Any
 
 from memforensics.analysis import oom_tasks as tasks
 from memforensics.model.logrecord import LogRecord
@@ -145,3 +146,18 @@ def victim_event(
         container_id=identity.container_id,
         qos_class=identity.qos_class,
     )
+
+
+_EVENT_FIELDS = tuple(f.name for f in fields(OomEvent))
+_set = object.__setattr__
+
+
+def evolve(event: OomEvent, **changes: Any) -> OomEvent:
+    """``dataclasses.replace(event, **changes)`` in half the time (it is called for most
+    events: renumbering, oom_reaper's confirmation); OomEvent has no __post_init__."""
+    new = object.__new__(OomEvent)
+    for name in _EVENT_FIELDS:
+        _set(new, name, getattr(event, name))
+    for name, value in changes.items():
+        _set(new, name, value)
+    return new

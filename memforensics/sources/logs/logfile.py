@@ -22,7 +22,7 @@ from typing import IO, Any, BinaryIO, Protocol
 
 from memforensics.errors import InputDataError, ToolingError
 from memforensics.model.logrecord import LogRecord
-from memforensics.sources.logs import logprefilter
+from memforensics.sources.logs import logprefilter, logsearch
 from memforensics.sources.logs.logline import LineParser
 from memforensics.sources.logs.logprefilter import Buffer, candidate_spans
 
@@ -343,7 +343,7 @@ def read_text_log(
     if decompressed is not None:
         return _closing(handle, _stream_records(decompressed, path, when))
     _check_text(head, path)
-    return _closing(handle, _mapped_records(handle, path, when))
+    return _closing(handle, _mapped_records(handle, path, when, info))
 
 
 def _open_stream(
@@ -361,7 +361,9 @@ def _open_stream(
     return _closing(raw, records) if close else records
 
 
-def _mapped_records(handle: BinaryIO, source: str, reference: datetime) -> Iterator[LogRecord]:
+def _mapped_records(
+    handle: BinaryIO, source: str, reference: datetime, info: os.stat_result
+) -> Iterator[LogRecord]:
     try:
         mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
     except (OSError, ValueError):
@@ -370,14 +372,29 @@ def _mapped_records(handle: BinaryIO, source: str, reference: datetime) -> Itera
         return
     with mapped:
         scan = _Scan(source, reference)
+        # A child process started before the command was imported may be searching it already.
         release = _Releaser(mapped)
-        spans = candidate_spans(
-            mapped, 0, len(mapped), 0, window=WINDOW_BYTES, on_window=release.before
-        )
+
+        def search_here() -> Iterator[tuple[int, int]]:
+            return candidate_spans(
+                mapped, 0, len(mapped), 0, window=WINDOW_BYTES, on_window=release.before
+            )
+
+        spans = _releasing(logsearch.take(source, info, search_here), release)
         yield from scan.parse_spans(mapped, spans)
         last = scan.parser.finish()
         if last is not None:
             yield last
+
+
+def _releasing(spans: Iterable[tuple[int, int]], release: _Releaser) -> Iterator[tuple[int, int]]:
+    """``spans`` as they are, the pages behind them released every WINDOW_BYTES or so."""
+    next_release = WINDOW_BYTES
+    for span in spans:
+        if span[0] >= next_release:
+            release.before(span[0])
+            next_release = span[0] + WINDOW_BYTES
+        yield span
 
 
 class _Releaser:
