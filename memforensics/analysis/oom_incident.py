@@ -5,6 +5,7 @@ the pod and container from that cgroup."""
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field, fields
 from datetime import datetime
@@ -13,7 +14,7 @@ from typing import Any
 from memforensics.analysis import oom_tasks as tasks
 from memforensics.model.logrecord import LogRecord
 from memforensics.model.oom import OomEvent, OomTrigger, Scope
-from memforensics.sources.proc.cgroup import identify
+from memforensics.sources.proc.cgroup import identify as _identify
 
 KIB = 1024
 
@@ -56,6 +57,10 @@ class Incident:
     rows: dict[int, tasks.Row] = field(default_factory=dict)
     scores: dict[int, int] = field(default_factory=dict)
     victims: set[int] = field(default_factory=set)
+
+
+# The same few cgroup paths come back in kill after kill: read each once per scan's process.
+identify = functools.lru_cache(maxsize=4096)(_identify)
 
 
 def victim_event(
