@@ -136,6 +136,35 @@ def timed_both(argv: Sequence[str], runs: int) -> tuple[float, float, bytes]:
 CPU_SECONDS: dict[tuple[str, ...], float] = {}
 
 
+def peak_rss_mib(argv: Sequence[str]) -> float:
+    """Peak resident memory of one run of ``argv`` (its largest process), in MiB: a fresh
+    child process whose RUSAGE_CHILDREN is its own command's."""
+    probe = (
+        "import resource, subprocess, sys; subprocess.run(sys.argv[1:], capture_output=True); "
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, check=True)
+    return int(out.stdout) / 1024
+
+
+def peak_rss_by_size(workdir: Path, log: Path, sizes_mib: Sequence[int]) -> None:
+    """Peak RSS of `oom --file` on ``log`` and on smaller logs of the same shape: flat in the
+    file's size (the mapped file is released behind the search)."""
+    figures = [(log.stat().st_size, peak_rss_mib([*MEMFORENSICS, "oom", "--file", str(log)]))]
+    for size_mib in sizes_mib:
+        smaller = workdir / f"kern-{size_mib}.log"
+        make_text_log(smaller, size_mib << 20, incidents=300)
+        figures.append(
+            (smaller.stat().st_size, peak_rss_mib([*MEMFORENSICS, "oom", "--file", str(smaller)]))
+        )
+        smaller.unlink()
+    print(
+        "  peak RSS of oom --file: "
+        + ", ".join(f"{rss:.0f} MiB for {size / (1 << 20):.0f} MiB" for size, rss in figures),
+        flush=True,
+    )
+
+
 def bench_text(workdir: Path, log_mib: int, runs: int) -> None:
     log = workdir / "kern.log"
     started = time.perf_counter()
@@ -190,6 +219,7 @@ def bench_text(workdir: Path, log_mib: int, runs: int) -> None:
             f"({CPU_SECONDS[argv]:.3f} s vs {grep_cpu:.3f} s) (target <= 2x wall: {verdict})",
             flush=True,
         )
+    peak_rss_by_size(workdir, log, [100])
 
 
 def export_entry(fields: dict[str, str]) -> bytes:
@@ -304,7 +334,17 @@ def main() -> None:
     parser.add_argument("--skip-journal", action="store_true", help="only the text benchmark")
     parser.add_argument("--journal-entries", type=int, default=400_000)
     parser.add_argument("--runs", type=int, default=3, help="timed runs per command (median)")
+    parser.add_argument(
+        "--no-compile",
+        action="store_true",
+        help="do not byte-compile memforensics first (an installed package has its .pyc files; "
+        "a source tree run with PYTHONDONTWRITEBYTECODE=1 compiles every module on every run)",
+    )
     args = parser.parse_args()
+    if not args.no_compile:
+        import compileall
+
+        compileall.compile_dir(REPO / "memforensics", quiet=1)
     with tempfile.TemporaryDirectory(prefix="memforensics-bench-oom-") as temp:
         workdir = Path(temp)
         bench_text(workdir, args.log_mib, args.runs)

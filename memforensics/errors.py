@@ -22,7 +22,10 @@ EXIT_CODE_TABLE: tuple[tuple[int, str], ...] = (
     (EXIT_GATE, "a gate failed (threshold exceeded, or oom --fail-if-found found kills)"),
     (EXIT_USAGE, "usage error"),
     (EXIT_TARGET, "target process problem (no such PID, exited, zombie, not glibc malloc)"),
-    (EXIT_PERMISSION, "permission denied (ptrace not allowed, journal not readable)"),
+    (
+        EXIT_PERMISSION,
+        "permission denied (ptrace not allowed, journal not readable, unsafe state dir)",
+    ),
     (EXIT_TOOLING, "tooling problem (gdb or journalctl missing or unusable)"),
     (EXIT_TIMEOUT, "timeout (no safe point or a call did not return; target left running)"),
     (EXIT_INPUT, "invalid input data (malformed, truncated or hostile dump or log)"),
@@ -86,6 +89,14 @@ class TargetPermissionError(MemforensicsError, PermissionError):
 
     exit_code = EXIT_PERMISSION
     default_hint = "run as the target's user or as root (sudo -E), or grant CAP_SYS_PTRACE"
+
+
+class UnsafeDirectoryError(MemforensicsError, PermissionError):
+    """A directory we would keep state in is writable by others (world-writable, or owned
+    by another user): what it holds could be forged, so it is refused."""
+
+    exit_code = EXIT_PERMISSION
+    default_hint = "make it owned by this user with mode 0700 (chmod 700 DIR), or choose another"
 
 
 class ToolingError(MemforensicsError):

@@ -19,7 +19,7 @@ from datetime import datetime
 from memforensics.analysis import oom_patterns as patterns
 from memforensics.analysis import oom_tasks as tasks
 from memforensics.analysis import oom_userspace as userspace
-from memforensics.analysis.oom_incident import Incident, victim_event
+from memforensics.analysis.oom_incident import Incident, evolve, victim_event
 from memforensics.model.logrecord import KERNEL, LogRecord
 from memforensics.model.oom import OomEvent, OomTrigger
 
@@ -116,9 +116,7 @@ class OomLogParser:
         renumbered = []
         for event in events:
             number = numbers.setdefault(event.incident, self._first_incident + len(numbers))
-            renumbered.append(
-                event if number == event.incident else replace(event, incident=number)
-            )
+            renumbered.append(event if number == event.incident else evolve(event, incident=number))
         self.events = renumbered
         self._order = sorted(self._order)
         self._next_incident = self._first_incident + len(numbers)
@@ -366,7 +364,7 @@ class OomLogParser:
             # The first victim turned out to be part of a group kill too.
             for index, previous in enumerate(self.events):
                 if previous.incident == incident.number and not previous.group_kill:
-                    self.events[index] = replace(previous, group_kill=True)
+                    self.events[index] = evolve(previous, group_kill=True)
         self._append(event, self._records if confirmed else incident.order)
         self._last_event_for_pid[pid] = len(self.events) - 1
 
@@ -402,7 +400,7 @@ class OomLogParser:
             return False
         index = self._last_event_for_pid.get(int(found.group("pid")))
         if index is not None:
-            self.events[index] = replace(self.events[index], reaped=reaped is not None)
+            self.events[index] = evolve(self.events[index], reaped=reaped is not None)
         return True
 
     # -- userspace killers --------------------------------------------------------------
@@ -448,7 +446,7 @@ class OomLogParser:
         last = self._last_event_for_pid.get(pid)
         if last is not None and self.events[last].killer == "earlyoom":
             # SIGTERM then SIGKILL to the same process: one victim.
-            self.events[last] = replace(self.events[last], reason=match.group("signal"))
+            self.events[last] = evolve(self.events[last], reason=match.group("signal"))
             return True
         self._append(
             userspace.earlyoom_event(match, record, self._take_incident_number()),

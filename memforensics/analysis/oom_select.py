@@ -9,6 +9,7 @@ from datetime import datetime
 from fnmatch import fnmatchcase
 
 from memforensics.analysis.oom import OomLogParser
+from memforensics.analysis.oom_incident import evolve
 from memforensics.model.logrecord import LogRecord
 from memforensics.model.oom import OomEvent, OomScan, ProcessSummary
 
@@ -127,7 +128,7 @@ def merge_duplicates(events: Iterable[OomEvent]) -> tuple[list[OomEvent], int]:
     renumbered = []
     for event in kept:
         number = numbers.setdefault((event.source, event.incident), len(numbers) + 1)
-        renumbered.append(event if number == event.incident else replace(event, incident=number))
+        renumbered.append(event if number == event.incident else evolve(event, incident=number))
     return renumbered, duplicates
 
 

@@ -24,8 +24,7 @@ TEXTFILE_NAME = "memforensics.prom"
 
 EXAMPLES = """\b
 Examples:
-  memforensics collect --name postgres --textfile-dir /var/lib/prometheus/node-exporter \\
-      --state-dir /var/lib/memforensics
+  memforensics collect --name postgres --textfile-dir /var/lib/prometheus/node-exporter
   memforensics collect 4242 4343 --textfile-dir ./tf --max-pause 500ms --json
   memforensics collect --no-oom --name 'java.*Kafka' --textfile-dir /host/textfile
 \b
@@ -33,7 +32,9 @@ One run, made for a systemd timer or a Kubernetes DaemonSet (see docs/fleet.md
 and deploy/). Each target is inspected like `inspect` does (a safe point, always
 detached) until the measured pauses reach --max-pause; the rest are reported
 with memforensics_target_up 0 and reason="pause_budget". OOM kills since the
-previous run are added to counters kept in --state-dir. DIR/memforensics.prom
+previous run are added to counters kept in --state-dir (by default
+/var/lib/memforensics for root, ~/.local/state/memforensics otherwise; see
+--state-dir). DIR/memforensics.prom
 is written atomically (temporary file in DIR, then rename). Exit 0 once the
 file is written, even when targets could not be inspected: that is in the
 metrics (memforensics_target_up, reason label) and on stderr.
@@ -92,12 +93,14 @@ def _mi_logger(line: str) -> None:
     "--state-dir",
     "state_dir",
     type=click.Path(file_okay=False, path_type=Path),
-    envvar="STATE_DIRECTORY",
     default=None,
     metavar="DIR",
     help="Where the OOM kill counters and cursor, and the last heap samples per process (for "
-    "`oom --state-dir`), persist between runs "
-    "(default: $STATE_DIRECTORY set by systemd's StateDirectory=; without it, no OOM counts).",
+    "`oom --state-dir`), persist between runs, created 0700 "
+    "(default: $MEMFORENSICS_STATE_DIR, else $STATE_DIRECTORY from systemd's StateDirectory=, "
+    "else /var/lib/memforensics for root and $XDG_STATE_HOME/memforensics or "
+    "~/.local/state/memforensics for other users). Refused if world-writable or another "
+    "user's.",
 )
 @click.option(
     "--max-pause",
@@ -165,6 +168,11 @@ def command(
     if not pids and not names and no_oom:
         raise click.UsageError("nothing to collect: give a PID, --name REGEX, or drop --no-oom")
     sources = None if no_oom else OomSources(oom_journal, oom_files, oom_kmsg)
+    if sources is not None:
+        from memforensics.entry.collect_state import default_state_dir, prepare_state_dir
+
+        # Checked before any target is touched: an unsafe directory is refused (exit 4).
+        state_dir = prepare_state_dir(state_dir or default_state_dir())
     run = collect(
         pids,
         names,

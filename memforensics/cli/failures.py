@@ -20,6 +20,7 @@ from memforensics.errors import (
     NoSuchProcessError,
     TargetExitedError,
     TargetStoppedError,
+    UnsafeDirectoryError,
 )
 
 EXIT_INTERRUPTED = 130  # the shell's convention for a Ctrl-C ending a program
@@ -33,6 +34,7 @@ FLAG_HINTS: tuple[tuple[type[MemforensicsError], str | None, str], ...] = (
     (TargetStoppedError, "--allow-stopped", "or pass --allow-stopped to inspect it as it is"),
     (TargetExitedError, None, ""),
     (NoSuchProcessError, "--name", "or select processes by name with --name PATTERN"),
+    (UnsafeDirectoryError, "--state-dir", "or pass --state-dir DIR"),
 )
 # The same for failures known only by their exit code (a trim target's recorded failure).
 _FLAG_HINTS_BY_EXIT_CODE = {EXIT_TIMEOUT: FLAG_HINTS[0]}

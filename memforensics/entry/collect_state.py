@@ -12,20 +12,25 @@ import contextlib
 import fcntl
 import json
 import os
+import stat
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from memforensics.errors import ToolingError
+from memforensics.errors import ToolingError, UnsafeDirectoryError
 from memforensics.model.collect import OomKillCount, OomKillKey
 from memforensics.model.oom import OomEvent
 from memforensics.sources.files.atomic_file import write_atomically
 from memforensics.sources.proc.cgroup import container_identity
 
+# Where the state lives unless told otherwise (see default_state_dir).
+STATE_DIR_ENV = "MEMFORENSICS_STATE_DIR"
+SYSTEM_STATE_DIR = Path("/var/lib/memforensics")
 STATE_FILE = "collect-state.json"
+_WRITABLE_HINT = "choose a writable state directory"
 LOCK_FILE = "collect-state.lock"
 LOCK_TIMEOUT_SECONDS = 30.0
 SCHEMA = "memforensics/collect-state/1"
@@ -53,6 +58,69 @@ class CollectState:
     def since(self) -> datetime | None:
         """Where the next read of the log starts."""
         return self.cursor - OVERLAP if self.cursor is not None else None
+
+
+def default_state_dir(environ: Mapping[str, str] | None = None, euid: int | None = None) -> Path:
+    """Where `collect` keeps its state when no directory is given; the one definition.
+
+    In order: $MEMFORENSICS_STATE_DIR; $STATE_DIRECTORY (systemd's StateDirectory=, its
+    first entry); for root /var/lib/memforensics; for anyone else
+    $XDG_STATE_HOME/memforensics (when absolute), else ~/.local/state/memforensics.
+    """
+    env = os.environ if environ is None else environ
+    explicit = env.get(STATE_DIR_ENV, "")
+    if explicit:
+        return Path(explicit)
+    systemd = env.get("STATE_DIRECTORY", "").split(":")[0]
+    if systemd:
+        return Path(systemd)
+    if (os.geteuid() if euid is None else euid) == 0:
+        return SYSTEM_STATE_DIR
+    xdg = env.get("XDG_STATE_HOME", "")
+    if xdg and os.path.isabs(xdg):
+        return Path(xdg) / "memforensics"
+    home = env.get("HOME") or os.path.expanduser("~")
+    return Path(home) / ".local" / "state" / "memforensics"
+
+
+def prepare_state_dir(directory: Path) -> Path:
+    """Create ``directory`` (mode 0700, parents as the umask says) or check the existing one:
+    it must be a directory owned by this user and not world-writable, or UnsafeDirectoryError
+    (exit 4) says why. Returns ``directory``."""
+    try:
+        directory.mkdir(mode=0o700, parents=True)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise ToolingError(
+            f"cannot create the state directory {directory}: {exc.strerror}",
+            hint=_WRITABLE_HINT,
+        ) from exc
+    else:
+        with contextlib.suppress(OSError):
+            os.chmod(directory, 0o700)  # whatever the umask took away or left
+    try:
+        info = os.stat(directory)
+    except OSError as exc:
+        raise ToolingError(
+            f"cannot use the state directory {directory}: {exc.strerror}", hint=_WRITABLE_HINT
+        ) from exc
+    if not stat.S_ISDIR(info.st_mode):
+        raise ToolingError(f"the state directory {directory} is not a directory")
+    mode = stat.S_IMODE(info.st_mode)
+    if info.st_uid != os.geteuid():
+        raise UnsafeDirectoryError(
+            f"the state directory {directory} is owned by uid {info.st_uid}, not by this user "
+            f"(uid {os.geteuid()}): its OOM counts could be forged",
+            hint=f"chown it to this user and chmod 700 {directory}, or choose another",
+        )
+    if mode & stat.S_IWOTH:
+        raise UnsafeDirectoryError(
+            f"the state directory {directory} is world-writable (mode {mode:04o}): "
+            "its OOM counts could be forged",
+            hint=f"chmod 700 {directory}, or choose another",
+        )
+    return directory
 
 
 def event_key(event: OomEvent) -> str:
@@ -234,9 +302,6 @@ def load_state(directory: Path) -> tuple[CollectState, str | None]:
         return CollectState(), f"state file {path} was unreadable ({exc}); moved to {aside}"
 
 
-_WRITABLE_HINT = "choose a writable state directory"
-
-
 def save_state(directory: Path, state: CollectState) -> None:
     """Write the state atomically: a temporary file in the same directory, then a rename."""
     path = directory / STATE_FILE
@@ -253,8 +318,8 @@ def state_lock(directory: Path, timeout_seconds: float = LOCK_TIMEOUT_SECONDS) -
     """Hold the state directory's lock: a manual run beside the timer's must not count a
     kill twice or lose one (read-modify-write of the state)."""
     path = directory / LOCK_FILE
+    prepare_state_dir(directory)
     try:
-        directory.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError as exc:
         raise ToolingError(

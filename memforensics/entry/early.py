@@ -1,4 +1,4 @@
-"""What `inspect PID` can begin before its command line is parsed: gdb's start, the first scan.
+"""What `inspect PID` and `oom --file` can begin before their command line is parsed.
 
 (And the garbage collector's pause for the command's start, pause_collector.)
 
@@ -11,6 +11,9 @@ recognise for certain (another command, --help, an option it does not know, a va
 cannot read) starts nothing: click parses the command line as always and the command starts
 the same work itself, a little later. Only the command line decides what is started, and the
 scan reads /proc of the PID named there, as the command would.
+
+`memforensics oom --file LOG …` likewise starts the search of LOG's bytes in a child process
+(sources/logs/logsearch.py), on the second core while this one imports.
 """
 
 from __future__ import annotations
@@ -28,6 +31,47 @@ VALUE_OPTIONS = frozenset({"--name", "--save-xml", "--timeout", "--gdb", "--top"
 FLAG_OPTIONS = frozenset({"--json", "--allow-stopped", "-v", "--verbose"})
 
 _scans: dict[int, BackgroundScan] = {}
+
+# The options of `oom` (cli/oom.py; tests/unit/test_early.py keeps the two in step).
+OOM_VALUE_OPTIONS = frozenset(
+    {
+        "--boot",
+        "--since",
+        "--until",
+        "--directory",
+        "--file",
+        "--process",
+        "--recording",
+        "--state-dir",
+    }
+)
+OOM_FLAG_OPTIONS = frozenset(
+    {"--kmsg", "--summary", "--wide", "--json", "--fail-if-found", "-v", "--verbose"}
+)
+
+
+def oom_file(argv: Sequence[str]) -> str | None:
+    """The first --file of an `oom` command line that reads saved files only; None when
+    ``argv`` is anything else or not certainly understood."""
+    if not argv or argv[0] != "oom":
+        return None
+    files: list[str] = []
+    tokens = iter(argv[1:])
+    for token in tokens:
+        name, has_value, value = token.partition("=")
+        if name in OOM_VALUE_OPTIONS:
+            if not has_value:
+                following = next(tokens, None)
+                if following is None:
+                    return None
+                value = following
+            if name in ("--directory", "--boot"):
+                return None
+            if name == "--file":
+                files.append(value)
+        elif name not in OOM_FLAG_OPTIONS or has_value or name == "--kmsg":
+            return None  # --help, a positional, a typo: click's to judge
+    return files[0] if files and files[0] != "-" else None
 
 
 def inspect_command(argv: Sequence[str]) -> tuple[list[int], str | None, bool] | None:
@@ -66,7 +110,14 @@ def inspect_command(argv: Sequence[str]) -> tuple[list[int], str | None, bool] |
 
 
 def begin(argv: Sequence[str]) -> None:
-    """Start gdb and the first target's scan when ``argv`` is an `inspect PID …` command."""
+    """Start gdb and the first target's scan when ``argv`` is an `inspect PID …` command;
+    the search of the first saved log when it is an `oom --file LOG …` command."""
+    path = oom_file(argv)
+    if path is not None:
+        from memforensics.sources.logs import logsearch
+
+        logsearch.start(path)
+        return
     command = inspect_command(argv)
     if command is None:
         return

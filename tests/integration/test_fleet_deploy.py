@@ -17,6 +17,7 @@ import pytest
 import yaml
 from prometheus_client import generate_latest
 
+from memforensics.entry.collect_state import default_state_dir
 from memforensics.model.collect import (
     CollectRun,
     ContainerIdentity,
@@ -142,9 +143,13 @@ def test_daemonset_has_what_collect_needs() -> None:
     mounts = {mount["name"]: mount for mount in container["volumeMounts"]}
     assert set(mounts) <= set(volumes)
     command = " ".join(container["args"])
-    # The textfile and state directories the command writes are host directories.
-    for flag, name in (("--textfile-dir", "textfile"), ("--state-dir", "state")):
-        assert f"{flag} {mounts[name]['mountPath']}" in command
+    # The textfile and state directories the command writes are host directories; the state
+    # one is mounted where collect looks by default for root, so it needs no flag.
+    assert f"--textfile-dir {mounts['textfile']['mountPath']}" in command
+    assert security["runAsUser"] == 0
+    assert mounts["state"]["mountPath"] == str(default_state_dir({}, euid=0))
+    assert "--state-dir" not in command
+    for name in ("textfile", "state"):
         assert volumes[name]["hostPath"]["path"].startswith("/var/lib/")
         assert not mounts[name].get("readOnly", False)
     assert f"--oom-journal {mounts['journal']['mountPath']}" in command

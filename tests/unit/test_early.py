@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -115,3 +116,58 @@ def test_begin_starts_the_scan_and_gdb_that_the_command_takes_over() -> None:
     finally:
         gdb_spawn._discard_prestarted()
         early.resume_collector()  # begin paused it, as for a real `inspect`
+
+
+def test_the_oom_options_known_early_are_the_commands_own() -> None:
+    from memforensics.cli.oom import command as oom_command
+
+    values = {
+        o
+        for p in oom_command.params
+        if p.opts[0].startswith("-") and not getattr(p, "is_flag", False)
+        for o in p.opts
+    }
+    flags = {o for p in oom_command.params if getattr(p, "is_flag", False) for o in p.opts}
+    assert values == early.OOM_VALUE_OPTIONS
+    assert flags == early.OOM_FLAG_OPTIONS
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["oom", "--file", "kern.log"], "kern.log"),
+        (["oom", "--json", "--file=a.log", "--file", "b.log"], "a.log"),
+        (["oom", "--file", "kern.log", "--since", "-1h", "--wide"], "kern.log"),
+        (["oom", "--file", "-"], None),
+        (["oom", "--file", "kern.log", "--kmsg"], None),
+        (["oom", "--file", "kern.log", "--directory", "j"], None),
+        (["oom", "--file", "kern.log", "--boot", "-1"], None),
+        (["oom", "--file"], None),
+        (["oom", "--help", "--file", "kern.log"], None),
+        (["oom"], None),
+        (["inspect", "--file", "kern.log"], None),
+    ],
+)
+def test_only_a_certainly_understood_oom_file_line_is_recognised(
+    argv: list[str], expected: str | None
+) -> None:
+    assert early.oom_file(argv) == expected
+
+
+def test_the_early_search_finds_what_the_reader_finds(tmp_path: Path) -> None:
+    from memforensics.sources.logs import logsearch
+    from memforensics.sources.logs.logfile import read_text_log
+
+    log = tmp_path / "kern.log"
+    kill = (
+        "Nov 23 10:00:0{n} node kernel: [  1.0] Out of memory: Killed process {n}00 (java) "
+        "total-vm:100kB, anon-rss:50kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:4kB "
+        "oom_score_adj:0\n"
+    )
+    log.write_text("".join("noise line\n" * 50 + kill.format(n=n) for n in range(3)))
+    expected = list(read_text_log(str(log)))
+    logsearch.start(str(log))
+    assert str(log) in logsearch._searches
+    assert list(read_text_log(str(log))) == expected
+    assert str(log) not in logsearch._searches
+    assert sum("Killed process" in record.text for record in expected) == 3

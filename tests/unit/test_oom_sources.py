@@ -210,18 +210,18 @@ def test_prefilter_finds_what_a_full_parse_finds(tmp_path: Path, seed: int) -> N
     assert fast == expected
 
 
-def test_parallel_segments_find_what_a_full_parse_finds(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("window_bytes", [1, 3000, 7777])
+def test_mapped_windows_find_what_a_full_parse_finds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, window_bytes: int
 ) -> None:
-    """Big files are searched by one process per core; segment edges cut incidents."""
+    """A mapped file is searched window by window, its pages released behind the search;
+    window edges cut incidents."""
     text = _noisy(11)
     path = tmp_path / "noisy.log"
     path.write_text(text)
     expected = _comparable(_slow_events(text, str(path)))
-    monkeypatch.setattr(logfile, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(logfile, "WINDOW_BYTES", window_bytes)
     monkeypatch.setattr(logprefilter, "LOOKBACK_BYTES", 5000)
-    monkeypatch.setattr(logfile.os, "cpu_count", lambda: 4)
-    monkeypatch.setattr(logfile.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     fast = _comparable(find_events(read_text_log(str(path), reference=REFERENCE)))
     assert fast == expected
 

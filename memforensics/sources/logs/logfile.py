@@ -1,5 +1,5 @@
-"""Saved text logs opened and read in one pass: regular files (memory mapped, searched in
-parallel when big), pipes, FIFOs, process substitution, /dev/stdin, /proc files, and
+"""Saved text logs opened and read in one pass: regular files (memory mapped, searched window
+by window in flat memory), pipes, FIFOs, process substitution, /dev/stdin, /proc files, and
 .gz/.xz/.bz2/.zst streams, never seeking and never loading a whole file.
 
 Which lines are worth parsing is decided by sources/logs/logprefilter.py; what a line means by
@@ -22,13 +22,13 @@ from typing import IO, Any, BinaryIO, Protocol
 
 from memforensics.errors import InputDataError, ToolingError
 from memforensics.model.logrecord import LogRecord
-from memforensics.sources.logs import logprefilter
+from memforensics.sources.logs import logprefilter, logsearch
 from memforensics.sources.logs.logline import LineParser
 from memforensics.sources.logs.logprefilter import Buffer, candidate_spans
 
-# Files at least this big are searched by one process per core (up to _MAX_WORKERS).
-PARALLEL_MIN_BYTES = 64 << 20
-_MAX_WORKERS = 4
+# A mapped file is searched this many bytes at a time, and what lies behind the search is
+# dropped from our resident memory as it goes: memory stays flat in the file's size.
+WINDOW_BYTES = 16 << 20
 _CHUNK_BYTES = 8 << 20
 _SNIFF_BYTES = 1 << 16
 _JOURNAL_MAGIC = b"LPKSHHRH"
@@ -343,7 +343,7 @@ def read_text_log(
     if decompressed is not None:
         return _closing(handle, _stream_records(decompressed, path, when))
     _check_text(head, path)
-    return _closing(handle, _mapped_records(handle, path, when))
+    return _closing(handle, _mapped_records(handle, path, when, info))
 
 
 def _open_stream(
@@ -361,7 +361,9 @@ def _open_stream(
     return _closing(raw, records) if close else records
 
 
-def _mapped_records(handle: BinaryIO, source: str, reference: datetime) -> Iterator[LogRecord]:
+def _mapped_records(
+    handle: BinaryIO, source: str, reference: datetime, info: os.stat_result
+) -> Iterator[LogRecord]:
     try:
         mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
     except (OSError, ValueError):
@@ -370,63 +372,52 @@ def _mapped_records(handle: BinaryIO, source: str, reference: datetime) -> Itera
         return
     with mapped:
         scan = _Scan(source, reference)
-        workers = _idle_workers()
-        if len(mapped) >= PARALLEL_MIN_BYTES and workers > 1:
-            spans = _parallel_spans(source, mapped, workers)
-            if spans is not None:
-                yield from scan.parse_spans(mapped, spans)
-            else:
-                yield from scan.records(mapped, 0, len(mapped), 0)
-        else:
-            yield from scan.records(mapped, 0, len(mapped), 0)
+        # A child process started before the command was imported may be searching it already.
+        release = _Releaser(mapped)
+
+        def search_here() -> Iterator[tuple[int, int]]:
+            return candidate_spans(
+                mapped, 0, len(mapped), 0, window=WINDOW_BYTES, on_window=release.before
+            )
+
+        spans = _releasing(logsearch.take(source, info, search_here), release)
+        yield from scan.parse_spans(mapped, spans)
         last = scan.parser.finish()
         if last is not None:
             yield last
 
 
-def _idle_workers() -> int:
-    """How many processes to search with: one per idle core (up to _MAX_WORKERS). On a busy
-    machine the extra processes only queue for the same cores and add their start-up."""
-    cores = os.cpu_count() or 1
-    try:
-        busy = os.getloadavg()[0]
-    except OSError:
-        busy = 0.0
-    return max(1, min(_MAX_WORKERS, cores - int(busy)))
+def _releasing(spans: Iterable[tuple[int, int]], release: _Releaser) -> Iterator[tuple[int, int]]:
+    """``spans`` as they are, the pages behind them released every WINDOW_BYTES or so."""
+    next_release = WINDOW_BYTES
+    for span in spans:
+        if span[0] >= next_release:
+            release.before(span[0])
+            next_release = span[0] + WINDOW_BYTES
+        yield span
 
 
-def _segment_spans(path: str, start: int, end: int) -> list[tuple[int, int]]:
-    """Candidate spans of one segment of a file (run in a worker process)."""
-    with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-        floor = max(0, start - logprefilter.LOOKBACK_BYTES)
-        if floor:
-            floor = buf.find(b"\n", floor, start) + 1 or start
-        # Lines before ``start`` may be yielded as header context; the parent dedupes.
-        return list(candidate_spans(buf, start, end, floor, floor))
+class _Releaser:
+    """Keeps a mapped file's resident pages flat: once the search has moved on, the pages
+    behind it (but its look-behind) are dropped from our page tables. They stay in the page
+    cache, so a later look at them costs a minor fault, not a read."""
 
+    def __init__(self, mapped: mmap.mmap) -> None:
+        self._mapped = mapped
+        self._released = 0
+        if hasattr(mapped, "madvise") and hasattr(mmap, "MADV_SEQUENTIAL"):
+            with contextlib.suppress(OSError):
+                mapped.madvise(mmap.MADV_SEQUENTIAL)  # read ahead further on a cold file
 
-def _parallel_spans(path: str, buf: mmap.mmap, workers: int) -> list[tuple[int, int]] | None:
-    """Find candidate spans of a big file with one process per core, in file order.
-
-    The searches are memchr-bound and hold the GIL, so processes (forked: they share the
-    page cache and the mapping costs nothing) rather than threads. None if we cannot fork.
-    """
-    size = len(buf)
-    bounds = [0]
-    for index in range(1, workers):
-        cut = buf.find(b"\n", size * index // workers) + 1
-        bounds.append(cut if cut > bounds[-1] else bounds[-1])
-    bounds.append(size)
-    jobs = [(path, bounds[i], bounds[i + 1]) for i in range(workers) if bounds[i] < bounds[i + 1]]
-    import multiprocessing
-
-    try:
-        context = multiprocessing.get_context("fork")
-        with context.Pool(len(jobs)) as pool:
-            results = pool.starmap(_segment_spans, jobs)
-    except (OSError, ValueError):
-        return None
-    return sorted({span for spans in results for span in spans})
+    def before(self, offset: int) -> None:
+        """The search is about to start at ``offset``: drop what it cannot need again."""
+        page = mmap.PAGESIZE
+        upto = (offset - logprefilter.LOOKBACK_BYTES - _SNIFF_BYTES) // page * page
+        if upto <= self._released or not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        with contextlib.suppress(OSError, ValueError):
+            self._mapped.madvise(mmap.MADV_DONTNEED, self._released, upto - self._released)
+        self._released = upto
 
 
 def _closing(handle: IO[bytes], records: Iterator[LogRecord]) -> Iterator[LogRecord]:

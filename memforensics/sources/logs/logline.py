@@ -43,6 +43,21 @@ _SHORT_FULL_RE = re.compile(
     r"(?:(?P<host>\S+) )??(?P<ident>[^\s\[\]:]+)(?:\[\d+\])?: ?"
 )
 _ISO_DMESG_RE = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2},\d+[+-]\d{2}:?\d{2}) ")
+# The facilities dmesg -x prints first (_DMESG_X_RE).
+_FACILITIES = (
+    "kern",
+    "user",
+    "mail",
+    "daemon",
+    "auth",
+    "syslog",
+    "lpr",
+    "news",
+    "uucp",
+    "cron",
+    "ftp",
+    "local",
+)
 _KERNEL_IDENTS = frozenset({KERNEL, "vmunix", "genunix"})
 # "ident[pid]: " (or "kernel: ") after a short-monotonic uptime stamp.
 _USERSPACE_RE = re.compile(r"^(?:([A-Za-z][\w.@-]*)\[\d+\]|(kernel)): ")
@@ -110,6 +125,13 @@ def parse_line(line: str, source: str, reference: datetime) -> LogRecord | None:
         ctime = _CTIME_RE.match(line)
         if ctime:
             return LogRecord(line[ctime.end() :], source, KERNEL, parse_ctime(ctime.group(1)))
+    if first.isalpha() and not line.startswith(_FACILITIES):
+        # The commonest shape (kern.log, syslog, messages, journalctl short) first. Where it
+        # matches, the two tried before it below cannot: short-full's second word is a
+        # date, not a day, and dmesg -x lines start with a facility.
+        syslog = _SYSLOG_RE.match(line)
+        if syslog:
+            return _syslog_match(syslog, line, source, reference)
     full = _SHORT_FULL_RE.match(line) if first.isalpha() else None
     if full:
         stamp_text = full.group("stamp").replace(" ", "T")
@@ -125,16 +147,20 @@ def parse_line(line: str, source: str, reference: datetime) -> LogRecord | None:
         return inner or LogRecord(rest, source, KERNEL)
     syslog = _SYSLOG_RE.match(line)
     if syslog:
-        year = syslog.group("year0") or syslog.group("year1")
-        stamp = parse_syslog_date(
-            syslog.group("month"),
-            syslog.group("day"),
-            syslog.group("clock"),
-            reference,
-            year=int(year) if year else None,
-        )
-        return _syslog_record(line[syslog.end() :], source, syslog.group("ident"), stamp)
+        return _syslog_match(syslog, line, source, reference)
     return LogRecord(line, source, None)
+
+
+def _syslog_match(syslog: re.Match[str], line: str, source: str, reference: datetime) -> LogRecord:
+    year = syslog.group("year0") or syslog.group("year1")
+    stamp = parse_syslog_date(
+        syslog.group("month"),
+        syslog.group("day"),
+        syslog.group("clock"),
+        reference,
+        year=int(year) if year else None,
+    )
+    return _syslog_record(line[syslog.end() :], source, syslog.group("ident"), stamp)
 
 
 def _syslog_record(text: str, source: str, ident: str, stamp: datetime | None) -> LogRecord:
