@@ -59,7 +59,7 @@ from memforensics.sources.glibc.glibc_arenas import (  # noqa: E402
 from memforensics.sources.malloc_info.malloc_xml import parse_dump  # noqa: E402
 from memforensics.sources.proc.procmaps import read_smaps  # noqa: E402
 from memforensics.sources.proc.procmem import ProcessMemoryReader  # noqa: E402
-from tests.support.targets import compile_target  # noqa: E402
+from tests.support.targets import compile_target, memory_cgroup  # noqa: E402
 
 T = TypeVar("T")
 BLOCK_BYTES = 144  # a 160-byte chunk: above the fastbin limit, so every free one is binned
@@ -67,29 +67,7 @@ LIMIT_BYTES = 3 << 30
 
 
 def _memory_cgroup() -> Path | None:
-    """A fresh memory cgroup (v1 or v2) under ours, limited to LIMIT_BYTES, or None."""
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        if "memory" in controllers.split(","):
-            base, limit_file = (
-                Path("/sys/fs/cgroup/memory") / path.lstrip("/"),
-                "memory.limit_in_bytes",
-            )
-            break
-        if controllers == "" and Path("/sys/fs/cgroup/cgroup.controllers").exists():
-            base = Path("/sys/fs/cgroup") / path.lstrip("/")
-            limit_file = "memory.max"
-    else:
-        return None
-    group = base / f"memforensics-bench-residency-{os.getpid()}"
-    try:
-        group.mkdir()
-        (group / limit_file).write_text(str(LIMIT_BYTES))
-    except OSError:
-        with contextlib.suppress(OSError):
-            group.rmdir()
-        return None
-    return group
+    return memory_cgroup("memforensics-bench-residency", LIMIT_BYTES)
 
 
 @contextlib.contextmanager

@@ -28,7 +28,7 @@ from memforensics.sources.gdb.gdb_capture import capture_malloc_info
 from memforensics.sources.malloc_info.malloc_xml import parse_dump
 from memforensics.sources.proc import procfs
 from memforensics.sources.proc.procmaps import read_maps
-from tests.support.targets import Target, c_target, compile_target, have_cc, running
+from tests.support.targets import Target, c_target, compile_target, have_cc, memory_cgroup, running
 
 pytestmark = [
     pytest.mark.integration,
@@ -87,27 +87,7 @@ def arenas_target(*args: str) -> Iterator[Arenas]:
 
 
 def _memory_cgroup() -> Path | None:
-    """A fresh cgroup-v1 memory group under ours (or v2 group) we can put a target into."""
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        if "memory" in controllers.split(","):
-            base = Path("/sys/fs/cgroup/memory") / path.lstrip("/")
-            limit_file = "memory.limit_in_bytes"
-            break
-        if controllers == "" and Path("/sys/fs/cgroup/cgroup.controllers").exists():
-            base = Path("/sys/fs/cgroup") / path.lstrip("/")
-            limit_file = "memory.max"
-    else:
-        return None
-    group = base / f"memforensics-residency-{os.getpid()}"
-    try:
-        group.mkdir()
-        (group / limit_file).write_text(str(DEMO_LIMIT_BYTES))
-    except OSError:
-        with contextlib.suppress(OSError):
-            group.rmdir()
-        return None
-    return group
+    return memory_cgroup("memforensics-residency", DEMO_LIMIT_BYTES)
 
 
 @contextlib.contextmanager

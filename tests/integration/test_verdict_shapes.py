@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +28,7 @@ import pytest
 from click.testing import CliRunner
 
 from memforensics.cli import cli
-from tests.support.targets import Target, compile_target, live_skip_reason, running
+from tests.support.targets import Target, compile_target, live_skip_reason, memory_cgroup, running
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -54,27 +53,7 @@ while True:
 
 
 def _memory_cgroup() -> Path | None:
-    """A fresh memory cgroup (v1 memory controller or v2) under ours, or None."""
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        if "memory" in controllers.split(","):
-            base = Path("/sys/fs/cgroup/memory") / path.lstrip("/")
-            limit_file = "memory.limit_in_bytes"
-            break
-        if controllers == "" and Path("/sys/fs/cgroup/cgroup.controllers").exists():
-            base = Path("/sys/fs/cgroup") / path.lstrip("/")
-            limit_file = "memory.max"
-    else:
-        return None
-    group = base / f"memforensics-verdicts-{os.getpid()}"
-    try:
-        group.mkdir()
-        (group / limit_file).write_text(str(LIMIT_BYTES))
-    except OSError:
-        with contextlib.suppress(OSError):
-            group.rmdir()
-        return None
-    return group
+    return memory_cgroup("memforensics-verdicts", LIMIT_BYTES)
 
 
 @contextlib.contextmanager

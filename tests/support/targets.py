@@ -161,3 +161,28 @@ def python_target(code: str, *, env: dict[str, str] | None = None) -> Iterator[T
     """Run ``python -c code``; the code must print a line starting with 'ready' and flush."""
     with running([sys.executable, "-c", code], env=env) as target:
         yield target
+
+
+def memory_cgroup(name: str, limit_bytes: int) -> Path | None:
+    """A fresh memory cgroup (v1 memory controller or v2) named ``name-PID`` under ours,
+    limited to ``limit_bytes``; None where none can be made. The caller removes it."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            base = Path("/sys/fs/cgroup/memory") / path.lstrip("/")
+            limit_file = "memory.limit_in_bytes"
+            break
+        if controllers == "" and Path("/sys/fs/cgroup/cgroup.controllers").exists():
+            base = Path("/sys/fs/cgroup") / path.lstrip("/")
+            limit_file = "memory.max"
+    else:
+        return None
+    group = base / f"{name}-{os.getpid()}"
+    try:
+        group.mkdir()
+        (group / limit_file).write_text(str(limit_bytes))
+    except OSError:
+        with contextlib.suppress(OSError):
+            group.rmdir()
+        return None
+    return group
