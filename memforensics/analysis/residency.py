@@ -45,17 +45,11 @@ def residency_figures(dump: HeapDump, residency: HeapResidency) -> ResidencyFigu
         free_resident_estimated=estimated,
         trimmable_bytes=residency.measured_trimmable_bytes,
         pad_bytes=residency.pad_bytes,
-        free_released_bytes=free_not_resident_bytes(residency),
+        free_released_bytes=residency.measured_not_resident_bytes,
         estimated_free_bytes=residency.estimated_free_bytes,
         unaccounted_free_bytes=residency.unaccounted_free_bytes,
         measured_share=residency.measured_share,
     )
-
-
-def free_not_resident_bytes(residency: HeapResidency) -> int:
-    """ "Free, released": measured free bytes whose pages are not in RAM. Only what the walk
-    measured counts; estimated and unaccounted bytes are never called released."""
-    return residency.measured_not_resident_bytes
 
 
 def waterfall(memory: ProcessMemory, dump: HeapDump, residency: HeapResidency) -> Waterfall:
@@ -170,7 +164,7 @@ def waterfall(memory: ProcessMemory, dump: HeapDump, residency: HeapResidency) -
         WaterfallLine(
             "free_not_resident",
             "arenas: free, released",
-            free_not_resident_bytes(residency),
+            residency.measured_not_resident_bytes,
             0,
             note="measured free chunks no longer in RAM",
             in_rss=False,
@@ -215,7 +209,7 @@ def residency_advice(dump: HeapDump, residency: HeapResidency) -> tuple[Advice, 
     or unaccounted bytes): what malloc_trim would release now, what is already gone, what
     sits in holes too small to release, what thread arenas' tops hold."""
     advice: list[Advice] = []
-    gone = free_not_resident_bytes(residency)
+    gone = residency.measured_not_resident_bytes
     free = residency.dump_free_bytes or dump.free_bytes
     if gone >= NOT_RESIDENT_MIN_BYTES and gone >= NOT_RESIDENT_MIN_SHARE * max(free, 1):
         advice.append(

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Literal
+from typing import Literal, get_args
 
 from memforensics.analysis.fit import (
     GROWTH_MIN_BYTES,
@@ -73,15 +73,7 @@ Verdict = Literal[
     "stable",
     "unknown",
 ]
-VERDICTS: tuple[Verdict, ...] = (
-    "in-use-growing",
-    "mmap-growing",
-    "outside-malloc-growing",
-    "free-growing",
-    "rss-growing",
-    "stable",
-    "unknown",
-)
+VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
 # Memory that keeps growing whatever malloc_trim does: what `--fail-on growing` also means
 # together with free-growing.
 LEAK_VERDICTS: tuple[Verdict, ...] = (

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from memforensics.analysis.residency import free_not_resident_bytes
 from memforensics.model import glibc
 from memforensics.model.heap import Arena, HeapDump, SizeBucket
 from memforensics.model.process import ArenaTrimForecast, HeapResidency, TrimForecast
@@ -121,7 +120,7 @@ def forecast_trim(
         rows.append(ArenaTrimForecast(arena.index, releasable, False, estimated_bytes=releasable))
     all_measured = bool(rows) and all(row.measured for row in rows)
     not_resident = (
-        free_not_resident_bytes(residency)
+        residency.measured_not_resident_bytes
         if residency is not None and len(residency.arenas) == len(dump.arenas)
         else None
     )

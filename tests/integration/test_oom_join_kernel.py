@@ -11,10 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -22,24 +18,11 @@ import pytest
 from click.testing import CliRunner
 
 from memforensics.cli import cli
+from tests.support.oom_hog import watch_until_oom_killed
 from tests.support.schema import missing_keys
 from tests.support.targets import live_skip_reason
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-HOG = """
-import os, sys, time
-with open(sys.argv[1], "w") as procs:
-    procs.write(str(os.getpid()))
-print("ready", flush=True)
-sys.stdin.readline()
-chunks = []
-deadline = time.monotonic() + 20
-while len(chunks) < 300 and time.monotonic() < deadline:
-    chunks.append(bytearray(2 << 20))  # zero-filled: every page is touched and charged
-    time.sleep(0.1)
-sys.exit(3)
-"""
 
 
 def test_a_real_oom_kill_is_joined_to_the_last_heap_sample(tmp_path: Path) -> None:
@@ -48,56 +31,17 @@ def test_a_real_oom_kill_is_joined_to_the_last_heap_sample(tmp_path: Path) -> No
         pytest.skip(skip)
     if not os.access("/dev/kmsg", os.R_OK):
         pytest.skip("/dev/kmsg is not readable here: the kill cannot be looked up")
-    from tests.integration.test_oom_kernel import memory_cgroup
-
     record = tmp_path / "hog.jsonl"
     started = datetime.now(timezone.utc).replace(microsecond=0)
-    with memory_cgroup() as cgroup:
-        hog = subprocess.Popen(
-            [sys.executable, "-c", HOG, str(cgroup.procs)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        watcher: subprocess.Popen[str] | None = None
-        try:
-            assert hog.stdout is not None and hog.stdin is not None
-            assert hog.stdout.readline().startswith("ready")
-            watcher = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "memforensics",
-                    "watch",
-                    str(hog.pid),
-                    "--interval",
-                    "1s",
-                    "--rss-interval",
-                    "0.2s",
-                    "--duration",
-                    "60s",
-                    "--record",
-                    str(record),
-                ],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            deadline = time.monotonic() + 30
-            while not record.exists() or '"kind": "heap"' not in record.read_text():
-                assert watcher.poll() is None, watcher.communicate()
-                assert time.monotonic() < deadline, "no heap sample within 30 s"
-                time.sleep(0.05)
-            hog.stdin.write("go\n")
-            hog.stdin.flush()
-            assert hog.wait(timeout=60) == -signal.SIGKILL, "the hog was not OOM-killed"
-            _, err = watcher.communicate(timeout=90)
-        finally:
-            for proc in (hog, watcher):
-                if proc is not None and proc.poll() is None:
-                    proc.kill()
-                    proc.wait(timeout=10)
-    assert watcher.returncode == 0, err
+    killed = watch_until_oom_killed(
+        record,
+        interval="1s",
+        rss_interval="0.2s",
+        duration="60s",
+        grow_pause_seconds=0.1,
+        first_sample_poll_seconds=0.05,
+    )
+    assert killed.watch_returncode == 0, killed.watch_stderr
 
     report = CliRunner().invoke(cli, ["report", str(record), "--json"])
     assert report.exit_code == 0, report.output
@@ -126,7 +70,7 @@ def test_a_real_oom_kill_is_joined_to_the_last_heap_sample(tmp_path: Path) -> No
     assert scan.exit_code == 0, scan.output
     oom = json.loads(scan.stdout)
     assert missing_keys(oom, "memforensics/oom/1") == []
-    (event,) = [e for e in oom["events"] if e["pid"] == hog.pid]
+    (event,) = [e for e in oom["events"] if e["pid"] == killed.pid]
     assert event["scope"] == "memcg"
     assert event["heap_sample"] is not None, event
     assert event["heap_sample"]["time"] == joined["time"]

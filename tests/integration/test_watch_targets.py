@@ -25,6 +25,7 @@ from memforensics.entry.watching import MAX_FAILURES, Watch, WatchedProcess, Wat
 from memforensics.errors import DeadlineError, ToolingError
 from memforensics.model.series import SeriesEvent
 from memforensics.sources.files.recording import read_recording
+from tests.support.oom_hog import watch_until_oom_killed
 from tests.support.schema import missing_keys
 from tests.support.targets import c_target, live_skip_reason
 
@@ -131,75 +132,21 @@ def test_a_process_that_exits_ends_its_series(tmp_path: Path) -> None:
     assert "exit: the process exited" in result.stderr or "exit" in result.stderr
 
 
-HOG = """
-import os, sys, time
-with open(sys.argv[1], "w") as procs:
-    procs.write(str(os.getpid()))
-print("ready", flush=True)
-sys.stdin.readline()
-chunks = []
-deadline = time.monotonic() + 20
-while len(chunks) < 300 and time.monotonic() < deadline:
-    chunks.append(bytearray(2 << 20))  # zero-filled: every page is touched and charged
-    time.sleep(0.05)
-sys.exit(3)
-"""
-
-
 def test_an_oom_kill_is_shown_beside_the_last_sample(tmp_path: Path) -> None:
     """A real kernel OOM kill in a 64 MiB memory cgroup while `watch` records the victim."""
     if not os.access("/dev/kmsg", os.R_OK):
         pytest.skip("/dev/kmsg is not readable here: the kill cannot be looked up")
-    from tests.integration.test_oom_kernel import memory_cgroup
-
     record = tmp_path / "oom.jsonl"
-    with memory_cgroup() as cgroup:
-        hog = subprocess.Popen(
-            [sys.executable, "-c", HOG, str(cgroup.procs)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        watcher: subprocess.Popen[str] | None = None
-        try:
-            assert hog.stdout is not None and hog.stdin is not None
-            assert hog.stdout.readline().startswith("ready")
-            watcher = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "memforensics",
-                    "watch",
-                    str(hog.pid),
-                    "--interval",
-                    "0.4s",
-                    "--rss-interval",
-                    "0.1s",
-                    "--duration",
-                    "40s",
-                    "--record",
-                    str(record),
-                ],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            # Let the first heap sample in before the hog starts to grow.
-            deadline = time.monotonic() + 30
-            while not record.exists() or '"kind": "heap"' not in record.read_text():
-                assert watcher.poll() is None, watcher.communicate()
-                assert time.monotonic() < deadline, "no heap sample within 30 s"
-                time.sleep(0.02)
-            hog.stdin.write("go\n")
-            hog.stdin.flush()
-            assert hog.wait(timeout=60) == -signal.SIGKILL, "the hog was not OOM-killed"
-            out, err = watcher.communicate(timeout=60)
-        finally:
-            for proc in (hog, watcher):
-                if proc is not None and proc.poll() is None:
-                    proc.kill()
-                    proc.wait(timeout=10)
-    assert watcher.returncode == 0, err
+    killed = watch_until_oom_killed(
+        record,
+        interval="0.4s",
+        rss_interval="0.1s",
+        duration="40s",
+        grow_pause_seconds=0.05,
+        first_sample_poll_seconds=0.02,
+    )
+    assert killed.watch_returncode == 0, killed.watch_stderr
+    out = killed.watch_stdout
     recording = read_recording(record)
     kinds = [e.kind for e in recording.events]
     assert kinds[-2:] == ["exit", "oom-kill"], kinds

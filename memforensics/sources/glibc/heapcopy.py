@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from memforensics.model import glibc
 from memforensics.sources.proc.procmem import PageMap, ProcessMemoryReader
@@ -224,6 +225,21 @@ def _native_copies(segments: Sequence[Segment]) -> list[tuple[object, int, objec
     return [(s.view, s.start, None if s.pages.all_resident else s.pages.present) for s in segments]
 
 
+def _native_or_python(native: str, python: Callable[..., Tally | None], *args: Any) -> Tally | None:
+    """``_chunkwalk.<native>`` over the copies where built, else ``python``, same arguments
+    (the segments first, as copies for C). OutOfTime when the C loop's deadline passed."""
+    if _native is None:
+        return python(*args)
+    segments, *rest = args
+    try:
+        result = getattr(_native, native)(_native_copies(segments), *rest)
+    except ValueError:  # heaps the C loop refuses (overlapping: read while they moved)
+        return python(*args)
+    if result is False:
+        raise OutOfTime
+    return result  # type: ignore[no-any-return]
+
+
 def walk_copies(
     segments: Sequence[Segment],
     head: int,
@@ -237,17 +253,9 @@ def walk_copies(
     """One free list followed through whole copies of an arena's heaps (``segments``, sorted
     by start): _chunkwalk.walk_segments where built, else follow_list. OutOfTime when
     time.monotonic() passes ``deadline`` first (a list of millions of chunks)."""
-    if _native is not None:
-        try:
-            result = _native.walk_segments(
-                _native_copies(segments), head, fd, bk, low, high, page, deadline
-            )
-        except ValueError:  # heaps the C loop refuses (overlapping: read while they moved)
-            return follow_list(segments, head, fd, bk, low, high, page, deadline)
-        if result is False:
-            raise OutOfTime
-        return result  # type: ignore[no-any-return]
-    return follow_list(segments, head, fd, bk, low, high, page, deadline)
+    return _native_or_python(
+        "walk_segments", follow_list, segments, head, fd, bk, low, high, page, deadline
+    )
 
 
 def walk_fastbin_copies(
@@ -260,17 +268,9 @@ def walk_fastbin_copies(
 ) -> Tally | None:
     """One fastbin followed through whole copies of an arena's heaps: _chunkwalk.walk_fastbin
     where built, else follow_fastbin. OutOfTime as walk_copies."""
-    if _native is not None:
-        try:
-            result = _native.walk_fastbin(
-                _native_copies(segments), head, size_bytes, page, mangled, deadline
-            )
-        except ValueError:  # heaps the C loop refuses: the Python loop needs no order
-            return follow_fastbin(segments, head, size_bytes, page, mangled, deadline)
-        if result is False:
-            raise OutOfTime
-        return result  # type: ignore[no-any-return]
-    return follow_fastbin(segments, head, size_bytes, page, mangled, deadline)
+    return _native_or_python(
+        "walk_fastbin", follow_fastbin, segments, head, size_bytes, page, mangled, deadline
+    )
 
 
 def follow_list(
