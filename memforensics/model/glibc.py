@@ -40,6 +40,7 @@ OFF_TOP = 96
 OFF_BINS = 112
 OFF_NEXT = 2160
 OFF_SYSTEM_MEM = 2184
+OFF_MAX_SYSTEM_MEM = 2192
 # The fd pointer of a chunk sits after prev_size and size.
 OFF_FD = 16
 

@@ -8,6 +8,38 @@ from memforensics.model.process import HeapSegment
 
 
 @dataclass(frozen=True, slots=True)
+class BinFigures:
+    """One arena's figures as glibc's malloc_info collects them under the arena's lock, read
+    from memory instead: every bin was read consistently in one stop of the target."""
+
+    fastbin_chunks: tuple[int, ...]  # chunks in each fastbin; fastbin i holds (i + 2) * 16 B
+    # Each non-empty list bin, ascending (1 = unsorted): (bin, chunks, smallest, largest and
+    # summed size word with its flag bits), glibc's chunksize_nomask, as malloc_info prints.
+    bins: tuple[tuple[int, int, int, int, int], ...]
+    top_bytes: int  # chunksize(top): malloc_info counts it in "rest" (glibc >= 2.31)
+    system_bytes: int  # system_mem
+    max_system_bytes: int  # max_system_mem
+    aspace_bytes: int  # main: system_mem; others: the sum of heap_info.size over its heaps
+    aspace_mprotect_bytes: int  # main: system_mem; others: the sum of mprotect_size
+    subheaps: int  # heaps of a non-main arena (0 for the main arena)
+
+
+@dataclass(frozen=True, slots=True)
+class MallocParams:
+    """The process-wide counters of glibc's ``mp_`` that malloc_info prints, read from memory."""
+
+    address: int  # of ``mp_`` in libc's data
+    layout: str  # which struct malloc_par: "2.26" (2.26 … 2.34) or "2.35" (2.35 and later)
+    mmap_chunks: int  # n_mmaps: chunks served by their own mmap now
+    mmapped_bytes: int  # mmapped_mem
+    max_mmap_chunks: int  # max_n_mmaps
+    max_mmapped_bytes: int  # max_mmapped_mem
+    mmap_threshold_bytes: int
+    trim_threshold_bytes: int
+    sbrk_base: int  # where the main arena's first sbrk (or its mmap fallback) began; 0: none
+
+
+@dataclass(frozen=True, slots=True)
 class ArenaScan:
     """One arena of the process as read through /proc/PID/mem."""
 
@@ -37,6 +69,11 @@ class ArenaScan:
     # malloc_trim's systrim gives back; False for a top in a segment mmapped when sbrk
     # failed; None when not known (or not the main arena).
     top_at_brk: bool | None = None
+    # malloc_info's figures for this arena, when the read asked for them and every bin was
+    # read consistently in one stop (scan_heap's ``hold``); else None.
+    figures: BinFigures | None = None
+    # Times the arena was found locked (its mutex held) and read again after the target ran.
+    lock_retries: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,3 +100,5 @@ class HeapScan:
     # Only the arenas were read (no mmapped chunks, no stacks): their figures stand, the
     # process-wide ones (mmap_*, stack_resident_bytes) are not figures and must not be shown.
     arenas_only: bool = False
+    # glibc's mp_ counters, when the read asked for malloc_info's figures and found them.
+    malloc_params: MallocParams | None = None

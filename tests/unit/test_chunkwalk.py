@@ -153,6 +153,7 @@ def test_c_and_python_look_at_the_clock_as_often() -> None:
     if heapcopy._native is None:
         pytest.skip("the C loop is not in use (not built here, or MEMFORENSICS_PURE_PYTHON is set)")
     assert heapcopy._native.CLOCK_EVERY_CHUNKS == heapcopy.CLOCK_EVERY_CHUNKS == 0xFFFF
+    assert heapcopy._native.TALLY_FIELDS == heapcopy.TALLY_FIELDS == 7
 
 
 # A list through both heaps; the big chunk's one mtrim page is 0x4000 … 0x5000 of the second.
@@ -172,11 +173,13 @@ class ListCase:
 
 
 LIST_CASES = {
-    "consistent": ListCase((3, TOTAL, TOTAL, PAGE)),
-    "its mtrim page released": ListCase((3, TOTAL, TOTAL - PAGE, 0), absent=(4,)),
-    "a page under no chunk released": ListCase((3, TOTAL, TOTAL, PAGE), absent=(10,)),
-    "the page of a chunk's tail released": ListCase((3, TOTAL, TOTAL - 0x40, PAGE), absent=(5,)),
-    "empty": ListCase((0, 0, 0, 0), chunks=[]),
+    "consistent": ListCase((3, TOTAL, TOTAL, PAGE, 0x41, 0x2041, TOTAL + 3)),
+    "its mtrim page released": ListCase((3, TOTAL, TOTAL - PAGE, 0, 0x41, 0x2041, TOTAL + 3), absent=(4,)),
+    "a page under no chunk released": ListCase((3, TOTAL, TOTAL, PAGE, 0x41, 0x2041, TOTAL + 3), absent=(10,)),
+    "the page of a chunk's tail released": ListCase(
+        (3, TOTAL, TOTAL - 0x40, PAGE, 0x41, 0x2041, TOTAL + 3), absent=(5,)
+    ),
+    "empty": ListCase((0, 0, 0, 0, 0, 0, 0), chunks=[]),
     "misaligned chunk": ListCase(None, chunks=[HOPS[0], (SECOND + 0x3008, 0x40), HOPS[2]]),
     "fd into the gap between heaps": ListCase(None, pokes=((START + 0x110, START + 20 * PAGE),)),
     "fd below every heap": ListCase(None, pokes=((START + 0x110, START - PAGE),)),
@@ -230,10 +233,11 @@ def test_the_clock_is_looked_at_after_the_same_count_every_way(heaps: Heaps, cou
     walk's budget, and no loop looks at the clock more often than the other)."""
     segments, fd, bk = _long_list(heaps, count)
     past = time.monotonic() - 1
-    expected = (count, 32 * count, 32 * count, 0) if count <= 0xFFFF else OUT_OF_TIME
+    measured = (count, 32 * count, 32 * count, 0, 33, 33, 33 * count)
+    expected = measured if count <= 0xFFFF else OUT_OF_TIME
     for name, way in _list_ways(heaps).items():
         assert way(segments, HEAD, fd, bk, 32, 32, PAGE, past) == expected, name
-        assert way(segments, HEAD, fd, bk, 32, 32, PAGE) == (count, 32 * count, 32 * count, 0)
+        assert way(segments, HEAD, fd, bk, 32, 32, PAGE) == measured
     # Fastbins too: the same chunks, NULL-terminated through plain fd pointers.
     segments[0].words[2 : 4 * count : 4][-1] = 0
     for name, way in _fastbin_ways(heaps).items():
@@ -251,6 +255,9 @@ def test_walk_copies_raises_out_of_time_c_or_python(
             32 * 70_000,
             32 * 70_000,
             0,
+            33,
+            33,
+            33 * 70_000,
         )
         with pytest.raises(OutOfTime):
             heapcopy.walk_copies(segments, HEAD, fd, bk, 32, 32, PAGE, time.monotonic() - 1)
@@ -315,11 +322,13 @@ class FastCase:
 
 LAST = SECOND + HEAP_PAGES * PAGE  # the second heap's end
 FAST_CASES = {
-    "safe-linked": FastCase((3, 0xC0, 0xC0, 0)),
-    "plain": FastCase((3, 0xC0, 0xC0, 0), stored_mangled=False, read_mangled=False),
-    "a page released": FastCase((3, 0xC0, 0x80, 0), absent=(3,)),
-    "empty": FastCase((0, 0, 0, 0), links=[]),
-    "a lone chunk": FastCase((1, 0x40, 0x40, 0), links=_chain(FAST[:1])),
+    "safe-linked": FastCase((3, 0xC0, 0xC0, 0, 0x41, 0x41, 0xC3)),
+    "plain": FastCase(
+        (3, 0xC0, 0xC0, 0, 0x41, 0x41, 0xC3), stored_mangled=False, read_mangled=False
+    ),
+    "a page released": FastCase((3, 0xC0, 0x80, 0, 0x41, 0x41, 0xC3), absent=(3,)),
+    "empty": FastCase((0, 0, 0, 0, 0, 0, 0), links=[]),
+    "a lone chunk": FastCase((1, 0x40, 0x40, 0, 0x41, 0x41, 0x41), links=_chain(FAST[:1])),
     "safe-linked read plain": FastCase(None, read_mangled=False),
     "plain read safe-linked": FastCase(None, stored_mangled=False),
     "a lone safe-linked chunk read plain": FastCase(
@@ -373,6 +382,9 @@ def test_heaps_the_c_loops_refuse_are_walked_in_python(heaps: Heaps) -> None:
         0xC0,
         0xC0,
         0,
+        0x41,
+        0x41,
+        0xC3,
     )
 
 
@@ -418,7 +430,7 @@ def test_the_c_loop_lets_other_threads_run() -> None:
         thread.join()
     finally:
         sys.setswitchinterval(interval)
-    assert all(result == (count, 32 * count, 32 * count, 0) for *_, result in calls)
+    assert all(result == (count, 32 * count, 32 * count, 0, 33, 33, 33 * count) for *_, result in calls)
     during = [
         sum(before + (after - before) / 4 < tick < after - (after - before) / 4 for tick in ticks)
         for before, after, _ in calls

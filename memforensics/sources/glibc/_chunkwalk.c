@@ -215,10 +215,14 @@ static const Seg *find_seg(const Seg *segs, Py_ssize_t count, uint64_t chunk) {
     return seg->length >= 32 && chunk - seg->start <= seg->length - 32 ? seg : NULL;
 }
 
+/* What a loop measured. raw_min, raw_max and raw_total are over the chunks' size words
+ * with their flag bits (glibc's chunksize_nomask), the figures malloc_info prints per bin. */
 typedef struct {
-    uint64_t count, total, resident, trimmable;
+    uint64_t count, total, resident, trimmable, raw_min, raw_max, raw_total;
     int consistent, out_of_time;
 } Tally;
+
+#define TALLY_FIELDS 7 /* heapcopy.TALLY_FIELDS: the length of the tuple a walk returns */
 
 /* The loops look at the clock when their chunk count is a multiple of CLOCK_EVERY_CHUNKS + 1
  * (65,536 chunks, ~10 ms at 5 M chunks/s): the same constant as
@@ -261,7 +265,7 @@ static void mtrim_pages(uint64_t chunk, uint64_t size, uint64_t page, uint64_t *
 static Tally follow_list(const Seg *segs, Py_ssize_t nsegs, uint64_t head, uint64_t fd,
                          uint64_t bk, uint64_t low, uint64_t high, uint64_t page,
                          double deadline) {
-    Tally t = {0, 0, 0, 0, 1, 0};
+    Tally t = {0, 0, 0, 0, 0, 0, 0, 1, 0};
     uint64_t limit = chunk_limit(segs, nsegs);
     uint64_t previous = head, chunk = fd;
     const Seg *seg = nsegs ? &segs[0] : NULL;
@@ -278,10 +282,13 @@ static Tally follow_list(const Seg *segs, Py_ssize_t nsegs, uint64_t head, uint6
             t.out_of_time = 1;
             goto inconsistent;
         }
-        uint64_t size = word_at(seg->base, slot + 1) & ~(uint64_t)7;
+        uint64_t raw = word_at(seg->base, slot + 1), size = raw & ~(uint64_t)7;
         if (size < low || size > high || (slot + (size >> 3)) > (seg->length >> 3))
             goto inconsistent;
         t.total += size;
+        t.raw_total += raw;
+        if (t.count == 1 || raw < t.raw_min) t.raw_min = raw;
+        if (raw > t.raw_max) t.raw_max = raw;
         uint64_t first, last;
         mtrim_pages(chunk, size, page, &first, &last);
         if (seg->present == NULL) {
@@ -340,7 +347,7 @@ static int take_segments(PyObject *items, Py_ssize_t nsegs, unsigned long long p
  * equal to the bin's and the chunk within its segment. */
 static Tally follow_fastbin(const Seg *segs, Py_ssize_t nsegs, uint64_t chunk, uint64_t size,
                             uint64_t page, int mangled, double deadline) {
-    Tally t = {0, 0, 0, 0, 1, 0};
+    Tally t = {0, 0, 0, 0, 0, 0, 0, 1, 0};
     uint64_t limit = chunk_limit(segs, nsegs);
     while (chunk) {
         const Seg *seg = find_seg(segs, nsegs, chunk);
@@ -350,9 +357,12 @@ static Tally follow_fastbin(const Seg *segs, Py_ssize_t nsegs, uint64_t chunk, u
             goto inconsistent;
         }
         uint64_t offset = chunk - seg->start, slot = offset >> 3;
-        if ((word_at(seg->base, slot + 1) & ~(uint64_t)7) != size || offset + size > seg->length)
-            goto inconsistent;
+        uint64_t raw = word_at(seg->base, slot + 1);
+        if ((raw & ~(uint64_t)7) != size || offset + size > seg->length) goto inconsistent;
         t.total += size;
+        t.raw_total += raw;
+        if (t.count == 1 || raw < t.raw_min) t.raw_min = raw;
+        if (raw > t.raw_max) t.raw_max = raw;
         t.resident += seg->present == NULL ? size : resident_span(seg, chunk, chunk + size, page);
         uint64_t stored = word_at(seg->base, slot + 2);
         chunk = mangled ? ((chunk + OFF_FD) >> 12) ^ stored : stored;
@@ -403,7 +413,8 @@ static void close_segments(Segments *segments) {
 
 /* walk_segments(segments, head, fd, bk, low, high, page, deadline=inf)
  * segments: sequence of (buffer, start, present or None), sorted by start: private copies of
- * one arena's heaps. -> (count, total, resident, trimmable), or None when the list does not
+ * one arena's heaps. -> (count, total, resident, trimmable, raw_min, raw_max, raw_total) (see
+ * Tally), or None when the list does not
  * read back consistently (every chunk 16-byte aligned and inside a segment, bk naming the
  * chunk before, size fitting the bin and the segment, the list returning to the head whose
  * bk names the last chunk), or False when time.monotonic() passed deadline first (looked at
@@ -425,7 +436,8 @@ static PyObject *walk_segments(PyObject *self, PyObject *args) {
                         deadline);
         Py_END_ALLOW_THREADS
         if (t.consistent)
-            result = Py_BuildValue("KKKK", t.count, t.total, t.resident, t.trimmable);
+            result = Py_BuildValue("KKKKKKK", t.count, t.total, t.resident, t.trimmable,
+                                   t.raw_min, t.raw_max, t.raw_total);
         else {
             result = t.out_of_time ? Py_False : Py_None;
             Py_INCREF(result);
@@ -436,7 +448,7 @@ static PyObject *walk_segments(PyObject *self, PyObject *args) {
 }
 
 /* walk_fastbin(segments, head, size, page, mangled, deadline=inf) -> (count, total, resident,
- * 0), or None when the fastbin does not read back consistently (follow_fastbin's checks), or
+ * 0, raw_min, raw_max, raw_total), or None when the fastbin does not read back consistently (follow_fastbin's checks), or
  * False when time.monotonic() passed deadline first. segments as for walk_segments. */
 static PyObject *walk_fastbin(PyObject *self, PyObject *args) {
     (void)self;
@@ -454,7 +466,8 @@ static PyObject *walk_fastbin(PyObject *self, PyObject *args) {
         t = follow_fastbin(segments.segs, segments.nsegs, head, size, page, mangled, deadline);
         Py_END_ALLOW_THREADS
         if (t.consistent)
-            result = Py_BuildValue("KKKK", t.count, t.total, t.resident, 0ULL);
+            result = Py_BuildValue("KKKKKKK", t.count, t.total, t.resident, 0ULL, t.raw_min,
+                                   t.raw_max, t.raw_total);
         else {
             result = t.out_of_time ? Py_False : Py_None;
             Py_INCREF(result);
@@ -467,9 +480,10 @@ static PyObject *walk_fastbin(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"walk_segments", walk_segments, METH_VARARGS,
      "Follow one free list through copies of an arena's heaps: (count, total, resident, "
-     "trimmable), None or False."},
+     "trimmable, raw_min, raw_max, raw_total), None or False."},
     {"walk_fastbin", walk_fastbin, METH_VARARGS,
-     "Follow one fastbin through copies of an arena's heaps: (count, total, resident, 0), "
+     "Follow one fastbin through copies of an arena's heaps: (count, total, resident, 0, "
+     "raw_min, raw_max, raw_total), "
      "None or False."},
     {"copy", copy_pages, METH_VARARGS,
      "Copy a target's readable pages into a buffer: (complete, process_vm_readv usable)."},
@@ -481,7 +495,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_chunkwalk", NULL, -
 PyMODINIT_FUNC PyInit__chunkwalk(void) {
     PyObject *created = PyModule_Create(&module);
     if (created == NULL) return NULL;
-    if (PyModule_AddIntConstant(created, "CLOCK_EVERY_CHUNKS", CLOCK_EVERY_CHUNKS) < 0) {
+    if (PyModule_AddIntConstant(created, "CLOCK_EVERY_CHUNKS", CLOCK_EVERY_CHUNKS) < 0 ||
+        PyModule_AddIntConstant(created, "TALLY_FIELDS", TALLY_FIELDS) < 0) {
         Py_DECREF(created);
         return NULL;
     }

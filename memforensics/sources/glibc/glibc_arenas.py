@@ -42,6 +42,8 @@ class ArenaState:
     bins: tuple[int, ...]  # fd, bk of bins 1 … 127, flattened
     fastbins: tuple[int, ...]
     flags: int = 0  # malloc_state.flags: NONCONTIGUOUS_BIT, FASTCHUNKS in old glibc
+    max_system_bytes: int = 0  # max_system_mem: the high-water mark of system_mem
+    mutex: int = 0  # 0 when no thread holds the arena's lock
 
     @property
     def noncontiguous(self) -> bool:
@@ -73,6 +75,8 @@ def parse_state(address: int, data: bytes | memoryview) -> ArenaState:
         bins=tuple(words[bins : bins + 2 * (glibc.NBINS - 1)].tolist()),
         fastbins=tuple(words[fast : fast + glibc.NFASTBINS].tolist()),
         flags=int.from_bytes(bytes(memoryview(data)[_OFF_FLAGS : _OFF_FLAGS + 4]), "little"),
+        max_system_bytes=words[glibc.OFF_MAX_SYSTEM_MEM // 8],
+        mutex=words[0] & 0xFFFFFFFF,
     )
 
 
@@ -136,14 +140,9 @@ def heaps_from_top(mem: ProcessMemoryReader, state: ArenaState) -> list[Heap]:
     return heaps[::-1]
 
 
-def find_main_arena(
-    mappings: Sequence[Mapping],
-    mem: ProcessMemoryReader,
-    libc_path: str | None,
-    arenas: set[int],
-) -> int | None:
-    """Locate main_arena in libc's writable data: its ``next`` is itself or a known arena,
-    and its empty bins point at themselves or into memory, so one scan of a few KiB finds it."""
+def libc_data_regions(mappings: Sequence[Mapping], libc_path: str | None) -> list[Mapping]:
+    """libc's writable data: its read-write file mapping (.data) and the anonymous mapping
+    right after it (.bss), where main_arena and mp_ live."""
     regions: list[Mapping] = []
     for index, mapping in enumerate(mappings):
         is_libc = mapping.path == libc_path if libc_path else "libc.so" in mapping.path
@@ -153,7 +152,18 @@ def find_main_arena(
             after = mappings[index + 1] if index + 1 < len(mappings) else None
             if after is not None and after.start_address == mapping.end_address:
                 regions.append(after)
-    for region in regions:
+    return regions
+
+
+def find_main_arena(
+    mappings: Sequence[Mapping],
+    mem: ProcessMemoryReader,
+    libc_path: str | None,
+    arenas: set[int],
+) -> int | None:
+    """Locate main_arena in libc's writable data: its ``next`` is itself or a known arena,
+    and its empty bins point at themselves or into memory, so one scan of a few KiB finds it."""
+    for region in libc_data_regions(mappings, libc_path):
         # Only its present pages: a swapped page of libc's data is not faulted back in (and
         # a main_arena on one is not found: the arenas are then matched by size).
         data = mem.read_present(region.start_address, region.size_bytes)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from memforensics.model import glibc
 from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap, parse_state, read_state
 from memforensics.sources.glibc.heapcopy import (
+    EMPTY_TALLY,
     BufferPool,
     OutOfTime,
     Segment,
@@ -73,8 +74,13 @@ class ArenaWalk:
     top_bytes: int | None = None
     top_resident_bytes: int | None = None
     top_address: int | None = None
-    # Per bin read consistently (0 = all fastbins, 1 = unsorted, 2 … 126): (chunks, bytes).
+    # Per bin read consistently (0 = all fastbins, 1 = unsorted, 2 … 127): (chunks, bytes).
     bins: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # Per list bin read consistently (1 … 127): (chunks, smallest, largest and summed size
+    # word with its flag bits): the figures malloc_info prints for the bin.
+    bin_sizes: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)
+    # Chunks in each fastbin (index 0 holds 32-byte chunks), when the fastbins were read.
+    fastbin_chunks: tuple[int, ...] | None = None
     # Main arena only: the top's resident pages as [start, end) runs (None: too fragmented
     # to list, or not the main arena); what systrim releases is decided from them.
     top_resident_runs: tuple[tuple[int, int], ...] | None = None
@@ -130,6 +136,7 @@ class ArenaWalker:
             if h.pages is not None and h.size_bytes > 0
         ]
         self._mangled: bool | None = None  # fastbin safe-linking (glibc >= 2.32)
+        self._fastbin_chunks: tuple[int, ...] = ()  # per fastbin, of the last fastbin read
         # An arena whose resident bytes fit the pool's copy budget (a few hundred MiB, at
         # most half of MemAvailable) is copied whole for each round of the walk, one read
         # per run of pages, all its heaps; a bigger one (a huge main heap with few free
@@ -211,7 +218,7 @@ class ArenaWalker:
         the heaps; a lone chunk tells too, as its NULL is stored scrambled). An empty fastbin
         reads back either way, so it never decides."""
         if head == 0:
-            return (0, 0, 0, 0)
+            return EMPTY_TALLY
         if self._mangled is not None:
             return self._follow_fastbin(head, size_bytes, self._mangled)
         safe_linked = self._follow_fastbin(head, size_bytes, True)
@@ -306,6 +313,10 @@ class ArenaWalker:
                 else:
                     self._add(walk, result)
                     walk.bins[index] = (result[0], result[1])
+                    if index == _FASTBIN:
+                        walk.fastbin_chunks = self._fastbin_chunks
+                    else:
+                        walk.bin_sizes[index] = (result[0], *result[4:7])
             pending = failed
             if not pending or walk.budget_reached:
                 break
@@ -330,27 +341,30 @@ class ArenaWalker:
     def _walk_bin(self, state: ArenaState, index: int) -> Tally | None:
         """One bin of ``state`` measured: all fastbins for pseudo bin 0, else one list."""
         if index == _FASTBIN:
-            if not any(state.fastbins):
-                return (0, 0, 0, 0)
+            counts = [0] * len(state.fastbins)
             chunks = total = resident = 0
             for fast_index, head in enumerate(state.fastbins):
+                if not head:
+                    continue
                 result = self._walk_fastbin(head, (fast_index + 2) * glibc.MALLOC_ALIGNMENT)
                 if result is None:
                     return None
+                counts[fast_index] = result[0]
                 chunks += result[0]
                 total += result[1]
                 resident += result[2]
-            return chunks, total, resident, 0
+            self._fastbin_chunks = tuple(counts)
+            return chunks, total, resident, 0, 0, 0, 0
         fd, bk = state.bins[2 * (index - 1)], state.bins[2 * (index - 1) + 1]
         head = _bin_head(state, index)
         if fd == head and bk == head:
-            return (0, 0, 0, 0)  # emptied meanwhile: measured, nothing in it
+            return EMPTY_TALLY  # emptied meanwhile: measured, nothing in it
         low, high = glibc.bin_size_range(index)
         return self._walk_list(head, fd, bk, low, high)
 
     @staticmethod
     def _add(walk: ArenaWalk, result: Tally) -> None:
-        chunks, total, resident, trimmable = result
+        chunks, total, resident, trimmable = result[:4]
         walk.chunks += chunks
         walk.free_bytes += total
         walk.resident_bytes += resident

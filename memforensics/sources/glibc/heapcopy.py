@@ -41,6 +41,7 @@ MEMINFO = Path("/proc/meminfo")
 # (65,536 chunks: ~10 ms in C, ~40 ms in Python): the one constant of both loops, the same
 # as _chunkwalk.c's CLOCK_EVERY_CHUNKS (tests check that they agree).
 CLOCK_EVERY_CHUNKS = 0xFFFF
+TALLY_FIELDS = 7  # the length of a Tally: _chunkwalk.c's TALLY_FIELDS
 
 
 class OutOfTime(Exception):
@@ -53,7 +54,10 @@ _native: ModuleType | None = None
 if not os.environ.get("MEMFORENSICS_PURE_PYTHON"):
     with contextlib.suppress(ImportError):
         _native = importlib.import_module("memforensics.sources.glibc._chunkwalk")
-    if getattr(_native, "CLOCK_EVERY_CHUNKS", None) != CLOCK_EVERY_CHUNKS:
+    if (
+        getattr(_native, "CLOCK_EVERY_CHUNKS", None) != CLOCK_EVERY_CHUNKS
+        or getattr(_native, "TALLY_FIELDS", None) != TALLY_FIELDS
+    ):
         _native = None  # a stale build of an older version: the Python code is right, if slower
 
 
@@ -207,8 +211,11 @@ def _zero_hole(segment: Segment, start: int, stop: int, page: int) -> None:
 
 
 # What a list loop measured: (chunks, chunk bytes, bytes on resident pages, bytes mtrim
-# would release from resident pages); fastbins release nothing to mtrim (0).
-Tally = tuple[int, int, int, int]
+# would release from resident pages; fastbins release nothing to mtrim: 0, then the smallest
+# and largest size word with its flag bits and their sum: glibc's chunksize_nomask, which
+# malloc_info prints for each bin; all 0 for an empty list).
+Tally = tuple[int, int, int, int, int, int, int]
+EMPTY_TALLY: Tally = (0, 0, 0, 0, 0, 0, 0)
 # Copies a block of a not yet copied segment before the loop reads it: (segment, index of
 # its first page). The lazy walk of a big arena passes one (glibc_walk.ArenaWalker._fill).
 Fill = Callable[[Segment, int], None]
@@ -299,7 +306,7 @@ def follow_list(
     time.monotonic() has passed ``deadline`` at a count of chunks that is a multiple of
     CLOCK_EVERY_CHUNKS + 1 (and whenever ``fill`` says so)."""
     if not segments:
-        return (0, 0, 0, 0) if fd == head == bk else None
+        return EMPTY_TALLY if fd == head == bk else None
     starts = [s.start for s in segments]
     limit = chunk_limit(segments) if max_chunks is None else min(chunk_limit(segments), max_chunks)
     # One comparison per chunk: the limit and the clock are looked at when count reaches it.
@@ -312,7 +319,7 @@ def follow_list(
     start, length, pages = segment.start, segment.length, segment.pages
     words, filled = segment.words, segment.filled
     prefix, all_resident = pages.prefix, pages.all_resident
-    count = total = resident = trimmable = 0
+    count = total = resident = trimmable = raw_min = raw_max = raw_total = 0
     previous = head
     chunk = fd
     while chunk != head:
@@ -342,10 +349,15 @@ def follow_list(
             if not count & CLOCK_EVERY_CHUNKS and clock() > deadline:
                 raise OutOfTime
             checkpoint = min(limit + 1, (count | CLOCK_EVERY_CHUNKS) + 1)
-        size = words[slot + 1] & ~7
+        raw = words[slot + 1]
+        size = raw & ~7
         if not low <= size <= high or offset + size > length:
             return None
         total += size
+        raw_total += raw
+        if count == 1 or raw < raw_min:
+            raw_min = raw
+        raw_max = max(raw_max, raw)
         # Every page of the chunk resident (the segment's, or the prefix sums say so)?
         if (
             all_resident
@@ -363,7 +375,7 @@ def follow_list(
         chunk = words[slot + 2]
     if bk != previous:
         return None
-    return count, total, resident, trimmable
+    return count, total, resident, trimmable, raw_min, raw_max, raw_total
 
 
 def follow_fastbin(
@@ -386,7 +398,7 @@ def follow_fastbin(
     starts = [s.start for s in segments]
     limit = chunk_limit(segments)
     shift = page.bit_length() - 1
-    count = total = resident = 0
+    count = total = resident = raw_min = raw_max = raw_total = 0
     chunk = head
     while chunk:
         position = bisect.bisect_right(starts, chunk) - 1
@@ -404,9 +416,14 @@ def follow_fastbin(
         if not count & CLOCK_EVERY_CHUNKS and time.monotonic() > deadline:
             raise OutOfTime
         slot = offset >> 3
-        if segment.words[slot + 1] & ~7 != size_bytes or offset + size_bytes > segment.length:
+        raw = segment.words[slot + 1]
+        if raw & ~7 != size_bytes or offset + size_bytes > segment.length:
             return None
         total += size_bytes
+        raw_total += raw
+        if count == 1 or raw < raw_min:
+            raw_min = raw
+        raw_max = max(raw_max, raw)
         pages = segment.pages
         if pages.all_resident:
             resident += size_bytes
@@ -414,4 +431,4 @@ def follow_fastbin(
             resident += pages.resident_bytes(chunk, chunk + size_bytes)
         stored = segment.words[slot + 2]
         chunk = ((chunk + glibc.OFF_FD) >> 12) ^ stored if mangled else stored
-    return count, total, resident, 0
+    return count, total, resident, 0, raw_min, raw_max, raw_total

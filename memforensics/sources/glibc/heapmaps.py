@@ -14,13 +14,16 @@ Matching the arenas to a dump and estimating what could not be read is analysis
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Protocol
 
 from memforensics.model import glibc
-from memforensics.model.heapscan import ArenaScan, HeapScan
+from memforensics.model.heapscan import ArenaScan, BinFigures, HeapScan, MallocParams
 from memforensics.model.process import HeapSegment
 from memforensics.sources.glibc.glibc_arenas import (
     ArenaState,
@@ -28,16 +31,18 @@ from memforensics.sources.glibc.glibc_arenas import (
     find_heaps,
     find_main_arena,
     heaps_from_top,
+    libc_data_regions,
     read_state,
     reread_heaps,
 )
-from memforensics.sources.glibc.glibc_walk import ArenaWalker
+from memforensics.sources.glibc.glibc_walk import ArenaWalk, ArenaWalker
 from memforensics.sources.glibc.heap_search import (
     find_mmapped_chunks,
     main_arena_segments,
     subtract_spans,
 )
 from memforensics.sources.glibc.heapcopy import BufferPool
+from memforensics.sources.glibc.malloc_par import find_malloc_par, read_malloc_par
 from memforensics.sources.proc.procmaps import Mapping, read_smaps
 from memforensics.sources.proc.procmem import ProcessMemoryReader
 
@@ -50,6 +55,27 @@ LAYOUT_RETRIES = 3
 # anonymous memory that no arena holds stops after this long; the scan then says so.
 MMAP_SEARCH_SECONDS = 1.0
 _MAX_ARENAS = 1 << 16  # a ``next`` list longer than this is not glibc's
+# An arena found locked (a thread inside malloc holds its mutex) in a stop is read again
+# after the target ran for LOCK_WAIT_SECONDS, at most this many times.
+LOCK_RETRIES = 20
+
+
+class ArenaHold(Protocol):
+    """Holds every thread of the target still around the read of one arena (the read-only
+    path: memforensics.entry.readonly), so that arena's bins are read at one moment."""
+
+    def arena(self) -> contextlib.AbstractContextManager[None]:
+        """Entered around one arena's read: the target is stopped inside."""
+        ...
+
+    def in_allocator(self) -> bool:
+        """Inside ``arena()``: a thread of a single-threaded target is stopped inside the
+        allocator (glibc takes no lock there, so no mutex says so)."""
+        ...
+
+    def let_run(self) -> None:
+        """Outside ``arena()``: let the target run a moment (a thread holds an arena)."""
+        ...
 
 
 def _is_64bit(pid: int) -> bool:
@@ -171,6 +197,8 @@ def scan_heap(
     budget_seconds: float = WALK_BUDGET_SECONDS,
     pause: Callable[[], object] | None = None,
     arenas_only: bool = False,
+    figures: bool = False,
+    hold: ArenaHold | None = None,
 ) -> HeapScan:
     """Read every arena of ``pid``: heaps, residency, free lists (within the time budget).
 
@@ -178,7 +206,9 @@ def scan_heap(
     ~1 ms of work): a caller may hold the scan there (while gdb attaches, see
     scanning.BackgroundScan). ``arenas_only``: the arenas alone, without the search for
     mmapped chunks and thread stacks (those figures are then 0 and ``arenas_only`` says so);
-    the quick read made while gdb holds a target.
+    the quick read made while gdb holds a target. ``figures``: also malloc_info's figures
+    (ArenaScan.figures, HeapScan.malloc_params), each arena's from one moment: read inside
+    ``hold`` (a live target) or from a memory that does not move (a core file).
     """
     started = time.monotonic()
     mappings = read_smaps(pid)
@@ -186,7 +216,17 @@ def scan_heap(
     try:
         with ProcessMemoryReader(pid) as mem:
             scan = _scan(
-                pid, mappings, mem, pool, libc_path, started, budget_seconds, pause, arenas_only
+                pid,
+                mappings,
+                mem,
+                pool,
+                libc_path,
+                started,
+                budget_seconds,
+                pause,
+                arenas_only,
+                figures=figures,
+                hold=hold,
             )
             return replace(scan, arenas_only=arenas_only)
     finally:
@@ -203,10 +243,14 @@ def _scan(
     budget_seconds: float,
     pause: Callable[[], object] | None = None,
     arenas_only: bool = False,
+    *,
+    figures: bool = False,
+    hold: ArenaHold | None = None,
+    is_64: bool | None = None,
 ) -> HeapScan:
     pause = pause or (lambda: None)
     notes: list[str] = []
-    is_64 = _is_64bit(pid)
+    is_64 = _is_64bit(pid) if is_64 is None else is_64
     heaps = find_heaps(mappings, mem) if is_64 else []
     if not is_64:
         notes.append("32-bit target: arena heaps are not located (only 64-bit layouts known)")
@@ -251,23 +295,53 @@ def _scan(
     main_heaps = _main_heaps(mem, spans, chunks, main_state, brk, notes)
     rows: list[ArenaScan] = []
     all_heaps: list[Heap] = list(main_heaps)
+    params: MallocParams | None = None
+    seen: dict[int, list[Heap]] = {}  # each non-main arena's heaps, as its read found them
+    if figures and main_state is not None:
+        bases = [h.start for h in main_heaps] or [0]
+        params = find_malloc_par(mem, libc_data_regions(mappings, libc_path), sbrk_bases=bases)
+        if params is None:
+            notes.append("mp_ not found in libc's data: the mmapped chunks' counters are unknown")
     if main_heaps:
         pause()
-        row = _scan_arena(mem, pool, main_state, main_heaps, True, True, deadline, pause=pause)
-        if main_state is not None:
-            row = replace(row, top_at_brk=_top_at_brk(mem, main_state, brk, row))
-        rows.append(row)
+
+        def read_main() -> ArenaScan:
+            nonlocal params
+            state = main_state if hold is None or main_state is None else None
+            if state is None and main_state is not None:
+                state = read_state(mem, main_state.address)  # this stop's, not the earlier
+            if params is not None and hold is not None:
+                params = read_malloc_par(mem, params)
+            row = _scan_arena(
+                mem, pool, state, main_heaps, True, True, deadline, pause=pause, figures=figures
+            )
+            if state is not None:
+                row = replace(row, top_at_brk=_top_at_brk(mem, state, brk, row))
+            return row
+
+        main_address = main_state.address if main_state is not None else None
+        rows.append(
+            _held(
+                hold,
+                read_main,
+                lambda: None if main_address is None else read_state(mem, main_address),
+            )
+        )
     for position, address in enumerate(order):
         pause()
-        arena_heaps = by_arena.get(address) or heaps_from_top(mem, states[address])
-        state, arena_heaps, layout_ok = _settle_layout(mem, states[address], arena_heaps)
-        for heap in arena_heaps:
-            heap.pages = mem.pagemap(heap.start, heap.start + heap.mprotect_bytes)
-        all_heaps.extend(arena_heaps)
         # Re-reads of a hot arena may use its fair share of what is left of the budget.
         share = (deadline - time.monotonic()) / (len(order) - position)
-        rows.append(
-            _scan_arena(
+
+        def read_arena(address: int = address, share: float = share) -> ArenaScan:
+            state = states[address]
+            if hold is not None:
+                state = read_state(mem, address) or state  # this stop's, not the earlier
+            arena_heaps = by_arena.get(address) or heaps_from_top(mem, state)
+            state, arena_heaps, layout_ok = _settle_layout(mem, state, arena_heaps)
+            for heap in arena_heaps:
+                heap.pages = mem.pagemap(heap.start, heap.start + heap.mprotect_bytes)
+            seen[address] = arena_heaps
+            return _scan_arena(
                 mem,
                 pool,
                 state,
@@ -277,8 +351,11 @@ def _scan(
                 deadline,
                 time.monotonic() + share,
                 pause=pause,
+                figures=figures,
             )
-        )
+
+        rows.append(_held(hold, read_arena, functools.partial(read_state, mem, address)))
+        all_heaps.extend(seen.get(address, []))
 
     chunk_spans = [(start, start + size) for start, size in chunks]
     chunk_resident = sum(mem.pagemap(lo, hi).total_resident_bytes for lo, hi in chunk_spans)
@@ -313,7 +390,29 @@ def _scan(
         walk_budget_seconds=budget_seconds,
         notes=tuple(notes),
         mmap_search_complete=searched,
+        malloc_params=params,
     )
+
+
+def _held(
+    hold: ArenaHold | None,
+    read: Callable[[], ArenaScan],
+    fresh_state: Callable[[], ArenaState | None],
+) -> ArenaScan:
+    """``read()`` of one arena, inside ``hold`` when there is one: an arena found locked (its
+    mutex held, or a single-threaded target stopped inside the allocator, which takes no
+    lock) is not read then; the target runs a moment and it is read again, at most
+    LOCK_RETRIES times (then its figures stay unknown)."""
+    if hold is None:
+        return read()
+    for attempt in range(LOCK_RETRIES + 1):
+        with hold.arena():
+            state = fresh_state()
+            if not ((state is not None and state.mutex != 0) or hold.in_allocator()):
+                return replace(read(), lock_retries=attempt)
+        hold.let_run()
+    # Locked at every stop: read while it runs, for the residency alone.
+    return replace(read(), figures=None, lock_retries=LOCK_RETRIES)
 
 
 def _main_heaps(
@@ -362,6 +461,7 @@ def _scan_arena(
     deadline: float,
     retry_deadline: float | None = None,
     pause: Callable[[], object] | None = None,
+    figures: bool = False,
 ) -> ArenaScan:
     segments = tuple(
         HeapSegment(h.start, h.size_bytes, h.pages.total_resident_bytes)
@@ -401,4 +501,43 @@ def _scan_arena(
         top_address=walk.top_address,
         top_resident_runs=walk.top_resident_runs,
         bins=tuple((index, *counts) for index, counts in sorted(walk.bins.items())),
+        figures=_bin_figures(mem, state, heaps, walk, is_main) if figures else None,
+    )
+
+
+def _bin_figures(
+    mem: ProcessMemoryReader,
+    state: ArenaState,
+    heaps: Sequence[Heap],
+    walk: ArenaWalk,
+    is_main: bool,
+) -> BinFigures | None:
+    """malloc_info's figures of an arena whose every bin ``walk`` read consistently (None
+    when any was left unmeasured): per bin as glibc counts them, the top, system and aspace
+    (a non-main arena's: its heaps, as glibc follows them from the top's heap)."""
+    if walk.unmeasured_bins or walk.budget_reached or walk.fastbin_chunks is None:
+        return None
+    top_bytes = walk.top_bytes
+    if top_bytes is None:  # a top outside the heaps read: the initial one, inside the arena
+        header = mem.read(state.top, glibc.CHUNK_HEADER_BYTES)
+        if header is None:
+            return None
+        top_bytes = int.from_bytes(header[8:], "little") & ~glibc.SIZE_FLAGS
+    bins = tuple((index, *sizes) for index, sizes in sorted(walk.bin_sizes.items()) if sizes[0])
+    if is_main:
+        aspace = mprotect = state.system_bytes
+        subheaps = 0
+    else:
+        aspace = sum(h.size_bytes for h in heaps)
+        mprotect = sum(h.mprotect_bytes for h in heaps)
+        subheaps = len(heaps)
+    return BinFigures(
+        fastbin_chunks=walk.fastbin_chunks,
+        bins=bins,
+        top_bytes=top_bytes,
+        system_bytes=state.system_bytes,
+        max_system_bytes=state.max_system_bytes,
+        aspace_bytes=aspace,
+        aspace_mprotect_bytes=mprotect,
+        subheaps=subheaps,
     )

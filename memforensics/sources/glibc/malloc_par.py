@@ -1,0 +1,143 @@
+"""glibc's ``mp_`` (struct malloc_par) found in libc's writable data without symbols, and the
+libc release read from the library's own version string.
+
+``mp_`` holds the process-wide counters malloc_info prints at its end (``n_mmaps``,
+``mmapped_mem``). It is a static of malloc.c, so a stripped libc gives no symbol for it; it is
+found by its shape instead. Two layouts exist on 64-bit (glibc malloc/malloc.c):
+
+- 2.26 … 2.34: trim_threshold, top_pad, mmap_threshold, arena_test, arena_max (size_t each),
+  then n_mmaps, n_mmaps_max, max_n_mmaps, no_dyn_threshold (int each), mmapped_mem,
+  max_mmapped_mem, sbrk_base, then the tcache fields;
+- 2.35 and later: thp_pagesize, hp_pagesize (size_t) and hp_flags (int) after arena_max, so
+  the ints start 20 bytes later and mmapped_mem 24 bytes later.
+
+A candidate must satisfy every invariant glibc keeps (counts within their maxima, mmapped
+bytes whole pages and zero exactly when no chunk is mmapped, the mmap threshold within what
+mallopt accepts, a boolean that is a boolean) and its ``sbrk_base`` must be where the main
+arena's memory began. Exactly one candidate may remain; anything else is "not found".
+"""
+
+from __future__ import annotations
+
+import mmap
+import re
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from memforensics.model.heapscan import MallocParams
+from memforensics.sources.proc.procmaps import Mapping
+from memforensics.sources.proc.procmem import ProcessMemoryReader
+
+_MMAP_THRESHOLD_MAX_BYTES = 32 << 20  # HEAP_MAX_SIZE / 2: mallopt refuses more (64-bit)
+_COUNT_MAX = 1 << 31
+
+
+@dataclass(frozen=True)
+class _Layout:
+    name: str
+    ints: int  # offset of n_mmaps (then n_mmaps_max, max_n_mmaps, no_dyn_threshold)
+    mmapped: int  # offset of mmapped_mem (then max_mmapped_mem, sbrk_base)
+    huge_pages: int | None  # offset of thp_pagesize, hp_pagesize (2.35+)
+
+
+LAYOUTS = (
+    _Layout("2.35", ints=60, mmapped=80, huge_pages=40),
+    _Layout("2.26", ints=40, mmapped=56, huge_pages=None),
+)
+_STRUCT_BYTES = 104  # the longest prefix read (2.35: up to sbrk_base)
+
+
+def _power_of_two_or_zero(value: int) -> bool:
+    return value & (value - 1) == 0
+
+
+def parse_malloc_par(
+    address: int, data: bytes | memoryview, layout: _Layout, page_bytes: int
+) -> MallocParams | None:
+    """The ``mp_`` at ``address`` (its first _STRUCT_BYTES in ``data``) read with ``layout``,
+    or None when any invariant glibc keeps does not hold."""
+    trim, _top_pad, threshold, arena_test, arena_max = struct.unpack_from("<5Q", data, 0)
+    n_mmaps, n_mmaps_max, max_n_mmaps, no_dyn = struct.unpack_from("<4i", data, layout.ints)
+    mmapped, max_mmapped, sbrk_base = struct.unpack_from("<3Q", data, layout.mmapped)
+    if layout.huge_pages is not None:
+        thp, huge = struct.unpack_from("<2Q", data, layout.huge_pages)
+        if not (_power_of_two_or_zero(thp) and _power_of_two_or_zero(huge)):
+            return None
+    plausible = (
+        threshold <= _MMAP_THRESHOLD_MAX_BYTES
+        and 0 < arena_test < _COUNT_MAX
+        and arena_max < _COUNT_MAX
+        and 0 <= n_mmaps <= max_n_mmaps < _COUNT_MAX
+        and n_mmaps_max >= 0
+        and no_dyn in (0, 1)
+        and mmapped % page_bytes == 0
+        and max_mmapped % page_bytes == 0
+        and mmapped <= max_mmapped
+        and (n_mmaps == 0) == (mmapped == 0)
+        and (max_n_mmaps == 0) == (max_mmapped == 0)
+        and sbrk_base % 16 == 0
+    )
+    if not plausible:
+        return None
+    return MallocParams(
+        address=address,
+        layout=layout.name,
+        mmap_chunks=n_mmaps,
+        mmapped_bytes=mmapped,
+        max_mmap_chunks=max_n_mmaps,
+        max_mmapped_bytes=max_mmapped,
+        mmap_threshold_bytes=threshold,
+        trim_threshold_bytes=trim,
+        sbrk_base=sbrk_base,
+    )
+
+
+def find_malloc_par(
+    mem: ProcessMemoryReader,
+    regions: Sequence[Mapping],
+    *,
+    sbrk_bases: Sequence[int],
+    layouts: Sequence[_Layout] = LAYOUTS,
+) -> MallocParams | None:
+    """``mp_`` in libc's writable data (``regions``): the one place that reads as a
+    plausible malloc_par under one of ``layouts`` and whose ``sbrk_base`` is one of
+    ``sbrk_bases`` (the start of [heap], or of the first segment a main arena mmapped when
+    sbrk failed; 0 when the main arena never grew). None when no place, or more than one,
+    qualifies."""
+    found: list[MallocParams] = []
+    page = mem.page_bytes
+    bases = set(sbrk_bases)
+    for region in regions:
+        data = mem.read_present(region.start_address, region.size_bytes)
+        for offset in range(0, len(data) - _STRUCT_BYTES + 1, 8):
+            for layout in layouts:
+                # The cheapest test first: most words of .data are no sbrk_base.
+                if struct.unpack_from("<Q", data, offset + layout.mmapped + 16)[0] not in bases:
+                    continue
+                at = region.start_address + offset
+                params = parse_malloc_par(at, data[offset:], layout, page)
+                if params is not None:
+                    found.append(params)
+    return found[0] if len(found) == 1 else None
+
+
+def read_malloc_par(mem: ProcessMemoryReader, found: MallocParams) -> MallocParams | None:
+    """``mp_`` read again where ``found`` was (the counters move with every mmapped chunk)."""
+    data = mem.read(found.address, _STRUCT_BYTES)
+    layout = next(layout for layout in LAYOUTS if layout.name == found.layout)
+    return None if data is None else parse_malloc_par(found.address, data, layout, mem.page_bytes)
+
+
+_VERSION = re.compile(rb"GNU C Library [^\n\0]*? version (\d+)\.(\d+)")
+
+
+def libc_release(path: str) -> tuple[int, int] | None:
+    """(major, minor) of the glibc whose libc.so is at ``path``, from the banner every build
+    carries ("GNU C Library (…) stable release version 2.36."); None when unreadable."""
+    try:
+        with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, prot=mmap.PROT_READ) as data:
+            match = _VERSION.search(data)
+            return (int(match.group(1)), int(match.group(2))) if match else None
+    except (OSError, ValueError):
+        return None
