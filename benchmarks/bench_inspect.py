@@ -17,7 +17,9 @@ Each round runs, on that one process, the manual recipe
         -ex 'call (int)malloc_info(0,$f)' -ex 'call (int)fclose($f)'
 
 and `memforensics inspect --json PID`, plus the gdb session alone (``capture_malloc_info`` in a
-fresh Python, no /proc reading or report), reversing the order every other round; the ticker's
+fresh Python, no /proc reading or report) and `memforensics inspect --read-only --json PID`
+(no gdb: issue 22's bars, stop <= 0.05x and wall <= 0.3x at 16 arenas, 0.05x and 0.5x at
+1,500), reversing the order every other round; the ticker's
 gap is reset before each and read after. Prints medians and the ratios memforensics/recipe.
 Asserts nothing.
 
@@ -102,10 +104,24 @@ class Case:
     stop_bar: float | None
     wall_bar: float | None
     rounds: int = 5  # the 16-arena case is quick and noisy on a shared host: it gets more
+    # `inspect --read-only` (no gdb; issue 22's bars): its stop and wall against the recipe.
+    read_only_stop_bar: float | None = None
+    read_only_wall_bar: float | None = None
 
 
 CASES = (
-    Case("16", "16 arenas", "bench_fragmented", ["16", "20000"], {}, 0.1, 1.0, rounds=15),
+    Case(
+        "16",
+        "16 arenas",
+        "bench_fragmented",
+        ["16", "20000"],
+        {},
+        0.1,
+        1.0,
+        rounds=15,
+        read_only_stop_bar=0.05,
+        read_only_wall_bar=0.3,
+    ),
     Case(
         "1500",
         "1,500 arenas",
@@ -114,6 +130,8 @@ CASES = (
         {"GLIBC_TUNABLES": "glibc.malloc.arena_max=1500"},
         0.2,
         2.0,
+        read_only_stop_bar=0.05,
+        read_only_wall_bar=0.5,
     ),
     Case("2m", "2 million free chunks", "many_arenas", ["1", "4000000", "24"], {}, None, None),
 )
@@ -162,6 +180,16 @@ def run_memforensics(pid: int, scratch: Path) -> None:
     )
 
 
+def run_read_only(pid: int, scratch: Path) -> None:
+    """`memforensics inspect --read-only --json PID`: no gdb, the target held per arena."""
+    subprocess.run(
+        [*memforensics_command(), "inspect", "--read-only", "--json", str(pid)],
+        stdout=subprocess.DEVNULL,
+        check=True,
+        cwd=scratch,
+    )
+
+
 _CAPTURE_ONLY = (
     "import sys; from memforensics.sources.gdb.gdb_capture import capture_malloc_info; "
     "sys.stdout.buffer.write(capture_malloc_info(int(sys.argv[1])).xml)"
@@ -191,6 +219,7 @@ def measure(case: Case, rounds: int) -> tuple[dict[str, tuple[float, float]], li
         "recipe": run_recipe,
         "memforensics": run_memforensics,
         "capture-only": run_capture_only,
+        "read-only": run_read_only,
     }
     pauses: dict[str, list[float]] = {name: [] for name in methods}
     walls: dict[str, list[float]] = {name: [] for name in methods}
@@ -240,6 +269,13 @@ def report(
         )
     capture = medians["capture-only"][1] / recipe_wall
     print(f"  wall ratio capture-only/recipe: {capture:.3f}  (the gdb session alone)")
+    stop, wall = medians["read-only"]
+    for what, ratio, bar in (
+        ("stop", stop / recipe_stop, case.read_only_stop_bar),
+        ("wall", wall / recipe_wall, case.read_only_wall_bar),
+    ):
+        target = f"  (target <= {bar:.3f})" if bar is not None else ""
+        print(f"  {what} ratio read-only/recipe: {ratio:.3f}{target}")
 
 
 def main() -> int:

@@ -108,7 +108,10 @@ class ToolingError(MemforensicsError):
 class GdbUnavailableError(ToolingError):
     """gdb is missing, too old, or cannot run."""
 
-    default_hint = "install gdb (apt-get install gdb), or name a working gdb binary"
+    default_hint = (
+        "install gdb (apt-get install gdb), or name a working gdb binary; "
+        "`inspect --read-only` needs no gdb"
+    )
 
 
 class DeadlineError(MemforensicsError, TimeoutError):

@@ -14,6 +14,7 @@ from memforensics.cli.options import (
     exit_codes_epilog,
     gdb_option,
     json_option,
+    read_only_option,
     verbose_option,
 )
 from memforensics.cli.output import emit_json
@@ -139,6 +140,7 @@ def _mi_logger(line: str) -> None:
     "running and reported down with reason=timeout).",
 )
 @gdb_option
+@read_only_option
 @json_option
 @verbose_option
 def command(
@@ -154,6 +156,7 @@ def command(
     no_oom: bool,
     timeout_seconds: float,
     gdb_path: str | None,
+    read_only: bool,
     as_json: bool,
     verbose: bool,
 ) -> None:
@@ -182,6 +185,7 @@ def command(
         oom_sources=sources,
         gdb_path=gdb_path,
         log=_mi_logger if verbose else None,
+        read_only=read_only,
     )
     path = write_textfile(run, textfile_dir)
     _report(run, path)

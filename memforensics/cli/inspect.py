@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +15,7 @@ from memforensics.cli.options import (
     gdb_option,
     heap_view_options,
     json_option,
+    read_only_option,
     timeout_option,
     verbose_option,
 )
@@ -31,10 +33,14 @@ Examples:
   memforensics inspect --name postgres        every process whose name/cmdline matches
   memforensics inspect --json 4242 | jq '.totals.free_bytes, .pause_seconds'
   memforensics inspect --save-xml dump.xml 4242 && memforensics parse dump.xml
+  memforensics inspect --read-only 4242       no gdb, no call: read from its memory
 \b
 The target is stopped only while gdb takes malloc_info at a safe point (a thread
 outside malloc/free); the report says for how long ("paused 14 ms"). Nothing is
 written inside the target's filesystem; the XML is read back from its memory.
+With --read-only no gdb is used and no code runs in the target: malloc_info's
+document is rebuilt from the target's memory, each arena in a stop of a few ms
+(ptrace seize and interrupt; nothing is written), as the target's glibc prints it.
 """
 
 SAVE_XML_HINT = "choose a writable --save-xml path"
@@ -102,6 +108,7 @@ def _mi_logger(line: str) -> None:
     is_flag=True,
     help="Inspect a process someone else stopped (state T); it is left stopped.",
 )
+@read_only_option
 @heap_view_options
 @verbose_option
 # The collector is off until the first report is out (early.pause_collector says why), and on
@@ -116,6 +123,7 @@ def command(
     timeout_seconds: float,
     gdb_path: str | None,
     allow_stopped: bool,
+    read_only: bool,
     top: int,
     sort: SortKey,
     verbose: bool,
@@ -125,6 +133,20 @@ def command(
     detaches, leaving the target running."""
     if not pids and not names:
         raise click.UsageError("give at least one PID or --name PATTERN")
+    if read_only and gdb_path is not None:
+        raise click.UsageError("--read-only runs no gdb: drop --gdb")
+    if read_only:
+        _inspect_read_only(
+            pids,
+            names,
+            as_json=as_json,
+            save_xml=save_xml,
+            timeout_seconds=timeout_seconds,
+            allow_stopped=allow_stopped,
+            top=top,
+            sort=sort,
+        )
+        return
     # gdb's start-up and the imports below take about as long each: gdb starts first, and
     # the first session takes it over (one less wait before the attach). Likewise the first
     # target's residency scan: it reads /proc while the rest imports. The program's entry
@@ -137,7 +159,64 @@ def command(
         first_scan = take_scan(pids[0]) or early_scan(pids[0], allow_stopped=allow_stopped)
     from memforensics.entry.live import inspect_process, resolve_targets
 
-    targets = resolve_targets(pids, names)
+    def inspect_one(pid: int) -> Inspection:
+        return inspect_process(
+            pid,
+            timeout_seconds=timeout_seconds,
+            gdb_path=gdb_path,
+            allow_stopped=allow_stopped,
+            log=_mi_logger if verbose else None,
+            scan=first_scan if pids and pid == pids[0] else None,
+        )
+
+    _report_targets(
+        resolve_targets(pids, names),
+        inspect_one,
+        as_json=as_json,
+        save_xml=save_xml,
+        top=top,
+        sort=sort,
+    )
+
+
+def _inspect_read_only(
+    pids: tuple[int, ...],
+    names: tuple[str, ...],
+    *,
+    as_json: bool,
+    save_xml: str | None,
+    timeout_seconds: float,
+    allow_stopped: bool,
+    top: int,
+    sort: SortKey,
+) -> None:
+    from memforensics.entry.live import resolve_targets
+    from memforensics.entry.readonly import inspect_read_only
+
+    def inspect_one(pid: int) -> Inspection:
+        return inspect_read_only(pid, timeout_seconds=timeout_seconds, allow_stopped=allow_stopped)
+
+    _report_targets(
+        resolve_targets(pids, names),
+        inspect_one,
+        as_json=as_json,
+        save_xml=save_xml,
+        top=top,
+        sort=sort,
+    )
+
+
+def _report_targets(
+    targets: list[tuple[int, bool]],
+    inspect_one: Callable[[int], Inspection],
+    *,
+    as_json: bool,
+    save_xml: str | None,
+    top: int,
+    sort: SortKey,
+) -> None:
+    """Inspect each target, print its report (or collect its JSON), and exit with the worst
+    code of those that failed; one failure does not stop the others."""
     several = len(targets) > 1
     documents: list[dict[str, Any]] = []
     worst = 0
@@ -145,14 +224,7 @@ def command(
         if index:
             resume_collector()  # the first report is done: a long list of targets is not
         try:
-            result = inspect_process(
-                pid,
-                timeout_seconds=timeout_seconds,
-                gdb_path=gdb_path,
-                allow_stopped=allow_stopped,
-                log=_mi_logger if verbose else None,
-                scan=first_scan if pids and pid == pids[0] else None,
-            )
+            result = inspect_one(pid)
             if save_xml is not None:
                 _save_xml(save_xml_path(save_xml, pid, several=several), result.capture.xml, pid)
         except NoSuchProcessError as exc:

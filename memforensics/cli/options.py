@@ -128,6 +128,17 @@ def gdb_option(func: F) -> F:
     )(func)
 
 
+def read_only_option(func: F) -> F:
+    """``--read-only``: heap figures read from the target's memory, with no gdb and no call."""
+    return click.option(
+        "--read-only",
+        "read_only",
+        is_flag=True,
+        help="No gdb and no call into the target: rebuild malloc_info from its memory, "
+        "holding its threads a few ms per arena (glibc 2.26+, 64-bit; docs/inspect.md).",
+    )(func)
+
+
 def heap_view_options(func: F) -> F:
     """``--top N`` and ``--sort KEY`` for the per-arena table of a heap report."""
     from memforensics.render.heap_sort import SORT_KEYS

@@ -18,6 +18,7 @@ from memforensics.cli.options import (
     exit_codes_epilog,
     gdb_option,
     json_option,
+    read_only_option,
     timeout_option,
     verbose_option,
 )
@@ -137,6 +138,7 @@ def _final_report(processes: list[WatchedProcess]) -> Report:
     "point or a call takes longer.",
 )
 @gdb_option
+@read_only_option
 @verbose_option
 def command(
     *,
@@ -150,6 +152,7 @@ def command(
     as_json: bool,
     timeout_seconds: float,
     gdb_path: str | None,
+    read_only: bool,
     verbose: bool,
 ) -> None:
     """Watch processes' heaps over time: is it a leak (in use grows) or fragmentation (free
@@ -168,6 +171,7 @@ def command(
         timeout_seconds=timeout_seconds,
         gdb_path=gdb_path,
         log=_mi_logger if verbose else None,
+        read_only=read_only,
     )
     out = stdout_console()
     status = stderr_console()

@@ -144,16 +144,31 @@ def select_targets(pids: Sequence[int], names: Sequence[str]) -> tuple[list[int]
 
 
 def inspect_target(
-    pid: int, *, timeout_seconds: float, gdb_path: str | None, log: Log | None
+    pid: int,
+    *,
+    timeout_seconds: float,
+    gdb_path: str | None,
+    log: Log | None,
+    read_only: bool = False,
 ) -> tuple[TargetResult, float]:
-    """Inspect one target; returns its result and the pause budget it spent."""
+    """Inspect one target (``read_only``: from its memory, no gdb); returns its result and
+    the pause budget it spent (a read-only inspection's: its stops)."""
     name = _process_name(pid)
     identity = read_container_identity(pid)
     started = time.monotonic()
     try:
-        inspection = inspect_process(
-            pid, timeout_seconds=timeout_seconds, gdb_path=gdb_path, allow_stopped=False, log=log
-        )
+        if read_only:
+            from memforensics.entry.readonly import inspect_read_only
+
+            inspection = inspect_read_only(pid, timeout_seconds=timeout_seconds)
+        else:
+            inspection = inspect_process(
+                pid,
+                timeout_seconds=timeout_seconds,
+                gdb_path=gdb_path,
+                allow_stopped=False,
+                log=log,
+            )
     except Exception as exc:
         elapsed = time.monotonic() - started
         # A failure after attaching does not say how long the target was stopped: count the
@@ -237,6 +252,7 @@ def collect(
     gdb_path: str | None = None,
     log: Log | None = None,
     now: datetime | None = None,
+    read_only: bool = False,
 ) -> CollectRun:
     """One collect run: inspect targets until the pauses reach ``max_pause_seconds``, then
     count OOM kills (when ``state_dir`` and ``oom_sources`` are given).
@@ -266,7 +282,7 @@ def collect(
             continue
         when = datetime.now(timezone.utc)
         result, cost = inspect_target(
-            pid, timeout_seconds=timeout_seconds, gdb_path=gdb_path, log=log
+            pid, timeout_seconds=timeout_seconds, gdb_path=gdb_path, log=log, read_only=read_only
         )
         spent += cost
         results.append(result)

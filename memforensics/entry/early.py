@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 # The options of `inspect` (cli/inspect.py; tests/unit/test_early.py keeps the two in step).
 VALUE_OPTIONS = frozenset({"--name", "--save-xml", "--timeout", "--gdb", "--top", "--sort"})
-FLAG_OPTIONS = frozenset({"--json", "--allow-stopped", "-v", "--verbose"})
+FLAG_OPTIONS = frozenset({"--json", "--allow-stopped", "--read-only", "-v", "--verbose"})
 
 _scans: dict[int, BackgroundScan] = {}
 
@@ -103,6 +103,8 @@ def inspect_command(argv: Sequence[str]) -> tuple[list[int], str | None, bool] |
             if name == "--gdb":
                 gdb_path = value
         elif name in FLAG_OPTIONS and not has_value:
+            if name == "--read-only":
+                return None  # no gdb to start, and the read is the command's own
             allow_stopped = allow_stopped or name == "--allow-stopped"
         else:
             return None  # --help, a short option cluster, a typo: click's to judge

@@ -29,7 +29,7 @@ from memforensics.errors import (
 )
 from memforensics.model.advice import Advice
 from memforensics.model.heap import process_source
-from memforensics.model.heapscan import HeapScan
+from memforensics.model.heapscan import HeapScan, ReadOnlyRead
 from memforensics.model.process import HeapResidency, ProcessFacts, ProcessMemory, Waterfall
 from memforensics.sources.gdb.gdb import GdbSession
 from memforensics.sources.gdb.gdb_capture import Capture, capture_malloc_info
@@ -121,6 +121,7 @@ class Inspection:
     waterfall: Waterfall | None
     extra_advice: tuple[Advice, ...]
     residency_error: str | None = None
+    read_only: ReadOnlyRead | None = None  # how a read-only report was read (no gdb)
 
 
 def exited_error(pid: int, exc: MemforensicsError) -> TargetExitedError:

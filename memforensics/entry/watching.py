@@ -57,6 +57,7 @@ class WatchSettings:
     timeout_seconds: float = 10.0
     gdb_path: str | None = None
     log: Any = None
+    read_only: bool = False  # heap samples read from memory, no gdb (entry.readonly)
 
 
 @dataclass
@@ -150,6 +151,10 @@ class Watch:
         self.on_record = on_record
         self.stop = stop or threading.Event()
         self.oom_lookup = oom_lookup
+        if settings.read_only and inspect is inspect_process:
+            from memforensics.entry.readonly import inspect_instead_of_gdb
+
+            inspect = inspect_instead_of_gdb
         self.inspect = inspect
         started = now_utc()
         # Raises NoSuchProcessError (exit 3) for a PID that is not there at the start.

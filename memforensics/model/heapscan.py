@@ -102,3 +102,19 @@ class HeapScan:
     arenas_only: bool = False
     # glibc's mp_ counters, when the read asked for malloc_info's figures and found them.
     malloc_params: MallocParams | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOnlyRead:
+    """How a read-only report was read: the stops it cost the target, what decided the layout."""
+
+    source: str  # "live" or "core"
+    stops: int  # times every thread was held (0 for a core file)
+    longest_stop_seconds: float
+    total_stop_seconds: float
+    lock_retries: int  # arenas found locked at a stop, read again after the target ran
+    malloc_par_layout: str  # struct malloc_par's layout found in memory: "2.26" or "2.35"
+    glibc_version: str | None  # from libc's banner; decides the document's dialect
+    heap_info_bytes: int | None  # a thread arena's offset in its first heap: 32 (< 2.35) or 48
+    tcache_chunk_bytes: int | None  # the main heap's first chunk when it is the tcache struct
+    read_seconds: float  # the whole read, stops included

@@ -21,4 +21,21 @@ def inspection_document(result: Inspection) -> dict[str, Any]:
     document["residency"] = residency_json(result.residency) if result.residency else None
     document["waterfall"] = waterfall_json(result.waterfall) if result.waterfall else None
     document["residency_error"] = result.residency_error
+    read = result.read_only
+    document["read_only"] = (
+        None
+        if read is None
+        else {
+            "source": read.source,
+            "stops": read.stops,
+            "longest_stop_seconds": round(read.longest_stop_seconds, 6),
+            "total_stop_seconds": round(read.total_stop_seconds, 6),
+            "lock_retries": read.lock_retries,
+            "malloc_par_layout": read.malloc_par_layout,
+            "glibc_version": read.glibc_version,
+            "heap_info_bytes": read.heap_info_bytes,
+            "tcache_chunk_bytes": read.tcache_chunk_bytes,
+            "read_seconds": round(read.read_seconds, 6),
+        }
+    )
     return document

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from memforensics.model import glibc
 from memforensics.sources.proc.procmaps import Mapping
-from memforensics.sources.proc.procmem import PageMap, ProcessMemoryReader
+from memforensics.sources.proc.procmem import MemoryReader, PageMap
 
 
 @dataclass
@@ -56,7 +56,7 @@ NONCONTIGUOUS_BIT = 0x2  # malloc_state.flags (glibc malloc/malloc.c)
 _OFF_FLAGS = 4  # malloc_state.flags: an int after the mutex
 
 
-def read_state(mem: ProcessMemoryReader, address: int) -> ArenaState | None:
+def read_state(mem: MemoryReader, address: int) -> ArenaState | None:
     """The malloc_state at ``address`` in one read, or None where nothing is mapped."""
     data = mem.read(address, glibc.STATE_BYTES)
     return None if data is None else parse_state(address, data)
@@ -80,7 +80,7 @@ def parse_state(address: int, data: bytes | memoryview) -> ArenaState:
     )
 
 
-def _heap_info(mem: ProcessMemoryReader, address: int) -> tuple[int, int, int, int] | None:
+def _heap_info(mem: MemoryReader, address: int) -> tuple[int, int, int, int] | None:
     """(ar_ptr, prev, size, mprotect_size) of a plausible heap_info at ``address`` (read
     only where its page is present)."""
     data = mem.read(address, 32)
@@ -99,7 +99,7 @@ def _heap_info(mem: ProcessMemoryReader, address: int) -> tuple[int, int, int, i
     return None
 
 
-def find_heaps(mappings: Sequence[Mapping], mem: ProcessMemoryReader) -> list[Heap]:
+def find_heaps(mappings: Sequence[Mapping], mem: MemoryReader) -> list[Heap]:
     """Sub-heaps of non-main arenas: 64 MiB-aligned anonymous RW memory holding a heap_info."""
     heaps: list[Heap] = []
     for mapping in mappings:
@@ -117,7 +117,7 @@ def find_heaps(mappings: Sequence[Mapping], mem: ProcessMemoryReader) -> list[He
     return [h for h in heaps if h.ar_ptr in owners]
 
 
-def reread_heaps(mem: ProcessMemoryReader, heaps: list[Heap]) -> list[Heap]:
+def reread_heaps(mem: MemoryReader, heaps: list[Heap]) -> list[Heap]:
     """The same heaps with their ``size`` read again (a busy arena grows and shrinks)."""
     fresh: list[Heap] = []
     for heap in heaps:
@@ -127,7 +127,7 @@ def reread_heaps(mem: ProcessMemoryReader, heaps: list[Heap]) -> list[Heap]:
     return fresh
 
 
-def heaps_from_top(mem: ProcessMemoryReader, state: ArenaState) -> list[Heap]:
+def heaps_from_top(mem: MemoryReader, state: ArenaState) -> list[Heap]:
     """An arena's sub-heaps found from its top chunk, as glibc does (heap_for_ptr, prev)."""
     heaps: list[Heap] = []
     address = glibc.page_floor(state.top, glibc.HEAP_MAX_BYTES)
@@ -157,7 +157,7 @@ def libc_data_regions(mappings: Sequence[Mapping], libc_path: str | None) -> lis
 
 def find_main_arena(
     mappings: Sequence[Mapping],
-    mem: ProcessMemoryReader,
+    mem: MemoryReader,
     libc_path: str | None,
     arenas: set[int],
 ) -> int | None:

@@ -33,7 +33,7 @@ from memforensics.sources.glibc.heapcopy import (
     walk_copies,
     walk_fastbin_copies,
 )
-from memforensics.sources.proc.procmem import PageMap, ProcessMemoryReader
+from memforensics.sources.proc.procmem import MemoryReader, PageMap
 
 BIN_RETRIES = 4
 _LAZY_FILL_PAGES = 16  # a big arena read lazily: 64 KiB per read
@@ -115,7 +115,7 @@ class ArenaWalker:
 
     def __init__(
         self,
-        mem: ProcessMemoryReader,
+        mem: MemoryReader,
         heaps: Sequence[Heap],
         *,
         is_main: bool,

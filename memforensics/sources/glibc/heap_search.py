@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 from memforensics.model import glibc
 from memforensics.sources.glibc.glibc_arenas import ArenaState
-from memforensics.sources.proc.procmem import ProcessMemoryReader
+from memforensics.sources.proc.procmem import MemoryReader
 
 _PREV_INUSE = 0x1
 _NON_MAIN_ARENA = 0x4
@@ -46,7 +46,7 @@ class HeaderReader:
     (one read per run of present pages in it, ProcessMemoryReader.read_present). A header
     on a page that is not present reads as (0, 0), which no chunk has."""
 
-    def __init__(self, mem: ProcessMemoryReader) -> None:
+    def __init__(self, mem: MemoryReader) -> None:
         self.mem = mem
         self.page_bytes = mem.page_bytes
         self._low = self._high = 0
@@ -65,7 +65,7 @@ class HeaderReader:
 
 
 def page_heads(
-    mem: ProcessMemoryReader, low: int, high: int, present: bytes | None = None
+    mem: MemoryReader, low: int, high: int, present: bytes | None = None
 ) -> list[tuple[int, int, int]]:
     """(address, first word, second word) at each page start of [low, high) (page-aligned),
     in one read per run of present pages (``present``: their flags, if known); a page that
@@ -82,7 +82,7 @@ def page_heads(
 
 
 def find_mmapped_chunks(
-    mem: ProcessMemoryReader,
+    mem: MemoryReader,
     spans: Sequence[tuple[int, int]],
     deadline: float,
     pause: Callable[[], object] = lambda: None,
@@ -219,7 +219,7 @@ def _reaches(reader: HeaderReader, at: int, target: int, limit: int, deadline: f
 
 
 def _lowest_start(
-    mem: ProcessMemoryReader,
+    mem: MemoryReader,
     reader: HeaderReader,
     floor: int,
     start: int,
@@ -243,7 +243,7 @@ def _lowest_start(
 
 
 def main_arena_segments(
-    mem: ProcessMemoryReader,
+    mem: MemoryReader,
     spans: Sequence[tuple[int, int]],
     state: ArenaState,
     deadline: float,
@@ -301,7 +301,7 @@ def main_arena_segments(
 
 
 def _start_below(
-    mem: ProcessMemoryReader,
+    mem: MemoryReader,
     reader: HeaderReader,
     span: tuple[int, int],
     seed: int,
@@ -325,7 +325,7 @@ def _start_below(
 
 
 def _sweep(
-    mem: ProcessMemoryReader,
+    mem: MemoryReader,
     reader: HeaderReader,
     gap: tuple[int, int],
     span_end: int,

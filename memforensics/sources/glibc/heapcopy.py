@@ -28,7 +28,7 @@ from types import ModuleType
 from typing import Any
 
 from memforensics.model import glibc
-from memforensics.sources.proc.procmem import PageMap, ProcessMemoryReader
+from memforensics.sources.proc.procmem import MemoryReader, PageMap, ProcessMemoryReader
 
 POOL_MAX_BYTES = 256 << 20  # copy buffers kept for the next arena
 # An arena is copied whole when its resident bytes fit this budget (a few hundred MiB: ~0.1 s
@@ -142,7 +142,7 @@ class Segment:
         pool.give(self.buffer)
 
 
-def copy_into(mem: ProcessMemoryReader, segment: Segment, begin: int, end: int) -> bool:
+def copy_into(mem: MemoryReader, segment: Segment, begin: int, end: int) -> bool:
     """Copy bytes [begin, end) of ``segment`` (offsets, ``begin`` page-aligned) out of the
     target: its readable pages (``PageMap.readable``: the present ones) are read, one read
     per run of them, the others read as zeros. A swapped-out page is never read (reading it
@@ -151,6 +151,9 @@ def copy_into(mem: ProcessMemoryReader, segment: Segment, begin: int, end: int) 
     byte was read (a page unmapped meanwhile reads as zeros). The C copy and this Python
     one fill the same bytes."""
     page = mem.page_bytes
+    if not isinstance(mem, ProcessMemoryReader):  # a core file's: it does not move
+        segment.view[begin:end] = mem.read_present(segment.start + begin, end - begin)
+        return True
     readable = memoryview(segment.pages.readable)[begin // page : (end + page - 1) // page]
     if _native is not None:
         complete, usable = _native.copy(

@@ -44,7 +44,7 @@ from memforensics.sources.glibc.heap_search import (
 from memforensics.sources.glibc.heapcopy import BufferPool
 from memforensics.sources.glibc.malloc_par import find_malloc_par, read_malloc_par
 from memforensics.sources.proc.procmaps import Mapping, read_smaps
-from memforensics.sources.proc.procmem import ProcessMemoryReader
+from memforensics.sources.proc.procmem import MemoryReader, ProcessMemoryReader
 
 # The walk runs after detach, with the target running: its time is the user's wait, not a
 # pause. Past this budget the remaining bins are estimated from the XML, and the report says so.
@@ -88,7 +88,7 @@ def _is_64bit(pid: int) -> bool:
 
 
 def _arena_chain(
-    mem: ProcessMemoryReader, main: ArenaState, states: dict[int, ArenaState]
+    mem: MemoryReader, main: ArenaState, states: dict[int, ArenaState]
 ) -> list[int] | None:
     """Addresses of the non-main arenas along main_arena.next (malloc_info's order).
 
@@ -112,7 +112,7 @@ def _arena_chain(
 
 
 def _settle_layout(
-    mem: ProcessMemoryReader, state: ArenaState, heaps: list[Heap]
+    mem: MemoryReader, state: ArenaState, heaps: list[Heap]
 ) -> tuple[ArenaState, list[Heap], bool]:
     """Re-read an arena whose system_mem disagrees with its heaps (it grew meanwhile)."""
     for _ in range(LAYOUT_RETRIES):
@@ -173,7 +173,7 @@ def _anonymous_spans(mappings: Sequence[Mapping], heaps: Sequence[Heap]) -> list
 
 
 def _top_at_brk(
-    mem: ProcessMemoryReader, state: ArenaState, brk: tuple[int, int] | None, walked: ArenaScan
+    mem: MemoryReader, state: ArenaState, brk: tuple[int, int] | None, walked: ArenaScan
 ) -> bool | None:
     """Whether the main arena's top ends at the program break (the end of [heap], the break
     rounded up to a page as the kernel maps it; glibc moves it in whole pages): systrim gives
@@ -233,10 +233,38 @@ def scan_heap(
         pool.close()
 
 
+def scan_memory(
+    mappings: Sequence[Mapping],
+    mem: MemoryReader,
+    *,
+    pid: int,
+    libc_path: str | None,
+    budget_seconds: float = WALK_BUDGET_SECONDS,
+) -> HeapScan:
+    """scan_heap over a memory that does not move (a core file's, 64-bit), with malloc_info's
+    figures: every arena is read at the one moment the memory was saved. Its "resident"
+    pages are the ones the memory holds, not RAM."""
+    pool = BufferPool()
+    try:
+        return _scan(
+            pid,
+            list(mappings),
+            mem,
+            pool,
+            libc_path,
+            time.monotonic(),
+            budget_seconds,
+            figures=True,
+            is_64=True,
+        )
+    finally:
+        pool.close()
+
+
 def _scan(
     pid: int,
     mappings: list[Mapping],
-    mem: ProcessMemoryReader,
+    mem: MemoryReader,
     pool: BufferPool,
     libc_path: str | None,
     started: float,
@@ -312,8 +340,20 @@ def _scan(
                 state = read_state(mem, main_state.address)  # this stop's, not the earlier
             if params is not None and hold is not None:
                 params = read_malloc_par(mem, params)
+            # In a stop nothing moves: a list that reads inconsistently will not mend, and
+            # retrying would only lengthen the stop (no retry_deadline left).
+            retry_by = time.monotonic() if hold is not None else None
             row = _scan_arena(
-                mem, pool, state, main_heaps, True, True, deadline, pause=pause, figures=figures
+                mem,
+                pool,
+                state,
+                main_heaps,
+                True,
+                True,
+                deadline,
+                retry_by,
+                pause=pause,
+                figures=figures,
             )
             if state is not None:
                 row = replace(row, top_at_brk=_top_at_brk(mem, state, brk, row))
@@ -349,7 +389,7 @@ def _scan(
                 False,
                 layout_ok,
                 deadline,
-                time.monotonic() + share,
+                time.monotonic() + (share if hold is None else 0.0),
                 pause=pause,
                 figures=figures,
             )
@@ -416,7 +456,7 @@ def _held(
 
 
 def _main_heaps(
-    mem: ProcessMemoryReader,
+    mem: MemoryReader,
     spans: list[tuple[int, int]],
     chunks: list[tuple[int, int]],
     state: ArenaState | None,
@@ -452,7 +492,7 @@ def _main_heaps(
 
 
 def _scan_arena(
-    mem: ProcessMemoryReader,
+    mem: MemoryReader,
     pool: BufferPool,
     state: ArenaState | None,
     heaps: list[Heap],
@@ -506,7 +546,7 @@ def _scan_arena(
 
 
 def _bin_figures(
-    mem: ProcessMemoryReader,
+    mem: MemoryReader,
     state: ArenaState,
     heaps: Sequence[Heap],
     walk: ArenaWalk,

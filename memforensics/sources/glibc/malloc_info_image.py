@@ -35,9 +35,10 @@ class Dialect:
     size_indent: str  # in front of "  <size"
 
     @classmethod
-    def of_release(cls, release: tuple[int, int] | None) -> Dialect:
-        """The dialect of ``release``; an unknown release prints as the current ones."""
-        modern = release is None or release >= FIRST_RELEASE_WITH_TOP
+    def of_release(cls, version: str | None) -> Dialect:
+        """The dialect of glibc ``version`` ("2.36"); an unknown one prints as the current."""
+        numbers = tuple(int(part) for part in (version or "").split(".")[:2] if part.isdigit())
+        modern = len(numbers) < 2 or numbers >= FIRST_RELEASE_WITH_TOP
         return cls(rest_counts_top=modern, size_indent="" if modern else _OLD_SIZE_INDENT)
 
 
@@ -96,15 +97,13 @@ def _totals(arenas: Sequence[BinFigures], dialect: Dialect) -> tuple[int, int, i
     return fast_chunks, fast_bytes, rest_chunks, rest_bytes
 
 
-def malloc_info_xml(scan: HeapScan, release: tuple[int, int] | None) -> bytes:
-    """The malloc_info(0) document of the heap ``scan`` read (with ``figures``), as the glibc
-    ``release`` prints it. TargetError when any arena's figures or the ``mp_`` counters are
+def malloc_info_xml(scan: HeapScan, release: str | None) -> bytes:
+    """The malloc_info(0) document of the heap ``scan`` read (with ``figures``), as glibc
+    ``release`` ("2.36") prints it. TargetError when any arena's figures or the ``mp_`` counters are
     missing, or the arenas are not in malloc_info's order: a document with a part guessed
     would not be malloc_info's."""
     params: MallocParams | None = scan.malloc_params
-    missing = [
-        str(position) for position, arena in enumerate(scan.arenas) if arena.figures is None
-    ]
+    missing = [str(position) for position, arena in enumerate(scan.arenas) if arena.figures is None]
     if not scan.chained or not scan.arenas or not scan.arenas[0].is_main:
         raise TargetError(
             "the arenas could not be put in malloc_info's order (main_arena not found)",

@@ -1,5 +1,4 @@
-"""glibc's ``mp_`` (struct malloc_par) found in libc's writable data without symbols, and the
-libc release read from the library's own version string.
+"""glibc's ``mp_`` (struct malloc_par) found in libc's writable data without symbols.
 
 ``mp_`` holds the process-wide counters malloc_info prints at its end (``n_mmaps``,
 ``mmapped_mem``). It is a static of malloc.c, so a stripped libc gives no symbol for it; it is
@@ -19,15 +18,13 @@ arena's memory began. Exactly one candidate may remain; anything else is "not fo
 
 from __future__ import annotations
 
-import mmap
-import re
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from memforensics.model.heapscan import MallocParams
 from memforensics.sources.proc.procmaps import Mapping
-from memforensics.sources.proc.procmem import ProcessMemoryReader
+from memforensics.sources.proc.procmem import MemoryReader
 
 _MMAP_THRESHOLD_MAX_BYTES = 32 << 20  # HEAP_MAX_SIZE / 2: mallopt refuses more (64-bit)
 _COUNT_MAX = 1 << 31
@@ -94,7 +91,7 @@ def parse_malloc_par(
 
 
 def find_malloc_par(
-    mem: ProcessMemoryReader,
+    mem: MemoryReader,
     regions: Sequence[Mapping],
     *,
     sbrk_bases: Sequence[int],
@@ -122,22 +119,8 @@ def find_malloc_par(
     return found[0] if len(found) == 1 else None
 
 
-def read_malloc_par(mem: ProcessMemoryReader, found: MallocParams) -> MallocParams | None:
+def read_malloc_par(mem: MemoryReader, found: MallocParams) -> MallocParams | None:
     """``mp_`` read again where ``found`` was (the counters move with every mmapped chunk)."""
     data = mem.read(found.address, _STRUCT_BYTES)
     layout = next(layout for layout in LAYOUTS if layout.name == found.layout)
     return None if data is None else parse_malloc_par(found.address, data, layout, mem.page_bytes)
-
-
-_VERSION = re.compile(rb"GNU C Library [^\n\0]*? version (\d+)\.(\d+)")
-
-
-def libc_release(path: str) -> tuple[int, int] | None:
-    """(major, minor) of the glibc whose libc.so is at ``path``, from the banner every build
-    carries ("GNU C Library (…) stable release version 2.36."); None when unreadable."""
-    try:
-        with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, prot=mmap.PROT_READ) as data:
-            match = _VERSION.search(data)
-            return (int(match.group(1)), int(match.group(2))) if match else None
-    except (OSError, ValueError):
-        return None

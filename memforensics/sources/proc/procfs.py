@@ -114,6 +114,11 @@ def _open_in_target(pid: int, path: str) -> Path:
         return Path(path)
 
 
+def glibc_banner_version(path: Path) -> str | None:
+    """The glibc release ("2.36") named by the banner in the libc or binary at ``path``."""
+    return _scan_binary(path)[1]
+
+
 def _scan_binary(path: Path) -> tuple[bool, str | None]:
     """(has glibc inside, its version) for a binary, cached by file identity.
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import os
 from pathlib import Path
+from typing import Protocol
 
 from memforensics.errors import (
     MemforensicsError,
@@ -112,6 +113,24 @@ class PageMap:
     @property
     def total_resident_bytes(self) -> int:
         return self.prefix[-1] * self.page_bytes
+
+
+class MemoryReader(Protocol):
+    """What the heap's readers need of a memory: a live process's (ProcessMemoryReader) or a
+    core file's (memforensics.sources.files.corefile). Pages that are not "present" are
+    never read: a live process's not in RAM, a core's not dumped."""
+
+    page_bytes: int
+
+    def pagemap(self, start: int, end: int) -> PageMap: ...
+
+    def readable(self, address: int) -> bool: ...
+
+    def read(self, address: int, length: int) -> bytes | None: ...
+
+    def read_present(self, address: int, length: int, present: bytes | None = None) -> bytes: ...
+
+    def read_into(self, view: memoryview, address: int) -> bool: ...
 
 
 class ProcessMemoryReader:

@@ -1,0 +1,118 @@
+"""Short stops of a live target around the read-only reading of its arenas (heapmaps'
+ArenaHold), each a ptrace hold of every thread (memforensics.sources.proc.ptrace_hold).
+
+One stop covers consecutive arenas until it has lasted ``stop_budget_seconds``; the target
+then runs again and the next arena begins a new stop, so no stop is much longer than the
+budget plus the read of one arena, however many arenas there are. Nothing is written into
+the target and no code runs there: the threads are only held while /proc/PID/mem is read.
+
+An arena is safe to read in a stop when no thread is in the middle of changing it. A thread
+changing an arena holds its mutex (heapmaps checks the word), except in a process that never
+started a second thread: glibc then takes no lock (SINGLE_THREAD_P), so ``in_allocator``
+looks at where that one thread stopped: inside the allocator's code, or inside a system call
+the allocator makes to grow or shrink its memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import time
+from collections.abc import Iterator
+
+from memforensics.sources.gdb.user_regs import USER_REGS
+from memforensics.sources.glibc.libc_elf import LibcImage
+from memforensics.sources.proc.ptrace_hold import ThreadHold
+
+STOP_BUDGET_SECONDS = 0.004  # a stop takes no further arena once it has lasted this long
+LET_RUN_SECONDS = 0.002  # how long a locked target runs before its arena is read again
+_PTRACE_GETREGS = 12
+# brk, mmap, munmap, mprotect, madvise, mremap: how glibc's allocator grows and trims.
+_ALLOCATOR_SYSCALLS = frozenset((12, 9, 11, 10, 28, 25))
+_RIP = USER_REGS.index("rip")
+_ORIG_RAX = USER_REGS.index("orig_rax")
+
+
+class _UserRegs(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_ulonglong) for name in USER_REGS]
+
+
+class StopBatches:
+    """heapmaps.ArenaHold for a live target; ``stops_seconds`` lists every stop's length."""
+
+    def __init__(
+        self,
+        pid: int,
+        *,
+        libc: LibcImage | None,
+        single_threaded: bool,
+        timeout_seconds: float = 1.0,
+        stop_budget_seconds: float = STOP_BUDGET_SECONDS,
+    ) -> None:
+        self.pid = pid
+        self._libc = libc
+        self._single_threaded = single_threaded
+        self._timeout_seconds = timeout_seconds
+        self._budget = stop_budget_seconds
+        self._hold: ThreadHold | None = None
+        self._since = 0.0
+        self.stops_seconds: list[float] = []
+        self._ptrace = ctypes.CDLL(None, use_errno=True).ptrace
+        self._ptrace.restype = ctypes.c_long
+        self._ptrace.argtypes = (ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p)
+
+    def _start(self) -> None:
+        hold = ThreadHold(self.pid, timeout_seconds=self._timeout_seconds)
+        hold.__enter__()
+        self._hold = hold
+        self._since = time.monotonic()
+
+    def _end(self) -> None:
+        hold, self._hold = self._hold, None
+        if hold is not None:
+            hold.__exit__(None, None, None)
+            self.stops_seconds.append(hold.stop_seconds)
+
+    @contextlib.contextmanager
+    def arena(self) -> Iterator[None]:
+        """The target stopped around one arena's read (a stop already running is kept while
+        it is younger than the budget)."""
+        if self._hold is None:
+            self._start()
+        try:
+            yield
+        except BaseException:
+            self._end()
+            raise
+        if time.monotonic() - self._since >= self._budget:
+            self._end()
+
+    def in_allocator(self) -> bool:
+        """A single-threaded target's thread stopped inside the allocator's code, or in a
+        system call the allocator makes (its heap is then half changed, and unlocked)."""
+        if not self._single_threaded or self._libc is None or self._hold is None:
+            return False
+        for tid in self._hold.thread_ids:
+            regs = _UserRegs()
+            if self._ptrace(_PTRACE_GETREGS, tid, None, ctypes.byref(regs)) != 0:
+                return True  # unknown counts as busy: the arena is read at another stop
+            values = [getattr(regs, name) for name in USER_REGS]
+            pc, syscall = values[_RIP], values[_ORIG_RAX]
+            if self._libc.in_allocator(pc):
+                return True
+            if syscall in _ALLOCATOR_SYSCALLS and self._libc.in_text(pc):
+                return True
+        return False
+
+    def let_run(self) -> None:
+        """End the stop and let the target run a moment."""
+        self._end()
+        time.sleep(LET_RUN_SECONDS)
+
+    def close(self) -> None:
+        """End any stop (idempotent): the target runs."""
+        self._end()
+
+    @property
+    def longest_stop_seconds(self) -> float:
+        return max(self.stops_seconds, default=0.0)

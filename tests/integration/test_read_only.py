@@ -1,0 +1,341 @@
+"""`inspect --read-only` against malloc_info itself, on glibc 2.31, 2.36 and 2.41.
+
+The oracle is the target's own malloc_info(0): tests/targets/heap_shapes.c writes it through
+a FILE opened before its first allocation, with a static buffer, so writing it allocates
+nothing and the heap after it is the heap it describes. The read-only document (no gdb, no
+call, the target's memory read in short ptrace stops) must equal it byte for byte, on every
+shape of the generator and on each glibc release's tree, run through its own loader
+(tests/support/glibc_releases.py). gdb's malloc_info of the same target differs only where
+gdb's own call allocated (its caller's arena); every other arena must be equal line for line.
+A target stopped by SIGSTOP is read as it stands, and left stopped. A locked arena is read
+again after the target ran, and never read while its lock is held.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.glibc_releases import RELEASES, build_target, command, release_tree, skip_reason
+from tests.support.targets import Target, compile_target, live_skip_reason, running
+
+_SKIP = live_skip_reason()
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(_SKIP is not None, reason=_SKIP or ""),
+]
+
+MEMFORENSICS = [sys.executable, "-m", "memforensics"]
+CLI_TIMEOUT_SECONDS = 120
+# Every idle shape of the generator, each with a seed of its own (the random shape with three).
+SHAPES = (
+    ("fast", 11),
+    ("small", 12),
+    ("large", 13),
+    ("unsorted", 14),
+    ("mixed", 15),
+    ("threads", 16),
+    ("bigmain", 17),
+    ("subheaps", 18),
+    ("mmapped", 19),
+    ("nocontig", 20),
+    ("random", 21),
+    ("random", 22),
+    ("random", 23),
+)
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*MEMFORENSICS, *args],
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_SECONDS,
+        env=env,
+        check=False,
+    )
+
+
+def status(pid: int) -> dict[str, str]:
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields[key] = value.strip()
+    return fields
+
+
+def assert_running(target: Target, what: str) -> None:
+    """Alive, traced by nobody, not stopped: what a read leaves behind."""
+    assert target.alive(), f"the target died after {what}"
+    fields = status(target.pid)
+    assert fields["TracerPid"] == "0", f"still traced after {what}: {fields['TracerPid']}"
+    assert fields["State"][0] not in "Tt", f"left stopped after {what}: {fields['State']}"
+
+
+def read_only(pid: int, xml: Path, *extra: str) -> dict[str, Any]:
+    """`inspect --read-only --json --save-xml XML PID`: its document, having exited 0."""
+    done = run_cli("inspect", "--read-only", "--json", "--save-xml", str(xml), *extra, str(pid))
+    assert done.returncode == 0, done.stderr
+    document: dict[str, Any] = json.loads(done.stdout)
+    return document
+
+
+@contextlib.contextmanager
+def shape_target(argv: list[str]) -> Iterator[Target]:
+    with running(argv, ready_timeout_seconds=60) as target:
+        yield target
+
+
+@pytest.fixture(scope="module", params=RELEASES, ids=[f"glibc-{v}" for v in RELEASES])
+def release(request: pytest.FixtureRequest) -> Any:
+    tree = release_tree(request.param)
+    if tree is None:
+        pytest.skip(f"glibc {request.param}: {skip_reason(request.param)}")
+    return tree
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("shape", "seed"), SHAPES, ids=[f"{s}-{n}" for s, n in SHAPES])
+def test_read_only_equals_the_targets_own_malloc_info(
+    release: Any, shape: str, seed: int, tmp_path: Path
+) -> None:
+    binary = build_target(release, "heap_shapes")
+    own = tmp_path / "own.xml"
+    rebuilt = tmp_path / "read-only.xml"
+    with shape_target(command(release, binary, [str(seed), shape, str(own)])) as target:
+        document = read_only(target.pid, rebuilt)
+        assert_running(target, "inspect --read-only")
+    assert rebuilt.read_bytes() == own.read_bytes()
+    read = document["read_only"]
+    assert read["source"] == "live" and read["stops"] >= 1
+    assert read["glibc_version"] == release.version
+    # The layout was decided from memory: mp_'s shape changed in 2.35.
+    expected_layout = "2.35" if tuple(map(int, release.version.split("."))) >= (2, 35) else "2.26"
+    assert read["malloc_par_layout"] == expected_layout
+    # The residency is the same read's: every arena's free bytes balanced against the dump.
+    assert document["residency"] is not None
+    assert all(arena["balanced"] for arena in document["residency"]["arenas"])
+
+
+def _heaps(xml: str) -> list[str]:
+    return re.findall(r'<heap nr="\d+">.*?</heap>', xml, flags=re.DOTALL)
+
+
+def _system_lines(heap: str) -> list[str]:
+    return [line for line in heap.splitlines() if "<system" in line or "<aspace" in line]
+
+
+@pytest.mark.slow
+def test_read_only_equals_gdbs_malloc_info_where_gdbs_call_allocated_nothing(
+    tmp_path: Path,
+) -> None:
+    """gdb's malloc_info call allocates (its memory stream) in the caller's arena, the main
+    one here: that arena's bins differ from the target's own dump, its system figures do
+    not; every thread arena is equal line for line to gdb's, and all of them to the
+    target's own."""
+    binary = compile_target("heap_shapes")
+    own, rebuilt, by_gdb = tmp_path / "own.xml", tmp_path / "ro.xml", tmp_path / "gdb.xml"
+    with shape_target([str(binary), "31", "threads", str(own)]) as target:
+        read_only(target.pid, rebuilt)
+        done = run_cli("inspect", "--json", "--save-xml", str(by_gdb), str(target.pid))
+        assert done.returncode == 0, done.stderr
+        assert_running(target, "inspect")
+    assert rebuilt.read_bytes() == own.read_bytes()
+    mine, gdbs = _heaps(rebuilt.read_text()), _heaps(by_gdb.read_text())
+    assert len(mine) == len(gdbs) >= 3
+    assert mine[1:] == gdbs[1:]
+    assert _system_lines(mine[0]) == _system_lines(gdbs[0])
+
+
+@pytest.mark.slow
+def test_a_stopped_busy_target_is_read_as_it_stands_and_left_stopped(tmp_path: Path) -> None:
+    """The busy shape churns its main arena forever; stopped by SIGSTOP, the read-only
+    document and gdb's (the target left stopped: --allow-stopped) agree on every thread
+    arena, and twice in a row the read-only one is the same; the target stays stopped."""
+    binary = compile_target("heap_shapes")
+    first, second, by_gdb = tmp_path / "1.xml", tmp_path / "2.xml", tmp_path / "gdb.xml"
+    with shape_target([str(binary), "32", "busy", "-"]) as target:
+        time.sleep(0.2)
+        os.kill(target.pid, signal.SIGSTOP)
+        try:
+            deadline = time.monotonic() + 5
+            while status(target.pid)["State"][0] != "T" and time.monotonic() < deadline:
+                time.sleep(0.01)
+            read_only(target.pid, first, "--allow-stopped")
+            read_only(target.pid, second, "--allow-stopped")
+            assert status(target.pid)["State"][0] == "T", "a stopped target must stay stopped"
+            done = run_cli(
+                "inspect", "--allow-stopped", "--json", "--save-xml", str(by_gdb), str(target.pid)
+            )
+            assert done.returncode == 0, done.stderr
+            assert status(target.pid)["State"][0] == "T"
+        finally:
+            os.kill(target.pid, signal.SIGCONT)
+        assert first.read_bytes() == second.read_bytes()
+        mine, gdbs = _heaps(first.read_text()), _heaps(by_gdb.read_text())
+        assert len(mine) == len(gdbs) == 3
+        assert mine[1:] == gdbs[1:]
+        time.sleep(0.1)
+        assert_running(target, "SIGCONT")
+
+
+@pytest.mark.slow
+def test_a_busy_running_target_is_read_consistently(tmp_path: Path) -> None:
+    """While the main thread churns its arena: every arena read at one moment (a parse of
+    the document finds nothing implausible), balanced against the same read's residency."""
+    binary = compile_target("heap_shapes")
+    with shape_target([str(binary), "33", "busy", "-"]) as target:
+        for round_index in range(5):
+            document = read_only(target.pid, tmp_path / f"{round_index}.xml")
+            assert document["read_only"]["stops"] >= 1
+            assert all(a["balanced"] for a in document["residency"]["arenas"])
+        assert_running(target, "five reads")
+
+
+class Staller:
+    """many_arenas whose "stall" command starts a thread that holds the main arena's mutex
+    inside malloc_stats() until its stderr (a 4 KiB pipe) is drained."""
+
+    def __init__(self) -> None:
+        import fcntl
+
+        binary = compile_target("many_arenas")
+        self.err_read, err_write = os.pipe()
+        fcntl.fcntl(err_write, fcntl.F_SETPIPE_SZ, 4096)
+        self.proc = subprocess.Popen(
+            [str(binary), "1", "20000", "24"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err_write,
+            start_new_session=True,
+        )
+        os.close(err_write)
+        assert self.proc.stdout is not None
+        assert self.proc.stdout.readline().decode().startswith("ready")
+
+    def say(self, line: str) -> str:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(line.encode() + b"\n")
+        self.proc.stdin.flush()
+        return self.proc.stdout.readline().decode().strip()
+
+    def drain(self) -> None:
+        os.set_blocking(self.err_read, False)
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self.err_read, 65536):
+                pass
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+        os.close(self.err_read)
+
+
+@pytest.mark.slow
+def test_a_locked_arena_is_never_read_while_locked(tmp_path: Path) -> None:
+    """Its mutex held at every stop: the read gives up cleanly (exit 3, a hint to the gdb
+    path), the target untouched; released while the read retries: read after it ran."""
+    staller = Staller()
+    try:
+        assert staller.say("stall") == "stalling"
+        time.sleep(0.1)
+        done = run_cli("inspect", "--read-only", "--json", str(staller.proc.pid))
+        assert done.returncode == 3, done.stderr
+        assert "locked at every stop" in done.stderr and "hint:" in done.stderr
+        fields = status(staller.proc.pid)
+        assert fields["TracerPid"] == "0" and fields["State"][0] not in "Tt"
+        staller.drain()
+        time.sleep(0.2)
+        # Stall again, and release it while the read is retrying.
+        assert staller.say("stall") == "stalling"
+        time.sleep(0.1)
+        releaser = threading.Timer(0.02, staller.drain)
+        releaser.start()
+        document = read_only(staller.proc.pid, tmp_path / "after.xml")
+        releaser.join()
+        assert document["read_only"]["lock_retries"] >= 1
+        staller.drain()
+        assert staller.say("gap").startswith("gap ")
+    finally:
+        staller.close()
+
+
+def test_no_gdb_on_path_read_only_works_and_inspect_points_to_it(tmp_path: Path) -> None:
+    """A host without gdb: `inspect` says so and names --read-only; `inspect --read-only`
+    needs nothing but /proc."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(sys.executable)
+    env = {**os.environ, "PATH": str(bin_dir)}
+    assert shutil.which("gdb", path=str(bin_dir)) is None
+    binary = compile_target("heap_shapes")
+    own, rebuilt = tmp_path / "own.xml", tmp_path / "ro.xml"
+    with shape_target([str(binary), "34", "mixed", str(own)]) as target:
+        done = run_cli("inspect", str(target.pid), env=env)
+        assert done.returncode == 5, done.stderr
+        assert "--read-only" in done.stderr
+        done = run_cli(
+            "inspect", "--read-only", "--save-xml", str(rebuilt), str(target.pid), env=env
+        )
+        assert done.returncode == 0, done.stderr
+        assert "read-only" in done.stdout
+        assert_running(target, "inspect --read-only")
+    assert rebuilt.read_bytes() == own.read_bytes()
+
+
+@pytest.mark.slow
+def test_memforensics_killed_mid_read_leaves_the_target_running(tmp_path: Path) -> None:
+    """SIGKILL of `inspect --read-only` at many moments of its read of a big heap: the
+    kernel ends a dead tracer's seizes; the target runs on, untraced, and its heap is what
+    it was (a later read equals its own malloc_info)."""
+    binary = compile_target("heap_shapes")
+    own = tmp_path / "own.xml"
+    with shape_target([str(binary), "35", "subheaps", str(own)]) as target:
+        for delay_seconds in (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5):
+            proc = subprocess.Popen(
+                [*MEMFORENSICS, "inspect", "--read-only", "--json", str(target.pid)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            time.sleep(delay_seconds)
+            proc.kill()
+            proc.wait(timeout=10)
+            deadline = time.monotonic() + 5
+            while status(target.pid)["TracerPid"] != "0" and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert_running(target, f"a SIGKILL after {delay_seconds} s")
+        rebuilt = tmp_path / "after.xml"
+        read_only(target.pid, rebuilt)
+    assert rebuilt.read_bytes() == own.read_bytes()
+
+
+@pytest.mark.slow
+def test_the_integrity_target_is_undisturbed_by_twenty_reads(tmp_path: Path) -> None:
+    """Registers (upper ymm lanes too) held across a loop, an ordered byte stream read from
+    a pipe, SIGALRM every 2 ms, heap buffers: all intact after 20 read-only inspects."""
+    binary = compile_target("integrity", "-mavx2")
+    with running([str(binary)]) as target:
+        for round_index in range(20):
+            read_only(target.pid, tmp_path / f"{round_index}.xml")
+            assert target.alive()
+        os.kill(target.pid, signal.SIGTERM)
+        assert target.proc.wait(timeout=20) == 0
+        assert target.proc.stdout is not None
+        report = target.proc.stdout.read().decode()
+        assert "corrupt" not in report, report
+        match = re.search(r"ok loops=(\d+) bytes=(\d+) alarms=(\d+)", report)
+        assert match and int(match.group(2)) > 0 and int(match.group(3)) > 0, report
