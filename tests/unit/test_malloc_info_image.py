@@ -1,0 +1,228 @@
+"""malloc_info's document written from figures (malloc_info_image) and mp_ found by its shape
+(malloc_par), on hand-built inputs whose right answer is written out here from glibc's
+__malloc_info format (docs: ../shared reference, malloc/malloc.c)."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from memforensics.errors import TargetError
+from memforensics.model.heapscan import ArenaScan, BinFigures, HeapScan, MallocParams
+from memforensics.model.process import HeapSegment
+from memforensics.sources.glibc.malloc_info_image import Dialect, malloc_info_xml
+from memforensics.sources.glibc.malloc_par import LAYOUTS, find_malloc_par, parse_malloc_par
+from memforensics.sources.malloc_info.malloc_xml import parse_dump
+from memforensics.sources.proc.procmaps import Mapping
+from memforensics.sources.proc.procmem import PageMap
+
+PAGE = 4096
+MAIN = BinFigures(
+    fastbin_chunks=(0, 3, 0, 0, 0, 0, 0, 0, 0, 0),  # three 48-byte chunks
+    bins=((1, 2, 1377, 2049, 3426), (4, 4, 65, 65, 260), (70, 1, 1105, 1105, 1105)),
+    top_bytes=131_000,
+    system_bytes=200_704,
+    max_system_bytes=204_800,
+    aspace_bytes=200_704,
+    aspace_mprotect_bytes=200_704,
+    subheaps=0,
+)
+THREAD = BinFigures(
+    fastbin_chunks=(0,) * 10,
+    bins=((2, 1, 37, 37, 37),),
+    top_bytes=4_000,
+    system_bytes=135_168,
+    max_system_bytes=135_168,
+    aspace_bytes=135_168,
+    aspace_mprotect_bytes=139_264,
+    subheaps=1,
+)
+PARAMS = MallocParams(
+    address=0x7F00_0000_1000,
+    layout="2.35",
+    mmap_chunks=2,
+    mmapped_bytes=2 * 266_240,
+    max_mmap_chunks=3,
+    max_mmapped_bytes=3 * 266_240,
+    mmap_threshold_bytes=131_072,
+    trim_threshold_bytes=131_072,
+    sbrk_base=0x5555_0000_0000,
+)
+
+EXPECTED_2_36 = """\
+<malloc version="1">
+<heap nr="0">
+<sizes>
+  <size from="33" to="48" total="144" count="3"/>
+  <size from="65" to="65" total="260" count="4"/>
+  <size from="1105" to="1105" total="1105" count="1"/>
+  <unsorted from="1377" to="2049" total="3426" count="2"/>
+</sizes>
+<total type="fast" count="3" size="144"/>
+<total type="rest" count="8" size="135791"/>
+<system type="current" size="200704"/>
+<system type="max" size="204800"/>
+<aspace type="total" size="200704"/>
+<aspace type="mprotect" size="200704"/>
+</heap>
+<heap nr="1">
+<sizes>
+  <size from="37" to="37" total="37" count="1"/>
+</sizes>
+<total type="fast" count="0" size="0"/>
+<total type="rest" count="2" size="4037"/>
+<system type="current" size="135168"/>
+<system type="max" size="135168"/>
+<aspace type="total" size="135168"/>
+<aspace type="mprotect" size="139264"/>
+<aspace type="subheaps" size="1"/>
+</heap>
+<total type="fast" count="3" size="144"/>
+<total type="rest" count="10" size="139828"/>
+<total type="mmap" count="2" size="532480"/>
+<system type="current" size="335872"/>
+<system type="max" size="339968"/>
+<aspace type="total" size="335872"/>
+<aspace type="mprotect" size="339968"/>
+</malloc>
+"""
+
+
+def _scan(*arenas: BinFigures | None, chained: bool = True, params: bool = True) -> HeapScan:
+    rows = tuple(
+        ArenaScan(
+            address=0x1000 * (index + 1),
+            is_main=index == 0,
+            system_bytes=None if figures is None else figures.system_bytes,
+            layout_ok=True,
+            segments=(HeapSegment(0, 0, 0),),
+            walked=True,
+            figures=figures,
+            lock_retries=0 if figures is not None else 20,
+        )
+        for index, figures in enumerate(arenas)
+    )
+    return HeapScan(
+        pid=4242,
+        page_bytes=PAGE,
+        chained=chained,
+        arenas=rows,
+        heap_mapped_bytes=0,
+        heap_resident_bytes=0,
+        mmap_chunks=0,
+        mmap_chunk_bytes=0,
+        mmap_chunk_resident_bytes=0,
+        stack_resident_bytes=0,
+        anon_resident_bytes=0,
+        walk_seconds=0.0,
+        walk_budget_seconds=1.0,
+        malloc_params=PARAMS if params else None,
+    )
+
+
+def test_the_document_is_glibcs_byte_for_byte() -> None:
+    assert malloc_info_xml(_scan(MAIN, THREAD), "2.36").decode() == EXPECTED_2_36
+
+
+def test_the_document_parses_to_the_figures_it_was_written_from() -> None:
+    dump = parse_dump(malloc_info_xml(_scan(MAIN, THREAD), "2.36"))
+    assert len(dump.arenas) == 2
+    assert dump.fast_bytes == 144 and dump.fast_chunks == 3
+    assert dump.system_bytes == MAIN.system_bytes + THREAD.system_bytes
+    assert dump.mmap_bytes == PARAMS.mmapped_bytes and dump.mmap_chunks == PARAMS.mmap_chunks
+
+
+def test_before_2_31_rest_leaves_the_top_out_and_lines_carry_the_stray_indentation() -> None:
+    text = malloc_info_xml(_scan(MAIN, THREAD), "2.28").decode()
+    assert '<total type="rest" count="7" size="4791"/>' in text  # bins only, no top
+    assert "\t" * 7 + " " * 6 + '  <size from="33" to="48"' in text
+    assert '\n  <unsorted from="1377"' in text  # the unsorted line kept two spaces
+    assert Dialect.of_release(None) == Dialect.of_release("2.41")
+
+
+@pytest.mark.parametrize(
+    ("scan", "says"),
+    [
+        (_scan(MAIN, None), "arena 1 could not be read consistently (locked at every stop: 1)"),
+        (_scan(MAIN, THREAD, chained=False), "malloc_info's order"),
+        (_scan(MAIN, THREAD, params=False), "mp_"),
+    ],
+    ids=["an arena unread", "not chained", "no mp_"],
+)
+def test_no_document_with_a_part_guessed(scan: HeapScan, says: str) -> None:
+    with pytest.raises(TargetError) as info:
+        malloc_info_xml(scan, "2.36")
+    assert says in info.value.message
+    assert info.value.exit_code == 3 and info.value.hint and "gdb path" in info.value.hint
+
+
+def _malloc_par(layout_name: str, *, sbrk_base: int, mmaps: int = 2) -> bytes:
+    """struct malloc_par's first 104 bytes as glibc lays them out."""
+    layout = next(layout for layout in LAYOUTS if layout.name == layout_name)
+    data = bytearray(104)
+    struct.pack_into("<5Q", data, 0, 131_072, 0, 131_072, 8, 0)
+    if layout.huge_pages is not None:
+        struct.pack_into("<2Qi", data, layout.huge_pages, 0, 0, 0)
+    struct.pack_into("<4i", data, layout.ints, mmaps, 65_536, mmaps + 1, 0)
+    mapped = mmaps * 266_240
+    struct.pack_into("<3Q", data, layout.mmapped, mapped, mapped + 266_240, sbrk_base)
+    return bytes(data)
+
+
+class FakeMemory:
+    """A libc data region as bytes (the MemoryReader the finder reads)."""
+
+    page_bytes = PAGE
+
+    def __init__(self, start: int, data: bytes) -> None:
+        self.start = start
+        self.data = data
+
+    def read_present(self, address: int, length: int, present: bytes | None = None) -> bytes:
+        offset = address - self.start
+        return self.data[offset : offset + length]
+
+    def read(self, address: int, length: int) -> bytes | None:
+        return self.read_present(address, length)
+
+    def read_into(self, view: memoryview, address: int) -> bool:
+        view[:] = self.read_present(address, len(view))
+        return True
+
+    def readable(self, address: int) -> bool:
+        return True
+
+    def pagemap(self, start: int, end: int) -> PageMap:
+        raise NotImplementedError
+
+
+@pytest.mark.parametrize("layout_name", ["2.26", "2.35"])
+def test_mp_is_found_by_its_shape_in_either_layout(layout_name: str) -> None:
+    base = 0x5555_5555_0000
+    start = 0x7F00_0000_0000
+    region = bytearray(0x2000)
+    # A decoy that names sbrk_base but breaks an invariant (mmapped bytes not whole pages).
+    decoy = bytearray(_malloc_par(layout_name, sbrk_base=base))
+    layout = next(layout for layout in LAYOUTS if layout.name == layout_name)
+    struct.pack_into("<Q", decoy, layout.mmapped, 12_345)
+    region[0x100 : 0x100 + 104] = decoy
+    region[0x800 : 0x800 + 104] = _malloc_par(layout_name, sbrk_base=base)
+    mapping = Mapping(start, start + len(region), "rw-p", 0, 1, "/lib/libc.so.6")
+    found = find_malloc_par(FakeMemory(start, bytes(region)), [mapping], sbrk_bases=[base])
+    assert found is not None
+    assert (found.address, found.layout, found.mmap_chunks) == (start + 0x800, layout_name, 2)
+    assert found.mmapped_bytes == 2 * 266_240 and found.sbrk_base == base
+    # The same bytes read with the other layout are not a malloc_par.
+    other = next(layout for layout in LAYOUTS if layout.name != layout_name)
+    assert parse_malloc_par(0, _malloc_par(layout_name, sbrk_base=base), other, PAGE) is None
+
+
+def test_two_places_that_qualify_are_no_answer() -> None:
+    base = 0x5555_5555_0000
+    start = 0x7F00_0000_0000
+    region = bytearray(0x1000)
+    region[0x100 : 0x100 + 104] = _malloc_par("2.35", sbrk_base=base)
+    region[0x400 : 0x400 + 104] = _malloc_par("2.35", sbrk_base=base)
+    mapping = Mapping(start, start + len(region), "rw-p", 0, 1, "/lib/libc.so.6")
+    assert find_malloc_par(FakeMemory(start, bytes(region)), [mapping], sbrk_bases=[base]) is None
