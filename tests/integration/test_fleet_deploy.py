@@ -100,6 +100,8 @@ def test_systemd_units_pass_systemd_analyze(tmp_path: Path) -> None:
         pytest.skip("systemd-analyze or the memforensics console script is not on PATH")
     timer = (DEPLOY / "systemd" / "memforensics-collect.timer").read_text()
     assert "OnCalendar=*:0/5" in timer and "RandomizedDelaySec=" in timer
+    service = (DEPLOY / "systemd" / "memforensics-collect.service").read_text()
+    assert "collect $MEMFORENSICS_TARGETS --read-only" in service  # its final SIGKILL is safe
     for unit in (DEPLOY / "systemd").iterdir():
         text = unit.read_text().replace("/usr/local/bin/memforensics", memforensics)
         (tmp_path / unit.name).write_text(text)
@@ -154,6 +156,8 @@ def test_daemonset_has_what_collect_needs() -> None:
         assert not mounts[name].get("readOnly", False)
     assert f"--oom-journal {mounts['journal']['mountPath']}" in command
     assert mounts["journal"]["readOnly"] is True
+    # A pod deletion SIGKILLs the whole cgroup: no call may be in flight in a target.
+    assert "--read-only" in command
 
 
 def test_dashboard_parses_and_queries_real_metrics() -> None:
