@@ -108,10 +108,7 @@ class ToolingError(MemforensicsError):
 class GdbUnavailableError(ToolingError):
     """gdb is missing, too old, or cannot run."""
 
-    default_hint = (
-        "install gdb (apt-get install gdb), or name a working gdb binary; "
-        "`inspect --read-only` needs no gdb"
-    )
+    default_hint = "install gdb (apt-get install gdb), or name a working gdb binary"
 
 
 class DeadlineError(MemforensicsError, TimeoutError):

@@ -26,11 +26,13 @@ from memforensics.errors import (
 EXIT_INTERRUPTED = 130  # the shell's convention for a Ctrl-C ending a program
 EXIT_INTERNAL = EXIT_TOOLING  # a bug in memforensics is a tooling problem to the caller
 
-# Error class -> (the option it concerns, what to say). The first matching class wins, so a
-# subclass that must not get its parent's hint is listed first with None.
+# Error class -> (the option it concerns, what to say). The first matching class wins (every
+# rule of that class applies, in order), so a subclass that must not get its parent's hint is
+# listed first with None.
 FLAG_HINTS: tuple[tuple[type[MemforensicsError], str | None, str], ...] = (
     (DeadlineError, "--timeout", "allow more time with --timeout (e.g. --timeout 30s)"),
     (GdbUnavailableError, "--gdb", "name a working gdb with --gdb PATH"),
+    (GdbUnavailableError, "--read-only", "or read the heap without gdb: --read-only"),
     (TargetStoppedError, "--allow-stopped", "or pass --allow-stopped to inspect it as it is"),
     (TargetExitedError, None, ""),
     (NoSuchProcessError, "--name", "or select processes by name with --name PATTERN"),
@@ -69,10 +71,12 @@ def cli_hint(exc: MemforensicsError, options: frozenset[str] | None = None) -> s
     ``options``: what the command accepts (default: the command running now).
     """
     accepted = _running_command_options() if options is None else options
+    matched = next((cls for cls, _, _ in FLAG_HINTS if isinstance(exc, cls)), None)
+    hint = exc.hint
     for cls, option, words in FLAG_HINTS:
-        if isinstance(exc, cls):
-            return _with_flag(exc.hint, (cls, option, words), accepted)
-    return exc.hint
+        if cls is matched:
+            hint = _with_flag(hint, (cls, option, words), accepted)
+    return hint
 
 
 def exit_code_for(exc: BaseException) -> int:

@@ -28,6 +28,7 @@ from memforensics.sources.glibc.heapmaps import scan_heap
 from memforensics.sources.glibc.libc_elf import load_libc_image
 from memforensics.sources.glibc.malloc_info_image import malloc_info_xml
 from memforensics.sources.proc import procfs
+from memforensics.sources.proc.binaries import glibc_banner_version
 from memforensics.sources.proc.procmem import MemoryReader, ProcessMemoryReader
 
 if TYPE_CHECKING:
@@ -139,7 +140,7 @@ def _inspect(pid: int, facts: ProcessFacts, timeout_seconds: float) -> Inspectio
     libc = load_libc_image(pid, libc_path) if libc_path else None
     version = facts.glibc_version
     if version is None and libc_path:
-        version = procfs.glibc_banner_version(Path(libc_path))
+        version = glibc_banner_version(Path(libc_path))
     batches = StopBatches(
         pid, libc=libc, single_threaded=facts.threads == 1, timeout_seconds=timeout_seconds
     )

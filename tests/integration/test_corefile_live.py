@@ -33,8 +33,8 @@ from pathlib import Path
 
 import pytest
 
-from memforensics.sources.files.corefile import CoreFile
-from memforensics.sources.files.elf64 import (
+from memforensics.sources.core.corefile import CoreFile
+from memforensics.sources.core.elf64 import (
     EHDR,
     PHDR,
     PT_LOAD,

@@ -174,8 +174,12 @@ class ListCase:
 
 LIST_CASES = {
     "consistent": ListCase((3, TOTAL, TOTAL, PAGE, 0x41, 0x2041, TOTAL + 3)),
-    "its mtrim page released": ListCase((3, TOTAL, TOTAL - PAGE, 0, 0x41, 0x2041, TOTAL + 3), absent=(4,)),
-    "a page under no chunk released": ListCase((3, TOTAL, TOTAL, PAGE, 0x41, 0x2041, TOTAL + 3), absent=(10,)),
+    "its mtrim page released": ListCase(
+        (3, TOTAL, TOTAL - PAGE, 0, 0x41, 0x2041, TOTAL + 3), absent=(4,)
+    ),
+    "a page under no chunk released": ListCase(
+        (3, TOTAL, TOTAL, PAGE, 0x41, 0x2041, TOTAL + 3), absent=(10,)
+    ),
     "the page of a chunk's tail released": ListCase(
         (3, TOTAL, TOTAL - 0x40, PAGE, 0x41, 0x2041, TOTAL + 3), absent=(5,)
     ),
@@ -430,7 +434,9 @@ def test_the_c_loop_lets_other_threads_run() -> None:
         thread.join()
     finally:
         sys.setswitchinterval(interval)
-    assert all(result == (count, 32 * count, 32 * count, 0, 33, 33, 33 * count) for *_, result in calls)
+    assert all(
+        result == (count, 32 * count, 32 * count, 0, 33, 33, 33 * count) for *_, result in calls
+    )
     during = [
         sum(before + (after - before) / 4 < tick < after - (after - before) / 4 for tick in ticks)
         for before, after, _ in calls

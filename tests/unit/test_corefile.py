@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from memforensics.errors import EXIT_INPUT, InputDataError
-from memforensics.sources.files.corefile import CoreFile
-from memforensics.sources.files.elf64 import build_id, parse_notes
+from memforensics.sources.core.corefile import CoreFile
+from memforensics.sources.core.elf64 import build_id, parse_notes
 
 PAGE = 4096
 _EHDR = struct.Struct("<16sHHIQQQIHHHHHH")

@@ -1,1 +1,1 @@
-"""Saved files: recordings, report inputs, atomic writes, core files of dead processes."""
+"""Saved files: recordings, report inputs, atomic writes."""

@@ -1,5 +1,6 @@
 """Searches of a process's anonymous memory for what glibc mmapped outside its sub-heaps:
-chunks mmapped on their own, and the segments a main arena mmapped when sbrk failed.
+chunks mmapped on their own, and the segments a main arena mmapped when sbrk failed; and
+where to search (anonymous spans no sub-heap holds), and which mappings are thread stacks.
 
 Read through /proc/PID/mem while the target runs, only from pages that are present in RAM
 (procmem's invariant); every header is checked for plausibility before it is trusted.
@@ -7,11 +8,13 @@ Read through /proc/PID/mem while the target runs, only from pages that are prese
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Sequence
 
 from memforensics.model import glibc
-from memforensics.sources.glibc.glibc_arenas import ArenaState
+from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap
+from memforensics.sources.proc.procmaps import Mapping
 from memforensics.sources.proc.procmem import MemoryReader
 
 _PREV_INUSE = 0x1
@@ -350,3 +353,34 @@ def _sweep(
                 resume = max(high, end)
                 break
         at = resume
+
+
+def stack_mappings(mappings: Sequence[Mapping]) -> list[Mapping]:
+    """Anonymous RW mappings directly above an inaccessible guard page, and [stack]: the
+    thread stacks (a mapping merged with one counts whole, less what is found in it)."""
+    stacks = [m for m in mappings if m.path == "[stack]"]
+    for below, mapping in itertools.pairwise(mappings):
+        if (
+            mapping.anonymous
+            and mapping.perms.startswith("rw")
+            and below.end_address == mapping.start_address
+            and below.perms.startswith("---")
+            and below.anonymous
+            and below.size_bytes < glibc.HEAP_MAX_BYTES // 16
+        ):
+            stacks.append(mapping)
+    return stacks
+
+
+def anonymous_spans(mappings: Sequence[Mapping], heaps: Sequence[Heap]) -> list[tuple[int, int]]:
+    """[start, end) of anonymous read-write memory with pages in RAM that no sub-heap
+    reserves (each reserves HEAP_MAX_BYTES): where mmapped chunks and a main arena's mmapped
+    segments lie. Adjacent mappings are one span (a chunk may cross a split the kernel made)."""
+    spans: list[tuple[int, int]] = []
+    for m in mappings:
+        if m.anonymous and m.perms.startswith("rw") and m.rss_bytes:
+            if spans and spans[-1][1] == m.start_address:
+                spans[-1] = (spans[-1][0], m.end_address)
+            else:
+                spans.append((m.start_address, m.end_address))
+    return subtract_spans(spans, [(h.start, h.start + glibc.HEAP_MAX_BYTES) for h in heaps])

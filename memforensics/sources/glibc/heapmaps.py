@@ -14,17 +14,15 @@ Matching the arenas to a dump and estimating what could not be read is analysis
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Protocol
 
 from memforensics.model import glibc
-from memforensics.model.heapscan import ArenaScan, BinFigures, HeapScan, MallocParams
+from memforensics.model.heapscan import ArenaScan, HeapScan, MallocParams
 from memforensics.model.process import HeapSegment
+from memforensics.sources.glibc.arena_figures import ArenaHold, bin_figures, held_read
 from memforensics.sources.glibc.glibc_arenas import (
     ArenaState,
     Heap,
@@ -35,10 +33,12 @@ from memforensics.sources.glibc.glibc_arenas import (
     read_state,
     reread_heaps,
 )
-from memforensics.sources.glibc.glibc_walk import ArenaWalk, ArenaWalker
+from memforensics.sources.glibc.glibc_walk import ArenaWalker
 from memforensics.sources.glibc.heap_search import (
+    anonymous_spans,
     find_mmapped_chunks,
     main_arena_segments,
+    stack_mappings,
     subtract_spans,
 )
 from memforensics.sources.glibc.heapcopy import BufferPool
@@ -55,27 +55,6 @@ LAYOUT_RETRIES = 3
 # anonymous memory that no arena holds stops after this long; the scan then says so.
 MMAP_SEARCH_SECONDS = 1.0
 _MAX_ARENAS = 1 << 16  # a ``next`` list longer than this is not glibc's
-# An arena found locked (a thread inside malloc holds its mutex) in a stop is read again
-# after the target ran for LOCK_WAIT_SECONDS, at most this many times.
-LOCK_RETRIES = 20
-
-
-class ArenaHold(Protocol):
-    """Holds every thread of the target still around the read of one arena (the read-only
-    path: memforensics.entry.readonly), so that arena's bins are read at one moment."""
-
-    def arena(self) -> contextlib.AbstractContextManager[None]:
-        """Entered around one arena's read: the target is stopped inside."""
-        ...
-
-    def in_allocator(self) -> bool:
-        """Inside ``arena()``: a thread of a single-threaded target is stopped inside the
-        allocator (glibc takes no lock there, so no mutex says so)."""
-        ...
-
-    def let_run(self) -> None:
-        """Outside ``arena()``: let the target run a moment (a thread holds an arena)."""
-        ...
 
 
 def _is_64bit(pid: int) -> bool:
@@ -139,37 +118,6 @@ def _brk_extent(mappings: Sequence[Mapping]) -> tuple[int, int] | None:
             break
         end = part.end_address
     return parts[0].start_address, end
-
-
-def _stack_mappings(mappings: Sequence[Mapping]) -> list[Mapping]:
-    """Anonymous RW mappings directly above an inaccessible guard page, and [stack]: the
-    thread stacks (a mapping merged with one counts whole, less what is found in it)."""
-    stacks = [m for m in mappings if m.path == "[stack]"]
-    for below, mapping in itertools.pairwise(mappings):
-        if (
-            mapping.anonymous
-            and mapping.perms.startswith("rw")
-            and below.end_address == mapping.start_address
-            and below.perms.startswith("---")
-            and below.anonymous
-            and below.size_bytes < glibc.HEAP_MAX_BYTES // 16
-        ):
-            stacks.append(mapping)
-    return stacks
-
-
-def _anonymous_spans(mappings: Sequence[Mapping], heaps: Sequence[Heap]) -> list[tuple[int, int]]:
-    """[start, end) of anonymous read-write memory with pages in RAM that no sub-heap
-    reserves (each reserves HEAP_MAX_BYTES): where mmapped chunks and a main arena's mmapped
-    segments lie. Adjacent mappings are one span (a chunk may cross a split the kernel made)."""
-    spans: list[tuple[int, int]] = []
-    for m in mappings:
-        if m.anonymous and m.perms.startswith("rw") and m.rss_bytes:
-            if spans and spans[-1][1] == m.start_address:
-                spans[-1] = (spans[-1][0], m.end_address)
-            else:
-                spans.append((m.start_address, m.end_address))
-    return subtract_spans(spans, [(h.start, h.start + glibc.HEAP_MAX_BYTES) for h in heaps])
 
 
 def _top_at_brk(
@@ -306,7 +254,7 @@ def _scan(
     deadline = started + budget_seconds
     # Before any arena is walked: the anonymous memory no sub-heap holds, searched for
     # mmapped chunks and, where the main arena fell back to mmap, for its segments.
-    spans = _anonymous_spans(mappings, heaps) if is_64 else []
+    spans = anonymous_spans(mappings, heaps) if is_64 else []
     pause()
     # A main arena that fell back to mmap needs the chunks, to tell its segments from them.
     search = not arenas_only or (main_state is not None and main_state.noncontiguous)
@@ -361,7 +309,7 @@ def _scan(
 
         main_address = main_state.address if main_state is not None else None
         rows.append(
-            _held(
+            held_read(
                 hold,
                 read_main,
                 lambda: None if main_address is None else read_state(mem, main_address),
@@ -394,7 +342,7 @@ def _scan(
                 figures=figures,
             )
 
-        rows.append(_held(hold, read_arena, functools.partial(read_state, mem, address)))
+        rows.append(held_read(hold, read_arena, functools.partial(read_state, mem, address)))
         all_heaps.extend(seen.get(address, []))
 
     chunk_spans = [(start, start + size) for start, size in chunks]
@@ -403,7 +351,7 @@ def _scan(
     beyond_brk = [(h.start, h.start + h.size_bytes) for h in main_heaps if h.ar_ptr]
     found = [*chunk_spans, *beyond_brk]
     stack_resident = 0
-    for stack in _stack_mappings(mappings) if not arenas_only else ():
+    for stack in stack_mappings(mappings) if not arenas_only else ():
         if stack.start_address in heap_starts:
             continue
         inside = sum(
@@ -432,27 +380,6 @@ def _scan(
         mmap_search_complete=searched,
         malloc_params=params,
     )
-
-
-def _held(
-    hold: ArenaHold | None,
-    read: Callable[[], ArenaScan],
-    fresh_state: Callable[[], ArenaState | None],
-) -> ArenaScan:
-    """``read()`` of one arena, inside ``hold`` when there is one: an arena found locked (its
-    mutex held, or a single-threaded target stopped inside the allocator, which takes no
-    lock) is not read then; the target runs a moment and it is read again, at most
-    LOCK_RETRIES times (then its figures stay unknown)."""
-    if hold is None:
-        return read()
-    for attempt in range(LOCK_RETRIES + 1):
-        with hold.arena():
-            state = fresh_state()
-            if not ((state is not None and state.mutex != 0) or hold.in_allocator()):
-                return replace(read(), lock_retries=attempt)
-        hold.let_run()
-    # Locked at every stop: read while it runs, for the residency alone.
-    return replace(read(), figures=None, lock_retries=LOCK_RETRIES)
 
 
 def _main_heaps(
@@ -541,43 +468,5 @@ def _scan_arena(
         top_address=walk.top_address,
         top_resident_runs=walk.top_resident_runs,
         bins=tuple((index, *counts) for index, counts in sorted(walk.bins.items())),
-        figures=_bin_figures(mem, state, heaps, walk, is_main) if figures else None,
-    )
-
-
-def _bin_figures(
-    mem: MemoryReader,
-    state: ArenaState,
-    heaps: Sequence[Heap],
-    walk: ArenaWalk,
-    is_main: bool,
-) -> BinFigures | None:
-    """malloc_info's figures of an arena whose every bin ``walk`` read consistently (None
-    when any was left unmeasured): per bin as glibc counts them, the top, system and aspace
-    (a non-main arena's: its heaps, as glibc follows them from the top's heap)."""
-    if walk.unmeasured_bins or walk.budget_reached or walk.fastbin_chunks is None:
-        return None
-    top_bytes = walk.top_bytes
-    if top_bytes is None:  # a top outside the heaps read: the initial one, inside the arena
-        header = mem.read(state.top, glibc.CHUNK_HEADER_BYTES)
-        if header is None:
-            return None
-        top_bytes = int.from_bytes(header[8:], "little") & ~glibc.SIZE_FLAGS
-    bins = tuple((index, *sizes) for index, sizes in sorted(walk.bin_sizes.items()) if sizes[0])
-    if is_main:
-        aspace = mprotect = state.system_bytes
-        subheaps = 0
-    else:
-        aspace = sum(h.size_bytes for h in heaps)
-        mprotect = sum(h.mprotect_bytes for h in heaps)
-        subheaps = len(heaps)
-    return BinFigures(
-        fastbin_chunks=walk.fastbin_chunks,
-        bins=bins,
-        top_bytes=top_bytes,
-        system_bytes=state.system_bytes,
-        max_system_bytes=state.max_system_bytes,
-        aspace_bytes=aspace,
-        aspace_mprotect_bytes=mprotect,
-        subheaps=subheaps,
+        figures=bin_figures(mem, state, heaps, walk, is_main) if figures else None,
     )

@@ -6,7 +6,6 @@ Nothing here stops, signals or traces the target: every figure comes from readin
 from __future__ import annotations
 
 import contextlib
-import mmap
 import os
 import re
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from memforensics.errors import (
     TargetStoppedError,
 )
 from memforensics.model.process import AllocatorInfo, ProcessFacts, ProcessMemory
+from memforensics.sources.proc.binaries import scan_binary
 from memforensics.sources.proc.procmaps import parse_maps, replaced_file
 
 PROC = Path("/proc")
@@ -28,8 +28,6 @@ PROC = Path("/proc")
 _PF_KTHREAD = 0x00200000
 # Bit of CAP_SYS_PTRACE in the capability masks of /proc/PID/status (linux/capability.h).
 _CAP_SYS_PTRACE_BIT = 19
-# glibc embeds this banner in libc.so (csu/version.c); it is how a stripped libc tells its version.
-_GLIBC_BANNER_RE = re.compile(rb"GNU C Library [^\n\0]*?release version (\d+\.\d+(?:\.\d+)?)")
 _OLD_LIBC_NAME_RE = re.compile(r"libc-(\d+\.\d+(?:\.\d+)?)\.so")
 # Replacement allocators that take over malloc when linked in or preloaded.
 _FOREIGN_ALLOCATORS: tuple[tuple[str, str], ...] = (
@@ -37,8 +35,6 @@ _FOREIGN_ALLOCATORS: tuple[tuple[str, str], ...] = (
     ("libtcmalloc", "tcmalloc"),
     ("libmimalloc", "mimalloc"),
 )
-_scan_cache: dict[tuple[int, int, int], tuple[bool, str | None]] = {}
-_GLIBC_TUNABLE_MARK = b"glibc.malloc."
 _COMM_MAX_CHARS = 15  # TASK_COMM_LEN - 1
 # e_ident of an ELF file: the magic, then EI_CLASS (1 = ELFCLASS32, 2 = ELFCLASS64).
 _ELF_MAGIC = b"\x7fELF"
@@ -114,38 +110,6 @@ def _open_in_target(pid: int, path: str) -> Path:
         return Path(path)
 
 
-def glibc_banner_version(path: Path) -> str | None:
-    """The glibc release ("2.36") named by the banner in the libc or binary at ``path``."""
-    return _scan_binary(path)[1]
-
-
-def _scan_binary(path: Path) -> tuple[bool, str | None]:
-    """(has glibc inside, its version) for a binary, cached by file identity.
-
-    libc.so carries glibc's banner; a static binary usually does not, but still names
-    glibc's malloc tunables ("glibc.malloc.") which no other libc has.
-    """
-    try:
-        st = path.stat()
-    except OSError:
-        return False, None
-    key = (st.st_dev, st.st_ino, st.st_mtime_ns)
-    if key in _scan_cache:
-        return _scan_cache[key]
-    found: tuple[bool, str | None] = (False, None)
-    try:
-        with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, prot=mmap.PROT_READ) as mem:
-            match = _GLIBC_BANNER_RE.search(mem)
-            if match:
-                found = (True, match.group(1).decode())
-            elif mem.find(_GLIBC_TUNABLE_MARK) >= 0:
-                found = (True, None)
-    except (OSError, ValueError):
-        pass
-    _scan_cache[key] = found
-    return found
-
-
 def _readable(path: Path) -> bool:
     return os.access(path, os.R_OK)
 
@@ -154,7 +118,7 @@ def _glibc_version(pid: int, libc_path: str) -> str | None:
     old_name = _OLD_LIBC_NAME_RE.search(os.path.basename(libc_path))
     if old_name:
         return old_name.group(1)
-    return _scan_binary(_libc_file(pid, libc_path))[1]
+    return scan_binary(_libc_file(pid, libc_path))[1]
 
 
 def _is_glibc_libc(path: str) -> bool:
@@ -206,7 +170,7 @@ def detect_allocator(pid: int) -> AllocatorInfo:
     if interpreter is not None:
         return AllocatorInfo(kind="unknown", detail=f"dynamic binary without a libc ({paths[0]})")
     exe = _exe_path(pid)
-    has_glibc, version = _scan_binary(_proc(pid, "exe")) if exe is not None else (False, None)
+    has_glibc, version = scan_binary(_proc(pid, "exe")) if exe is not None else (False, None)
     if has_glibc:
         linked = f"glibc {version}" if version else "glibc"
         detail = f"static binary {exe} ({linked} linked in, no shared libc for gdb to load)"

@@ -117,7 +117,7 @@ class PageMap:
 
 class MemoryReader(Protocol):
     """What the heap's readers need of a memory: a live process's (ProcessMemoryReader) or a
-    core file's (memforensics.sources.files.corefile). Pages that are not "present" are
+    core file's (memforensics.sources.core.corefile). Pages that are not "present" are
     never read: a live process's not in RAM, a core's not dumped."""
 
     page_bytes: int

@@ -15,7 +15,7 @@ import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from memforensics.sources.files.elf64 import Note
+from memforensics.sources.core.elf64 import Note
 from memforensics.sources.gdb.user_regs import USER_REGS
 
 NT_PRSTATUS = 1

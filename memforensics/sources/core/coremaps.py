@@ -20,9 +20,9 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 
-from memforensics.sources.files.corememory import CoreSegment
-from memforensics.sources.files.corenotes import MappedFile
-from memforensics.sources.files.elf64 import PF_R, PF_W, PF_X
+from memforensics.sources.core.corememory import CoreSegment
+from memforensics.sources.core.corenotes import MappedFile
+from memforensics.sources.core.elf64 import PF_R, PF_W, PF_X
 from memforensics.sources.proc.procmaps import Mapping
 
 FILE_INODE_UNKNOWN = -1

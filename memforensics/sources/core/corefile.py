@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Literal
 
 from memforensics.errors import InputDataError
-from memforensics.sources.files import coremaps
-from memforensics.sources.files.corememory import CoreMemory, CoreSegment
-from memforensics.sources.files.corenotes import (
+from memforensics.sources.core import coremaps
+from memforensics.sources.core.corememory import CoreMemory, CoreSegment
+from memforensics.sources.core.corenotes import (
     AT_ENTRY,
     AT_EXECFN,
     AT_PAGESZ,
@@ -36,7 +36,7 @@ from memforensics.sources.files.corenotes import (
     ThreadStatus,
     decode_notes,
 )
-from memforensics.sources.files.elf64 import (
+from memforensics.sources.core.elf64 import (
     EHDR,
     ELFCLASS32,
     ELFCLASS64,
@@ -315,7 +315,7 @@ class CoreFile:
 
     def mappings(self) -> list[Mapping]:
         """The dead process's mappings as /proc/PID/maps listed them, as far as the core can
-        tell: see memforensics.sources.files.coremaps for what it cannot."""
+        tell: see memforensics.sources.core.coremaps for what it cannot."""
         return list(self._mappings)
 
     def _file_perms(self, entry: MappedFile, address: int) -> str:

@@ -1,0 +1,100 @@
+"""malloc_info's per-arena figures out of a walk, and the reads of a live arena held still
+(ArenaHold) that give each arena's figures one moment, as malloc_info's lock does.
+
+heapmaps calls both: ``held_read`` around the read of each arena when a hold is given,
+``bin_figures`` on each arena's walk when the figures are asked for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Protocol
+
+from memforensics.model import glibc
+from memforensics.model.heapscan import ArenaScan, BinFigures
+from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap
+from memforensics.sources.glibc.glibc_walk import ArenaWalk
+from memforensics.sources.proc.procmem import MemoryReader
+
+# An arena found locked (a thread inside malloc holds its mutex) in a stop is read again
+# after the target ran for LOCK_WAIT_SECONDS, at most this many times.
+LOCK_RETRIES = 20
+
+
+class ArenaHold(Protocol):
+    """Holds every thread of the target still around the read of one arena (the read-only
+    path: memforensics.entry.readonly), so that arena's bins are read at one moment."""
+
+    def arena(self) -> contextlib.AbstractContextManager[None]:
+        """Entered around one arena's read: the target is stopped inside."""
+        ...
+
+    def in_allocator(self) -> bool:
+        """Inside ``arena()``: a thread of a single-threaded target is stopped inside the
+        allocator (glibc takes no lock there, so no mutex says so)."""
+        ...
+
+    def let_run(self) -> None:
+        """Outside ``arena()``: let the target run a moment (a thread holds an arena)."""
+        ...
+
+
+def held_read(
+    hold: ArenaHold | None,
+    read: Callable[[], ArenaScan],
+    fresh_state: Callable[[], ArenaState | None],
+) -> ArenaScan:
+    """``read()`` of one arena, inside ``hold`` when there is one: an arena found locked (its
+    mutex held, or a single-threaded target stopped inside the allocator, which takes no
+    lock) is not read then; the target runs a moment and it is read again, at most
+    LOCK_RETRIES times (then its figures stay unknown)."""
+    if hold is None:
+        return read()
+    for attempt in range(LOCK_RETRIES + 1):
+        with hold.arena():
+            state = fresh_state()
+            if not ((state is not None and state.mutex != 0) or hold.in_allocator()):
+                return replace(read(), lock_retries=attempt)
+        hold.let_run()
+    # Locked at every stop: read while it runs, for the residency alone.
+    return replace(read(), figures=None, lock_retries=LOCK_RETRIES)
+
+
+def bin_figures(
+    mem: MemoryReader,
+    state: ArenaState,
+    heaps: Sequence[Heap],
+    walk: ArenaWalk,
+    is_main: bool,
+) -> BinFigures | None:
+    """malloc_info's figures of an arena whose every bin ``walk`` read consistently (None
+    when any was left unmeasured): per bin as glibc counts them, the top, system and aspace
+    (a non-main arena's: its heaps, as glibc follows them from the top's heap)."""
+    if walk.unmeasured_bins or walk.budget_reached or walk.fastbin_chunks is None:
+        return None
+    top_bytes = walk.top_bytes
+    if top_bytes is None:  # a top outside the heaps read: the initial one, inside the arena
+        header = mem.read(state.top, glibc.CHUNK_HEADER_BYTES)
+        if header is None:
+            return None
+        top_bytes = int.from_bytes(header[8:], "little") & ~glibc.SIZE_FLAGS
+    bins = tuple((index, *sizes) for index, sizes in sorted(walk.bin_sizes.items()) if sizes[0])
+    if is_main:
+        aspace = mprotect = state.system_bytes
+        subheaps = 0
+    else:
+        aspace = sum(h.size_bytes for h in heaps)
+        mprotect = sum(h.mprotect_bytes for h in heaps)
+        subheaps = len(heaps)
+    return BinFigures(
+        fastbin_chunks=walk.fastbin_chunks,
+        bins=bins,
+        top_bytes=top_bytes,
+        system_bytes=state.system_bytes,
+        max_system_bytes=state.max_system_bytes,
+        aspace_bytes=aspace,
+        aspace_mprotect_bytes=mprotect,
+        subheaps=subheaps,
+    )

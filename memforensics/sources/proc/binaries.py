@@ -1,0 +1,45 @@
+"""Which glibc a binary file carries: the banner of libc.so, the malloc tunables of a static
+glibc, read once per file identity."""
+
+from __future__ import annotations
+
+import mmap
+import re
+from pathlib import Path
+
+# glibc embeds this banner in libc.so (csu/version.c); it is how a stripped libc tells its version.
+_GLIBC_BANNER_RE = re.compile(rb"GNU C Library [^\n\0]*?release version (\d+\.\d+(?:\.\d+)?)")
+_GLIBC_TUNABLE_MARK = b"glibc.malloc."
+_scan_cache: dict[tuple[int, int, int], tuple[bool, str | None]] = {}
+
+
+def scan_binary(path: Path) -> tuple[bool, str | None]:
+    """(has glibc inside, its version) for a binary, cached by file identity.
+
+    libc.so carries glibc's banner; a static binary usually does not, but still names
+    glibc's malloc tunables ("glibc.malloc.") which no other libc has.
+    """
+    try:
+        st = path.stat()
+    except OSError:
+        return False, None
+    key = (st.st_dev, st.st_ino, st.st_mtime_ns)
+    if key in _scan_cache:
+        return _scan_cache[key]
+    found: tuple[bool, str | None] = (False, None)
+    try:
+        with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, prot=mmap.PROT_READ) as mem:
+            match = _GLIBC_BANNER_RE.search(mem)
+            if match:
+                found = (True, match.group(1).decode())
+            elif mem.find(_GLIBC_TUNABLE_MARK) >= 0:
+                found = (True, None)
+    except (OSError, ValueError):
+        pass
+    _scan_cache[key] = found
+    return found
+
+
+def glibc_banner_version(path: Path) -> str | None:
+    """The glibc release ("2.36") named by the banner in the libc or binary at ``path``."""
+    return scan_binary(path)[1]
