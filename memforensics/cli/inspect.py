@@ -34,6 +34,7 @@ Examples:
   memforensics inspect --json 4242 | jq '.totals.free_bytes, .pause_seconds'
   memforensics inspect --save-xml dump.xml 4242 && memforensics parse dump.xml
   memforensics inspect --read-only 4242       no gdb, no call: read from its memory
+  memforensics inspect --core core.4242       the same report from a core file
 \b
 The target is stopped only while gdb takes malloc_info at a safe point (a thread
 outside malloc/free); the report says for how long ("paused 14 ms"). Nothing is
@@ -109,6 +110,30 @@ def _mi_logger(line: str) -> None:
     help="Inspect a process someone else stopped (state T); it is left stopped.",
 )
 @read_only_option
+@click.option(
+    "--core",
+    "core_path",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="Read a core file (the kernel's, gdb's gcore) instead of a live process: the same "
+    "report, residency unknown.",
+)
+@click.option(
+    "--exe",
+    "exe_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    metavar="PATH",
+    help="With --core: the program that dumped it (names the process; default: the core's).",
+)
+@click.option(
+    "--sysroot",
+    type=click.Path(exists=True, file_okay=False),
+    default=None,
+    metavar="DIR",
+    help="With --core: where the dead machine's files are (its libc is found under DIR).",
+)
 @heap_view_options
 @verbose_option
 # The collector is off until the first report is out (early.pause_collector says why), and on
@@ -124,6 +149,9 @@ def command(
     gdb_path: str | None,
     allow_stopped: bool,
     read_only: bool,
+    core_path: str | None,
+    exe_path: str | None,
+    sysroot: str | None,
     top: int,
     sort: SortKey,
     verbose: bool,
@@ -131,6 +159,15 @@ def command(
     """Live glibc heap report of running processes: per-arena free vs in use, where the RSS
     went, and how long the target was paused. Attaches with gdb at a safe point and always
     detaches, leaving the target running."""
+    if core_path is not None:
+        if pids or names:
+            raise click.UsageError("--core reads a core file: give no PID or --name with it")
+        _inspect_core(
+            core_path, exe_path, sysroot, as_json=as_json, save_xml=save_xml, top=top, sort=sort
+        )
+        return
+    if exe_path is not None or sysroot is not None:
+        raise click.UsageError("--exe and --sysroot go with --core FILE")
     if not pids and not names:
         raise click.UsageError("give at least one PID or --name PATTERN")
     if read_only and gdb_path is not None:
@@ -177,6 +214,31 @@ def command(
         top=top,
         sort=sort,
     )
+
+
+def _inspect_core(
+    core_path: str,
+    exe_path: str | None,
+    sysroot: str | None,
+    *,
+    as_json: bool,
+    save_xml: str | None,
+    top: int,
+    sort: SortKey,
+) -> None:
+    from memforensics.cli.output import emit_json, stderr_console
+    from memforensics.entry.readonly import inspect_core
+    from memforensics.sources.files.atomic_file import write_atomically
+
+    result, warnings = inspect_core(core_path, exe=exe_path, sysroot=sysroot)
+    for warning in warnings:
+        stderr_console().print(f"warning: {warning}", markup=False, highlight=False)
+    if save_xml is not None:
+        write_atomically(Path(save_xml), result.capture.xml, hint=SAVE_XML_HINT)
+    if as_json:
+        emit_json(_document(result))
+    else:
+        _print_report(result, top=top, sort=sort)
 
 
 def _inspect_read_only(

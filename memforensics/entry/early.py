@@ -27,7 +27,19 @@ if TYPE_CHECKING:
     from memforensics.entry.scanning import BackgroundScan
 
 # The options of `inspect` (cli/inspect.py; tests/unit/test_early.py keeps the two in step).
-VALUE_OPTIONS = frozenset({"--name", "--save-xml", "--timeout", "--gdb", "--top", "--sort"})
+VALUE_OPTIONS = frozenset(
+    {
+        "--name",
+        "--save-xml",
+        "--timeout",
+        "--gdb",
+        "--top",
+        "--sort",
+        "--core",
+        "--exe",
+        "--sysroot",
+    }
+)
 FLAG_OPTIONS = frozenset({"--json", "--allow-stopped", "--read-only", "-v", "--verbose"})
 
 _scans: dict[int, BackgroundScan] = {}
@@ -94,6 +106,8 @@ def inspect_command(argv: Sequence[str]) -> tuple[list[int], str | None, bool] |
             positional_only = True
             continue
         name, has_value, value = token.partition("=")
+        if name in ("--core", "--exe", "--sysroot"):
+            return None  # a core file: no process to begin reading, no gdb to start
         if name in VALUE_OPTIONS:
             if not has_value:
                 following = next(tokens, None)

@@ -339,3 +339,76 @@ def test_the_integrity_target_is_undisturbed_by_twenty_reads(tmp_path: Path) -> 
         assert "corrupt" not in report, report
         match = re.search(r"ok loops=(\d+) bytes=(\d+) alarms=(\d+)", report)
         assert match and int(match.group(2)) > 0 and int(match.group(3)) > 0, report
+
+
+def _kernel_core_skip_reason() -> str | None:
+    """Why the kernel cannot write a core into a test's directory here, or None (the
+    machine-wide core_pattern is never changed by a test)."""
+    pattern = Path("/proc/sys/kernel/core_pattern").read_text().strip()
+    if pattern.startswith("|") or "/" in pattern:
+        return f"core_pattern sends cores elsewhere ({pattern.split()[0]}); tests leave it"
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("writer", ["gcore", "kernel"])
+def test_a_core_reads_as_the_live_target_did(writer: str, tmp_path: Path) -> None:
+    """`inspect --core` of a gcore (and of the kernel's own core) of an idle target equals
+    `inspect --read-only` of the live target and the target's own malloc_info, byte for byte;
+    the residency is unknown and said to be."""
+    import resource
+
+    if writer == "kernel" and (reason := _kernel_core_skip_reason()) is not None:
+        pytest.skip(reason)
+    binary = compile_target("heap_shapes")
+    own, live, from_core = tmp_path / "own.xml", tmp_path / "live.xml", tmp_path / "core.xml"
+    cores = tmp_path / "cores"
+    cores.mkdir()
+    proc = subprocess.Popen(
+        [str(binary), "36", "threads", str(own)],
+        cwd=cores,
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith(b"ready")
+        read_only(proc.pid, live)
+        if writer == "gcore":
+            done = subprocess.run(
+                ["gdb", "-p", str(proc.pid), "-batch", "-ex", f"gcore {cores / 'core'}"],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            assert done.returncode == 0, done.stderr
+        else:
+            _soft, hard = resource.prlimit(proc.pid, resource.RLIMIT_CORE)
+            resource.prlimit(proc.pid, resource.RLIMIT_CORE, (hard, hard))
+            os.kill(proc.pid, signal.SIGSEGV)
+            assert proc.wait(timeout=120) == -signal.SIGSEGV
+        (core,) = [path for path in cores.iterdir() if path.is_file()]
+        done = run_cli("inspect", "--core", str(core), "--json", "--save-xml", str(from_core))
+        assert done.returncode == 0, done.stderr
+        document = json.loads(done.stdout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+        for leftover in cores.iterdir():
+            leftover.unlink()
+    assert from_core.read_bytes() == live.read_bytes() == own.read_bytes()
+    assert document["read_only"]["source"] == "core" and document["read_only"]["stops"] == 0
+    assert document["residency"] is None and "core" in document["residency_error"]
+    assert document["process"]["pid"] == proc.pid
+
+
+def test_a_core_that_is_not_one_is_refused_in_one_line(tmp_path: Path) -> None:
+    bogus = tmp_path / "core"
+    bogus.write_bytes(b"\x7fELF" + bytes(60))
+    done = run_cli("inspect", "--core", str(bogus))
+    assert done.returncode == 7, done.stderr
+    assert done.stderr.startswith("error: ") and "Traceback" not in done.stderr
+    done = run_cli("inspect", "--core", str(bogus), "1")
+    assert done.returncode == 2  # a core and a PID: a usage error
