@@ -52,6 +52,11 @@ def live_skip_reason() -> str | None:
     """Why real gdb cannot attach to test targets here, or None when it can."""
     if shutil.which("gdb") is None:
         return "gdb is not installed"
+    return ptrace_skip_reason()
+
+
+def ptrace_skip_reason() -> str | None:
+    """Why the tests cannot build targets and ptrace them here, or None when they can."""
     if not have_cc():
         return "no C compiler (cc) to build the targets"
     scope_file = Path("/proc/sys/kernel/yama/ptrace_scope")
@@ -120,14 +125,16 @@ def running(
     *,
     env: dict[str, str] | None = None,
     ready_timeout_seconds: float = READY_TIMEOUT_SECONDS,
+    stdin: int = subprocess.DEVNULL,
 ) -> Iterator[Target]:
-    """Start ``argv``, wait for its "ready" line, yield it, and kill it in ``finally``."""
+    """Start ``argv``, wait for its "ready" line, yield it, and kill it in ``finally``.
+    ``stdin=subprocess.PIPE`` gives the test a command pipe (``proc.stdin``)."""
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
     proc = subprocess.Popen(
         list(argv),
-        stdin=subprocess.DEVNULL,
+        stdin=stdin,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=full_env,
@@ -141,9 +148,10 @@ def running(
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
-        for stream in (proc.stdout, proc.stderr):
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
             if stream is not None:
-                stream.close()
+                with contextlib.suppress(BrokenPipeError):  # unsent commands to a dead target
+                    stream.close()
 
 
 @contextlib.contextmanager

@@ -381,13 +381,14 @@ def _in_container() -> bool:
     return False
 
 
-def diagnose_attach_failure(pid: int, gdb_message: str) -> MemforensicsError:
+def diagnose_attach_failure(pid: int, gdb_message: str, *, tool: str = "gdb") -> MemforensicsError:
     """Turn a failed ptrace attach into the error that names its real cause.
 
     Gone -> NoSuchProcessError; zombie -> TargetError; otherwise TargetPermissionError naming
     the first cause that applies: another tracer, Yama's ptrace_scope, a missing
     CAP_SYS_PTRACE (with the container hint), another user. gdb says "No such process" also
     when Yama refuses and /proc/PID exists, so that message alone proves nothing.
+    ``tool`` names who reported ``gdb_message`` where the error quotes it ("gdb said: …").
     """
     try:
         facts = read_process(pid)
@@ -450,7 +451,7 @@ def diagnose_attach_failure(pid: int, gdb_message: str) -> MemforensicsError:
             else sudo_hint
         )
         return TargetPermissionError(
-            f"{prefix}missing CAP_SYS_PTRACE (ptrace_scope {scope_text}); gdb said: {gdb_said}",
+            f"{prefix}missing CAP_SYS_PTRACE (ptrace_scope {scope_text}); {tool} said: {gdb_said}",
             hint=hint,
         )
     hint = (
@@ -461,6 +462,6 @@ def diagnose_attach_failure(pid: int, gdb_message: str) -> MemforensicsError:
     )
     return TargetPermissionError(
         f"{prefix}ptrace refused although you have CAP_SYS_PTRACE (ptrace_scope {scope_text});"
-        f" gdb said: {gdb_said}",
+        f" {tool} said: {gdb_said}",
         hint=hint,
     )

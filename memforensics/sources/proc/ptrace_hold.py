@@ -1,0 +1,453 @@
+"""Hold every thread of a live process still with ptrace, read-only, then let them all go.
+
+For ``inspect --read-only`` (DESIGN.md, rule 7): while the hold lasts nothing in the target
+runs, so its memory read through /proc/PID/mem is one moment. The hold writes nothing into
+the target and runs no code there: PTRACE_SEIZE (with PTRACE_O_TRACECLONE), PTRACE_INTERRUPT,
+waitid and PTRACE_DETACH, nothing else; never PTRACE_ATTACH, never SIGSTOP, never a
+breakpoint. x86-64 Linux.
+
+Invariants:
+
+- One thread, the tracer, makes every ptrace request and every wait: the kernel makes a
+  thread, not a process, the tracer. Each hold starts its own tracer thread, which ends when
+  the hold ends, and a tracer thread that ends has the kernel detach whatever it still traces
+  (exit_ptrace), delivering the signal of a signal-delivery-stop as PTRACE_DETACH would. That
+  releases what PTRACE_DETACH cannot, since it needs a tracee in a stop: a thread that never
+  stopped before the deadline (one waiting uninterruptibly in the kernel, as a vfork parent
+  does), and one whose stop was not seen when the hold failed. The same kernel rule
+  leaves the target running when memforensics itself is killed.
+- PTRACE_DETACH is used only on a thread whose stop was seen, with the signal of a
+  signal-delivery-stop (a real signal that arrived while the thread was seized) as its
+  data, so that signal is delivered, not lost. Stops are seen with waitid(WNOWAIT), never
+  consumed: consuming one clears the signal the kernel would deliver if the tracer died
+  before PTRACE_DETACH.
+- A group-stop (the process was stopped by SIGSTOP, SIGTSTP, SIGTTIN or SIGTTOU) is reported
+  as PTRACE_EVENT_STOP with that signal; the kernel puts such a thread back into the group
+  stop at detach, so a stopped target stays stopped (state T) and a running one runs.
+- No thread is missed: every thread listed in /proc/PID/task is seized; a seized thread's new
+  threads are traced from birth (PTRACE_O_TRACECLONE); the listing is repeated until it shows
+  no new thread, and again once every thread has stopped, when none can be midway through
+  creating one (a clone begun before its parent was seized makes an untraced thread).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Literal
+
+from memforensics.errors import (
+    DeadlineError,
+    NoSuchProcessError,
+    TargetError,
+    TargetExitedError,
+    TargetPermissionError,
+)
+from memforensics.sources.proc import procfs
+
+# Requests and options from <sys/ptrace.h> and <linux/ptrace.h>.
+_PTRACE_DETACH = 17
+_PTRACE_SEIZE = 0x4206
+_PTRACE_INTERRUPT = 0x4207
+_PTRACE_EVENT_CLONE = 3
+_PTRACE_O_TRACECLONE = 1 << _PTRACE_EVENT_CLONE
+_PTRACE_EVENT_STOP = 128
+_REQUEST_NAMES = {
+    _PTRACE_DETACH: "PTRACE_DETACH",
+    _PTRACE_SEIZE: "PTRACE_SEIZE",
+    _PTRACE_INTERRUPT: "PTRACE_INTERRUPT",
+}
+# wait flags from <linux/wait.h>: threads are "clone" children, which only __WALL waits
+# for; __WNOTHREAD: only the tracer thread's own tracees.
+_WALL = 0x40000000
+_WNOTHREAD = 0x20000000
+_GROUP_STOP_SIGNALS = frozenset({signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU})
+# While waiting for stops: a few bare yields first (an interrupted thread needs a CPU for a
+# few microseconds to reach its stop, and on a small machine the tracer holds one), then
+# naps doubling up to 1 ms.
+_YIELD_ROUNDS = 8
+_FIRST_NAP_SECONDS = 20e-6
+_LONGEST_NAP_SECONDS = 1e-3
+# How often a thread that has not stopped is looked up in /proc: a zombie never stops.
+_STATE_CHECK_SECONDS = 2e-3
+_TRACER_GONE_SECONDS = 2.0
+
+StopKind = Literal["interrupt", "group", "signal", "event"]
+"""How a held thread stopped: "interrupt" (PTRACE_INTERRUPT, or a new thread's first stop),
+"group" (the process's job-control stop), "signal" (a signal-delivery-stop: the signal is
+delivered at release), "event" (a ptrace event such as PTRACE_EVENT_CLONE)."""
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+_libc.ptrace.restype = ctypes.c_long
+
+
+def _ptrace(request: int, tid: int, data: int = 0) -> None:
+    """One ptrace request with a null addr; an OSError carrying errno when it fails."""
+    if _libc.ptrace(request, tid, None, data or None) == -1:
+        err = ctypes.get_errno()
+        name = _REQUEST_NAMES.get(request, str(request))
+        raise OSError(err, f"{name} of thread {tid}: {os.strerror(err)}")
+
+
+@dataclass(slots=True)
+class _Tracee:
+    """One seized thread, as the tracer knows it."""
+
+    tid: int
+    kind: StopKind | None = None  # None until its stop was seen
+    signal: int = 0  # a signal-delivery-stop's signal, delivered at detach
+    gone: bool = False  # exited: nothing to detach
+
+
+class _Released(Exception):
+    """The caller gave up while the threads were being stopped (Ctrl-C in __enter__)."""
+
+
+def _thread_status(pid: int, tid: int) -> tuple[str, int] | None:
+    """(one-letter state, TracerPid) of a thread, or None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+    except OSError:
+        return None
+    fields = dict(line.partition(":")[::2] for line in text.splitlines())
+    return fields.get("State", "?").strip()[:1], int(fields.get("TracerPid", "0").strip() or 0)
+
+
+def _list_threads(pid: int) -> list[int]:
+    """The thread ids /proc/PID/task lists, in order (the leader first)."""
+    return sorted(int(name) for name in os.listdir(f"/proc/{pid}/task"))
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "?"
+
+
+def _wait_thread_gone(tid: int) -> None:
+    """Until our thread ``tid`` has ended, so the kernel has let go of all it traced."""
+    deadline = time.monotonic() + _TRACER_GONE_SECONDS
+    while os.path.exists(f"/proc/self/task/{tid}") and time.monotonic() < deadline:
+        time.sleep(20e-6)
+
+
+class ThreadHold:
+    """Every thread of ``pid`` held in a ptrace stop for the ``with`` block, then released.
+
+    ``__enter__`` returns once every thread of the process is in a ptrace stop (the threads
+    are ``thread_ids``); a zombie leader, whose threads live on, is not among them and never
+    runs. ``__exit__`` (from any thread) returns once every seized thread is detached,
+    whatever happened: an exception, Ctrl-C, a failure in ``__enter__`` (which detaches
+    before it raises). A target stopped before the hold is stopped after it; a running one
+    runs, untraced, with every signal that arrived meanwhile delivered.
+
+    ``__enter__`` raises NoSuchProcessError (exit 3; TargetExitedError when the process
+    exits during the hold), TargetError for memforensics itself or a zombie, TargetPermission-
+    Error (exit 4) when another tracer holds a thread or ptrace is refused, DeadlineError
+    (exit 6) when a thread does not stop within ``timeout_seconds`` of the start.
+
+    ``stop_seconds`` is measured from the first PTRACE_INTERRUPT to the return of the last
+    PTRACE_DETACH, and is known once the hold is over (threads run on while all are being
+    seized; one that stops by itself meanwhile, on a signal or a new thread, stops a little
+    longer). ``stop_kinds`` says how each held
+    thread stopped; ``deferred_signals`` the signals held back in signal-delivery-stops and
+    delivered at release. The caller refuses what ``procfs.check_target`` refuses first
+    (kernel threads, other allocators); this class only holds.
+    """
+
+    def __init__(self, pid: int, *, timeout_seconds: float = 1.0) -> None:
+        if not timeout_seconds > 0:
+            raise ValueError(f"timeout_seconds must be positive, not {timeout_seconds!r}")
+        self.pid = pid
+        self.timeout_seconds = timeout_seconds
+        self.thread_ids: tuple[int, ...] = ()
+        self.stop_kinds: dict[int, StopKind] = {}
+        self.deferred_signals: dict[int, int] = {}
+        self._stop_seconds: float | None = None
+        self._tracees: dict[int, _Tracee] = {}
+        self._ignored: set[int] = set()  # listed threads that vanished or are zombies
+        self._first_interrupt: float | None = None
+        self._release = threading.Event()
+        self._settled = threading.Event()  # held, or failed and let go
+        self._failure: BaseException | None = None
+        self._tracer: threading.Thread | None = None
+        self._tracer_tid = 0
+
+    @property
+    def stop_seconds(self) -> float:
+        """First PTRACE_INTERRUPT to the return of the last PTRACE_DETACH, in seconds."""
+        if self._stop_seconds is None:
+            raise RuntimeError("stop_seconds is measured when the hold is released")
+        return self._stop_seconds
+
+    def __enter__(self) -> ThreadHold:
+        if self._tracer is not None:
+            raise RuntimeError("a ThreadHold holds once; make a new one")
+        if self.pid == os.getpid():
+            raise TargetError(
+                f"PID {self.pid} is memforensics itself",
+                hint="point memforensics at another process",
+                pid=self.pid,
+            )
+        self._tracer = threading.Thread(
+            target=self._trace, name=f"memforensics-hold-{self.pid}", daemon=True
+        )
+        self._tracer.start()
+        try:
+            self._settled.wait()
+        except BaseException:
+            self._finish()
+            raise
+        if self._failure is not None:
+            self._finish()
+            raise self._failure
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._finish()
+
+    def _finish(self) -> None:
+        """Tell the tracer to let go and return once it has ended. Should this wait itself be
+        interrupted (a second Ctrl-C), the tracer still lets go on its own."""
+        self._release.set()
+        if self._tracer is not None:
+            self._tracer.join()
+            # join() returns a moment before the OS thread ends, and with it the kernel's
+            # release of anything the tracer did not detach itself.
+            _wait_thread_gone(self._tracer_tid)
+
+    # Everything below runs in the tracer thread.
+
+    def _trace(self) -> None:
+        self._tracer_tid = threading.get_native_id()
+        try:
+            self._hold_all(time.monotonic() + self.timeout_seconds)
+        except BaseException as exc:  # __enter__ raises it in the caller's thread
+            self._failure = exc
+        else:
+            self._settled.set()
+            self._release.wait()
+        finally:
+            self._let_go()
+            self._settled.set()
+
+    def _ptrace(self, request: int, tid: int, data: int = 0) -> None:
+        # The kernel takes only the tracer thread's requests; a call from anywhere else is a
+        # bug here, said plainly rather than as ESRCH.
+        if threading.get_native_id() != self._tracer_tid:
+            raise RuntimeError("ptrace requests of a ThreadHold come from its tracer thread only")
+        _ptrace(request, tid, data)
+
+    def _hold_all(self, deadline: float) -> None:
+        while fresh := self._fresh_threads():
+            for tid in fresh:
+                self._seize(tid)
+            self._check_time(deadline)
+        if not self._tracees:
+            raise self._nothing_to_hold()
+        self._first_interrupt = time.monotonic()
+        waiting = list(self._tracees.values())
+        while waiting:
+            for tracee in waiting:
+                self._interrupt(tracee)
+            self._await_stops(waiting, deadline)
+            waiting = [t for tid in self._fresh_threads() if (t := self._seize(tid)) is not None]
+        held = [t for t in self._tracees.values() if t.kind is not None and not t.gone]
+        if not held:
+            raise TargetExitedError(
+                f"PID {self.pid} exited while its threads were being held", pid=self.pid
+            )
+        self.thread_ids = tuple(sorted(t.tid for t in held))
+        self.stop_kinds = {t.tid: t.kind for t in held if t.kind is not None}
+        self.deferred_signals = {t.tid: t.signal for t in held if t.signal}
+
+    def _fresh_threads(self) -> list[int]:
+        """The threads /proc/PID/task lists now that are neither seized nor known gone."""
+        try:
+            tids = _list_threads(self.pid)
+        except (FileNotFoundError, ProcessLookupError):
+            if self._tracees:
+                raise TargetExitedError(
+                    f"PID {self.pid} exited while its threads were being held", pid=self.pid
+                ) from None
+            raise NoSuchProcessError(f"no process with PID {self.pid}", pid=self.pid) from None
+        return [t for t in tids if t not in self._tracees and t not in self._ignored]
+
+    def _nothing_to_hold(self) -> Exception:
+        if os.path.exists(f"/proc/{self.pid}"):
+            return TargetError(
+                f"PID {self.pid} ({_comm(self.pid)}) is a zombie: it has exited",
+                hint="its parent has not reaped it yet; look at the parent (ps -o ppid= -p PID)",
+                pid=self.pid,
+            )
+        return NoSuchProcessError(f"no process with PID {self.pid}", pid=self.pid)
+
+    def _seize(self, tid: int) -> _Tracee | None:
+        """Seize ``tid`` (running on), or adopt it when PTRACE_O_TRACECLONE already made it
+        ours; None when it vanished or is a zombie."""
+        try:
+            self._ptrace(_PTRACE_SEIZE, tid, _PTRACE_O_TRACECLONE)
+        except OSError as exc:
+            if exc.errno == errno.ESRCH:
+                self._ignored.add(tid)
+                return None
+            if exc.errno != errno.EPERM:
+                raise TargetError(f"cannot hold PID {self.pid}: {exc.strerror}") from exc
+            status = _thread_status(self.pid, tid)
+            if status is None or status[0] in ("Z", "X"):
+                self._ignored.add(tid)  # the kernel refuses to seize a dead thread
+                return None
+            if status[1] != self._tracer_tid:
+                raise self._refusal(tid, status[1], exc) from exc
+        tracee = _Tracee(tid)
+        self._tracees[tid] = tracee
+        return tracee
+
+    def _refusal(self, tid: int, tracer_pid: int, exc: OSError) -> Exception:
+        """The error for a thread the kernel would not let us seize."""
+        if not tracer_pid:
+            return procfs.diagnose_attach_failure(self.pid, str(exc.strerror), tool="ptrace")
+        tracer = f"TracerPid {tracer_pid} ({_comm(tracer_pid)})"
+        whose = f"PID {self.pid} ({_comm(self.pid)})"
+        if tid != self.pid:
+            whose = f"thread {tid} of {whose}"
+        return TargetPermissionError(
+            f"{whose} is already traced by {tracer}",
+            hint="detach the other debugger or tracer (gdb, strace, a profiler) and retry",
+            pid=self.pid,
+        )
+
+    def _interrupt(self, tracee: _Tracee) -> None:
+        try:
+            self._ptrace(_PTRACE_INTERRUPT, tracee.tid)
+        except OSError as exc:
+            # ESRCH: it is exiting; its wait status will say so.
+            if exc.errno != errno.ESRCH:
+                raise TargetError(f"cannot hold PID {self.pid}: {exc.strerror}") from exc
+
+    def _await_stops(self, tracees: list[_Tracee], deadline: float) -> None:
+        """See a stop (or an exit) of each of ``tracees``, within the deadline."""
+        pending = {t.tid: t for t in tracees if t.kind is None and not t.gone}
+        rounds = 0
+        next_state_check = time.monotonic() + _STATE_CHECK_SECONDS
+        while pending:
+            for tid in [tid for tid, tracee in pending.items() if self._collect(tracee)]:
+                del pending[tid]
+            if not pending:
+                return
+            if self._release.is_set():
+                raise _Released
+            now = time.monotonic()
+            if now >= next_state_check:
+                for tid in list(pending):
+                    status = _thread_status(self.pid, tid)
+                    if status is None or status[0] in ("Z", "X"):
+                        # Dead, kept as a zombie for us (a leader whose threads live on is
+                        # never reported until they end): no stop will come.
+                        pending.pop(tid).gone = True
+                next_state_check = now + _STATE_CHECK_SECONDS
+            if now >= deadline and pending:
+                raise self._late(sorted(pending))
+            rounds += 1
+            if rounds <= _YIELD_ROUNDS:
+                os.sched_yield()
+            else:
+                nap = _FIRST_NAP_SECONDS * 2 ** min(rounds - _YIELD_ROUNDS, 10)
+                time.sleep(min(nap, _LONGEST_NAP_SECONDS))
+
+    def _collect(self, tracee: _Tracee) -> bool:
+        """Whether a stop or an exit of ``tracee`` was seen (its kind is then known).
+
+        A stop is only looked at (WNOWAIT), never consumed: consuming it clears the
+        tracee's exit_code, which is where a signal-delivery-stop keeps its signal, and a
+        tracer that then dies (SIGKILL before PTRACE_DETACH) would have the kernel resume
+        the thread with no signal: lost. Left there, the kernel delivers it.
+        """
+        try:
+            info = os.waitid(
+                os.P_PID,
+                tracee.tid,
+                os.WEXITED | os.WSTOPPED | os.WNOHANG | os.WNOWAIT | _WALL | _WNOTHREAD,
+            )
+        except ChildProcessError:
+            tracee.gone = True
+            return True
+        if info is None:
+            return False
+        if info.si_code not in (os.CLD_TRAPPED, os.CLD_STOPPED):
+            # It exited. Reaped now: a traced zombie thread waits for its tracer, and its
+            # process's own exit waits for it.
+            tracee.gone = True
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(tracee.tid, os.WNOHANG | _WALL | _WNOTHREAD)
+            return True
+        # waitid's si_status is the whole stop code: the signal, and a ptrace event above it.
+        stop_signal, event = info.si_status & 0xFF, info.si_status >> 8
+        if event == _PTRACE_EVENT_STOP:
+            # ptrace(2), PTRACE_SEIZE: a group-stop is PTRACE_EVENT_STOP with the stopping
+            # signal; the interrupt's (and a new thread's first) stop has SIGTRAP.
+            tracee.kind = "group" if stop_signal in _GROUP_STOP_SIGNALS else "interrupt"
+        elif event:
+            tracee.kind = "event"
+        else:
+            tracee.kind = "signal"
+            tracee.signal = stop_signal
+        return True
+
+    def _late(self, tids: list[int]) -> DeadlineError:
+        states = []
+        for tid in tids[:4]:
+            status = _thread_status(self.pid, tid)
+            states.append(f"{tid} ({'gone' if status is None else 'state ' + status[0]})")
+        more = f" and {len(tids) - 4} more" if len(tids) > 4 else ""
+        return DeadlineError(
+            f"PID {self.pid} ({_comm(self.pid)}): {len(tids)} of {len(self._tracees)} "
+            f"threads did not stop within {self.timeout_seconds:g} s: "
+            f"{', '.join(states)}{more}",
+            pid=self.pid,
+        )
+
+    def _check_time(self, deadline: float) -> None:
+        if self._release.is_set():
+            raise _Released
+        if time.monotonic() >= deadline:
+            raise DeadlineError(
+                f"PID {self.pid} ({_comm(self.pid)}): its threads could not all be seized "
+                f"within {self.timeout_seconds:g} s ({len(self._tracees)} were)",
+                pid=self.pid,
+            )
+
+    def _let_go(self) -> None:
+        """Detach each thread whose stop was seen; the tracer's end releases the rest."""
+        for tracee in self._tracees.values():
+            if tracee.kind is None and not tracee.gone:
+                # The hold failed midway: a stop that came but was not seen carries the
+                # signal PTRACE_DETACH must deliver. A thread with no stop yet is not
+                # detached: it may be entering a signal-delivery-stop right now.
+                with contextlib.suppress(OSError):
+                    self._collect(tracee)
+        for tracee in self._tracees.values():
+            if tracee.kind is not None and not tracee.gone:
+                # ESRCH: killed while held (SIGKILL ends a ptrace stop); the tracer's end
+                # reaps it for its parent.
+                with contextlib.suppress(OSError):
+                    self._ptrace(_PTRACE_DETACH, tracee.tid, tracee.signal)
+        if self._first_interrupt is not None:
+            self._stop_seconds = time.monotonic() - self._first_interrupt
+        else:
+            self._stop_seconds = 0.0
