@@ -16,25 +16,16 @@ the allocator makes to grow or shrink its memory.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import time
 from collections.abc import Iterator
 
-from memforensics.sources.gdb.user_regs import USER_REGS
 from memforensics.sources.glibc.libc_elf import LibcImage
 from memforensics.sources.proc.ptrace_hold import ThreadHold
 
 STOP_BUDGET_SECONDS = 0.004  # a stop takes no further arena once it has lasted this long
 LET_RUN_SECONDS = 0.002  # how long a locked target runs before its arena is read again
-_PTRACE_GETREGS = 12
 # brk, mmap, munmap, mprotect, madvise, mremap: how glibc's allocator grows and trims.
 _ALLOCATOR_SYSCALLS = frozenset((12, 9, 11, 10, 28, 25))
-_RIP = USER_REGS.index("rip")
-_ORIG_RAX = USER_REGS.index("orig_rax")
-
-
-class _UserRegs(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_ulonglong) for name in USER_REGS]
 
 
 class StopBatches:
@@ -57,12 +48,11 @@ class StopBatches:
         self._hold: ThreadHold | None = None
         self._since = 0.0
         self.stops_seconds: list[float] = []
-        self._ptrace = ctypes.CDLL(None, use_errno=True).ptrace
-        self._ptrace.restype = ctypes.c_long
-        self._ptrace.argtypes = (ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p)
 
     def _start(self) -> None:
-        hold = ThreadHold(self.pid, timeout_seconds=self._timeout_seconds)
+        hold = ThreadHold(
+            self.pid, timeout_seconds=self._timeout_seconds, registers=self._single_threaded
+        )
         hold.__enter__()
         self._hold = hold
         self._since = time.monotonic()
@@ -92,12 +82,11 @@ class StopBatches:
         system call the allocator makes (its heap is then half changed, and unlocked)."""
         if not self._single_threaded or self._libc is None or self._hold is None:
             return False
+        counters = self._hold.program_counters
         for tid in self._hold.thread_ids:
-            regs = _UserRegs()
-            if self._ptrace(_PTRACE_GETREGS, tid, None, ctypes.byref(regs)) != 0:
+            if tid not in counters:
                 return True  # unknown counts as busy: the arena is read at another stop
-            values = [getattr(regs, name) for name in USER_REGS]
-            pc, syscall = values[_RIP], values[_ORIG_RAX]
+            pc, syscall = counters[tid]
             if self._libc.in_allocator(pc):
                 return True
             if syscall in _ALLOCATOR_SYSCALLS and self._libc.in_text(pc):

@@ -51,10 +51,12 @@ from memforensics.errors import (
     TargetExitedError,
     TargetPermissionError,
 )
+from memforensics.sources.gdb.user_regs import USER_REGS
 from memforensics.sources.proc import procfs
 
 # Requests and options from <sys/ptrace.h> and <linux/ptrace.h>.
 _PTRACE_DETACH = 17
+_PTRACE_GETREGS = 12
 _PTRACE_SEIZE = 0x4206
 _PTRACE_INTERRUPT = 0x4207
 _PTRACE_EVENT_CLONE = 3
@@ -96,6 +98,10 @@ def _ptrace(request: int, tid: int, data: int = 0) -> None:
         err = ctypes.get_errno()
         name = _REQUEST_NAMES.get(request, str(request))
         raise OSError(err, f"{name} of thread {tid}: {os.strerror(err)}")
+
+
+class _UserRegs(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_ulonglong) for name in USER_REGS]
 
 
 @dataclass(slots=True)
@@ -165,11 +171,18 @@ class ThreadHold:
     (kernel threads, other allocators); this class only holds.
     """
 
-    def __init__(self, pid: int, *, timeout_seconds: float = 1.0) -> None:
+    def __init__(
+        self, pid: int, *, timeout_seconds: float = 1.0, registers: bool = False
+    ) -> None:
         if not timeout_seconds > 0:
             raise ValueError(f"timeout_seconds must be positive, not {timeout_seconds!r}")
         self.pid = pid
         self.timeout_seconds = timeout_seconds
+        self._want_registers = registers
+        # With ``registers``: each held thread's (rip, orig_rax) at its stop; orig_rax is
+        # the system call it was in (-1 as unsigned when none). A thread whose registers
+        # could not be read is absent.
+        self.program_counters: dict[int, tuple[int, int]] = {}
         self.thread_ids: tuple[int, ...] = ()
         self.stop_kinds: dict[int, StopKind] = {}
         self.deferred_signals: dict[int, int] = {}
@@ -275,6 +288,21 @@ class ThreadHold:
         self.thread_ids = tuple(sorted(t.tid for t in held))
         self.stop_kinds = {t.tid: t.kind for t in held if t.kind is not None}
         self.deferred_signals = {t.tid: t.signal for t in held if t.signal}
+        if self._want_registers:
+            self.program_counters = self._program_counters(held)
+
+    def _program_counters(self, held: list[_Tracee]) -> dict[int, tuple[int, int]]:
+        """(rip, orig_rax) of each held thread, read with PTRACE_GETREGS (reading only)."""
+        rip, orig_rax = USER_REGS.index("rip"), USER_REGS.index("orig_rax")
+        found: dict[int, tuple[int, int]] = {}
+        for tracee in held:
+            regs = _UserRegs()
+            if threading.get_native_id() != self._tracer_tid:
+                raise RuntimeError("ptrace requests of a ThreadHold come from its tracer only")
+            if _libc.ptrace(_PTRACE_GETREGS, tracee.tid, None, ctypes.byref(regs)) == 0:
+                values = [getattr(regs, name) for name in USER_REGS]
+                found[tracee.tid] = (values[rip], values[orig_rax])
+        return found
 
     def _fresh_threads(self) -> list[int]:
         """The threads /proc/PID/task lists now that are neither seized nor known gone."""
