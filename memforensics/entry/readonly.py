@@ -163,7 +163,17 @@ def _inspect(pid: int, facts: ProcessFacts, timeout_seconds: float) -> Inspectio
     finally:
         batches.close()
     read_seconds = time.monotonic() - started
-    xml, dump = dump_and_residency(scan, version, process_source(pid))
+    try:
+        xml, dump = dump_and_residency(scan, version, process_source(pid))
+    except TargetError as exc:
+        if facts.state not in ("T", "t"):
+            raise
+        raise TargetError(
+            f"{exc.message}; PID {pid} is stopped (state {facts.state}), so a lock held when "
+            "it stopped stays held",
+            hint="continue it (kill -CONT PID) and retry, or use the gdb path",
+            pid=pid,
+        ) from exc
     with ProcessMemoryReader(pid) as mem:
         heap_info, tcache = layout_evidence(scan, mem)
     memory = procfs.read_memory(pid)

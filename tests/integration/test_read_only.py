@@ -138,14 +138,32 @@ def _system_lines(heap: str) -> list[str]:
     return [line for line in heap.splitlines() if "<system" in line or "<aspace" in line]
 
 
+def _equal_but_the_callers_arena(
+    mine: list[str], gdbs: list[str], moving: frozenset[int] = frozenset()
+) -> int:
+    """Every arena equal line for line, but at most one (the arena of the thread gdb made
+    its call in, whose bins the call's own allocations changed) besides the ``moving`` ones
+    (changed by the target itself meanwhile), and that one's system and aspace figures
+    equal. Returns how many arenas were compared equal."""
+    assert len(mine) == len(gdbs)
+    differ = [
+        index
+        for index, (a, b) in enumerate(zip(mine, gdbs, strict=True))
+        if a != b and index not in moving
+    ]
+    assert len(differ) <= 1, differ
+    for index in differ:
+        assert _system_lines(mine[index]) == _system_lines(gdbs[index])
+    return len(mine) - len(differ) - len(moving)
+
+
 @pytest.mark.slow
 def test_read_only_equals_gdbs_malloc_info_where_gdbs_call_allocated_nothing(
     tmp_path: Path,
 ) -> None:
-    """gdb's malloc_info call allocates (its memory stream) in the caller's arena, the main
-    one here: that arena's bins differ from the target's own dump, its system figures do
-    not; every thread arena is equal line for line to gdb's, and all of them to the
-    target's own."""
+    """gdb's malloc_info call allocates (its memory stream) in the caller's arena: that
+    arena's bins differ from the target's own dump, its system figures do not; every other
+    arena is equal line for line to gdb's, and all of them to the target's own."""
     binary = compile_target("heap_shapes")
     own, rebuilt, by_gdb = tmp_path / "own.xml", tmp_path / "ro.xml", tmp_path / "gdb.xml"
     with shape_target([str(binary), "31", "threads", str(own)]) as target:
@@ -156,25 +174,40 @@ def test_read_only_equals_gdbs_malloc_info_where_gdbs_call_allocated_nothing(
     assert rebuilt.read_bytes() == own.read_bytes()
     mine, gdbs = _heaps(rebuilt.read_text()), _heaps(by_gdb.read_text())
     assert len(mine) == len(gdbs) >= 3
-    assert mine[1:] == gdbs[1:]
-    assert _system_lines(mine[0]) == _system_lines(gdbs[0])
+    _equal_but_the_callers_arena(mine, gdbs)
 
 
 @pytest.mark.slow
 def test_a_stopped_busy_target_is_read_as_it_stands_and_left_stopped(tmp_path: Path) -> None:
     """The busy shape churns its main arena forever; stopped by SIGSTOP, the read-only
-    document and gdb's (the target left stopped: --allow-stopped) agree on every thread
-    arena, and twice in a row the read-only one is the same; the target stays stopped."""
+    document is the same twice in a row, and agrees with gdb's (--allow-stopped) on every
+    thread arena but the one gdb's call allocated in; the target stays stopped."""
     binary = compile_target("heap_shapes")
     first, second, by_gdb = tmp_path / "1.xml", tmp_path / "2.xml", tmp_path / "gdb.xml"
     with shape_target([str(binary), "32", "busy", "-"]) as target:
         time.sleep(0.2)
-        os.kill(target.pid, signal.SIGSTOP)
         try:
-            deadline = time.monotonic() + 5
-            while status(target.pid)["State"][0] != "T" and time.monotonic() < deadline:
-                time.sleep(0.01)
-            read_only(target.pid, first, "--allow-stopped")
+            # Stopped in the middle of a malloc, its arena stays locked (exit 3, saying so):
+            # stop it again at another moment until it stopped between two.
+            for attempt in range(50):
+                os.kill(target.pid, signal.SIGSTOP)
+                deadline = time.monotonic() + 5
+                while status(target.pid)["State"][0] != "T" and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                done = run_cli(
+                    "inspect",
+                    "--read-only",
+                    "--allow-stopped",
+                    "--save-xml",
+                    str(first),
+                    str(target.pid),
+                )
+                if done.returncode == 0:
+                    break
+                assert done.returncode == 3 and "stays held" in done.stderr, done.stderr
+                os.kill(target.pid, signal.SIGCONT)
+                time.sleep(0.01 * (attempt % 7))
+            assert done.returncode == 0, done.stderr
             read_only(target.pid, second, "--allow-stopped")
             assert status(target.pid)["State"][0] == "T", "a stopped target must stay stopped"
             done = run_cli(
@@ -186,8 +219,10 @@ def test_a_stopped_busy_target_is_read_as_it_stands_and_left_stopped(tmp_path: P
             os.kill(target.pid, signal.SIGCONT)
         assert first.read_bytes() == second.read_bytes()
         mine, gdbs = _heaps(first.read_text()), _heaps(by_gdb.read_text())
-        assert len(mine) == len(gdbs) == 3
-        assert mine[1:] == gdbs[1:]
+        assert len(mine) == 3
+        # gdb's session lets the threads it does not call in run (non-stop mode), stopped
+        # target or not: the churning main arena moves under it.
+        assert _equal_but_the_callers_arena(mine, gdbs, moving=frozenset({0})) >= 1
         time.sleep(0.1)
         assert_running(target, "SIGCONT")
 
@@ -258,16 +293,24 @@ def test_a_locked_arena_is_never_read_while_locked(tmp_path: Path) -> None:
         assert "locked at every stop" in done.stderr and "hint:" in done.stderr
         fields = status(staller.proc.pid)
         assert fields["TracerPid"] == "0" and fields["State"][0] not in "Tt"
-        staller.drain()
-        time.sleep(0.2)
-        # Stall again, and release it while the read is retrying.
-        assert staller.say("stall") == "stalling"
-        time.sleep(0.1)
-        releaser = threading.Timer(0.02, staller.drain)
+        # Still held: read again, and release it once the read has found the lock held
+        # (its retries span ~0.8 s).
+        releasing = threading.Event()
+
+        def release() -> None:
+            releasing.wait(0.4)
+            while not releasing.wait(0.01):
+                staller.drain()
+
+        releaser = threading.Thread(target=release)
+        started = time.monotonic()
         releaser.start()
-        document = read_only(staller.proc.pid, tmp_path / "after.xml")
-        releaser.join()
-        assert document["read_only"]["lock_retries"] >= 1
+        try:
+            document = read_only(staller.proc.pid, tmp_path / "after.xml")
+        finally:
+            releasing.set()
+            releaser.join()
+        assert document["read_only"]["lock_retries"] >= 1, time.monotonic() - started
         staller.drain()
         assert staller.say("gap").startswith("gap ")
     finally:

@@ -18,8 +18,8 @@ from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap
 from memforensics.sources.glibc.glibc_walk import ArenaWalk
 from memforensics.sources.proc.procmem import MemoryReader
 
-# An arena found locked (a thread inside malloc holds its mutex) in a stop is read again
-# after the target ran for LOCK_WAIT_SECONDS, at most this many times.
+# An arena found locked (a thread inside malloc holds its mutex) in a stop is read again after
+# the target ran a while (ArenaHold.let_run: longer each time), at most this many times.
 LOCK_RETRIES = 20
 
 
@@ -36,8 +36,10 @@ class ArenaHold(Protocol):
         allocator (glibc takes no lock there, so no mutex says so)."""
         ...
 
-    def let_run(self) -> None:
-        """Outside ``arena()``: let the target run a moment (a thread holds an arena)."""
+    def let_run(self, attempt: int) -> bool:
+        """Outside ``arena()``: let the target run a while (a thread holds an arena), the
+        longer the higher ``attempt`` (0 first); False when running cannot help (the target
+        is stopped by someone else: its lock stays held)."""
         ...
 
 
@@ -57,9 +59,10 @@ def held_read(
             state = fresh_state()
             if not ((state is not None and state.mutex != 0) or hold.in_allocator()):
                 return replace(read(), lock_retries=attempt)
-        hold.let_run()
+        if not hold.let_run(attempt):
+            break
     # Locked at every stop: read while it runs, for the residency alone.
-    return replace(read(), figures=None, lock_retries=LOCK_RETRIES)
+    return replace(read(), figures=None, lock_retries=attempt + 1)
 
 
 def bin_figures(

@@ -23,7 +23,10 @@ from memforensics.sources.glibc.libc_elf import LibcImage
 from memforensics.sources.proc.ptrace_hold import ThreadHold
 
 STOP_BUDGET_SECONDS = 0.004  # a stop takes no further arena once it has lasted this long
-LET_RUN_SECONDS = 0.002  # how long a locked target runs before its arena is read again
+# How long a locked target runs before its arena is read again: the first wait, doubled at
+# each attempt up to the longest (20 attempts span about 0.8 s).
+LET_RUN_SECONDS = 0.002
+LET_RUN_MAX_SECONDS = 0.05
 # brk, mmap, munmap, mprotect, madvise, mremap: how glibc's allocator grows and trims.
 _ALLOCATOR_SYSCALLS = frozenset((12, 9, 11, 10, 28, 25))
 
@@ -93,10 +96,17 @@ class StopBatches:
                 return True
         return False
 
-    def let_run(self) -> None:
-        """End the stop and let the target run a moment."""
+    def let_run(self, attempt: int) -> bool:
+        """End the stop and let the target run, longer at each ``attempt``; False at once
+        when every thread was in a job-control stop (SIGSTOP by someone else): it will not
+        run, and its lock will not be released."""
+        hold = self._hold
+        stopped = hold is not None and set(hold.stop_kinds.values()) == {"group"}
         self._end()
-        time.sleep(LET_RUN_SECONDS)
+        if stopped:
+            return False
+        time.sleep(min(LET_RUN_SECONDS * 2**attempt, LET_RUN_MAX_SECONDS))
+        return True
 
     def close(self) -> None:
         """End any stop (idempotent): the target runs."""

@@ -171,9 +171,7 @@ class ThreadHold:
     (kernel threads, other allocators); this class only holds.
     """
 
-    def __init__(
-        self, pid: int, *, timeout_seconds: float = 1.0, registers: bool = False
-    ) -> None:
+    def __init__(self, pid: int, *, timeout_seconds: float = 1.0, registers: bool = False) -> None:
         if not timeout_seconds > 0:
             raise ValueError(f"timeout_seconds must be positive, not {timeout_seconds!r}")
         self.pid = pid
