@@ -27,8 +27,9 @@ class ArenaHold(Protocol):
     """Holds every thread of the target still around the read of one arena (the read-only
     path: memforensics.entry.readonly), so that arena's bins are read at one moment."""
 
-    def arena(self) -> contextlib.AbstractContextManager[None]:
-        """Entered around one arena's read: the target is stopped inside."""
+    def arena(self, weight_bytes: int = 0) -> contextlib.AbstractContextManager[None]:
+        """Entered around one arena's read (of about ``weight_bytes`` of heap): the target
+        is stopped inside."""
         ...
 
     def in_allocator(self) -> bool:
@@ -47,15 +48,17 @@ def held_read(
     hold: ArenaHold | None,
     read: Callable[[], ArenaScan],
     fresh_state: Callable[[], ArenaState | None],
+    weight_bytes: int = 0,
 ) -> ArenaScan:
     """``read()`` of one arena, inside ``hold`` when there is one: an arena found locked (its
     mutex held, or a single-threaded target stopped inside the allocator, which takes no
     lock) is not read then; the target runs a moment and it is read again, at most
-    LOCK_RETRIES times (then its figures stay unknown)."""
+    LOCK_RETRIES times (then its figures stay unknown). ``weight_bytes``: about how much heap
+    the read copies (the hold plans its stops with it)."""
     if hold is None:
         return read()
     for attempt in range(LOCK_RETRIES + 1):
-        with hold.arena():
+        with hold.arena(weight_bytes):
             state = fresh_state()
             if not ((state is not None and state.mutex != 0) or hold.in_allocator()):
                 return replace(read(), lock_retries=attempt)

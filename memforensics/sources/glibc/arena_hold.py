@@ -50,15 +50,19 @@ class StopBatches:
         self._budget = stop_budget_seconds
         self._hold: ThreadHold | None = None
         self._since = 0.0
+        self._entering_seconds = 0.0  # how long the last stop took to stop every thread
+        self._bytes_per_second: float | None = None  # how fast arenas were read in stops
         self.stops_seconds: list[float] = []
 
     def _start(self) -> None:
         hold = ThreadHold(
             self.pid, timeout_seconds=self._timeout_seconds, registers=self._single_threaded
         )
+        began = time.monotonic()
         hold.__enter__()
         self._hold = hold
         self._since = time.monotonic()
+        self._entering_seconds = self._since - began
 
     def _end(self) -> None:
         hold, self._hold = self._hold, None
@@ -66,18 +70,35 @@ class StopBatches:
             hold.__exit__(None, None, None)
             self.stops_seconds.append(hold.stop_seconds)
 
+    def _budget_seconds(self) -> float:
+        """How long a stop may go on taking arenas: the budget, or as long as stopping every
+        thread took (a process of a thousand threads takes tens of ms to stop: fewer,
+        longer stops, not a stop per arena that costs more to make than to use)."""
+        return max(self._budget, self._entering_seconds)
+
     @contextlib.contextmanager
-    def arena(self) -> Iterator[None]:
-        """The target stopped around one arena's read (a stop already running is kept while
-        it is younger than the budget)."""
+    def arena(self, weight_bytes: int = 0) -> Iterator[None]:
+        """The target stopped around one arena's read of about ``weight_bytes`` of heap. A
+        stop already running takes it while the stop would stay within the budget with it
+        (judged from how fast the arenas before it were read); else a new stop begins."""
+        if self._hold is not None and self._bytes_per_second:
+            predicted = weight_bytes / self._bytes_per_second
+            if time.monotonic() - self._since + predicted > self._budget_seconds():
+                self._end()
         if self._hold is None:
             self._start()
+        began = time.monotonic()
         try:
             yield
         except BaseException:
             self._end()
             raise
-        if time.monotonic() - self._since >= self._budget:
+        now = time.monotonic()
+        if weight_bytes and now > began:
+            rate = weight_bytes / (now - began)
+            known = self._bytes_per_second
+            self._bytes_per_second = rate if known is None else (known + rate) / 2
+        if now - self._since >= self._budget_seconds():
             self._end()
 
     def in_allocator(self) -> bool:

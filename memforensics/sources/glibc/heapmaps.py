@@ -278,6 +278,15 @@ def _scan(
         params = find_malloc_par(mem, libc_data_regions(mappings, libc_path), sbrk_bases=bases)
         if params is None:
             notes.append("mp_ not found in libc's data: the mmapped chunks' counters are unknown")
+    if hold is not None:
+        # The copy buffers of the biggest arena, faulted in before any stop (the copies
+        # made during the stops then only copy).
+        biggest = max(
+            [[h.size_bytes for h in main_heaps]]
+            + [[h.size_bytes for h in arena_heaps] for arena_heaps in by_arena.values()],
+            key=sum,
+        )
+        pool.prepare(biggest)
     if main_heaps:
         pause()
 
@@ -313,6 +322,7 @@ def _scan(
                 hold,
                 read_main,
                 lambda: None if main_address is None else read_state(mem, main_address),
+                sum(h.size_bytes for h in main_heaps),
             )
         )
     for position, address in enumerate(order):
@@ -342,7 +352,10 @@ def _scan(
                 figures=figures,
             )
 
-        rows.append(held_read(hold, read_arena, functools.partial(read_state, mem, address)))
+        weight = sum(h.size_bytes for h in by_arena.get(address, ()))
+        rows.append(
+            held_read(hold, read_arena, functools.partial(read_state, mem, address), weight)
+        )
         all_heaps.extend(seen.get(address, []))
 
     chunk_spans = [(start, start + size) for start, size in chunks]
