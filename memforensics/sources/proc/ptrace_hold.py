@@ -1,10 +1,10 @@
 """Hold every thread of a live process still with ptrace, read-only, then let them all go.
 
-For ``inspect --read-only`` (DESIGN.md, rule 7): while the hold lasts nothing in the target
-runs, so its memory read through /proc/PID/mem is one moment. The hold writes nothing into
-the target and runs no code there: PTRACE_SEIZE (with PTRACE_O_TRACECLONE), PTRACE_INTERRUPT,
-waitid and PTRACE_DETACH, nothing else; never PTRACE_ATTACH, never SIGSTOP, never a
-breakpoint. x86-64 Linux.
+While the hold lasts nothing in the target runs, so its memory read through /proc/PID/mem
+is one moment (``inspect --read-only``, DESIGN.md rule 7). The hold itself writes nothing
+and runs no code there: PTRACE_SEIZE (with PTRACE_O_TRACECLONE), PTRACE_INTERRUPT, waitid,
+PTRACE_GETREGS and PTRACE_DETACH; never PTRACE_ATTACH, SIGSTOP or a breakpoint. ``in_tracer``
+runs a caller's own requests in its tracer thread (ptrace_call's calls). x86-64 Linux.
 
 Invariants:
 
@@ -33,16 +33,16 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Literal
+from typing import Literal, TypeVar
 
 from memforensics.errors import (
     DeadlineError,
@@ -51,22 +51,15 @@ from memforensics.errors import (
     TargetExitedError,
     TargetPermissionError,
 )
-from memforensics.sources.gdb.user_regs import USER_REGS
-from memforensics.sources.proc import procfs
+from memforensics.sources.proc import procfs, ptrace_regs
 
 # Requests and options from <sys/ptrace.h> and <linux/ptrace.h>.
 _PTRACE_DETACH = 17
-_PTRACE_GETREGS = 12
 _PTRACE_SEIZE = 0x4206
 _PTRACE_INTERRUPT = 0x4207
 _PTRACE_EVENT_CLONE = 3
 _PTRACE_O_TRACECLONE = 1 << _PTRACE_EVENT_CLONE
 _PTRACE_EVENT_STOP = 128
-_REQUEST_NAMES = {
-    _PTRACE_DETACH: "PTRACE_DETACH",
-    _PTRACE_SEIZE: "PTRACE_SEIZE",
-    _PTRACE_INTERRUPT: "PTRACE_INTERRUPT",
-}
 # wait flags from <linux/wait.h>: threads are "clone" children, which only __WALL waits
 # for; __WNOTHREAD: only the tracer thread's own tracees.
 _WALL = 0x40000000
@@ -82,26 +75,13 @@ _LONGEST_NAP_SECONDS = 1e-3
 _STATE_CHECK_SECONDS = 2e-3
 _TRACER_GONE_SECONDS = 2.0
 
+# One ptrace request (a module-level name: the tests' seam for failing or freezing one).
+_ptrace = ptrace_regs.request
+T = TypeVar("T")
 StopKind = Literal["interrupt", "group", "signal", "event"]
 """How a held thread stopped: "interrupt" (PTRACE_INTERRUPT, or a new thread's first stop),
 "group" (the process's job-control stop), "signal" (a signal-delivery-stop: the signal is
 delivered at release), "event" (a ptrace event such as PTRACE_EVENT_CLONE)."""
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
-_libc.ptrace.restype = ctypes.c_long
-
-
-def _ptrace(request: int, tid: int, data: int = 0) -> None:
-    """One ptrace request with a null addr; an OSError carrying errno when it fails."""
-    if _libc.ptrace(request, tid, None, data or None) == -1:
-        err = ctypes.get_errno()
-        name = _REQUEST_NAMES.get(request, str(request))
-        raise OSError(err, f"{name} of thread {tid}: {os.strerror(err)}")
-
-
-class _UserRegs(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_ulonglong) for name in USER_REGS]
 
 
 @dataclass(slots=True)
@@ -189,6 +169,10 @@ class ThreadHold:
         self._ignored: set[int] = set()  # listed threads that vanished or are zombies
         self._first_interrupt: float | None = None
         self._release = threading.Event()
+        self._work: Callable[[], object] | None = None
+        self._work_ready = threading.Event()
+        self._work_done = threading.Event()
+        self._work_result: tuple[bool, object] = (True, None)
         self._settled = threading.Event()  # held, or failed and let go
         self._failure: BaseException | None = None
         self._tracer: threading.Thread | None = None
@@ -252,10 +236,42 @@ class ThreadHold:
             self._failure = exc
         else:
             self._settled.set()
-            self._release.wait()
+            while not self._release.is_set():
+                self._serve()
         finally:
             self._let_go()
             self._settled.set()
+
+    def _serve(self) -> None:
+        """Run the work in_tracer handed over, if any, else wait a moment for it."""
+        if not self._work_ready.wait(0.05):
+            return
+        self._work_ready.clear()
+        work, self._work = self._work, None
+        if work is not None:
+            try:
+                self._work_result = (True, work())
+            except BaseException as exc:  # raised again in the caller's thread
+                self._work_result = (False, exc)
+            self._work_done.set()
+
+    def in_tracer(self, work: Callable[[], T]) -> T:
+        """``work()`` run in the tracer thread while every thread is held (ptrace requests
+        on them come from there only); its result, or its exception raised here."""
+        self._work_done.clear()
+        self._work = work
+        self._work_ready.set()
+        self._work_done.wait()
+        ok, value = self._work_result
+        if not ok:
+            raise value  # type: ignore[misc]
+        return value  # type: ignore[return-value]
+
+    def resumed(self, tid: int) -> None:
+        """In the tracer: ``tid`` ran (a call) and is in an interrupt stop again, with no
+        signal to deliver at release."""
+        tracee = self._tracees[tid]
+        tracee.kind, tracee.signal = "interrupt", 0
 
     def _ptrace(self, request: int, tid: int, data: int = 0) -> None:
         # The kernel takes only the tracer thread's requests; a call from anywhere else is a
@@ -291,15 +307,11 @@ class ThreadHold:
 
     def _program_counters(self, held: list[_Tracee]) -> dict[int, tuple[int, int]]:
         """(rip, orig_rax) of each held thread, read with PTRACE_GETREGS (reading only)."""
-        rip, orig_rax = USER_REGS.index("rip"), USER_REGS.index("orig_rax")
         found: dict[int, tuple[int, int]] = {}
         for tracee in held:
-            regs = _UserRegs()
-            if threading.get_native_id() != self._tracer_tid:
-                raise RuntimeError("ptrace requests of a ThreadHold come from its tracer only")
-            if _libc.ptrace(_PTRACE_GETREGS, tracee.tid, None, ctypes.byref(regs)) == 0:
-                values = [getattr(regs, name) for name in USER_REGS]
-                found[tracee.tid] = (values[rip], values[orig_rax])
+            with contextlib.suppress(OSError):
+                regs = ptrace_regs.get_regs(tracee.tid)
+                found[tracee.tid] = (regs.rip, regs.orig_rax)
         return found
 
     def _fresh_threads(self) -> list[int]:
