@@ -220,6 +220,7 @@ class ThreadHold:
         """Tell the tracer to let go and return once it has ended. Should this wait itself be
         interrupted (a second Ctrl-C), the tracer still lets go on its own."""
         self._release.set()
+        self._work_ready.set()  # wakes a tracer waiting for work
         if self._tracer is not None:
             self._tracer.join()
             # join() returns a moment before the OS thread ends, and with it the kernel's
@@ -244,7 +245,7 @@ class ThreadHold:
 
     def _serve(self) -> None:
         """Run the work in_tracer handed over, if any, else wait a moment for it."""
-        if not self._work_ready.wait(0.05):
+        if not self._work_ready.wait(1.0):
             return
         self._work_ready.clear()
         work, self._work = self._work, None
