@@ -13,9 +13,8 @@ import click
 
 from memforensics.analysis.oom_select import scan
 from memforensics.cli.options import exit_codes_epilog, json_option, verbose_option
-from memforensics.cli.output import emit_json, stdout_console
-from memforensics.entry.oomjoin import default_state_dir, join_scan, load_histories
-from memforensics.entry.oomscan import scan_default
+from memforensics.cli.output import emit_json, plain_stdout_width, stdout_console
+from memforensics.entry.early import resume_collector
 from memforensics.errors import (
     EXIT_GATE,
     InputDataError,
@@ -214,6 +213,7 @@ def command(
     systemd-oomd, earlyoom), which cgroup, which task triggered it and the
     biggest tasks at that moment (--json).
     """
+    resume_collector()  # early.begin paused it for the imports of an `oom --file`
     chosen = sum((directory is not None, bool(files), use_kmsg))
     if chosen > 1:
         raise click.UsageError("choose one source: --directory, --file or --kmsg")
@@ -235,13 +235,25 @@ def command(
     except MemforensicsError as exc:
         exc.hint = _with_flag_hint(exc)
         raise
-    state_dir = state_dir or default_state_dir()
-    if recordings or state_dir is not None:
-        histories, notes = load_histories(recordings, state_dir)
-        result = join_scan(result, histories, notes)
+    result = _joined(result, recordings, state_dir)
     _output(result, as_json=as_json, summary=summary, wide=wide)
     if fail_if_found and result.events:
         ctx.exit(EXIT_GATE)
+
+
+def _joined(result: OomScan, recordings: tuple[str, ...], state_dir: Path | None) -> OomScan:
+    """``result`` with each kill's last heap sample from ``recordings`` and the state
+    directory (given, else `collect`'s default where it exists); the joining machinery is
+    imported only when there is something to join with."""
+    from memforensics.entry.state_dir import existing_default_state_dir
+
+    state_dir = state_dir or existing_default_state_dir()
+    if not recordings and state_dir is None:
+        return result
+    from memforensics.entry.oomjoin import join_scan, load_histories
+
+    histories, notes = load_histories(recordings, state_dir)
+    return join_scan(result, histories, notes)
 
 
 def _with_flag_hint(exc: MemforensicsError) -> str | None:
@@ -302,6 +314,8 @@ def _scan(
         return replace(result, notes=(*reader.notes, *result.notes))
     if verbose:
         _status(f"no journal files in {' or '.join(JOURNAL_DIRS)}: reading /dev/kmsg and /var/log")
+    from memforensics.entry.oomscan import scan_default
+
     return scan_default(since=since, until=until, process=process)
 
 
@@ -310,6 +324,10 @@ def _output(result: OomScan, *, as_json: bool, summary: bool, wide: bool) -> Non
         from memforensics.render.oom import scan_json
 
         emit_json(scan_json(result))
+        return
+    if not summary and not wide and _print_plain(result):
+        for note in result.notes:
+            _status(f"note: {note}")
         return
     from memforensics.render.oom import events_table, summary_table
 
@@ -320,6 +338,23 @@ def _output(result: OomScan, *, as_json: bool, summary: bool, wide: bool) -> Non
     _print_table(console, table)
     for note in result.notes:
         _status(f"note: {note}")
+
+
+def _print_plain(result: OomScan) -> bool:
+    """Print the default table without rich where rich would print its plain characters
+    (stdout is not a terminal) and every line fits; False, having printed nothing, where
+    rich is needed. Byte for byte what _print_table prints there."""
+    from memforensics.render.oom import events_text
+
+    width = plain_stdout_width()
+    if width is None:
+        return False
+    text = events_text(result, width=width)
+    if text is None or any(len(line) > width for line in text.split("\n")):
+        return False  # "nothing found" is prose rich wraps; overlong lines rich crops
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+    return True
 
 
 def _print_table(console: Console, table: RenderableType) -> None:

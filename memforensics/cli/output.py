@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import builtins
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +22,43 @@ def stdout_console(*, soft_wrap: bool = False, highlight: bool = False) -> Conso
     from rich.console import Console
 
     return Console(file=sys.stdout, highlight=highlight, soft_wrap=soft_wrap)
+
+
+# Environment rich reads to decide that a file is (or is not) a terminal, or to size it as
+# Jupyter's: with any of them set, only rich itself can say what it will print.
+_RICH_TERMINAL_ENVIRON = ("TTY_COMPATIBLE", "FORCE_COLOR", "JUPYTER_COLUMNS", "JUPYTER_LINES")
+
+
+def plain_stdout_width() -> int | None:
+    """The width stdout_console() lays out for, when it is certain to print no styles and
+    no control codes (stdout is not a terminal); None when it may (a terminal, or settings
+    only rich interprets), and the caller is to print through rich.
+
+    The same rules as rich's Console, without importing rich: a file that is not a terminal
+    gets no colour system; its width is $COLUMNS, else the first of stdin, stdout and stderr
+    that is a terminal, else 80.
+    """
+    if sys.platform == "win32" or hasattr(builtins, "get_ipython"):
+        return None  # legacy consoles, notebooks: rich's own rules
+    if any(name in os.environ for name in _RICH_TERMINAL_ENVIRON):
+        return None
+    isatty = getattr(sys.stdout, "isatty", None)
+    try:
+        if isatty is None or isatty():
+            return None
+    except ValueError:
+        return None
+    columns = os.environ.get("COLUMNS")
+    if columns is not None and columns.isdigit():
+        return int(columns) if columns.isascii() else None
+    width = 0
+    for descriptor in (0, 1, 2):
+        try:
+            width = os.get_terminal_size(descriptor).columns
+        except (AttributeError, ValueError, OSError):
+            continue
+        break
+    return width or 80
 
 
 def stderr_console(*, soft_wrap: bool = False, highlight: bool = False) -> Console:

@@ -20,6 +20,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from memforensics.entry import state_dir
 from memforensics.errors import ToolingError, UnsafeDirectoryError
 from memforensics.model.collect import OomKillCount, OomKillKey
 from memforensics.model.oom import OomEvent
@@ -27,8 +28,8 @@ from memforensics.sources.files.atomic_file import write_atomically
 from memforensics.sources.proc.cgroup import container_identity
 
 # Where the state lives unless told otherwise (see default_state_dir).
-STATE_DIR_ENV = "MEMFORENSICS_STATE_DIR"
-SYSTEM_STATE_DIR = Path("/var/lib/memforensics")
+STATE_DIR_ENV = state_dir.STATE_DIR_ENV
+SYSTEM_STATE_DIR = state_dir.SYSTEM_STATE_DIR
 STATE_FILE = "collect-state.json"
 _WRITABLE_HINT = "choose a writable state directory"
 LOCK_FILE = "collect-state.lock"
@@ -61,26 +62,9 @@ class CollectState:
 
 
 def default_state_dir(environ: Mapping[str, str] | None = None, euid: int | None = None) -> Path:
-    """Where `collect` keeps its state when no directory is given; the one definition.
-
-    In order: $MEMFORENSICS_STATE_DIR; $STATE_DIRECTORY (systemd's StateDirectory=, its
-    first entry); for root /var/lib/memforensics; for anyone else
-    $XDG_STATE_HOME/memforensics (when absolute), else ~/.local/state/memforensics.
-    """
-    env = os.environ if environ is None else environ
-    explicit = env.get(STATE_DIR_ENV, "")
-    if explicit:
-        return Path(explicit)
-    systemd = env.get("STATE_DIRECTORY", "").split(":")[0]
-    if systemd:
-        return Path(systemd)
-    if (os.geteuid() if euid is None else euid) == 0:
-        return SYSTEM_STATE_DIR
-    xdg = env.get("XDG_STATE_HOME", "")
-    if xdg and os.path.isabs(xdg):
-        return Path(xdg) / "memforensics"
-    home = env.get("HOME") or os.path.expanduser("~")
-    return Path(home) / ".local" / "state" / "memforensics"
+    """Where `collect` keeps its state when no directory is given (state_dir.py holds the
+    rule, importable without this module)."""
+    return state_dir.default_state_dir(environ, euid)
 
 
 def prepare_state_dir(directory: Path) -> Path:

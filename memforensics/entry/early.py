@@ -13,7 +13,8 @@ the same work itself, a little later. Only the command line decides what is star
 scan reads /proc of the PID named there, as the command would.
 
 `memforensics oom --file LOG …` likewise starts the search of LOG's bytes in a child process
-(sources/logs/logsearch.py), on the second core while this one imports.
+(sources/logs/logsearch.py), on the second core while this one imports (the collector paused
+until the command resumes it).
 """
 
 from __future__ import annotations
@@ -130,6 +131,7 @@ def begin(argv: Sequence[str]) -> None:
     the search of the first saved log when it is an `oom --file LOG …` command."""
     path = oom_file(argv)
     if path is not None:
+        pause_collector()  # `oom` resumes it once imported, before it parses
         from memforensics.sources.logs import logsearch
 
         logsearch.start(path)
@@ -155,12 +157,14 @@ def begin(argv: Sequence[str]) -> None:
 
 
 def pause_collector() -> None:
-    """Python's cyclic garbage collector off until resume_collector(), for an `inspect`.
+    """Python's cyclic garbage collector off until resume_collector(), for an `inspect` or
+    the imports of an `oom --file`.
 
     Until its first report is out, `inspect` allocates only what lives to the end: some
     200,000 objects of modules, classes and functions as it imports, then one document. The
     collector would traverse them about 50 times (once per 700 allocations, more at each
-    older generation) and free nothing.
+    older generation) and free nothing. `oom` resumes it after its imports, before it
+    parses a log of any size: from then on the collector runs as always, over what is new.
     """
     gc.disable()
 

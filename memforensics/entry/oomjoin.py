@@ -11,18 +11,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from memforensics.analysis.oom_join import join_kill
-from memforensics.entry import collect_state
 from memforensics.entry.collect_heap import heap_file, read_heap_samples
 from memforensics.model.oom import HeapAtKill, OomEvent, OomScan
 from memforensics.model.series import Sample, SeriesEvent
 from memforensics.sources.files.recording import read_recording
-
-
-def default_state_dir() -> Path | None:
-    """The state directory `oom` reads without ``--state-dir``: `collect`'s default
-    (collect_state.default_state_dir), when it exists."""
-    path = collect_state.default_state_dir()
-    return path if path.is_dir() else None
 
 
 @dataclass

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from memforensics.model.series import Sample
+if TYPE_CHECKING:
+    # Only named in HeapAtKill's annotation: a scan of logs never loads the heap series.
+    from memforensics.model.series import Sample
 
 Killer = Literal["kernel", "systemd-oomd", "earlyoom"]
 Scope = Literal["global", "memcg"]

@@ -1,4 +1,5 @@
-"""OOM scans as a ``memforensics/oom/1`` JSON document or as rich tables (pure functions)."""
+"""OOM scans as a ``memforensics/oom/1`` JSON document, as rich tables, or as the default
+table's plain text (pure functions)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from memforensics.model.oom import (
     TopTask,
 )
 from memforensics.render.cgroup_name import short_cgroup
-from memforensics.render.oom_table import render_rows
+from memforensics.render.oom_table import plain_rows, render_rows
 from memforensics.units import format_bytes
 
 if TYPE_CHECKING:
@@ -210,16 +211,34 @@ def events_table(scan: OomScan, *, wide: bool = False, width: int = 80) -> Rende
     paths."""
     if not scan.events:
         return _nothing_found(scan)
-    boots = {event.boot_id for event in scan.events if event.boot_id}
+    title, notes = _title_and_notes(scan)
+    if wide:
+        return _wide_table(scan, title, notes)
+    return render_rows(title, _narrow_rows(scan), notes, width)
+
+
+def events_text(scan: OomScan, *, width: int = 80) -> str | None:
+    """The characters of the narrow ``events_table``, without rich and without styles (what
+    it prints where it prints no styles); None when there are no events."""
+    if not scan.events:
+        return None
+    title, notes = _title_and_notes(scan)
+    return plain_rows(title, _narrow_rows(scan), notes, width)
+
+
+def _title_and_notes(scan: OomScan) -> tuple[str, list[str]]:
     notes = [f"read: {describe_sources(scan.sources)}"]
     if any(not event.confirmed for event in scan.events):
         notes.append("* no kill line in the log: known from the selection or summary line only")
     for index, heap in sorted(scan.heap.items()):
         event = scan.events[index]
         notes.append(f"{_who(event.process, event.pid)} {heap.sentence}")
-    title = f"OOM kills: {len(scan.events)}"
-    if wide:
-        return _wide_table(scan, title, notes)
+    return f"OOM kills: {len(scan.events)}", notes
+
+
+def _narrow_rows(scan: OomScan) -> list[list[list[str]]]:
+    boots = {event.boot_id for event in scan.events if event.boot_id}
+    cgroups: dict[str | None, str] = {}  # kills of one container share their cgroup
     rows = []
     for event in scan.events:
         when = _when(event, narrow=True)
@@ -231,11 +250,18 @@ def events_table(scan: OomScan, *, wide: bool = False, width: int = 80) -> Rende
             _who_narrow(event.process, event.pid),
             _anon_text(event),
             _scope(event, narrow=True),
-            short_cgroup(event.cgroup or event.oom_memcg) or "-",
+            _short_cgroup(event.cgroup or event.oom_memcg, cgroups),
             _who_narrow(trigger.process, trigger.pid) if trigger else "-",
         )
         rows.append([cell.split("\n") for cell in cells])
-    return render_rows(title, rows, notes, width)
+    return rows
+
+
+def _short_cgroup(path: str | None, known: dict[str | None, str]) -> str:
+    name = known.get(path)
+    if name is None:
+        name = known[path] = short_cgroup(path) or "-"
+    return name
 
 
 def _anon_text(event: OomEvent) -> str:

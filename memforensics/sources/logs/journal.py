@@ -4,8 +4,6 @@ on journald's side, JSON output so that boot ids and timestamps come exact."""
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -186,6 +184,8 @@ class JournalReader:
 
     def records(self) -> Iterator[LogRecord]:
         """Run journalctl and yield records; raises the documented errors on failure."""
+        import shutil  # here, not at the top, like subprocess: start-up of `oom --file` counts
+
         executable = shutil.which(self.journalctl)
         if executable is None:
             raise ToolingError(
@@ -204,6 +204,7 @@ class JournalReader:
 
     def _run(self) -> Generator[LogRecord, None, tuple[int, str]]:
         import json
+        import subprocess
         import tempfile  # here, not at the top: start-up time of `oom --file` counts
 
         with tempfile.TemporaryFile() as errors:

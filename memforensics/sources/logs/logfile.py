@@ -13,7 +13,6 @@ import io
 import mmap
 import os
 import re
-import shutil
 import stat
 import zlib
 from collections.abc import Iterable, Iterator
@@ -168,6 +167,7 @@ def _stream_records(stream: _Readable, source: str, reference: datetime) -> Iter
 
 def _zstd_stream(raw: BinaryIO, head: bytes, source: str) -> Iterator[bytes]:
     """Decompress through ``zstd -dc``: no Python dependency, and it runs on another core."""
+    import shutil
     import subprocess
     import threading
 

@@ -13,8 +13,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from memforensics.model.collect import ContainerIdentity
+if TYPE_CHECKING:
+    # Imported where used: the OOM scan identifies cgroups without the collect model.
+    from memforensics.model.collect import ContainerIdentity
 
 _POD_RE = re.compile(
     r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})(?:\.slice)?$"
@@ -73,6 +76,8 @@ def identify(path: str | None) -> CgroupIdentity:
 
 def container_identity(cgroup_path: str | None) -> ContainerIdentity:
     """The pod UID and container ID named in ``cgroup_path`` (either may be None)."""
+    from memforensics.model.collect import ContainerIdentity
+
     identity = identify(cgroup_path)
     return ContainerIdentity(pod_uid=identity.pod_uid, container_id=identity.container_id)
 
@@ -104,5 +109,5 @@ def read_container_identity(pid: int) -> ContainerIdentity:
     try:
         text = Path(f"/proc/{pid}/cgroup").read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return ContainerIdentity()
+        return container_identity(None)
     return container_identity(process_cgroup_path(text))
