@@ -69,6 +69,9 @@ class TrimSettings:
     timeout_seconds: float = 10.0
     gdb_path: str | None = None
     log: Log | None = None
+    # No gdb: the heap read from memory, malloc_trim called through a self-restoring signal
+    # frame (entry.trim_direct), where the machine allows it; a --gdb given means gdb.
+    direct: bool = True
 
 
 def read_heap_residency(
@@ -294,6 +297,18 @@ def trim_process(pid: int, settings: TrimSettings) -> TrimResult:
     """
     facts = procfs.check_target(pid)  # refuses non-glibc before anything touches the target
     try:
+        if settings.gdb_path is None and settings.direct:
+            from memforensics.entry.trim_direct import direct_unavailable, trim_direct
+
+            if direct_unavailable(pid) is None:
+                return trim_direct(
+                    pid,
+                    facts,
+                    settings.pad_bytes,
+                    settings.dry_run,
+                    settings.min_free_bytes,
+                    settings.timeout_seconds,
+                )
         return _trim(pid, facts, settings)
     except MemforensicsError as exc:
         if isinstance(exc, NoSuchProcessError) or not pid_alive(pid):

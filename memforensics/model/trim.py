@@ -17,7 +17,8 @@ class TrimResult:
     """One target, one attach: RSS before, the forecast, the trim (unless skipped), RSS after.
 
     Byte counts that were not measured are ``None`` (unknown), never 0: a dry run has no
-    "after", and ``trim_returned`` is ``None`` when ``malloc_trim`` was not called.
+    "after", and ``trim_returned`` is ``None`` when ``malloc_trim`` was not called, or was
+    called without gdb (``trim_called``), which keeps no return value.
     ``released_bytes`` is RSS before minus RSS after, so it is negative when the target grew
     meanwhile; it is measured, not derived from the forecast.
     """
@@ -38,6 +39,9 @@ class TrimResult:
     trim_returned: int | None  # malloc_trim's return: 1 if it released memory, else 0
     pause_seconds: float  # how long the target was stopped in total (dump + trim)
     skipped: SkipReason | None = None
+    # malloc_trim was called without gdb (entry.trim_direct): it ran, and its return value
+    # was not kept (``trim_returned`` is then None).
+    trim_called: bool = False
     skipped_detail: str | None = None
     notes: tuple[str, ...] = ()  # what the forecast cannot see (tcache, top chunk, ...)
 
@@ -49,7 +53,7 @@ class TrimResult:
     @property
     def trimmed(self) -> bool:
         """True when ``malloc_trim`` was actually called in the target."""
-        return self.trim_returned is not None
+        return self.trim_called or self.trim_returned is not None
 
     @property
     def released_bytes(self) -> int | None:

@@ -61,6 +61,7 @@ def result_json(result: TrimResult) -> dict[str, Any]:
         "dry_run": result.dry_run,
         "trimmed": result.trimmed,
         "trim_returned": result.trim_returned,
+        "trim_called": result.trim_called,
         "pause_seconds": round(result.pause_seconds, 6),
         "skipped": result.skipped,
         "skipped_detail": result.skipped_detail,
@@ -148,7 +149,9 @@ def _action_line(result: TrimResult) -> Text:
     if result.name:
         head.append(f" {result.name}")
     head.append("  ")
-    if result.trimmed:
+    if result.trimmed and result.trim_returned is None:
+        head.append(f"malloc_trim({result.pad_bytes}) called (no gdb)")
+    elif result.trimmed:
         head.append(f"malloc_trim({result.pad_bytes}) returned {result.trim_returned}")
     else:
         head.append(f"not trimmed: {result.skipped_detail or result.skipped}", style="yellow")

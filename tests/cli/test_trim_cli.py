@@ -131,7 +131,7 @@ def test_trim_json_success_exit_0() -> None:
         document = json.loads(out)
         assert document["schema"] == "memforensics/trim/1"
         assert document["pid"] == target.pid
-        assert document["trim_returned"] == 1
+        assert document["trimmed"] and document["trim_called"]  # no gdb: no return value
         assert document["released_bytes"] == (
             document["rss_before_bytes"] - document["rss_after_bytes"]
         )
@@ -158,7 +158,7 @@ def test_trim_human_report() -> None:
     with python_target(FRAGMENTED_PY) as target:
         code, out, _ = run("trim", str(target.pid))
         assert code == 0
-        for word in ("before", "after", "released", "forecast", "malloc_trim(0) returned 1"):
+        for word in ("before", "after", "released", "forecast", "malloc_trim(0) called (no gdb)"):
             assert word in out
 
 
@@ -184,8 +184,9 @@ def test_trim_other_users_process_exits_4() -> None:
 @needs_live
 def test_trim_timeout_exits_6_and_target_left_running() -> None:
     # A 1 ms deadline cannot even cover gdb's attach: the session gives up and detaches.
+    # (Without gdb, a trim can fit in 1 ms; its timeout: test_read_only's locked arena.)
     with python_target(FRAGMENTED_PY) as target:
-        code, out, err = run("trim", "--timeout", "1ms", str(target.pid))
+        code, out, err = run("trim", "--gdb", "gdb", "--timeout", "1ms", str(target.pid))
         assert code == 6
         assert out == ""
         assert "hint: " in err and "left running" in err

@@ -43,7 +43,8 @@ def test_demo_json_shows_the_drop_beside_the_forecast() -> None:
     document = json.loads(result.stdout)
     assert document["schema"] == "memforensics/trim/1"
     assert document["demo"]["allocated_bytes"] == 50000 * 1024
-    assert document["trim_returned"] == 1
+    # Called without gdb, malloc_trim's return value is not kept; the drop is measured.
+    assert document["trimmed"] and document["trim_called"]
     released = document["released_bytes"]
     assert released > 40 * MIB  # of ~50 MiB written and freed
     assert document["rss_after_bytes"] < document["rss_before_bytes"] - 40 * MIB

@@ -334,7 +334,7 @@ def test_trim_release_matches_the_rss_drop(glibc: GlibcRelease) -> None:
             f" released {released:,} B; main arena: forecast {arenas[0]:,} B, [heap] drop "
             f"{heap_before - heap_after:,} B; thread arenas forecast {sorted(arenas.items())[1:]}"
         )
-        assert document["trimmed"] and document["trim_returned"] == 1
+        assert document["trimmed"] and document["trim_called"]
         assert drop > 190 * MIB  # the classic case gives its ~200 MB back
         assert abs(drop - forecast) <= TRIM_TOLERANCE * forecast
         assert abs(drop - released) <= TRIM_TOLERANCE * released

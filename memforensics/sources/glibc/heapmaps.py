@@ -43,7 +43,7 @@ from memforensics.sources.glibc.heap_search import (
 )
 from memforensics.sources.glibc.heapcopy import BufferPool
 from memforensics.sources.glibc.malloc_par import find_malloc_par, read_malloc_par
-from memforensics.sources.proc.procmaps import Mapping, read_smaps
+from memforensics.sources.proc.procmaps import Mapping, read_maps, read_smaps
 from memforensics.sources.proc.procmem import MemoryReader, ProcessMemoryReader
 
 # The walk runs after detach, with the target running: its time is the user's wait, not a
@@ -291,12 +291,19 @@ def _scan(
         pause()
 
         def read_main() -> ArenaScan:
-            nonlocal params
+            nonlocal params, brk
+            heaps = main_heaps
             state = main_state if hold is None or main_state is None else None
             if state is None and main_state is not None:
                 state = read_state(mem, main_state.address)  # this stop's, not the earlier
             if params is not None and hold is not None:
                 params = read_malloc_par(mem, params)
+            if hold is not None and brk is not None:
+                # The program break of this stop: a busy heap grows and shrinks it.
+                brk = _brk_extent(read_maps(pid)) or brk
+                first = Heap(brk[0], 0, brk[1] - brk[0], brk[1] - brk[0])
+                first.pages = mem.pagemap(brk[0], brk[1])
+                heaps = [first, *(h for h in main_heaps if h.ar_ptr)]
             # In a stop nothing moves: a list that reads inconsistently will not mend, and
             # retrying would only lengthen the stop (no retry_deadline left).
             retry_by = time.monotonic() if hold is not None else None
@@ -304,7 +311,7 @@ def _scan(
                 mem,
                 pool,
                 state,
-                main_heaps,
+                heaps,
                 True,
                 True,
                 deadline,
