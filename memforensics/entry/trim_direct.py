@@ -75,10 +75,24 @@ def _busy(hold: ThreadHold, libc: LibcImage, mutexes: list[int], mem: ProcessMem
     return False
 
 
+_NO_SYSCALL = (1 << 64) - 1  # orig_rax of a thread that is in no system call
+
+
 def _caller(hold: ThreadHold, pid: int) -> int | None:
-    """The thread to call on: the main one, else any, in a plain (interrupt) stop."""
+    """The thread to call on, in a plain (interrupt) stop: one waiting in a system call
+    (the main one first), else the main one, else any. A waiting thread goes back to the
+    same wait with the same stack after the call, so its end is seen at once; a running one
+    may be deeper in its stack than the call's frame by the time it is looked at."""
     plain = [tid for tid, kind in hold.stop_kinds.items() if kind == "interrupt"]
-    return pid if pid in plain else (plain[0] if plain else None)
+    waiting = [
+        tid for tid in plain if hold.program_counters.get(tid, (0, _NO_SYSCALL))[1] != _NO_SYSCALL
+    ]
+    for group in (waiting, plain):
+        if pid in group:
+            return pid
+        if group:
+            return group[0]
+    return None
 
 
 def call_malloc_trim(

@@ -276,20 +276,30 @@ def _stopped(tid: int, give_up: float) -> None:
 
 def _await_return(tid: int, frame: int, deadline: float) -> bool:
     """Follow the called thread until its stack pointer is above ``frame`` again (the
-    function returned and rt_sigreturn restored it), looking every few ms: interrupt,
-    read rsp, go on; signals that arrive meanwhile are delivered. Leaves it in an interrupt
-    stop; False when ``deadline`` came first."""
+    function returned and rt_sigreturn restored it), looking every few ms: at the stop of a
+    signal on its way in (before its handler's frame is built: where the thread was), or
+    else interrupting it; signals are delivered. Leaves it in an interrupt stop; False when
+    ``deadline`` came first."""
     nap = 0.0005
     while True:
         time.sleep(nap)
         nap = min(nap * 2, 0.01)
-        if _stop_of(tid) is None:
+        stop = _stop_of(tid)
+        if stop is None:
             ptrace_regs.request(_PTRACE_INTERRUPT, tid)
-        _stopped(tid, max(deadline, time.monotonic()) + _LOOK_SECONDS)
+            give_up = max(deadline, time.monotonic()) + _LOOK_SECONDS
+            while (stop := _stop_of(tid)) is None:
+                if time.monotonic() > give_up:
+                    raise DeadlineError(f"thread {tid} did not stop to be looked at", pid=tid)
+                time.sleep(0.0001)
         rsp = int(ptrace_regs.get_regs(tid).rsp)
         if rsp > frame or time.monotonic() > deadline:
+            if stop[1] == 0:  # a signal's stop: deliver it, then stop it plainly
+                ptrace_regs.request(_PTRACE_CONT, tid, stop[0])
+                ptrace_regs.request(_PTRACE_INTERRUPT, tid)
+                _stopped(tid, max(deadline, time.monotonic()) + _LOOK_SECONDS)
             return rsp > frame
-        ptrace_regs.request(_PTRACE_CONT, tid, 0)
+        ptrace_regs.request(_PTRACE_CONT, tid, stop[0] if stop[1] == 0 else 0)
 
 
 def libc_image(pid: int, path: str) -> bytes:

@@ -1,0 +1,192 @@
+"""memforensics and everything it started SIGKILLed together, at many moments: the target
+lives on, untraced, running and undisturbed.
+
+The paths without gdb are the ones that must survive it: `trim` (the heap read from memory,
+malloc_trim called through a signal frame that restores the thread by itself), and
+`inspect`, `watch` and `collect` with `--read-only` (nothing called at all). memforensics
+runs in its own process group with every process it starts (it starts none on these
+paths), and the whole group is SIGKILLed at once, as a pod deletion or a unit's final
+SIGKILL does. The target has 2 million free chunks, so its read and its malloc_trim take a
+few hundred ms and the kills land inside them; the integrity target (registers with upper
+ymm lanes, an ordered pipe, SIGALRM every 2 ms, heap buffers) says whether anything in it
+was disturbed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.targets import compile_target, live_skip_reason, running
+
+_SKIP = live_skip_reason()
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.skipif(_SKIP is not None, reason=_SKIP or ""),
+    pytest.mark.skipif(os.uname().machine != "x86_64", reason="the frame is x86-64's"),
+]
+
+MEMFORENSICS = [sys.executable, "-m", "memforensics"]
+# Moments after the start of the command (its Python start-up takes ~0.15 s of them).
+MOMENTS_SECONDS = (0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.8, 1.0)
+
+
+def _status(pid: int) -> dict[str, str]:
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields[key] = value.strip()
+    return fields
+
+
+def _left_running(pid: int, what: str) -> None:
+    """Alive, traced by nobody, not stopped, every thread."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        states = [_status_of(task) for task in tasks]
+        if all(s["TracerPid"] == "0" and s["State"][0] not in "Tt" for s in states):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"after {what}: {[_status_of(t) for t in tasks]}")
+
+
+def _status_of(task: Path) -> dict[str, str]:
+    fields = {}
+    for line in (task / "status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields[key] = value.strip()
+    return fields
+
+
+def _kill_side_at(argv: list[str], moment_seconds: float) -> None:
+    """Run ``argv`` in a process group of its own; SIGKILL the whole group at the moment."""
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        time.sleep(moment_seconds)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+
+
+class ChunkTarget:
+    """many_arenas with one arena of 2 million free 32-byte chunks, driven on its stdin."""
+
+    def __init__(self) -> None:
+        binary = compile_target("many_arenas")
+        self.proc = subprocess.Popen(
+            [str(binary), "1", "4000000", "24"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+        )
+        assert self.proc.stdout is not None
+        assert self.proc.stdout.readline().startswith(b"ready")
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def answers(self) -> bool:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(b"gap\n")
+        self.proc.stdin.flush()
+        return self.proc.stdout.readline().startswith(b"gap ")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def chunk_target() -> Iterator[ChunkTarget]:
+    target = ChunkTarget()
+    try:
+        yield target
+    finally:
+        target.close()
+
+
+COMMANDS = {
+    "trim": lambda pid, tmp: ["trim", "--timeout", "30s", str(pid)],
+    "inspect --read-only": lambda pid, tmp: ["inspect", "--read-only", "--json", str(pid)],
+    "watch --read-only": lambda pid, tmp: [
+        "watch",
+        "--read-only",
+        "--interval",
+        "0.2s",
+        "--count",
+        "5",
+        "--json",
+        str(pid),
+    ],
+    "collect --read-only": lambda pid, tmp: [
+        "collect",
+        "--read-only",
+        "--no-oom",
+        "--textfile-dir",
+        str(tmp),
+        str(pid),
+    ],
+}
+
+
+@pytest.mark.parametrize("command", list(COMMANDS), ids=list(COMMANDS))
+def test_a_target_with_two_million_free_chunks_survives_every_kill(
+    command: str, tmp_path: Path
+) -> None:
+    with chunk_target() as target:
+        for moment in MOMENTS_SECONDS:
+            _kill_side_at([*MEMFORENSICS, *COMMANDS[command](target.pid, tmp_path)], moment)
+            _left_running(target.pid, f"{command} killed after {moment} s")
+            assert target.answers(), f"the target stopped answering after {moment} s"
+        # Its heap is whole: read (no gdb) and trimmed once more, to the end.
+        done = subprocess.run(
+            [*MEMFORENSICS, "trim", "--json", str(target.pid)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        _left_running(target.pid, "a whole trim")
+        assert target.answers()
+
+
+def test_the_integrity_target_is_undisturbed_by_killed_trims_and_reads(tmp_path: Path) -> None:
+    binary = compile_target("integrity", "-mavx2")
+    with running([str(binary)]) as target:
+        for index, moment in enumerate(MOMENTS_SECONDS * 2):
+            command = ("trim", "inspect --read-only")[index % 2]
+            _kill_side_at([*MEMFORENSICS, *COMMANDS[command](target.pid, tmp_path)], moment)
+            _left_running(target.pid, f"{command} killed after {moment} s")
+        for _ in range(5):  # and whole calls, to the end
+            done = subprocess.run(
+                [*MEMFORENSICS, "trim", str(target.pid)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            assert done.returncode == 0, done.stderr
+        os.kill(target.pid, signal.SIGTERM)
+        assert target.proc.wait(timeout=20) == 0
+        assert target.proc.stdout is not None
+        report = target.proc.stdout.read().decode()
+        assert "corrupt" not in report, report
+        match = re.search(r"ok loops=(\d+) bytes=(\d+) alarms=(\d+)", report)
+        assert match and int(match.group(2)) > 0 and int(match.group(3)) > 0, report
