@@ -96,7 +96,7 @@ def dump_and_residency(scan: HeapScan, version: str | None, source: str) -> tupl
 
 
 def report_parts(
-    dump: HeapDump, scan: HeapScan, memory: ProcessMemory | None
+    dump: HeapDump, scan: HeapScan, memory: ProcessMemory | None, pad_bytes: int = 0
 ) -> tuple[HeapAnalysis, HeapResidency | None, Waterfall | None, str | None]:
     """(analysis, residency, waterfall, why there is no residency) of a read-only dump: the
     residency is the same read's, so the dump and the waterfall describe one moment."""
@@ -106,7 +106,7 @@ def report_parts(
 
     analysis = analyze(dump)
     try:
-        residency = build_residency(dump, scan)
+        residency = build_residency(dump, scan, pad_bytes=pad_bytes)
     except MemforensicsError as exc:
         return analysis, None, None, str(exc)
     flow = waterfall(memory, dump, residency) if memory is not None else None
@@ -117,15 +117,15 @@ def report_parts(
 
 
 def inspect_read_only(
-    pid: int, *, timeout_seconds: float = 1.0, allow_stopped: bool = False
+    pid: int, *, timeout_seconds: float = 1.0, allow_stopped: bool = False, pad_bytes: int = 0
 ) -> Inspection:
     """The heap report of ``pid`` read from its memory (see the module). Refuses what the gdb
     path refuses (procfs.check_target), and a heap it cannot read consistently (TargetError,
     exit 3, with a hint to use the gdb path). The target is left running (or stopped, if
-    someone else had stopped it)."""
+    someone else had stopped it). Trimmable figures are for malloc_trim(``pad_bytes``)."""
     facts = procfs.check_target(pid, allow_stopped=allow_stopped)
     try:
-        return _inspect(pid, facts, timeout_seconds)
+        return _inspect(pid, facts, timeout_seconds, pad_bytes)
     except MemforensicsError as exc:
         if isinstance(exc, NoSuchProcessError) or not pid_alive(pid):
             from memforensics.entry.live import exited_error
@@ -148,7 +148,9 @@ def inspect_instead_of_gdb(
     return inspect_read_only(pid, timeout_seconds=timeout_seconds, allow_stopped=allow_stopped)
 
 
-def _inspect(pid: int, facts: ProcessFacts, timeout_seconds: float) -> Inspection:
+def _inspect(
+    pid: int, facts: ProcessFacts, timeout_seconds: float, pad_bytes: int = 0
+) -> Inspection:
     libc_path = facts.libc_path
     libc = load_libc_image(pid, libc_path) if libc_path else None
     version = facts.glibc_version
@@ -177,7 +179,7 @@ def _inspect(pid: int, facts: ProcessFacts, timeout_seconds: float) -> Inspectio
     with ProcessMemoryReader(pid) as mem:
         heap_info, tcache = layout_evidence(scan, mem)
     memory = procfs.read_memory(pid)
-    analysis, residency, flow, residency_error = report_parts(dump, scan, memory)
+    analysis, residency, flow, residency_error = report_parts(dump, scan, memory, pad_bytes)
     stops = batches.stops_seconds
     read = ReadOnlyRead(
         source="live",

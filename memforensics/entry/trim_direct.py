@@ -161,7 +161,9 @@ def trim_direct(
     before = procfs.read_memory(pid)
     if before.rss_bytes is None:
         raise TargetError(f"PID {pid} has no memory figures (exited?)", pid=pid)
-    inspection = inspect_read_only(pid, timeout_seconds=min(timeout_seconds, 1.0))
+    inspection = inspect_read_only(
+        pid, timeout_seconds=min(timeout_seconds, 1.0), pad_bytes=pad_bytes
+    )
     dump = inspection.analysis.dump
     if dump.all_zero:
         raise NotGlibcMallocError(
