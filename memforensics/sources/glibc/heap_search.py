@@ -8,6 +8,7 @@ Read through /proc/PID/mem while the target runs, only from pages that are prese
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import time
 from collections.abc import Callable, Sequence
@@ -28,13 +29,19 @@ _CLOCK_EVERY = 0xFFF  # a chain of chunks looks at the clock this often
 def subtract_spans(
     spans: Sequence[tuple[int, int]], holes: Sequence[tuple[int, int]]
 ) -> list[tuple[int, int]]:
-    """The parts of the [start, end) ``spans`` that no [start, end) of ``holes`` covers."""
+    """The parts of the [start, end) ``spans`` that no [start, end) of ``holes`` covers
+    (each span looks only at the holes that can reach it: thousands of sub-heaps against
+    thousands of mappings stay a sorted sweep, not a product)."""
     cuts = sorted(holes)
+    los = [lo for lo, _ in cuts]
+    reach = list(itertools.accumulate((hi for _, hi in cuts), max))  # max end so far
     parts: list[tuple[int, int]] = []
     for start, end in spans:
         at = start
-        for lo, hi in cuts:
-            if hi <= at or lo >= end:
+        # The first hole that may end after ``start``: holes before it all end at or before.
+        first = bisect.bisect_right(reach, start)
+        for lo, hi in cuts[first : bisect.bisect_left(los, end)]:
+            if hi <= at:
                 continue
             if lo > at:
                 parts.append((at, lo))

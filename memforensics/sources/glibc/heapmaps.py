@@ -43,7 +43,7 @@ from memforensics.sources.glibc.heap_search import (
 )
 from memforensics.sources.glibc.heapcopy import BufferPool
 from memforensics.sources.glibc.malloc_par import find_malloc_par, read_malloc_par
-from memforensics.sources.proc.procmaps import Mapping, read_maps, read_smaps
+from memforensics.sources.proc.procmaps import Mapping, read_smaps
 from memforensics.sources.proc.procmem import MemoryReader, ProcessMemoryReader
 
 # The walk runs after detach, with the target running: its time is the user's wait, not a
@@ -298,9 +298,13 @@ def _scan(
                 state = read_state(mem, main_state.address)  # this stop's, not the earlier
             if params is not None and hold is not None:
                 params = read_malloc_par(mem, params)
-            if hold is not None and brk is not None:
-                # The program break of this stop: a busy heap grows and shrinks it.
-                brk = _brk_extent(read_maps(pid)) or brk
+            if hold is not None and brk is not None and state is not None:
+                # The program break of this stop (a busy heap grows and shrinks it): a
+                # contiguous main arena's top ends there.
+                header = mem.read(state.top, glibc.CHUNK_HEADER_BYTES)
+                if header is not None and brk[0] <= state.top < brk[1] + glibc.HEAP_MAX_BYTES:
+                    top_end = state.top + (int.from_bytes(header[8:], "little") & ~7)
+                    brk = (brk[0], max(glibc.page_ceil(top_end, mem.page_bytes), brk[0]))
                 first = Heap(brk[0], 0, brk[1] - brk[0], brk[1] - brk[0])
                 first.pages = mem.pagemap(brk[0], brk[1])
                 heaps = [first, *(h for h in main_heaps if h.ar_ptr)]
