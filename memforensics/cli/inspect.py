@@ -172,18 +172,37 @@ def command(
         raise click.UsageError("give at least one PID or --name PATTERN")
     if read_only and gdb_path is not None:
         raise click.UsageError("--read-only runs no gdb: drop --gdb")
+    _report_targets(
+        *_targets_and_reader(
+            pids, names, read_only, timeout_seconds, gdb_path, allow_stopped, verbose
+        ),
+        as_json=as_json,
+        save_xml=save_xml,
+        top=top,
+        sort=sort,
+    )
+
+
+def _targets_and_reader(
+    pids: tuple[int, ...],
+    names: tuple[str, ...],
+    read_only: bool,
+    timeout_seconds: float,
+    gdb_path: str | None,
+    allow_stopped: bool,
+    verbose: bool,
+) -> tuple[list[tuple[int, bool]], Callable[[int], Inspection]]:
+    """The targets, and how each is inspected: read from its memory, or through gdb."""
     if read_only:
-        _inspect_read_only(
-            pids,
-            names,
-            as_json=as_json,
-            save_xml=save_xml,
-            timeout_seconds=timeout_seconds,
-            allow_stopped=allow_stopped,
-            top=top,
-            sort=sort,
-        )
-        return
+        from memforensics.entry.live import resolve_targets
+        from memforensics.entry.readonly import inspect_read_only
+
+        def read(pid: int) -> Inspection:
+            return inspect_read_only(
+                pid, timeout_seconds=timeout_seconds, allow_stopped=allow_stopped
+            )
+
+        return resolve_targets(pids, names), read
     # gdb's start-up and the imports below take about as long each: gdb starts first, and
     # the first session takes it over (one less wait before the attach). Likewise the first
     # target's residency scan: it reads /proc while the rest imports. The program's entry
@@ -206,14 +225,7 @@ def command(
             scan=first_scan if pids and pid == pids[0] else None,
         )
 
-    _report_targets(
-        resolve_targets(pids, names),
-        inspect_one,
-        as_json=as_json,
-        save_xml=save_xml,
-        top=top,
-        sort=sort,
-    )
+    return resolve_targets(pids, names), inspect_one
 
 
 def _inspect_core(
@@ -239,33 +251,6 @@ def _inspect_core(
         emit_json(_document(result))
     else:
         _print_report(result, top=top, sort=sort)
-
-
-def _inspect_read_only(
-    pids: tuple[int, ...],
-    names: tuple[str, ...],
-    *,
-    as_json: bool,
-    save_xml: str | None,
-    timeout_seconds: float,
-    allow_stopped: bool,
-    top: int,
-    sort: SortKey,
-) -> None:
-    from memforensics.entry.live import resolve_targets
-    from memforensics.entry.readonly import inspect_read_only
-
-    def inspect_one(pid: int) -> Inspection:
-        return inspect_read_only(pid, timeout_seconds=timeout_seconds, allow_stopped=allow_stopped)
-
-    _report_targets(
-        resolve_targets(pids, names),
-        inspect_one,
-        as_json=as_json,
-        save_xml=save_xml,
-        top=top,
-        sort=sort,
-    )
 
 
 def _report_targets(

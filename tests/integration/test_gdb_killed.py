@@ -12,11 +12,9 @@ interrupted system call came back.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import re
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -26,6 +24,7 @@ import pytest
 
 from memforensics.errors import MemforensicsError
 from memforensics.sources.gdb.gdb import GdbSession
+from tests.support.stall_target import StallTarget
 from tests.support.targets import compile_target, live_skip_reason, running
 
 _SKIP = live_skip_reason()
@@ -36,66 +35,16 @@ pytestmark = [
 ]
 
 
-class Victim:
-    """many_arenas with a pipe for commands and a small stderr pipe for the stall."""
-
-    def __init__(self) -> None:
-        binary = compile_target("many_arenas")
-        self.err_read, err_write = os.pipe()
-        fcntl.fcntl(err_write, fcntl.F_SETPIPE_SZ, 4096)
-        self.proc = subprocess.Popen(
-            [str(binary), "1", "200000", "24"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=err_write,
-            start_new_session=True,
-        )
-        os.close(err_write)
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline().decode()
-        assert line.startswith("ready"), line
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def say(self, command: str) -> str:
-        """Send a command to the main thread and return its one-line answer."""
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(command.encode() + b"\n")
-        self.proc.stdin.flush()
-        return self.proc.stdout.readline().decode().strip()
-
-    def drain_stderr(self) -> None:
-        os.set_blocking(self.err_read, False)
-        with contextlib.suppress(BlockingIOError):
-            while os.read(self.err_read, 65536):
-                pass
-
-    def status(self) -> dict[str, str]:
-        fields = {}
-        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-            key, _, value = line.partition(":")
-            fields[key] = value.strip()
-        return fields
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.pid, signal.SIGKILL)
-        self.proc.wait(timeout=10)
-        os.close(self.err_read)
-
-
 @contextlib.contextmanager
-def victim() -> Iterator[Victim]:
-    target = Victim()
+def victim() -> Iterator[StallTarget]:
+    target = StallTarget()
     try:
         yield target
     finally:
         target.close()
 
 
-def _left_running(target: Victim, timeout_seconds: float = 30.0) -> None:
+def _left_running(target: StallTarget, timeout_seconds: float = 30.0) -> None:
     """Alive, untraced, not stopped, and the main thread answers on its stdin."""
     deadline = time.monotonic() + timeout_seconds
     while time.monotonic() < deadline:

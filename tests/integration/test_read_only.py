@@ -30,7 +30,8 @@ from typing import Any
 import pytest
 
 from tests.support.glibc_releases import RELEASES, build_target, command, release_tree, skip_reason
-from tests.support.targets import Target, compile_target, live_skip_reason, running
+from tests.support.stall_target import StallTarget
+from tests.support.targets import Target, compile_target, live_skip_reason, proc_status, running
 
 _SKIP = live_skip_reason()
 pytestmark = [
@@ -69,18 +70,10 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
     )
 
 
-def status(pid: int) -> dict[str, str]:
-    fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        fields[key] = value.strip()
-    return fields
-
-
 def assert_running(target: Target, what: str) -> None:
     """Alive, traced by nobody, not stopped: what a read leaves behind."""
     assert target.alive(), f"the target died after {what}"
-    fields = status(target.pid)
+    fields = proc_status(target.pid)
     assert fields["TracerPid"] == "0", f"still traced after {what}: {fields['TracerPid']}"
     assert fields["State"][0] not in "Tt", f"left stopped after {what}: {fields['State']}"
 
@@ -192,7 +185,7 @@ def test_a_stopped_busy_target_is_read_as_it_stands_and_left_stopped(tmp_path: P
             for attempt in range(50):
                 os.kill(target.pid, signal.SIGSTOP)
                 deadline = time.monotonic() + 5
-                while status(target.pid)["State"][0] != "T" and time.monotonic() < deadline:
+                while proc_status(target.pid)["State"][0] != "T" and time.monotonic() < deadline:
                     time.sleep(0.01)
                 done = run_cli(
                     "inspect",
@@ -209,12 +202,12 @@ def test_a_stopped_busy_target_is_read_as_it_stands_and_left_stopped(tmp_path: P
                 time.sleep(0.01 * (attempt % 7))
             assert done.returncode == 0, done.stderr
             read_only(target.pid, second, "--allow-stopped")
-            assert status(target.pid)["State"][0] == "T", "a stopped target must stay stopped"
+            assert proc_status(target.pid)["State"][0] == "T", "a stopped target must stay stopped"
             done = run_cli(
                 "inspect", "--allow-stopped", "--json", "--save-xml", str(by_gdb), str(target.pid)
             )
             assert done.returncode == 0, done.stderr
-            assert status(target.pid)["State"][0] == "T"
+            assert proc_status(target.pid)["State"][0] == "T"
         finally:
             os.kill(target.pid, signal.SIGCONT)
         assert first.read_bytes() == second.read_bytes()
@@ -240,58 +233,18 @@ def test_a_busy_running_target_is_read_consistently(tmp_path: Path) -> None:
         assert_running(target, "five reads")
 
 
-class Staller:
-    """many_arenas whose "stall" command starts a thread that holds the main arena's mutex
-    inside malloc_stats() until its stderr (a 4 KiB pipe) is drained."""
-
-    def __init__(self) -> None:
-        import fcntl
-
-        binary = compile_target("many_arenas")
-        self.err_read, err_write = os.pipe()
-        fcntl.fcntl(err_write, fcntl.F_SETPIPE_SZ, 4096)
-        self.proc = subprocess.Popen(
-            [str(binary), "1", "20000", "24"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=err_write,
-            start_new_session=True,
-        )
-        os.close(err_write)
-        assert self.proc.stdout is not None
-        assert self.proc.stdout.readline().decode().startswith("ready")
-
-    def say(self, line: str) -> str:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(line.encode() + b"\n")
-        self.proc.stdin.flush()
-        return self.proc.stdout.readline().decode().strip()
-
-    def drain(self) -> None:
-        os.set_blocking(self.err_read, False)
-        with contextlib.suppress(BlockingIOError):
-            while os.read(self.err_read, 65536):
-                pass
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=10)
-        os.close(self.err_read)
-
-
 @pytest.mark.slow
 def test_a_locked_arena_is_never_read_while_locked(tmp_path: Path) -> None:
     """Its mutex held at every stop: the read gives up cleanly (exit 3, a hint to the gdb
     path), the target untouched; released while the read retries: read after it ran."""
-    staller = Staller()
+    staller = StallTarget(20000)
     try:
         assert staller.say("stall") == "stalling"
         time.sleep(0.1)
-        done = run_cli("inspect", "--read-only", "--json", str(staller.proc.pid))
+        done = run_cli("inspect", "--read-only", "--json", str(staller.pid))
         assert done.returncode == 3, done.stderr
         assert "locked at every stop" in done.stderr and "hint:" in done.stderr
-        fields = status(staller.proc.pid)
+        fields = proc_status(staller.pid)
         assert fields["TracerPid"] == "0" and fields["State"][0] not in "Tt"
         # Still held: read again, and release it once the read has found the lock held
         # (its retries span ~0.8 s).
@@ -300,28 +253,28 @@ def test_a_locked_arena_is_never_read_while_locked(tmp_path: Path) -> None:
         def release() -> None:
             releasing.wait(0.4)
             while not releasing.wait(0.01):
-                staller.drain()
+                staller.drain_stderr()
 
         releaser = threading.Thread(target=release)
         started = time.monotonic()
         releaser.start()
         try:
-            document = read_only(staller.proc.pid, tmp_path / "after.xml")
+            document = read_only(staller.pid, tmp_path / "after.xml")
         finally:
             releasing.set()
             releaser.join()
         assert document["read_only"]["lock_retries"] >= 1, time.monotonic() - started
-        staller.drain()
+        staller.drain_stderr()
         # trim without gdb waits for a moment with every arena unlocked, and gives up at its
         # deadline (exit 6) with nothing called; with the lock released it trims.
         time.sleep(0.2)
         assert staller.say("stall") == "stalling"
         time.sleep(0.1)
-        done = run_cli("trim", "--timeout", "1s", str(staller.proc.pid))
+        done = run_cli("trim", "--timeout", "1s", str(staller.pid))
         assert done.returncode in (3, 6), done.stderr  # the read, or then the call, gave up
-        fields = status(staller.proc.pid)
+        fields = proc_status(staller.pid)
         assert fields["TracerPid"] == "0" and fields["State"][0] not in "Tt"
-        staller.drain()
+        staller.drain_stderr()
         assert staller.say("gap").startswith("gap ")
     finally:
         staller.close()
@@ -368,7 +321,7 @@ def test_memforensics_killed_mid_read_leaves_the_target_running(tmp_path: Path) 
             proc.kill()
             proc.wait(timeout=10)
             deadline = time.monotonic() + 5
-            while status(target.pid)["TracerPid"] != "0" and time.monotonic() < deadline:
+            while proc_status(target.pid)["TracerPid"] != "0" and time.monotonic() < deadline:
                 time.sleep(0.01)
             assert_running(target, f"a SIGKILL after {delay_seconds} s")
         rebuilt = tmp_path / "after.xml"

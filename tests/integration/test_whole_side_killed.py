@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.targets import compile_target, live_skip_reason, running
+from tests.support.targets import compile_target, live_skip_reason, proc_status, running
 
 _SKIP = live_skip_reason()
 pytestmark = [
@@ -41,32 +41,16 @@ MEMFORENSICS = [sys.executable, "-m", "memforensics"]
 MOMENTS_SECONDS = (0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.8, 1.0)
 
 
-def _status(pid: int) -> dict[str, str]:
-    fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        fields[key] = value.strip()
-    return fields
-
-
 def _left_running(pid: int, what: str) -> None:
     """Alive, traced by nobody, not stopped, every thread."""
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
-        states = [_status_of(task) for task in tasks]
+        tasks = [int(task.name) for task in Path(f"/proc/{pid}/task").iterdir()]
+        states = [proc_status(pid, tid) for tid in tasks]
         if all(s["TracerPid"] == "0" and s["State"][0] not in "Tt" for s in states):
             return
         time.sleep(0.01)
-    raise AssertionError(f"after {what}: {[_status_of(t) for t in tasks]}")
-
-
-def _status_of(task: Path) -> dict[str, str]:
-    fields = {}
-    for line in (task / "status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        fields[key] = value.strip()
-    return fields
+    raise AssertionError(f"after {what}: {[proc_status(pid, tid) for tid in tasks]}")
 
 
 def _kill_side_at(argv: list[str], moment_seconds: float) -> None:

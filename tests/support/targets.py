@@ -194,3 +194,13 @@ def memory_cgroup(name: str, limit_bytes: int) -> Path | None:
             group.rmdir()
         return None
     return group
+
+
+def proc_status(pid: int, tid: int | None = None) -> dict[str, str]:
+    """/proc/PID/status (or a thread's, /proc/PID/task/TID/status) as a dict of its fields."""
+    path = Path(f"/proc/{pid}/status" if tid is None else f"/proc/{pid}/task/{tid}/status")
+    fields = {}
+    for line in path.read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields[key] = value.strip()
+    return fields
