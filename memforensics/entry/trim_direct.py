@@ -18,6 +18,7 @@ import time
 from memforensics.errors import DeadlineError, NotGlibcMallocError, TargetError
 from memforensics.model.process import HeapResidency, ProcessFacts
 from memforensics.model.trim import TrimResult
+from memforensics.sources.glibc.arena_hold import in_allocator
 from memforensics.sources.glibc.libc_elf import LibcImage, load_libc_image
 from memforensics.sources.proc import procfs
 from memforensics.sources.proc.procmaps import read_maps
@@ -30,8 +31,6 @@ from memforensics.sources.proc.ptrace_call import (
 )
 from memforensics.sources.proc.ptrace_hold import ThreadHold
 
-# brk, mmap, munmap, mprotect, madvise, mremap: the allocator's own system calls.
-_ALLOCATOR_SYSCALLS = frozenset((12, 9, 11, 10, 28, 25))
 _RETRY_FIRST_SECONDS = 0.002
 _RETRY_MAX_SECONDS = 0.05
 
@@ -62,12 +61,9 @@ def _restore_rt(pid: int, libc_path: str) -> int:
 
 def _busy(hold: ThreadHold, libc: LibcImage, mutexes: list[int], mem: ProcessMemoryReader) -> bool:
     """A thread is inside the allocator, or an arena's mutex is held: no call now."""
-    for tid in hold.thread_ids:
-        pc, syscall = hold.program_counters.get(tid, (0, 0))
-        if tid not in hold.program_counters or libc.in_allocator(pc):
-            return True
-        if syscall in _ALLOCATOR_SYSCALLS and libc.in_text(pc):
-            return True
+    counters = hold.program_counters
+    if any(tid not in counters or in_allocator(libc, *counters[tid]) for tid in hold.thread_ids):
+        return True
     for address in mutexes:
         word = mem.read(address, 4)
         if word is None or int.from_bytes(word, "little"):

@@ -31,6 +31,12 @@ LET_RUN_MAX_SECONDS = 0.05
 _ALLOCATOR_SYSCALLS = frozenset((12, 9, 11, 10, 28, 25))
 
 
+def in_allocator(libc: LibcImage, pc: int, syscall: int) -> bool:
+    """A thread stopped at ``pc`` (in system call ``syscall``, its orig_rax) is inside the
+    allocator: in its code, or in one of the system calls it makes to grow or trim."""
+    return libc.in_allocator(pc) or (syscall in _ALLOCATOR_SYSCALLS and libc.in_text(pc))
+
+
 class StopBatches:
     """heapmaps.ArenaHold for a live target; ``stops_seconds`` lists every stop's length."""
 
@@ -107,15 +113,10 @@ class StopBatches:
         if not self._single_threaded or self._libc is None or self._hold is None:
             return False
         counters = self._hold.program_counters
-        for tid in self._hold.thread_ids:
-            if tid not in counters:
-                return True  # unknown counts as busy: the arena is read at another stop
-            pc, syscall = counters[tid]
-            if self._libc.in_allocator(pc):
-                return True
-            if syscall in _ALLOCATOR_SYSCALLS and self._libc.in_text(pc):
-                return True
-        return False
+        return any(
+            tid not in counters or in_allocator(self._libc, *counters[tid])
+            for tid in self._hold.thread_ids
+        )
 
     def let_run(self, attempt: int) -> bool:
         """End the stop and let the target run, longer at each ``attempt``; False at once
