@@ -94,7 +94,7 @@ def now_utc() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def _settled_memory(pid: int) -> ProcessMemory:
+def settled_memory(pid: int) -> ProcessMemory:
     """RSS after a trim, measured until it stops moving (not guessed from the forecast)."""
     time.sleep(_SETTLE_FIRST_SECONDS)
     memory = procfs.read_memory(pid)
@@ -381,7 +381,7 @@ def _trim(pid: int, facts: ProcessFacts, settings: TrimSettings) -> TrimResult:
         pause_seconds += session.pause_seconds
         age_seconds = time.monotonic() - figures_read
         residency_notes += (f"forecast figures were at most {age_seconds:.2f} s old at the trim",)
-    after = _settled_memory(pid) if trim_returned is not None else None
+    after = settled_memory(pid) if trim_returned is not None else None
     return TrimResult(
         pid=pid,
         name=facts.name,

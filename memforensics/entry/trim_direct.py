@@ -21,14 +21,8 @@ from memforensics.model.trim import TrimResult
 from memforensics.sources.glibc.arena_hold import in_allocator
 from memforensics.sources.glibc.libc_elf import LibcImage, load_libc_image
 from memforensics.sources.proc import procfs
-from memforensics.sources.proc.procmaps import read_maps
 from memforensics.sources.proc.procmem import ProcessMemoryReader
-from memforensics.sources.proc.ptrace_call import (
-    call,
-    find_restore_rt,
-    libc_image,
-    shadow_stack_enabled,
-)
+from memforensics.sources.proc.ptrace_call import call, shadow_stack_enabled
 from memforensics.sources.proc.ptrace_hold import ThreadHold
 
 _RETRY_FIRST_SECONDS = 0.002
@@ -42,21 +36,6 @@ def direct_unavailable(pid: int) -> str | None:
     if shadow_stack_enabled(pid):
         return "the process runs with a shadow stack (CET)"
     return None
-
-
-def _restore_rt(pid: int, libc_path: str) -> int:
-    base = next(
-        (m.start_address for m in read_maps(pid) if m.path == libc_path and not m.offset_bytes),
-        None,
-    )
-    found = None if base is None else find_restore_rt(libc_image(pid, libc_path), base)
-    if found is None:
-        raise TargetError(
-            f"libc's __restore_rt was not found in {libc_path} of PID {pid}",
-            hint="trim with gdb: --gdb gdb",
-            pid=pid,
-        )
-    return found
 
 
 def _busy(hold: ThreadHold, libc: LibcImage, mutexes: list[int], mem: ProcessMemoryReader) -> bool:
@@ -99,7 +78,13 @@ def call_malloc_trim(
     if facts.libc_path is None:
         raise NotGlibcMallocError(f"PID {pid} maps no glibc libc", pid=pid)
     libc = load_libc_image(pid, facts.libc_path)
-    restore_rt = _restore_rt(pid, facts.libc_path)
+    restore_rt = libc.restore_rt
+    if restore_rt is None:
+        raise TargetError(
+            f"libc's __restore_rt was not found in {facts.libc_path} of PID {pid}",
+            hint="trim with gdb: --gdb gdb",
+            pid=pid,
+        )
     mutexes = [a.address for a in residency.arenas if a.address] if residency else []
     deadline = time.monotonic() + timeout
     wait = _RETRY_FIRST_SECONDS
@@ -150,7 +135,7 @@ def trim_direct(
     no return value) and ``trim_called`` True when it was made."""
     from memforensics.analysis.trim import skip_reason
     from memforensics.analysis.trim_forecast import forecast_trim
-    from memforensics.entry.live import _settled_memory, now_utc
+    from memforensics.entry.live import now_utc, settled_memory
     from memforensics.entry.readonly import inspect_read_only
 
     started = now_utc()
@@ -180,7 +165,7 @@ def trim_direct(
             f"forecast figures were at most {time.monotonic() - figures_read:.2f} s old at "
             "the trim; malloc_trim was called without gdb (its return value is not kept)"
         )
-    after = _settled_memory(pid) if skipped is None else None
+    after = settled_memory(pid) if skipped is None else None
     return TrimResult(
         pid=pid,
         name=facts.name,

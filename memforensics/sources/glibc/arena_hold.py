@@ -133,7 +133,3 @@ class StopBatches:
     def close(self) -> None:
         """End any stop (idempotent): the target runs."""
         self._end()
-
-    @property
-    def longest_stop_seconds(self) -> float:
-        return max(self.stops_seconds, default=0.0)

@@ -53,6 +53,8 @@ _STT_GNU_IFUNC = 10
 _SHT_DYNSYM = 11
 _SHT_GNU_VERSYM = 0x6FFFFFFF
 _PT_LOAD = 1
+_PF_X = 1
+_RESTORE_RT = bytes.fromhex("48c7c00f0000000f05")  # __restore_rt: mov $0xf,%rax; syscall
 _VERSYM_HIDDEN = 0x8000
 _SYMBOL = struct.Struct("<IBBHQQ")  # Elf64_Sym
 _FUNCTION_KINDS = frozenset((_STT_FUNC, _STT_GNU_IFUNC))
@@ -63,6 +65,9 @@ class LibcImage:
     """Where the target's libc is mapped, its callable functions and its allocator's code."""
 
     path: str
+    # libc's signal-return trampoline (the call without gdb returns through it; see
+    # sources.proc.ptrace_call); None when not found exactly once.
+    restore_rt: int | None
     functions: dict[str, int]  # name -> absolute address in the target (default versions)
     allocator_range: tuple[int, int]  # [start, end) absolute: malloc.o's code, conservatively
     function_starts: tuple[int, ...]  # sorted absolute starts of exported functions
@@ -145,18 +150,33 @@ def load_libc_image(pid: int, libc_path: str) -> LibcImage:
     )
 
 
+def _restore_rt(data: bytes, loads: Sequence[tuple[int, int, int, int]], bias: int) -> int | None:
+    """``__restore_rt``'s address in the target: its 9 bytes (``mov $15, %rax; syscall``:
+    rt_sigreturn), found exactly once in an executable segment of the image; a static
+    function, so no symbol names it. None unless found exactly once."""
+    first = data.find(_RESTORE_RT)
+    if first < 0 or data.find(_RESTORE_RT, first + 1) >= 0:
+        return None
+    for flags, offset, vaddr, filesz in loads:
+        if flags & _PF_X and offset <= first < offset + filesz:
+            return bias + vaddr + (first - offset)
+    return None
+
+
 def _parse_libc(data: bytes, base: int, path: str) -> LibcImage:
     """Parse ELF64 little-endian dynamic symbols; see load_libc_image."""
     if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         raise ToolingError(f"{path} is not a 64-bit little-endian ELF file; unsupported")
     phoff, shoff = struct.unpack_from("<QQ", data, 0x20)
     phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", data, 0x36)
-    load_vaddrs = []
+    loads = []  # (flags, offset, vaddr, filesz) of each PT_LOAD
     for i in range(phnum):
-        p_type, _flags, _offset, p_vaddr = struct.unpack_from("<IIQQ", data, phoff + i * phentsize)
+        p_type, p_flags, p_offset, p_vaddr, _paddr, p_filesz = struct.unpack_from(
+            "<IIQQQQ", data, phoff + i * phentsize
+        )
         if p_type == _PT_LOAD:
-            load_vaddrs.append(p_vaddr)
-    bias = base - (min(load_vaddrs) & ~0xFFF) if load_vaddrs else base
+            loads.append((p_flags, p_offset, p_vaddr, p_filesz))
+    bias = base - (min(load[2] for load in loads) & ~0xFFF) if loads else base
     sections = [
         struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)
     ]
@@ -208,6 +228,7 @@ def _parse_libc(data: bytes, base: int, path: str) -> LibcImage:
     ordered = sorted(starts.items())
     return LibcImage(
         path=path,
+        restore_rt=_restore_rt(data, loads, bias),
         functions=functions,
         allocator_range=(min(range_start, low), max(range_end, high)),
         function_starts=tuple(s for s, _ in ordered),

@@ -6,10 +6,11 @@ exactly as the kernel builds one to run a signal handler: the thread's general r
 its signal mask and its whole x87/SSE/AVX state (the XSAVE area with the software bytes and
 the closing magic the kernel checks). The function is entered with that frame's return
 address being libc's own ``__restore_rt`` (``mov $15, %rax; syscall``, the trampoline every
-handler of the process returns through): when the function returns, ``rt_sigreturn`` puts
-back every register, the mask and the vector state, as after any signal handler. No code is
-written into the target, no breakpoint is set, and the registers of the call are written in
-one PTRACE_SETREGS, after the frame is in place: at no moment is the thread half set up. If
+handler of the process returns through; LibcImage.restore_rt, found in the very image that
+is mapped): when the function returns, ``rt_sigreturn`` puts back every register, the mask
+and the vector state, as after any signal handler. No code is written into the target, no
+breakpoint is set, and the registers of the call are written in one PTRACE_SETREGS, after
+the frame is in place: at no moment is the thread half set up. If
 memforensics (and everything it started) is killed at any moment, the kernel releases the
 thread, which either has not been touched yet, or runs the function to its end and then
 restores itself.
@@ -39,7 +40,6 @@ from memforensics.sources.proc.ptrace_hold import ThreadHold
 
 RED_ZONE_BYTES = 128  # the x86-64 ABI's: a leaf function's scratch below rsp
 STACK_MARGIN_BYTES = 64 << 10  # room the called function must have below the frame
-_RESTORE_RT = bytes.fromhex("48c7c00f0000000f05")  # mov $0xf,%rax; syscall (rt_sigreturn)
 _FP_XSTATE_MAGIC1 = 0x46505853
 _FP_XSTATE_MAGIC2 = 0x46505845
 _UC_FP_XSTATE, _UC_SIGCONTEXT_SS, _UC_STRICT_RESTORE_SS = 0x1, 0x2, 0x4
@@ -75,28 +75,6 @@ _SIGCONTEXT_REGS = [
     "eflags",
 ]
 _ARG_REGS = ("rdi", "rsi", "rdx", "rcx", "r8", "r9")
-
-
-def find_restore_rt(image: bytes, base: int) -> int | None:
-    """``__restore_rt``'s address in the target: its 9 bytes, found once in an executable
-    segment of libc's ELF ``image`` mapped at ``base`` (the address of its offset 0; a
-    static function, so no symbol names it); None unless found exactly once."""
-    first = image.find(_RESTORE_RT)
-    if first < 0 or image.find(_RESTORE_RT, first + 1) >= 0:
-        return None
-    phoff = struct.unpack_from("<Q", image, 0x20)[0]
-    phentsize, phnum = struct.unpack_from("<HH", image, 0x36)
-    loads = [
-        struct.unpack_from("<IIQQQQ", image, phoff + index * phentsize) for index in range(phnum)
-    ]
-    loads = [entry for entry in loads if entry[0] == 1]  # PT_LOAD
-    if not loads:
-        return None
-    bias = base - (min(entry[3] for entry in loads) & ~0xFFF)
-    for _type, flags, offset, vaddr, _paddr, filesz in loads:
-        if flags & 1 and offset <= first < offset + filesz:  # PF_X
-            return int(bias + vaddr + (first - offset))
-    return None
 
 
 def shadow_stack_enabled(pid: int) -> bool:
@@ -300,13 +278,3 @@ def _await_return(tid: int, frame: int, deadline: float) -> bool:
                 _stopped(tid, max(deadline, time.monotonic()) + _LOOK_SECONDS)
             return rsp > frame
         ptrace_regs.request(_PTRACE_CONT, tid, stop[0] if stop[1] == 0 else 0)
-
-
-def libc_image(pid: int, path: str) -> bytes:
-    """The bytes of the libc mapped into ``pid`` (through /proc/PID/root, else the path)."""
-    for candidate in (Path(f"/proc/{pid}/root") / path.lstrip("/"), Path(path)):
-        try:
-            return candidate.read_bytes()
-        except OSError:
-            continue
-    raise TargetError(f"cannot read {path} of PID {pid}", pid=pid)
