@@ -84,6 +84,14 @@ class NotGlibcMallocError(TargetError):
     default_hint = "malloc_info only describes glibc's allocator; use the allocator's own stats"
 
 
+class ReadOnlyRefusedError(TargetError):
+    """The read from the target's memory cannot give malloc_info's document for this target
+    (an unknown glibc layout, main_arena or mp_ not found, an arena locked at every stop);
+    gdb's call to malloc_info may. `inspect` without --read-only falls back to it."""
+
+    default_hint = "use the gdb path: inspect --gdb gdb PID"
+
+
 class TargetPermissionError(MemforensicsError, PermissionError):
     """Not allowed to trace the target or to read the journal."""
 

@@ -204,7 +204,8 @@ def command(
     )
 
     from memforensics.cli.output import emit_json, stderr_console, stdout_console
-    from memforensics.entry.live import TrimSettings, inspect_process, trim_process
+    from memforensics.entry.live import TrimSettings, trim_process
+    from memforensics.entry.readonly import inspect_live, inspect_method
     from memforensics.render import trim as render
     from memforensics.render.process import render_waterfall
 
@@ -244,11 +245,11 @@ def command(
             style="dim",
             highlight=False,
         )
-        inspection = inspect_process(
+        inspection = inspect_live(
             proc.pid,
+            method=inspect_method(read_only=False, gdb_path=gdb_path),
             timeout_seconds=timeout_seconds,
             gdb_path=gdb_path,
-            allow_stopped=False,
             log=log,
         )
         result = trim_process(

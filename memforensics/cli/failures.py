@@ -32,7 +32,11 @@ EXIT_INTERNAL = EXIT_TOOLING  # a bug in memforensics is a tooling problem to th
 FLAG_HINTS: tuple[tuple[type[MemforensicsError], str | None, str], ...] = (
     (DeadlineError, "--timeout", "allow more time with --timeout (e.g. --timeout 30s)"),
     (GdbUnavailableError, "--gdb", "name a working gdb with --gdb PATH"),
-    (GdbUnavailableError, "--read-only", "or read the heap without gdb: --read-only"),
+    (
+        GdbUnavailableError,
+        "--read-only",
+        "without --gdb the heap is read from memory, gdb only where that read is refused",
+    ),
     (TargetStoppedError, "--allow-stopped", "or pass --allow-stopped to inspect it as it is"),
     (TargetExitedError, None, ""),
     (NoSuchProcessError, "--name", "or select processes by name with --name PATTERN"),

@@ -1,4 +1,5 @@
-"""`memforensics inspect`: a live heap report of running processes, taken through gdb/MI."""
+"""`memforensics inspect`: a live heap report of running processes (from their memory, or
+through gdb/MI where that read is refused), or of a core file."""
 
 from __future__ import annotations
 
@@ -33,15 +34,17 @@ Examples:
   memforensics inspect --name postgres        every process whose name/cmdline matches
   memforensics inspect --json 4242 | jq '.totals.free_bytes, .pause_seconds'
   memforensics inspect --save-xml dump.xml 4242 && memforensics parse dump.xml
-  memforensics inspect --read-only 4242       no gdb, no call: read from its memory
+  memforensics inspect --read-only 4242       never gdb: fail rather than fall back
+  memforensics inspect --gdb gdb 4242         malloc_info called through gdb instead
   memforensics inspect --core core.4242       the same report from a core file
 \b
-The target is stopped only while gdb takes malloc_info at a safe point (a thread
-outside malloc/free); the report says for how long ("paused 14 ms"). Nothing is
-written inside the target's filesystem; the XML is read back from its memory.
-With --read-only no gdb is used and no code runs in the target: malloc_info's
-document is rebuilt from the target's memory, each arena in a stop of a few ms
-(ptrace seize and interrupt; nothing is written), as the target's glibc prints it.
+By default no gdb is used and no code runs in the target: malloc_info's document
+is rebuilt from the target's memory, each arena read in a stop of a few ms
+(ptrace seize and interrupt; nothing is written), as the target's glibc prints
+it, and the residency is that same read. Where the read is refused (a glibc it
+does not know, an arena locked at every stop), gdb calls malloc_info at a safe
+point (a thread outside malloc/free) and stderr says so. The report says how
+long the target was stopped ("paused 14 ms").
 """
 
 SAVE_XML_HINT = "choose a writable --save-xml path"
@@ -157,8 +160,8 @@ def command(
     verbose: bool,
 ) -> None:
     """Live glibc heap report of running processes: per-arena free vs in use, where the RSS
-    went, and how long the target was paused. Attaches with gdb at a safe point and always
-    detaches, leaving the target running."""
+    went, and how long the target was paused. Read from the target's memory in stops of a
+    few ms (gdb's call at a safe point where that is refused); the target is left running."""
     if core_path is not None:
         if pids or names:
             raise click.UsageError("--core reads a core file: give no PID or --name with it")
@@ -192,15 +195,25 @@ def _targets_and_reader(
     allow_stopped: bool,
     verbose: bool,
 ) -> tuple[list[tuple[int, bool]], Callable[[int], Inspection]]:
-    """The targets, and how each is inspected: read from its memory, or through gdb."""
-    if read_only:
+    """The targets, and how each is inspected: from its memory (gdb only where that read is
+    refused), from its memory only (--read-only), or through gdb (--gdb PATH)."""
+    from memforensics.entry.readonly import inspect_live, inspect_method
+
+    method = inspect_method(read_only=read_only, gdb_path=gdb_path)
+    if method != "gdb":
         from memforensics.entry.live import resolve_targets
-        from memforensics.entry.readonly import inspect_read_only
 
         def read(pid: int) -> Inspection:
-            return inspect_read_only(
-                pid, timeout_seconds=timeout_seconds, allow_stopped=allow_stopped
+            inspection = inspect_live(
+                pid,
+                method=method,
+                timeout_seconds=timeout_seconds,
+                allow_stopped=allow_stopped,
+                log=_mi_logger if verbose else None,
             )
+            if inspection.gdb_fallback is not None:
+                _say_fallback(pid, inspection.gdb_fallback)
+            return inspection
 
         return resolve_targets(pids, names), read
     # gdb's start-up and the imports below take about as long each: gdb starts first, and
@@ -226,6 +239,16 @@ def _targets_and_reader(
         )
 
     return resolve_targets(pids, names), inspect_one
+
+
+def _say_fallback(pid: int, why: str) -> None:
+    from memforensics.cli.output import stderr_console
+
+    stderr_console().print(
+        f"note: PID {pid} was inspected through gdb: its memory could not be read ({why})",
+        markup=False,
+        highlight=False,
+    )
 
 
 def _inspect_core(

@@ -118,13 +118,15 @@ def timeout_option(default: str = "10s", *, help_text: str = TIMEOUT_HELP) -> Ca
 
 
 def gdb_option(func: F) -> F:
-    """``--gdb PATH``: which gdb to drive."""
+    """``--gdb PATH``: call into the target through this gdb instead of reading its memory."""
     return click.option(
         "--gdb",
         "gdb_path",
         type=click.Path(dir_okay=False),
         default=None,
-        help="gdb executable to use (default: gdb on PATH).",
+        metavar="PATH",
+        help="Call malloc_info/malloc_trim through this gdb at a safe point ('gdb': the one on "
+        "PATH). Without it no gdb is used, except where reading the target's memory is refused.",
     )(func)
 
 
@@ -134,8 +136,8 @@ def read_only_option(func: F) -> F:
         "--read-only",
         "read_only",
         is_flag=True,
-        help="No gdb and no call into the target: rebuild malloc_info from its memory, "
-        "holding its threads a few ms per arena (glibc 2.26+, 64-bit; docs/inspect.md).",
+        help="Never gdb: where malloc_info cannot be rebuilt from the target's memory (glibc "
+        "2.26+, 64-bit; docs/inspect.md), fail instead of calling it through gdb.",
     )(func)
 
 

@@ -80,10 +80,12 @@ def command(
 ) -> None:
     """Give a process's free heap memory back to the OS with glibc's malloc_trim, and prove it.
 
-    For each PID: measure RSS (total and anonymous), attach with gdb, dump malloc_info,
+    For each PID: measure RSS (total and anonymous), read the heap from the target's memory,
     forecast what a trim can release (whole resident pages inside free chunks), call
-    malloc_trim(PAD) at a safe point unless --dry-run or the forecast is below --min-free,
-    detach, and measure RSS again. The target is stopped for the reported pause.
+    malloc_trim(PAD) from a thread outside the allocator unless --dry-run or the forecast is
+    below --min-free, and measure RSS again. The call needs no gdb (--gdb PATH calls through
+    gdb instead); the thread restores itself even if memforensics is killed. The target is
+    stopped for the reported pause.
 
     \b
     Examples:

@@ -24,7 +24,6 @@ from memforensics.entry.collect_state import (
     save_state,
     state_lock,
 )
-from memforensics.entry.live import inspect_process
 from memforensics.entry.oomscan import scan_default
 from memforensics.errors import (
     DeadlineError,
@@ -151,24 +150,22 @@ def inspect_target(
     log: Log | None,
     read_only: bool = False,
 ) -> tuple[TargetResult, float]:
-    """Inspect one target (``read_only``: from its memory, no gdb); returns its result and
-    the pause budget it spent (a read-only inspection's: its stops)."""
+    """Inspect one target (readonly.inspect_method: ``read_only`` from its memory only,
+    ``gdb_path`` through that gdb, else from its memory with gdb where the read is refused);
+    returns its result and the pause budget it spent (a read-only inspection's: its stops)."""
     name = _process_name(pid)
     identity = read_container_identity(pid)
     started = time.monotonic()
     try:
-        if read_only:
-            from memforensics.entry.readonly import inspect_read_only
+        from memforensics.entry.readonly import inspect_live, inspect_method
 
-            inspection = inspect_read_only(pid, timeout_seconds=timeout_seconds)
-        else:
-            inspection = inspect_process(
-                pid,
-                timeout_seconds=timeout_seconds,
-                gdb_path=gdb_path,
-                allow_stopped=False,
-                log=log,
-            )
+        inspection = inspect_live(
+            pid,
+            method=inspect_method(read_only=read_only, gdb_path=gdb_path),
+            timeout_seconds=timeout_seconds,
+            gdb_path=gdb_path,
+            log=log,
+        )
     except Exception as exc:
         elapsed = time.monotonic() - started
         # A failure after attaching does not say how long the target was stopped: count the

@@ -3,7 +3,8 @@
 (And the garbage collector's pause for the command's start, pause_collector.)
 
 Python spends the first ~50 ms of a command importing click and the command's modules. For
-`memforensics inspect PID …` the two slowest pieces of work need nothing of that: gdb's own
+`memforensics inspect --gdb PATH PID …` (the gdb path; the default reads the target's
+memory and has neither to begin) the two slowest pieces of work need nothing of that: gdb's own
 start-up (gdb_spawn.prestart) and the first target's residency scan (scanning.early_scan).
 ``begin`` recognises such a command line from ``sys.argv`` with the standard library alone
 and starts both; the command then takes them over (``take_scan``). Anything it does not
@@ -127,7 +128,8 @@ def inspect_command(argv: Sequence[str]) -> tuple[list[int], str | None, bool] |
 
 
 def begin(argv: Sequence[str]) -> None:
-    """Start gdb and the first target's scan when ``argv`` is an `inspect PID …` command;
+    """Pause the collector for an `inspect PID …` command, and start gdb and the first
+    target's scan when it takes the gdb path (--gdb PATH);
     the search of the first saved log when it is an `oom --file LOG …` command."""
     path = oom_file(argv)
     if path is not None:
@@ -141,6 +143,8 @@ def begin(argv: Sequence[str]) -> None:
         return
     pids, gdb_path, allow_stopped = command
     pause_collector()
+    if gdb_path is None:
+        return  # the default reads the target's memory itself: no gdb to start, no scan
     try:
         # The scan first: it is the longer of the two (gdb starts in ~40 ms, the scan of a
         # 400 MB heap takes ~130 ms), and each import delays what follows it.

@@ -125,6 +125,7 @@ class Inspection:
     extra_advice: tuple[Advice, ...]
     residency_error: str | None = None
     read_only: ReadOnlyRead | None = None  # how a read-only report was read (no gdb)
+    gdb_fallback: str | None = None  # why the read-only read was refused, when gdb stood in
 
 
 def exited_error(pid: int, exc: MemforensicsError) -> TargetExitedError:

@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
 
 from memforensics.entry.live import Inspection
 from memforensics.errors import (
     MemforensicsError,
     NoSuchProcessError,
     NotGlibcMallocError,
+    ReadOnlyRefusedError,
     TargetError,
 )
 from memforensics.model.heap import HeapDump, process_source
@@ -57,8 +59,9 @@ _LAYOUT_OF_HEAP_INFO = {32: "2.26", 48: "2.35"}
 
 def layout_evidence(scan: HeapScan, mem: MemoryReader) -> tuple[int | None, int | None]:
     """(heap_info bytes, tcache chunk bytes) as the target's memory shows them, None where
-    it shows nothing (no thread arena; a first chunk that is not the tcache). TargetError
-    when the heap_info size and mp_'s layout name different glibc generations."""
+    it shows nothing (no thread arena; a first chunk that is not the tcache).
+    ReadOnlyRefusedError when the heap_info size and mp_'s layout name different glibc
+    generations."""
     heap_info: int | None = None
     for arena in scan.arenas:
         if arena.is_main or arena.address is None:
@@ -73,10 +76,9 @@ def layout_evidence(scan: HeapScan, mem: MemoryReader) -> tuple[int | None, int 
     if heap_info is not None and params is not None:
         expected = _LAYOUT_OF_HEAP_INFO.get(heap_info)
         if expected != params.layout:
-            raise TargetError(
+            raise ReadOnlyRefusedError(
                 f"glibc layouts disagree: heap_info of {heap_info} bytes, "
                 f"struct malloc_par of the {params.layout} layout",
-                hint="use the gdb path (inspect without --read-only)",
                 pid=scan.pid,
             )
     tcache: int | None = None
@@ -134,18 +136,74 @@ def inspect_read_only(
         raise
 
 
-def inspect_instead_of_gdb(
+InspectMethod = Literal["auto", "read-only", "gdb"]
+
+
+def inspect_method(*, read_only: bool, gdb_path: str | None) -> InspectMethod:
+    """The commands' choice: ``--read-only`` reads memory only, ``--gdb PATH`` calls
+    malloc_info through that gdb, neither reads memory and calls through gdb only where the
+    read is refused (ReadOnlyRefusedError)."""
+    if read_only:
+        return "read-only"
+    return "gdb" if gdb_path is not None else "auto"
+
+
+def inspect_live(
     pid: int,
     *,
+    method: InspectMethod,
     timeout_seconds: float,
     allow_stopped: bool = False,
     gdb_path: str | None = None,
-    log: object = None,
+    log: Any = None,
 ) -> Inspection:
-    """inspect_read_only with live.inspect_process's signature (``gdb_path`` and ``log``
-    unused), for `watch --read-only` and `collect --read-only`."""
-    del gdb_path, log
-    return inspect_read_only(pid, timeout_seconds=timeout_seconds, allow_stopped=allow_stopped)
+    """One live inspection by ``method``. "auto" gives the read-only report, or, when the
+    read is refused, gdb's with ``gdb_fallback`` saying why; the refusal comes before any
+    gdb is started, so a target gdb cannot inspect is refused as the gdb path refuses it."""
+    from memforensics.entry.live import inspect_process
+
+    refused: str | None = None
+    if method != "gdb":
+        try:
+            return inspect_read_only(
+                pid, timeout_seconds=timeout_seconds, allow_stopped=allow_stopped
+            )
+        except ReadOnlyRefusedError as exc:
+            if method == "read-only":
+                raise
+            refused = exc.message
+    inspection = inspect_process(
+        pid,
+        timeout_seconds=timeout_seconds,
+        gdb_path=gdb_path,
+        allow_stopped=allow_stopped,
+        log=log,
+    )
+    return inspection if refused is None else replace(inspection, gdb_fallback=refused)
+
+
+def inspector(method: InspectMethod) -> Callable[..., Inspection]:
+    """inspect_live by ``method`` with live.inspect_process's signature, for `watch` and
+    `collect`, which take the inspection function as a parameter."""
+
+    def inspect(
+        pid: int,
+        *,
+        timeout_seconds: float,
+        allow_stopped: bool = False,
+        gdb_path: str | None = None,
+        log: Any = None,
+    ) -> Inspection:
+        return inspect_live(
+            pid,
+            method=method,
+            timeout_seconds=timeout_seconds,
+            allow_stopped=allow_stopped,
+            gdb_path=gdb_path,
+            log=log,
+        )
+
+    return inspect
 
 
 def _inspect(
@@ -197,7 +255,8 @@ def _inspect(
         xml=xml,
         pause_seconds=read.total_stop_seconds,
         safe_point=(
-            f"read-only: {read.stops} stops of every thread, longest "
+            f"read-only: {read.stops} stop{'s' if read.stops != 1 else ''} of every thread, "
+            f"longest "
             f"{read.longest_stop_seconds * 1000:.1f} ms; no gdb, nothing run in the target"
         ),
     )
@@ -245,8 +304,14 @@ def inspect_core(
             version = glibc_banner_version(libc_file) if libc_file is not None else None
             pid = core.pid or 0
             scan = scan_memory(mappings, mem, pid=pid, libc_path=libc_path)
-            xml, dump = dump_and_residency(scan, version, f"core {path}")
-            heap_info, tcache = layout_evidence(scan, mem)
+            try:
+                xml, dump = dump_and_residency(scan, version, f"core {path}")
+                heap_info, tcache = layout_evidence(scan, mem)
+            except ReadOnlyRefusedError as exc:
+                raise TargetError(
+                    f"{path}: {exc.message}",
+                    hint="a core is read from its memory only; gdb's call needs a live process",
+                ) from exc
         finally:
             mem.close()
         info = core.process

@@ -151,10 +151,12 @@ class Watch:
         self.on_record = on_record
         self.stop = stop or threading.Event()
         self.oom_lookup = oom_lookup
-        if settings.read_only and inspect is inspect_process:
-            from memforensics.entry.readonly import inspect_instead_of_gdb
+        if inspect is inspect_process:
+            from memforensics.entry.readonly import inspect_method, inspector
 
-            inspect = inspect_instead_of_gdb
+            inspect = inspector(
+                inspect_method(read_only=settings.read_only, gdb_path=settings.gdb_path)
+            )
         self.inspect = inspect
         started = now_utc()
         # Raises NoSuchProcessError (exit 3) for a PID that is not there at the start.

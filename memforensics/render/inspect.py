@@ -23,8 +23,12 @@ def render_inspection(result: Inspection, *, top: int, sort: SortKey) -> Rendera
             result.facts, result.memory, pause_seconds=result.capture.pause_seconds
         ),
         Text(f"safe point: {result.capture.safe_point}", style="dim"),
-        Text(""),
     ]
+    if result.gdb_fallback is not None:
+        parts.append(
+            Text(f"through gdb: the memory read was refused ({result.gdb_fallback})", style="dim")
+        )
+    parts.append(Text(""))
     if result.waterfall is not None:
         parts.extend([render_waterfall(result.waterfall), Text("")])
     elif result.residency_error:

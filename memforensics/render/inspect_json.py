@@ -21,6 +21,7 @@ def inspection_document(result: Inspection) -> dict[str, Any]:
     document["residency"] = residency_json(result.residency) if result.residency else None
     document["waterfall"] = waterfall_json(result.waterfall) if result.waterfall else None
     document["residency_error"] = result.residency_error
+    document["gdb_fallback"] = result.gdb_fallback
     read = result.read_only
     document["read_only"] = (
         None

@@ -93,9 +93,18 @@ def test_write_atomically_replaces_whole_file_or_fails_cleanly(tmp_path: Path) -
 
 
 @needs_live
-def test_json_document_of_a_live_target() -> None:
+@pytest.mark.parametrize(
+    ("path", "safe_point", "read_only"),
+    [
+        ((), "no gdb, nothing run in the target", True),  # the default: read from memory
+        (("--gdb", "gdb"), "outside the allocator", False),
+    ],
+)
+def test_json_document_of_a_live_target(
+    path: tuple[str, ...], safe_point: str, read_only: bool
+) -> None:
     with c_target("idle_arenas", "3", "500") as target:
-        code, out, err = run("inspect", "--json", str(target.pid))
+        code, out, err = run("inspect", *path, "--json", str(target.pid))
         assert code == 0, err
         document = json.loads(out)
         assert document["schema"] == "memforensics/heap/1"
@@ -106,7 +115,10 @@ def test_json_document_of_a_live_target() -> None:
         assert process["pid"] == target.pid
         assert isinstance(process["rss_bytes"], int) and isinstance(process["anon_bytes"], int)
         assert isinstance(document["pause_seconds"], float)
-        assert "outside the allocator" in document["safe_point"]
+        assert safe_point in document["safe_point"]
+        assert (document["read_only"] is not None) is read_only
+        assert document["gdb_fallback"] is None
+        assert err == ""  # no fallback note
 
 
 @needs_live

@@ -196,7 +196,9 @@ def test_trim_timeout_exits_6_and_target_left_running() -> None:
 
 @needs_live
 def test_demo_timeout_exits_6_and_child_stopped() -> None:
-    code, _, err = run("demo", "--buffers", "2000", "--timeout", "1ms")
+    # gdb's path: its attach and safe point cannot fit in 1 ms (the memory read and the no-gdb
+    # call can, on 2,000 chunks).
+    code, _, err = run("demo", "--buffers", "2000", "--timeout", "1ms", "--gdb", "gdb")
     assert code == 6
     assert "error: " in err
     assert not _demo_children()

@@ -41,6 +41,8 @@ pytestmark = [
 ]
 
 MEMFORENSICS = [sys.executable, "-m", "memforensics"]
+# The gdb path: its safe point and call on each release (the memory read is test_read_only's).
+GDB_INSPECT = [*MEMFORENSICS, "inspect", "--gdb", "gdb"]
 CLI_TIMEOUT_SECONDS = 120
 MIB = 1024 * 1024
 # 200,000 x 1 KiB in the main arena, all freed but the last; 3 threads x 3,000 blocks.
@@ -162,7 +164,7 @@ def inspected(glibc: GlibcRelease, tmp_path_factory: pytest.TempPathFactory) -> 
     saved = tmp_path_factory.mktemp(f"glibc-{glibc.version}") / "dump.xml"
     with freed_arenas(glibc) as target:
         done = subprocess.run(
-            [*MEMFORENSICS, "inspect", "--json", "--save-xml", str(saved), str(target.pid)],
+            [*GDB_INSPECT, "--json", "--save-xml", str(saved), str(target.pid)],
             capture_output=True,
             text=True,
             timeout=CLI_TIMEOUT_SECONDS,
@@ -279,7 +281,16 @@ def test_sleeping_single_threaded_target_is_inspected(
             assert time.monotonic() < deadline, f"not asleep: /proc/PID/syscall says {syscall}"
             time.sleep(0.01)
         done = subprocess.run(
-            [*MEMFORENSICS, "inspect", "--json", "--timeout", "5s", str(target.pid)],
+            [
+                *MEMFORENSICS,
+                "inspect",
+                "--gdb",
+                "gdb",
+                "--json",
+                "--timeout",
+                "5s",
+                str(target.pid),
+            ],
             capture_output=True,
             text=True,
             timeout=CLI_TIMEOUT_SECONDS,

@@ -86,7 +86,10 @@ def _memforensics(
 def test_report_json_and_saved_xml(tmp_path: Path) -> None:
     with c_target("idle_arenas", "6", "1500") as target:
         human = subprocess.run(  # noqa: PLW1510 (the exit code is asserted)
-            [*MEMFORENSICS, "inspect", str(target.pid)], capture_output=True, text=True, timeout=60
+            [*MEMFORENSICS, "inspect", str(target.pid)],
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert human.returncode == 0, human.stderr
         assert f"PID {target.pid}" in human.stdout
@@ -165,7 +168,7 @@ def test_interrupted_while_waiting_for_a_safe_point_detaches(signum: int) -> Non
     binary = compile_target("stuck_in_malloc_stats")
     with (
         running([str(binary)]) as target,
-        _memforensics("inspect", "--timeout", "60s", str(target.pid)) as tool,
+        _memforensics("inspect", "--gdb", "gdb", "--timeout", "60s", str(target.pid)) as tool,
     ):
         gdb_pid = _attached_by_gdb(target)
         time.sleep(0.2)  # now running forward, waiting for a malloc/free entry
@@ -185,7 +188,7 @@ def test_sigkilled_while_running_forward_leaves_target_untraced() -> None:
     binary = compile_target("stuck_in_malloc_stats")
     with (
         running([str(binary)]) as target,
-        _memforensics("inspect", "--timeout", "60s", str(target.pid)) as tool,
+        _memforensics("inspect", "--gdb", "gdb", "--timeout", "60s", str(target.pid)) as tool,
     ):
         gdb_pid = _attached_by_gdb(target)
         time.sleep(0.2)
@@ -220,7 +223,7 @@ def _frozen_while_gdb_holds(target: Target) -> subprocess.Popen[bytes]:
     stopped (state t); retries with a fresh inspect if one finishes before being caught."""
     for _ in range(20):
         proc = subprocess.Popen(
-            [*MEMFORENSICS, "inspect", str(target.pid)],
+            [*MEMFORENSICS, "inspect", "--gdb", "gdb", str(target.pid)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
@@ -289,14 +292,18 @@ def _killed_after_attach(target: Target, *, delay_seconds: float) -> threading.T
 
 @pytest.mark.slow
 @pytest.mark.parametrize("delay_seconds", [0.0, 0.005, 0.02, 0.05, 0.1, 0.2])
+@pytest.mark.parametrize("path", [(), ("--gdb", "gdb")], ids=["memory", "gdb"])
 def test_target_exiting_at_any_moment_is_exit_3_never_a_tooling_error(
-    delay_seconds: float,
+    delay_seconds: float, path: tuple[str, ...]
 ) -> None:
     """Issue 10 item 5: the race is the target's. Exit 3 naming the PID, never exit 5."""
     with c_target("idle_arenas", "4", "3000") as target:
         killer = _killed_after_attach(target, delay_seconds=delay_seconds)
         result = subprocess.run(  # noqa: PLW1510
-            [*MEMFORENSICS, "inspect", str(target.pid)], capture_output=True, text=True, timeout=60
+            [*MEMFORENSICS, "inspect", *path, str(target.pid)],
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         killer.join(timeout=30)
         assert "install gdb" not in result.stderr

@@ -161,7 +161,9 @@ def test_read_only_equals_gdbs_malloc_info_where_gdbs_call_allocated_nothing(
     own, rebuilt, by_gdb = tmp_path / "own.xml", tmp_path / "ro.xml", tmp_path / "gdb.xml"
     with shape_target([str(binary), "31", "threads", str(own)]) as target:
         read_only(target.pid, rebuilt)
-        done = run_cli("inspect", "--json", "--save-xml", str(by_gdb), str(target.pid))
+        done = run_cli(
+            "inspect", "--gdb", "gdb", "--json", "--save-xml", str(by_gdb), str(target.pid)
+        )
         assert done.returncode == 0, done.stderr
         assert_running(target, "inspect")
     assert rebuilt.read_bytes() == own.read_bytes()
@@ -204,7 +206,14 @@ def test_a_stopped_busy_target_is_read_as_it_stands_and_left_stopped(tmp_path: P
             read_only(target.pid, second, "--allow-stopped")
             assert proc_status(target.pid)["State"][0] == "T", "a stopped target must stay stopped"
             done = run_cli(
-                "inspect", "--allow-stopped", "--json", "--save-xml", str(by_gdb), str(target.pid)
+                "inspect",
+                "--gdb",
+                "gdb",
+                "--allow-stopped",
+                "--json",
+                "--save-xml",
+                str(by_gdb),
+                str(target.pid),
             )
             assert done.returncode == 0, done.stderr
             assert proc_status(target.pid)["State"][0] == "T"
@@ -272,17 +281,75 @@ def test_a_locked_arena_is_never_read_while_locked(tmp_path: Path) -> None:
         time.sleep(0.1)
         done = run_cli("trim", "--timeout", "1s", str(staller.pid))
         assert done.returncode in (3, 6), done.stderr  # the read, or then the call, gave up
-        fields = proc_status(staller.pid)
-        assert fields["TracerPid"] == "0" and fields["State"][0] not in "Tt"
-        staller.drain_stderr()
-        assert staller.say("gap").startswith("gap ")
+        _assert_staller_carries_on(staller)
     finally:
         staller.close()
 
 
-def test_no_gdb_on_path_read_only_works_and_inspect_points_to_it(tmp_path: Path) -> None:
-    """A host without gdb: `inspect` says so and names --read-only; `inspect --read-only`
-    needs nothing but /proc."""
+def _assert_staller_carries_on(staller: StallTarget) -> None:
+    """Untraced, not stopped, and its main thread answers once its stall is released."""
+    fields = proc_status(staller.pid)
+    assert fields["TracerPid"] == "0" and fields["State"][0] not in "Tt"
+    staller.drain_stderr()
+    assert staller.say("gap").startswith("gap ")
+
+
+def _tracer_process(pid: int) -> int | None:
+    """The process (thread group) of ``pid``'s tracer; TracerPid names the tracing thread."""
+    tracer = proc_status(pid)["TracerPid"]
+    if tracer == "0":
+        return None
+    try:
+        return int(proc_status(int(tracer))["Tgid"])
+    except (OSError, KeyError):
+        return None  # that thread is gone: look again
+
+
+@pytest.mark.slow
+def test_a_refused_read_falls_back_to_gdb_and_says_so() -> None:
+    """The main arena locked at every stop of the read (a thread inside malloc_stats):
+    plain `inspect` says the read was refused and why, and takes malloc_info through gdb,
+    whose call waits for the lock (released here once gdb is attached); the report is
+    gdb's, the target left running and untraced."""
+    staller = StallTarget(20000)
+    try:
+        assert staller.say("stall") == "stalling"
+        time.sleep(0.1)
+        proc = subprocess.Popen(
+            [*MEMFORENSICS, "inspect", "--json", "--timeout", "30s", str(staller.pid)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + CLI_TIMEOUT_SECONDS
+            # The read's seizes come and go (the tracer is then a thread of memforensics);
+            # gdb's attach is the one whose tracer belongs to another process.
+            while _tracer_process(staller.pid) in (None, proc.pid):
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "gdb never attached"
+                time.sleep(0.005)
+            staller.drain_stderr()  # malloc_stats returns: the lock is free for malloc_info
+            out, err = proc.communicate(timeout=CLI_TIMEOUT_SECONDS)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == 0, err
+        document = json.loads(out)
+        assert "locked at every stop" in document["gdb_fallback"]
+        assert document["read_only"] is None
+        assert "outside the allocator" in document["safe_point"]
+        assert f"note: PID {staller.pid} was inspected through gdb" in err
+        assert document["totals"]["arenas"] >= 1
+        _assert_staller_carries_on(staller)
+    finally:
+        staller.close()
+
+
+def test_no_gdb_on_path_inspect_reads_memory_and_gdb_path_says_so(tmp_path: Path) -> None:
+    """A host without gdb: `inspect` needs nothing but /proc (its document is the target's
+    own malloc_info); `inspect --gdb gdb` exits 5 and says the default needs no gdb."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "python3").symlink_to(sys.executable)
@@ -291,15 +358,13 @@ def test_no_gdb_on_path_read_only_works_and_inspect_points_to_it(tmp_path: Path)
     binary = compile_target("heap_shapes")
     own, rebuilt = tmp_path / "own.xml", tmp_path / "ro.xml"
     with shape_target([str(binary), "34", "mixed", str(own)]) as target:
-        done = run_cli("inspect", str(target.pid), env=env)
+        done = run_cli("inspect", "--gdb", "gdb", str(target.pid), env=env)
         assert done.returncode == 5, done.stderr
-        assert "--read-only" in done.stderr
-        done = run_cli(
-            "inspect", "--read-only", "--save-xml", str(rebuilt), str(target.pid), env=env
-        )
+        assert "without --gdb the heap is read from memory" in done.stderr
+        done = run_cli("inspect", "--save-xml", str(rebuilt), str(target.pid), env=env)
         assert done.returncode == 0, done.stderr
-        assert "read-only" in done.stdout
-        assert_running(target, "inspect --read-only")
+        assert "read-only" in done.stdout and "through gdb" not in done.stdout
+        assert_running(target, "inspect")
     assert rebuilt.read_bytes() == own.read_bytes()
 
 

@@ -3,7 +3,8 @@ lives on, untraced, running and undisturbed.
 
 The paths without gdb are the ones that must survive it: `trim` (the heap read from memory,
 malloc_trim called through a signal frame that restores the thread by itself), and
-`inspect`, `watch` and `collect` with `--read-only` (nothing called at all). memforensics
+`inspect`, `watch` and `collect` as they run by default (the heap read from memory, nothing
+called at all; gdb only where that read is refused, which it is not here). memforensics
 runs in its own process group with every process it starts (it starts none on these
 paths), and the whole group is SIGKILLed at once, as a pod deletion or a unit's final
 SIGKILL does. The target has 2 million free chunks, so its read and its malloc_trim take a
@@ -107,10 +108,9 @@ def chunk_target() -> Iterator[ChunkTarget]:
 
 COMMANDS = {
     "trim": lambda pid, tmp: ["trim", "--timeout", "30s", str(pid)],
-    "inspect --read-only": lambda pid, tmp: ["inspect", "--read-only", "--json", str(pid)],
-    "watch --read-only": lambda pid, tmp: [
+    "inspect": lambda pid, tmp: ["inspect", "--json", str(pid)],
+    "watch": lambda pid, tmp: [
         "watch",
-        "--read-only",
         "--interval",
         "0.2s",
         "--count",
@@ -118,9 +118,8 @@ COMMANDS = {
         "--json",
         str(pid),
     ],
-    "collect --read-only": lambda pid, tmp: [
+    "collect": lambda pid, tmp: [
         "collect",
-        "--read-only",
         "--no-oom",
         "--textfile-dir",
         str(tmp),
@@ -134,6 +133,16 @@ def test_a_target_with_two_million_free_chunks_survives_every_kill(
     command: str, tmp_path: Path
 ) -> None:
     with chunk_target() as target:
+        if command == "inspect":  # the default path here is the read, never gdb
+            whole = subprocess.run(
+                [*MEMFORENSICS, "inspect", "--json", str(target.pid)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            assert whole.returncode == 0, whole.stderr
+            assert '"gdb_fallback": null' in whole.stdout and "through gdb" not in whole.stderr
         for moment in MOMENTS_SECONDS:
             _kill_side_at([*MEMFORENSICS, *COMMANDS[command](target.pid, tmp_path)], moment)
             _left_running(target.pid, f"{command} killed after {moment} s")
@@ -155,7 +164,7 @@ def test_the_integrity_target_is_undisturbed_by_killed_trims_and_reads(tmp_path:
     binary = compile_target("integrity", "-mavx2")
     with running([str(binary)]) as target:
         for index, moment in enumerate(MOMENTS_SECONDS * 2):
-            command = ("trim", "inspect --read-only")[index % 2]
+            command = ("trim", "inspect")[index % 2]
             _kill_side_at([*MEMFORENSICS, *COMMANDS[command](target.pid, tmp_path)], moment)
             _left_running(target.pid, f"{command} killed after {moment} s")
         for _ in range(5):  # and whole calls, to the end

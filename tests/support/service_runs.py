@@ -1,19 +1,24 @@
 """What every service test does: inspect under load, trim at steady state, through the public
-library API (memforensics.entry.live) or the CLI as a user runs it, recording the issue's
-figures."""
+library API (memforensics.entry.readonly.inspect_live, memforensics.entry.live.trim_process)
+or the CLI as a user runs it, recording the issue's figures; and the default read's document
+set against the kernel's maps while the service is stopped."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from memforensics.entry.live import Inspection, TrimSettings, inspect_process, trim_process
-from memforensics.errors import MemforensicsError
+from memforensics.entry.live import Inspection, TrimSettings, trim_process
+from memforensics.entry.readonly import InspectMethod, inspect_live, inspect_read_only
+from memforensics.errors import MemforensicsError, TargetError
 from memforensics.model.trim import TrimResult
+from memforensics.sources.proc import procfs
+from tests.support.kernel_heaps import KernelHeaps, kernel_heaps, stopped
 from tests.support.service_figures import (
     FORECAST_TOLERANCE,
     MEASURED_SHARE_MIN,
@@ -34,15 +39,20 @@ CLI_TIMEOUT_SECONDS = 90.0
 MIB = 1024 * 1024
 
 
-def inspect(service: str, pid: int, *, health: Callable[[], str] | None = None) -> Inspection:
-    """One library inspection (``memforensics.entry.live.inspect_process``), recorded.
+def inspect(
+    service: str,
+    pid: int,
+    *,
+    health: Callable[[], str] | None = None,
+    method: InspectMethod = "auto",
+) -> Inspection:
+    """One library inspection (``memforensics.entry.readonly.inspect_live``), recorded; by
+    default as `inspect PID` does it, which must read the service's memory (no gdb fallback).
 
     When it fails and ``health`` is given, the failure says how the service is doing after it
     (did the inspection hurt it?)."""
     try:
-        inspection = inspect_process(
-            pid, timeout_seconds=CALL_TIMEOUT_SECONDS, gdb_path=None, allow_stopped=False
-        )
+        inspection = inspect_live(pid, method=method, timeout_seconds=CALL_TIMEOUT_SECONDS)
     except MemforensicsError as exc:
         if health is None:
             raise
@@ -50,7 +60,52 @@ def inspect(service: str, pid: int, *, health: Callable[[], str] | None = None) 
             f"inspect failed: {type(exc).__name__}: {exc}; afterwards {health()}"
         ) from exc
     inspection_figure(service, inspection)
+    assert inspection.gdb_fallback is None, f"{service}: read refused: {inspection.gdb_fallback}"
+    assert (inspection.read_only is None) is (method == "gdb")
     return inspection
+
+
+def assert_heaps_agree_with_kernel(service: str, pid: int, *, attempts: int = 30) -> KernelHeaps:
+    """The service stopped by SIGSTOP (nothing moves), the default read's document against
+    the kernel (tests/support/kernel_heaps.py): the thread arenas' mprotect bytes are their
+    heaps' read-write bytes, their system bytes the heaps' heap_info sizes, their sub-heap
+    count the heaps the kernel maps; the main arena's system bytes the program break's span.
+    A thread stopped inside malloc keeps its arena locked: the service runs a moment and is
+    stopped again."""
+    for attempt in range(attempts):
+        with stopped(pid):
+            try:
+                inspection = inspect_read_only(
+                    pid, timeout_seconds=CALL_TIMEOUT_SECONDS, allow_stopped=True
+                )
+            except TargetError as exc:
+                if "stays held" not in exc.message:
+                    raise
+                heaps = None
+            else:
+                heaps = kernel_heaps(pid)
+        if heaps is not None:
+            break
+        time.sleep(0.01 * (attempt % 7 + 1))
+    else:
+        raise AssertionError(f"{service}: stopped {attempts} times, always inside malloc")
+    arenas = inspection.analysis.dump.arenas
+    threads = [arena for arena in arenas if arena.index != 0]
+    mprotect = sum(arena.aspace_mprotect_bytes or 0 for arena in threads)
+    assert mprotect == heaps.thread_heap_rw_bytes, (
+        f"{service}: thread arenas' mprotect bytes {mprotect}, the kernel's read-write heaps "
+        f"{heaps.thread_heap_rw_bytes} ({heaps.thread_heaps} heaps)"
+    )
+    system = sum(arena.system_bytes for arena in threads)
+    assert system == heaps.thread_heap_size_bytes, (system, heaps)
+    assert sum(arena.aspace_total_bytes or 0 for arena in threads) == system
+    assert sum(arena.subheaps or 0 for arena in threads) == heaps.thread_heaps
+    if heaps.brk_heap_bytes is not None and arenas:
+        assert arenas[0].system_bytes == heaps.brk_heap_bytes, (
+            f"{service}: main arena's system bytes {arenas[0].system_bytes}, [heap] "
+            f"{heaps.brk_heap_bytes}"
+        )
+    return heaps
 
 
 def share_of(inspection: Inspection) -> float:
@@ -124,6 +179,30 @@ class SteadyTrim:
     @property
     def error(self) -> float | None:
         return forecast_error(self.result)
+
+
+def await_steady_anon(
+    pid: int,
+    *,
+    step_seconds: float = 0.5,
+    window: int = 4,
+    spread: float = 0.02,
+    timeout_seconds: float = 60.0,
+) -> None:
+    """Wait until the anonymous RSS of ``pid`` stays within ``spread`` of its mean over
+    ``window`` reads ``step_seconds`` apart: a service still warming up (a cache filling)
+    allocates between a trim's "before" and "after", which would count against its release."""
+    deadline = time.monotonic() + timeout_seconds
+    reads: list[int] = []
+    while True:
+        reads.append(procfs.read_memory(pid).anon_bytes or 0)
+        recent = reads[-window:]
+        if len(recent) == window:
+            mean = sum(recent) / window
+            if mean and max(abs(r - mean) for r in recent) <= spread * mean:
+                return
+        assert time.monotonic() < deadline, f"anonymous RSS never settled: {reads[-window:]}"
+        time.sleep(step_seconds)
 
 
 def trim_at_steady_state(

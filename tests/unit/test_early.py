@@ -108,6 +108,10 @@ def test_begin_starts_the_scan_and_gdb_that_the_command_takes_over() -> None:
         assert gdb_spawn._prestarted is None  # another command: nothing started
         with c_target("idle_arenas", "4") as target:
             early.begin(["inspect", "--json", str(target.pid)])
+            # The default reads the target's memory: neither gdb nor the gdb path's scan.
+            assert gdb_spawn._prestarted is None
+            assert early.take_scan(target.pid) is None
+            early.begin(["inspect", "--gdb", "gdb", "--json", str(target.pid)])
             assert gdb_spawn._prestarted is not None and gdb_spawn._prestarted.alive()
             scan = early.take_scan(target.pid)
             assert scan is not None

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from memforensics.errors import TargetError
+from memforensics.errors import ReadOnlyRefusedError
 from memforensics.model import glibc
 from memforensics.model.heapscan import BinFigures, HeapScan, MallocParams
 
@@ -99,29 +99,27 @@ def _totals(arenas: Sequence[BinFigures], dialect: Dialect) -> tuple[int, int, i
 
 def malloc_info_xml(scan: HeapScan, release: str | None) -> bytes:
     """The malloc_info(0) document of the heap ``scan`` read (with ``figures``), as glibc
-    ``release`` ("2.36") prints it. TargetError when any arena's figures or the ``mp_`` counters are
-    missing, or the arenas are not in malloc_info's order: a document with a part guessed
-    would not be malloc_info's."""
+    ``release`` ("2.36") prints it. ReadOnlyRefusedError when any arena's figures or the
+    ``mp_`` counters are missing, or the arenas are not in malloc_info's order: a document
+    with a part guessed would not be malloc_info's."""
     params: MallocParams | None = scan.malloc_params
     missing = [str(position) for position, arena in enumerate(scan.arenas) if arena.figures is None]
     if not scan.chained or not scan.arenas or not scan.arenas[0].is_main:
-        raise TargetError(
+        raise ReadOnlyRefusedError(
             "the arenas could not be put in malloc_info's order (main_arena not found)",
-            hint="use the gdb path (inspect without --read-only)",
             pid=scan.pid,
         )
     if missing:
         locked = [str(p) for p, a in enumerate(scan.arenas) if a.figures is None and a.lock_retries]
         why = f" (locked at every stop: {', '.join(locked)})" if locked else ""
-        raise TargetError(
+        raise ReadOnlyRefusedError(
             f"arena {', '.join(missing)} could not be read consistently{why}",
-            hint="try again, or use the gdb path (inspect without --read-only)",
+            hint="try again, or use the gdb path: inspect --gdb gdb PID",
             pid=scan.pid,
         )
     if params is None:
-        raise TargetError(
+        raise ReadOnlyRefusedError(
             "glibc's mp_ was not found in libc's data: the mmapped chunks' counters are unknown",
-            hint="use the gdb path (inspect without --read-only)",
             pid=scan.pid,
         )
     dialect = Dialect.of_release(release)
