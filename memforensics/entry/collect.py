@@ -204,6 +204,7 @@ def inspect_target(
         figures=figures,
         detail=inspection.residency_error,
         elapsed_seconds=time.monotonic() - started,
+        allocator=inspection.facts.allocator.kind,
     )
     return up, figures.pause_seconds
 

@@ -25,9 +25,11 @@ from memforensics.errors import (
     MemforensicsError,
     NoSuchProcessError,
     NotGlibcMallocError,
+    TargetError,
     TargetExitedError,
 )
 from memforensics.model.advice import Advice
+from memforensics.model.allocator import ForeignHeap
 from memforensics.model.heap import process_source
 from memforensics.model.heapscan import HeapScan, ReadOnlyRead
 from memforensics.model.process import HeapResidency, ProcessFacts, ProcessMemory, Waterfall
@@ -126,6 +128,7 @@ class Inspection:
     residency_error: str | None = None
     read_only: ReadOnlyRead | None = None  # how a read-only report was read (no gdb)
     gdb_fallback: str | None = None  # why the read-only read was refused, when gdb stood in
+    foreign: ForeignHeap | None = None  # jemalloc's, tcmalloc's or mimalloc's own figures
 
 
 def exited_error(pid: int, exc: MemforensicsError) -> TargetExitedError:
@@ -296,8 +299,11 @@ def trim_process(pid: int, settings: TrimSettings) -> TrimResult:
     moment before the trim. Raises the project's errors; the target is always detached
     and left running.
     """
-    facts = procfs.check_target(pid)  # refuses non-glibc before anything touches the target
+    # Refuses what is neither glibc's malloc nor a foreign allocator it can call.
+    facts = procfs.check_target(pid, foreign_ok=True)
     try:
+        if facts.allocator.foreign is not None and facts.allocator.foreign.serves_malloc:
+            return _trim_foreign(pid, facts, settings)
         if settings.gdb_path is None and settings.direct:
             from memforensics.entry.trim_direct import direct_unavailable, trim_direct
 
@@ -315,6 +321,25 @@ def trim_process(pid: int, settings: TrimSettings) -> TrimResult:
         if isinstance(exc, NoSuchProcessError) or not pid_alive(pid):
             raise exited_error(pid, exc) from exc
         raise
+
+
+def _trim_foreign(pid: int, facts: ProcessFacts, settings: TrimSettings) -> TrimResult:
+    from memforensics.entry.foreign import trim_foreign
+
+    kind = facts.allocator.kind
+    if settings.gdb_path is not None:
+        raise TargetError(
+            f"PID {pid} runs on {kind}: its purge is called without gdb",
+            hint="drop --gdb",
+            pid=pid,
+        )
+    return trim_foreign(
+        pid,
+        facts,
+        dry_run=settings.dry_run,
+        min_free_bytes=settings.min_free_bytes,
+        timeout_seconds=settings.timeout_seconds,
+    )
 
 
 def _trim(pid: int, facts: ProcessFacts, settings: TrimSettings) -> TrimResult:

@@ -25,6 +25,7 @@ from memforensics.errors import (
     NotGlibcMallocError,
     ReadOnlyRefusedError,
     TargetError,
+    TargetExitedError,
 )
 from memforensics.model.heap import HeapDump, process_source
 from memforensics.model.heapscan import HeapScan, ReadOnlyRead
@@ -130,9 +131,9 @@ def inspect_read_only(
         return _inspect(pid, facts, timeout_seconds, pad_bytes)
     except MemforensicsError as exc:
         if isinstance(exc, NoSuchProcessError) or not pid_alive(pid):
-            from memforensics.entry.live import exited_error
-
-            raise exited_error(pid, exc) from exc
+            # One message whichever step noticed (the hold says "while its threads were
+            # being held"): the one the gdb path gives, documented in docs/inspect.md.
+            raise TargetExitedError(f"PID {pid} exited while being inspected", pid=pid) from exc
         raise
 
 
@@ -162,6 +163,10 @@ def inspect_live(
     gdb is started, so a target gdb cannot inspect is refused as the gdb path refuses it."""
     from memforensics.entry.live import inspect_process
 
+    facts = procfs.check_target(pid, allow_stopped=allow_stopped, foreign_ok=True)
+    foreign = facts.allocator.foreign
+    if foreign is not None and foreign.serves_malloc:
+        return _inspect_foreign(pid, facts, method, timeout_seconds)
     refused: str | None = None
     if method != "gdb":
         try:
@@ -180,6 +185,36 @@ def inspect_live(
         log=log,
     )
     return inspection if refused is None else replace(inspection, gdb_fallback=refused)
+
+
+def _inspect_foreign(
+    pid: int, facts: ProcessFacts, method: InspectMethod, timeout_seconds: float
+) -> Inspection:
+    from memforensics.entry.foreign import inspect_foreign
+
+    kind = facts.allocator.kind
+    if method == "read-only":
+        raise TargetError(
+            f"PID {pid} runs on {kind}, whose figures come from its own statistics calls; "
+            "--read-only makes none",
+            hint=f"drop --read-only: {kind}'s calls are made without gdb, at a moment no "
+            "thread is inside it",
+            pid=pid,
+        )
+    if method == "gdb":
+        raise TargetError(
+            f"PID {pid} runs on {kind}: the gdb path reads glibc's malloc only",
+            hint=f"drop --gdb: {kind}'s statistics are read without gdb",
+            pid=pid,
+        )
+    if facts.state in ("T", "t"):
+        raise TargetError(
+            f"PID {pid} is stopped (state {facts.state}): {kind}'s statistics are read by "
+            "calls, which a stopped process cannot make",
+            hint="continue it (kill -CONT PID) and retry",
+            pid=pid,
+        )
+    return inspect_foreign(pid, facts, timeout_seconds=timeout_seconds)
 
 
 def inspector(method: InspectMethod) -> Callable[..., Inspection]:

@@ -22,7 +22,7 @@ from memforensics.sources.glibc.arena_hold import in_allocator
 from memforensics.sources.glibc.libc_elf import LibcImage, load_libc_image
 from memforensics.sources.proc import procfs
 from memforensics.sources.proc.procmem import ProcessMemoryReader
-from memforensics.sources.proc.ptrace_call import call, shadow_stack_enabled
+from memforensics.sources.proc.ptrace_call import call, caller_thread, shadow_stack_enabled
 from memforensics.sources.proc.ptrace_hold import ThreadHold
 
 _RETRY_FIRST_SECONDS = 0.002
@@ -50,26 +50,6 @@ def _busy(hold: ThreadHold, libc: LibcImage, mutexes: list[int], mem: ProcessMem
     return False
 
 
-_NO_SYSCALL = (1 << 64) - 1  # orig_rax of a thread that is in no system call
-
-
-def _caller(hold: ThreadHold, pid: int) -> int | None:
-    """The thread to call on, in a plain (interrupt) stop: one waiting in a system call
-    (the main one first), else the main one, else any. A waiting thread goes back to the
-    same wait with the same stack after the call, so its end is seen at once; a running one
-    may be deeper in its stack than the call's frame by the time it is looked at."""
-    plain = [tid for tid, kind in hold.stop_kinds.items() if kind == "interrupt"]
-    waiting = [
-        tid for tid in plain if hold.program_counters.get(tid, (0, _NO_SYSCALL))[1] != _NO_SYSCALL
-    ]
-    for group in (waiting, plain):
-        if pid in group:
-            return pid
-        if group:
-            return group[0]
-    return None
-
-
 def call_malloc_trim(
     pid: int, facts: ProcessFacts, residency: HeapResidency | None, pad_bytes: int, timeout: float
 ) -> float:
@@ -93,7 +73,7 @@ def call_malloc_trim(
             if time.monotonic() > deadline:
                 raise DeadlineError(f"PID {pid}: no time left to call malloc_trim", pid=pid)
             with ThreadHold(pid, timeout_seconds=min(timeout, 1.0), registers=True) as hold:
-                caller = _caller(hold, pid)
+                caller = caller_thread(hold, pid)
                 outcome = None
                 if caller is not None and not _busy(hold, libc, mutexes, mem):
                     outcome = call(

@@ -53,6 +53,7 @@ class TargetResult:
     reason: str | None = None
     detail: str | None = None
     elapsed_seconds: float = 0.0
+    allocator: str = ""  # what serves malloc (glibc, jemalloc …); "" when not inspected
 
     @property
     def up(self) -> bool:

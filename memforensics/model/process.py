@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from memforensics.model.allocator import ForeignLibrary
+
 AllocatorKind = Literal["glibc", "musl", "jemalloc", "tcmalloc", "mimalloc", "static", "unknown"]
 
 # How arenas of a dump were matched to heap mappings (see docs/residency.md):
@@ -30,6 +32,9 @@ class AllocatorInfo:
     detail: str  # what was found, in words: a library path, "static binary …"
     libc_path: str | None = None
     glibc_version: str | None = None
+    # A foreign allocator found in the process: the one that serves malloc (``kind`` is
+    # then its kind), or a prefixed copy beside glibc's malloc (``kind`` is "glibc").
+    foreign: ForeignLibrary | None = None
 
     @property
     def is_glibc_malloc(self) -> bool:

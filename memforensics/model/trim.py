@@ -44,6 +44,9 @@ class TrimResult:
     trim_called: bool = False
     skipped_detail: str | None = None
     notes: tuple[str, ...] = ()  # what the forecast cannot see (tcache, top chunk, ...)
+    # A foreign allocator's purge made instead of malloc_trim (entry.foreign): the call, as
+    # "jemalloc: mallctl(\"arena.4096.purge\")"; None for glibc's malloc_trim.
+    purge: str | None = None
 
     @property
     def forecast_bytes(self) -> int:

@@ -33,13 +33,24 @@ def render_inspection(result: Inspection, *, top: int, sort: SortKey) -> Rendera
         parts.extend([render_waterfall(result.waterfall), Text("")])
     elif result.residency_error:
         parts.append(Text(f"no residency figures: {result.residency_error}", style="dim"))
-    parts.append(
-        render_heap(
-            result.analysis,
-            top=top,
-            sort=sort,
-            title=f"PID {result.facts.pid} ({result.facts.name})",
-            extra_advice=result.extra_advice,
+    title = f"PID {result.facts.pid} ({result.facts.name})"
+    if result.foreign is not None:
+        from memforensics.render.foreign import render_foreign
+
+        parts.append(
+            render_foreign(
+                result.foreign,
+                result.analysis,
+                top=top,
+                sort=sort,
+                title=title,
+                extra_advice=result.extra_advice,
+            )
         )
-    )
+    else:
+        parts.append(
+            render_heap(
+                result.analysis, top=top, sort=sort, title=title, extra_advice=result.extra_advice
+            )
+        )
     return Group(*parts)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from memforensics.render.foreign_json import allocator_json
 from memforensics.render.heap_json import heap_document
 from memforensics.render.process_json import process_json, residency_json, waterfall_json
 
@@ -22,6 +23,7 @@ def inspection_document(result: Inspection) -> dict[str, Any]:
     document["waterfall"] = waterfall_json(result.waterfall) if result.waterfall else None
     document["residency_error"] = result.residency_error
     document["gdb_fallback"] = result.gdb_fallback
+    document["allocator"] = allocator_json(result.facts.allocator, result.foreign)
     read = result.read_only
     document["read_only"] = (
         None

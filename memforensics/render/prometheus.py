@@ -17,7 +17,8 @@ from prometheus_client.registry import Collector
 from memforensics.model.collect import CollectRun, OomKillKey, TargetFigures, TargetResult
 
 PREFIX = "memforensics"
-TARGET_LABELS = ("process", "pid", "pod_uid", "container_id")
+# ``allocator``: glibc, jemalloc, tcmalloc or mimalloc (what serves malloc); "" when down.
+TARGET_LABELS = ("process", "pid", "pod_uid", "container_id", "allocator")
 OOM_LABELS = ("process", "scope", "pod_uid", "container_id")
 _CACHED = "Cached: from the last memforensics collect run, not measured at scrape time."
 
@@ -64,7 +65,7 @@ _TARGET_GAUGES: tuple[tuple[str, str, str], ...] = (
     ),
     (
         "inspect_pause_seconds",
-        "How long the process was stopped while gdb took malloc_info.",
+        "How long the process was stopped while its heap was read.",
         "pause_seconds",
     ),
 )
@@ -76,6 +77,7 @@ def _target_labels(target: TargetResult) -> list[str]:
         str(target.pid),
         target.container.pod_uid or "",
         target.container.container_id or "",
+        target.allocator,
     ]
 
 

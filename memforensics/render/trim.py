@@ -62,6 +62,7 @@ def result_json(result: TrimResult) -> dict[str, Any]:
         "trimmed": result.trimmed,
         "trim_returned": result.trim_returned,
         "trim_called": result.trim_called,
+        "purge": result.purge,
         "pause_seconds": round(result.pause_seconds, 6),
         "skipped": result.skipped,
         "skipped_detail": result.skipped_detail,
@@ -149,7 +150,9 @@ def _action_line(result: TrimResult) -> Text:
     if result.name:
         head.append(f" {result.name}")
     head.append("  ")
-    if result.trimmed and result.trim_returned is None:
+    if result.trimmed and result.purge is not None:
+        head.append(f"{result.purge} called (no gdb)")
+    elif result.trimmed and result.trim_returned is None:
         head.append(f"malloc_trim({result.pad_bytes}) called (no gdb)")
     elif result.trimmed:
         head.append(f"malloc_trim({result.pad_bytes}) returned {result.trim_returned}")
@@ -187,15 +190,19 @@ def render_result(result: TrimResult, *, notes: bool = True) -> RenderableType:
             _ratio_words(result),
         )
     method = "measured" if result.forecast.measured else "estimated"
+    forecast_words = f"resident whole pages ({method})"
+    if result.purge is not None:
+        forecast_words = "free pages, the allocator's own count" if method == "measured" else ""
     table.add_row(
         Text("forecast", style="bold"),
         Text(format_bytes(result.forecast_bytes), style="bold"),
         "",
-        f"resident whole pages ({method})",
+        forecast_words,
     )
     gone = result.forecast.free_not_resident_bytes
     gone_words = "" if gone is None else f"{format_bytes(gone)} of it no longer resident"
-    table.add_row("free in bins", format_bytes(result.free_bytes), "", gone_words)
+    free_label = "free in bins" if result.purge is None else "free, kept"
+    table.add_row(free_label, format_bytes(result.free_bytes), "", gone_words)
     lines: list[RenderableType] = [_action_line(result), table]
     if notes:
         lines.extend(Text(f"note: {note}", style="dim") for note in result.notes)

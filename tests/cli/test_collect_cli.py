@@ -62,7 +62,7 @@ def test_gone_target_is_down_but_the_file_is_written(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in textfile.iterdir()) == ["memforensics.prom"]
     prom = (textfile / "memforensics.prom").read_text()
-    assert f'memforensics_target_up{{container_id="",pid="{GONE_PID}"' in prom
+    assert f'memforensics_target_up{{allocator="",container_id="",pid="{GONE_PID}"' in prom
     assert 'reason="gone"} 0.0' in prom
     assert "memforensics_oom_kills_total" not in prom  # --no-oom: no counter at all
     document = json.loads(result.stdout)

@@ -45,7 +45,7 @@ def sample_run() -> CollectRun:
         process_resident_bytes=5 << 30,
         pause_seconds=0.012,
     )
-    up = TargetResult(4242, "java", ContainerIdentity(POD, CID), figures)
+    up = TargetResult(4242, "java", ContainerIdentity(POD, CID), figures, allocator="jemalloc")
     budget = TargetResult(
         4343, "postgres", ContainerIdentity(), None, "pause_budget", "budget used up"
     )
@@ -76,11 +76,17 @@ def test_every_metric_of_the_issue_with_cached_help_and_base_units() -> None:
     assert "# TYPE memforensics_heap_free_bytes gauge" in text
 
 
-def test_labels_identify_process_pid_and_container() -> None:
+def test_labels_identify_process_pid_container_and_allocator() -> None:
     text = generate_latest(collect_registry(sample_run())).decode()
     found = {f.name: f for f in text_string_to_metric_families(text)}
     (free,) = found["memforensics_heap_free_bytes"].samples
-    assert free.labels == {"process": "java", "pid": "4242", "pod_uid": POD, "container_id": CID}
+    assert free.labels == {
+        "process": "java",
+        "pid": "4242",
+        "pod_uid": POD,
+        "container_id": CID,
+        "allocator": "jemalloc",
+    }
     assert free.value == 3 << 30
     assert found["memforensics_heap_free_resident_bytes"].samples == []
     up = {

@@ -27,14 +27,14 @@ STOP_BUDGET_SECONDS = 0.004  # a stop takes no further arena once it has lasted 
 # each attempt up to the longest (20 attempts span about 0.8 s).
 LET_RUN_SECONDS = 0.002
 LET_RUN_MAX_SECONDS = 0.05
-# brk, mmap, munmap, mprotect, madvise, mremap: how glibc's allocator grows and trims.
-_ALLOCATOR_SYSCALLS = frozenset((12, 9, 11, 10, 28, 25))
+# brk, mmap, munmap, mprotect, madvise, mremap: how an allocator grows and trims.
+ALLOCATOR_SYSCALLS = frozenset((12, 9, 11, 10, 28, 25))
 
 
 def in_allocator(libc: LibcImage, pc: int, syscall: int) -> bool:
     """A thread stopped at ``pc`` (in system call ``syscall``, its orig_rax) is inside the
     allocator: in its code, or in one of the system calls it makes to grow or trim."""
-    return libc.in_allocator(pc) or (syscall in _ALLOCATOR_SYSCALLS and libc.in_text(pc))
+    return libc.in_allocator(pc) or (syscall in ALLOCATOR_SYSCALLS and libc.in_text(pc))
 
 
 class StopBatches:

@@ -19,7 +19,9 @@ from memforensics.errors import (
     TargetPermissionError,
     TargetStoppedError,
 )
+from memforensics.model.allocator import FOREIGN_KINDS, ForeignLibrary
 from memforensics.model.process import AllocatorInfo, ProcessFacts, ProcessMemory
+from memforensics.sources.allocators.library import LIBRARY_PREFIXES, linked_copy
 from memforensics.sources.proc.binaries import scan_binary
 from memforensics.sources.proc.procmaps import parse_maps, replaced_file
 
@@ -29,12 +31,6 @@ _PF_KTHREAD = 0x00200000
 # Bit of CAP_SYS_PTRACE in the capability masks of /proc/PID/status (linux/capability.h).
 _CAP_SYS_PTRACE_BIT = 19
 _OLD_LIBC_NAME_RE = re.compile(r"libc-(\d+\.\d+(?:\.\d+)?)\.so")
-# Replacement allocators that take over malloc when linked in or preloaded.
-_FOREIGN_ALLOCATORS: tuple[tuple[str, str], ...] = (
-    ("libjemalloc", "jemalloc"),
-    ("libtcmalloc", "tcmalloc"),
-    ("libmimalloc", "mimalloc"),
-)
 _COMM_MAX_CHARS = 15  # TASK_COMM_LEN - 1
 # e_ident of an ELF file: the magic, then EI_CLASS (1 = ELFCLASS32, 2 = ELFCLASS64).
 _ELF_MAGIC = b"\x7fELF"
@@ -135,14 +131,15 @@ def detect_allocator(pid: int) -> AllocatorInfo:
     paths = _maps_paths(pid)
     for path in paths:
         base = os.path.basename(path)
-        for prefix, kind in _FOREIGN_ALLOCATORS:
-            if base.startswith(prefix):
+        for prefix, kind in LIBRARY_PREFIXES:
+            if base.startswith(prefix) and ".so" in base:
                 libc = next((p for p in paths if _is_glibc_libc(p)), None)
                 return AllocatorInfo(
-                    kind=kind,  # type: ignore[arg-type]
+                    kind=kind,
                     detail=f"{kind} ({path}) replaces glibc malloc",
                     libc_path=libc,
                     glibc_version=_glibc_version(pid, libc) if libc else None,
+                    foreign=ForeignLibrary(kind=kind, path=path),
                 )
     for path in paths:
         base = os.path.basename(path)
@@ -160,11 +157,26 @@ def detect_allocator(pid: int) -> AllocatorInfo:
                 detail=f"{libc_path} is not glibc (no glibc version banner in it)",
                 libc_path=libc_path,
             )
+        found = linked_copy(_proc(pid, "exe"))
+        if found is not None:
+            program = _exe_path(pid) or found.path
+            found = ForeignLibrary(found.kind, program, found.prefix, found.serves_malloc)
+            if found.serves_malloc:
+                return AllocatorInfo(
+                    kind=found.kind,
+                    detail=f"{found.kind} linked into {program} replaces glibc malloc",
+                    libc_path=libc_path,
+                    glibc_version=version,
+                    foreign=found,
+                )
+        prefixed = f"{found.prefix}-prefixed " if found is not None and found.prefix else ""
+        beside = f"; beside it {prefixed}{found.kind} in {found.path}" if found else ""
         return AllocatorInfo(
             kind="glibc",
-            detail=f"glibc malloc ({libc_path})",
+            detail=f"glibc malloc ({libc_path}){beside}",
             libc_path=libc_path,
             glibc_version=version,
+            foreign=found,
         )
     interpreter = next((p for p in paths if os.path.basename(p).startswith("ld-linux")), None)
     if interpreter is not None:
@@ -245,13 +257,17 @@ def _describe_pid(pid: int) -> str:
         return str(pid)
 
 
-def check_target(pid: int, *, allow_stopped: bool = False) -> ProcessFacts:
+def check_target(
+    pid: int, *, allow_stopped: bool = False, foreign_ok: bool = False
+) -> ProcessFacts:
     """Refuse what cannot be inspected safely, else return the facts of PID.
 
     Raises NoSuchProcessError; TargetError for ourselves, a zombie, a kernel thread, a
     32-bit program (ELFCLASS32 executable: only 64-bit glibc layouts are read) or a process
     stopped by someone else (unless ``allow_stopped``); TargetPermissionError when another
-    tracer holds it; NotGlibcMallocError naming the allocator that was found.
+    tracer holds it; NotGlibcMallocError naming the allocator that was found, unless
+    ``foreign_ok`` and it is jemalloc, tcmalloc or mimalloc beside a glibc libc (whose
+    ``__restore_rt`` their calls return through).
     """
     if pid <= 0:
         raise NoSuchProcessError(f"no process with PID {pid}")
@@ -299,8 +315,11 @@ def check_target(pid: int, *, allow_stopped: bool = False) -> ProcessFacts:
         )
     if facts.allocator.kind == "unknown" and facts.allocator.detail.endswith("not readable"):
         detect_allocator(pid)  # raises the TargetPermissionError with its own message
-    if not facts.allocator.is_glibc_malloc:
-        raise NotGlibcMallocError(f"{label} does not use glibc malloc: {facts.allocator.detail}")
+    allocator = facts.allocator
+    if foreign_ok and allocator.kind in FOREIGN_KINDS and allocator.libc_path is not None:
+        return facts
+    if not allocator.is_glibc_malloc:
+        raise NotGlibcMallocError(f"{label} does not use glibc malloc: {allocator.detail}")
     return facts
 
 

@@ -45,14 +45,14 @@ _FP_XSTATE_MAGIC2 = 0x46505845
 _UC_FP_XSTATE, _UC_SIGCONTEXT_SS, _UC_STRICT_RESTORE_SS = 0x1, 0x2, 0x4
 _SIGFRAME_BYTES = 8 + 304 + 128  # pretcode, struct ucontext, struct siginfo
 _FX_SW_OFFSET = 464  # the software-reserved bytes of the legacy FXSAVE area
-_PTRACE_CONT, _PTRACE_INTERRUPT = 7, 0x4207
+PTRACE_CONT, PTRACE_INTERRUPT = 7, 0x4207
 _WALL, _WNOTHREAD = 0x40000000, 0x20000000
 _PTRACE_EVENT_STOP = 128
 _ERESTART = (512, 513, 514)  # ERESTARTSYS, ERESTARTNOINTR, ERESTARTNOHAND
 _ERESTART_RESTARTBLOCK, _EINTR = 516, 4
 _FLAGS_DF_TF = 0x400 | 0x100  # the direction flag (clear at a call) and the trap flag
 _U64 = (1 << 64) - 1
-_LOOK_SECONDS = 5.0  # the longest an interrupted thread may take to stop and be looked at
+LOOK_SECONDS = 5.0  # the longest an interrupted thread may take to stop and be looked at
 # sigcontext's general registers, in its order (asm/sigcontext.h, x86-64).
 _SIGCONTEXT_REGS = [
     "r8",
@@ -98,10 +98,12 @@ def _signal_mask(pid: int, tid: int) -> int:
 
 @dataclass(frozen=True)
 class Frame:
-    """The signal frame of one call: where it goes and its bytes."""
+    """The signal frame of one call: where it goes and its bytes (from ``address`` on)."""
 
-    address: int  # the called function's rsp at entry: the frame's return address slot
-    image: bytes
+    address: int  # the frame's return address slot: the rt_sigframe rt_sigreturn reads
+    image: bytes  # from ``entry`` on
+    scratch: int = 0  # where the scratch bytes are, above the frame (0: none asked for)
+    entry: int = 0  # the called function's rsp at entry (``address`` without stack args)
 
 
 def _saved_registers(regs: ptrace_regs.UserRegs) -> dict[str, int]:
@@ -116,17 +118,34 @@ def _saved_registers(regs: ptrace_regs.UserRegs) -> dict[str, int]:
     return saved
 
 
-def build_frame(regs: ptrace_regs.UserRegs, xstate: bytes, sigmask: int, restore_rt: int) -> Frame:
+def build_frame(
+    regs: ptrace_regs.UserRegs,
+    xstate: bytes,
+    sigmask: int,
+    restore_rt: int,
+    scratch: bytes = b"",
+    stack_args: Sequence[int] = (),
+    pop3_ret: int | None = None,
+) -> Frame:
     """The frame for a call on a thread with ``regs``, ``xstate`` (PTRACE_GETREGSET's
-    NT_X86_XSTATE) and blocked signals ``sigmask``: below rsp's red zone, the XSAVE area
-    64-byte aligned with its software bytes and closing magic, then the rt_sigframe 16-byte
-    aligned less 8 (a called function's rsp), whose return address is ``restore_rt``."""
+    NT_X86_XSTATE) and blocked signals ``sigmask``: below rsp's red zone, ``scratch`` (the
+    call's in-memory arguments) 16-byte aligned, the XSAVE area 64-byte aligned with its
+    software bytes and closing magic, then the rt_sigframe 16-byte aligned less 8 (a called
+    function's rsp), whose return address is ``restore_rt``. Everything the frame holds is
+    above the called function's stack pointer, out of its reach.
+
+    With ``stack_args`` (a 7th to 9th argument), the function is entered 32 bytes lower, on
+    [``pop3_ret``, its stack arguments, zeros]: it returns into the three pops, which step
+    over them and return into ``restore_rt`` (the sigframe's first word) as before."""
+    if len(stack_args) > 3 or (stack_args and pop3_ret is None):
+        raise ValueError("up to three stack arguments, through a pop-pop-pop-ret in libc")
     area = bytearray(xstate)
     xfeatures = struct.unpack_from("<Q", area, _FX_SW_OFFSET)[0]  # ptrace puts XCR0 there
     software = struct.pack("<IIQI28x", _FP_XSTATE_MAGIC1, len(area) + 4, xfeatures, len(area))
     area[_FX_SW_OFFSET : _FX_SW_OFFSET + len(software)] = software
     fp_image = bytes(area) + struct.pack("<I", _FP_XSTATE_MAGIC2)
-    fpstate = (regs.rsp - RED_ZONE_BYTES - len(fp_image)) & ~63
+    scratch_at = _scratch_address(regs, scratch)
+    fpstate = (scratch_at - len(fp_image)) & ~63
     frame = ((fpstate - _SIGFRAME_BYTES) & ~15) - 8
     saved = _saved_registers(regs)
     sigcontext = struct.pack(
@@ -149,7 +168,15 @@ def build_frame(regs: ptrace_regs.UserRegs, xstate: bytes, sigmask: int, restore
     ucontext = struct.pack("<QQ", flags, 0) + uc_stack + sigcontext + struct.pack("<Q", sigmask)
     head = struct.pack("<Q", restore_rt) + ucontext + bytes(128)  # siginfo: unused
     gap = fpstate - (frame + len(head))
-    return Frame(frame, head + bytes(gap) + fp_image)
+    image = head + bytes(gap) + fp_image
+    if scratch:
+        image += bytes(scratch_at - (frame + len(image))) + scratch
+    entry = frame
+    if stack_args:
+        words = [pop3_ret or 0, *stack_args, *[0] * (3 - len(stack_args))]
+        entry = frame - 8 * len(words)  # 32 bytes: still 8 mod 16, as after a call
+        image = struct.pack(f"<{len(words)}Q", *(w & _U64 for w in words)) + image
+    return Frame(frame, image, scratch_at if scratch else 0, entry)
 
 
 def _stack_room(pid: int, rsp: int, low: int) -> bool:
@@ -161,6 +188,26 @@ def _stack_room(pid: int, rsp: int, low: int) -> bool:
         if start <= rsp < end:
             return low >= start or (len(rest) == 5 and rest[4].strip() == "[stack]")
     return False
+
+
+_NO_SYSCALL = (1 << 64) - 1  # orig_rax of a thread that is in no system call
+
+
+def caller_thread(hold: ThreadHold, pid: int) -> int | None:
+    """The thread to call on, in a plain (interrupt) stop: one waiting in a system call
+    (the main one first), else the main one, else any. A waiting thread goes back to the
+    same wait with the same stack after the call, so its end is seen at once; a running one
+    may be deeper in its stack than the call's frame by the time it is looked at."""
+    plain = [tid for tid, kind in hold.stop_kinds.items() if kind == "interrupt"]
+    waiting = [
+        tid for tid in plain if hold.program_counters.get(tid, (0, _NO_SYSCALL))[1] != _NO_SYSCALL
+    ]
+    for group in (waiting, plain):
+        if pid in group:
+            return pid
+        if group:
+            return group[0]
+    return None
 
 
 @dataclass(frozen=True)
@@ -191,30 +238,11 @@ def call(
         raise TargetError(f"thread {tid} of PID {pid} is not in a plain stop", pid=pid)
 
     def work() -> CallOutcome:
-        regs = ptrace_regs.get_regs(tid)
-        frame = build_frame(regs, ptrace_regs.get_xstate(tid), _signal_mask(pid, tid), restore_rt)
-        if not _stack_room(pid, regs.rsp, frame.address - STACK_MARGIN_BYTES):
-            raise TargetError(
-                f"thread {tid} of PID {pid} has no room on its stack for a call",
-                hint="try again later",
-                pid=pid,
-            )
-        fd = os.open(f"/proc/{pid}/mem", os.O_RDWR | os.O_CLOEXEC)
-        try:
-            if os.pwrite(fd, frame.image, frame.address) != len(frame.image):
-                raise TargetError(f"could not write a call frame into PID {pid}", pid=pid)
-        finally:
-            os.close(fd)
-        entry = ptrace_regs.UserRegs.from_buffer_copy(bytes(regs))
-        entry.rip, entry.rsp, entry.rax, entry.orig_rax = function, frame.address, 0, _U64
-        entry.eflags &= ~_FLAGS_DF_TF
-        for name, value in zip(_ARG_REGS, args, strict=False):
-            setattr(entry, name, value & _U64)
-        ptrace_regs.set_regs(tid, entry)  # the one step from "untouched" to "calling"
+        frame = enter_call(pid, tid, function, args, restore_rt=restore_rt)
         started = time.monotonic()
         try:
-            ptrace_regs.request(_PTRACE_CONT, tid, 0)
-            finished = _await_return(tid, frame.address, deadline)
+            ptrace_regs.request(PTRACE_CONT, tid, 0)
+            finished = await_return(tid, frame.address, deadline)
         finally:
             # Whatever happened, the release detaches it with no stale signal: a signal
             # that stopped it was delivered, and a thread still calling calls on.
@@ -224,7 +252,74 @@ def call(
     return hold.in_tracer(work)
 
 
-def _stop_of(tid: int) -> tuple[int, int] | None:
+@dataclass(frozen=True)
+class ScratchRef:
+    """A call argument that is an address in the call's scratch: its start plus ``offset``."""
+
+    offset: int
+
+
+def enter_call(
+    pid: int,
+    tid: int,
+    function: int,
+    args: Sequence[int | ScratchRef],
+    *,
+    restore_rt: int,
+    scratch: bytes = b"",
+    pop3_ret: int | None = None,
+    again: bool = False,
+) -> Frame:
+    """On held thread ``tid``: the frame (and ``scratch``) written on its stack, then the
+    call's registers set in one PTRACE_SETREGS; from there on the thread calls
+    ``function(*args)`` once resumed, and restores itself when it returns. A 7th to 9th
+    argument goes on the stack, through libc's ``pop3_ret`` (ValueError without it, or for
+    more). TargetError when its stack has no room. ``again``: the thread was restored from
+    an earlier call of this hold, so its stack's room (checked then, for the same stack
+    pointer) is not read again. In the hold's tracer thread only."""
+    regs = ptrace_regs.get_regs(tid)
+    in_registers, on_stack = list(args[: len(_ARG_REGS)]), list(args[len(_ARG_REGS) :])
+    scratch_at = _scratch_address(regs, scratch)
+    frame = build_frame(
+        regs,
+        ptrace_regs.get_xstate(tid),
+        _signal_mask(pid, tid),
+        restore_rt,
+        scratch,
+        [_resolve(value, scratch_at) for value in on_stack],
+        pop3_ret,
+    )
+    if not again and not _stack_room(pid, regs.rsp, frame.entry - STACK_MARGIN_BYTES):
+        raise TargetError(
+            f"thread {tid} of PID {pid} has no room on its stack for a call",
+            hint="try again later",
+            pid=pid,
+        )
+    fd = os.open(f"/proc/{pid}/mem", os.O_RDWR | os.O_CLOEXEC)
+    try:
+        if os.pwrite(fd, frame.image, frame.entry) != len(frame.image):
+            raise TargetError(f"could not write a call frame into PID {pid}", pid=pid)
+    finally:
+        os.close(fd)
+    entry = ptrace_regs.UserRegs.from_buffer_copy(bytes(regs))
+    entry.rip, entry.rsp, entry.rax, entry.orig_rax = function, frame.entry, 0, _U64
+    entry.eflags &= ~_FLAGS_DF_TF
+    for name, value in zip(_ARG_REGS, in_registers, strict=False):
+        setattr(entry, name, _resolve(value, frame.scratch) & _U64)
+    ptrace_regs.set_regs(tid, entry)  # the one step from "untouched" to "calling"
+    return frame
+
+
+def _scratch_address(regs: ptrace_regs.UserRegs, scratch: bytes) -> int:
+    """Where build_frame puts ``scratch`` for a thread with ``regs``."""
+    return (int(regs.rsp) - RED_ZONE_BYTES - len(scratch)) & ~15
+
+
+def _resolve(value: int | ScratchRef, scratch_at: int) -> int:
+    return scratch_at + value.offset if isinstance(value, ScratchRef) else value
+
+
+def stop_of(tid: int) -> tuple[int, int] | None:
     """(signal, ptrace event) of ``tid``'s stop, seen not consumed; None while it runs."""
     info = os.waitid(
         os.P_PID, tid, os.WSTOPPED | os.WEXITED | os.WNOHANG | os.WNOWAIT | _WALL | _WNOTHREAD
@@ -236,11 +331,11 @@ def _stop_of(tid: int) -> tuple[int, int] | None:
     return info.si_status & 0xFF, info.si_status >> 8
 
 
-def _stopped(tid: int, give_up: float) -> None:
+def stopped(tid: int, give_up: float) -> None:
     """Wait for ``tid`` to be in a ptrace stop that is no signal's (an interrupt's or an
     event's): a signal that stops it first is delivered, and it is interrupted again."""
     while True:
-        stop = _stop_of(tid)
+        stop = stop_of(tid)
         if stop is None:
             if time.monotonic() > give_up:
                 raise DeadlineError(f"thread {tid} did not stop to be looked at", pid=tid)
@@ -248,11 +343,11 @@ def _stopped(tid: int, give_up: float) -> None:
             continue
         if stop[1] != 0:
             return
-        ptrace_regs.request(_PTRACE_CONT, tid, stop[0])  # a signal on its way in: deliver it
-        ptrace_regs.request(_PTRACE_INTERRUPT, tid)
+        ptrace_regs.request(PTRACE_CONT, tid, stop[0])  # a signal on its way in: deliver it
+        ptrace_regs.request(PTRACE_INTERRUPT, tid)
 
 
-def _await_return(tid: int, frame: int, deadline: float) -> bool:
+def await_return(tid: int, frame: int, deadline: float) -> bool:
     """Follow the called thread until its stack pointer is above ``frame`` again (the
     function returned and rt_sigreturn restored it), looking every few ms: at the stop of a
     signal on its way in (before its handler's frame is built: where the thread was), or
@@ -262,19 +357,19 @@ def _await_return(tid: int, frame: int, deadline: float) -> bool:
     while True:
         time.sleep(nap)
         nap = min(nap * 2, 0.01)
-        stop = _stop_of(tid)
+        stop = stop_of(tid)
         if stop is None:
-            ptrace_regs.request(_PTRACE_INTERRUPT, tid)
-            give_up = max(deadline, time.monotonic()) + _LOOK_SECONDS
-            while (stop := _stop_of(tid)) is None:
+            ptrace_regs.request(PTRACE_INTERRUPT, tid)
+            give_up = max(deadline, time.monotonic()) + LOOK_SECONDS
+            while (stop := stop_of(tid)) is None:
                 if time.monotonic() > give_up:
                     raise DeadlineError(f"thread {tid} did not stop to be looked at", pid=tid)
                 time.sleep(0.0001)
         rsp = int(ptrace_regs.get_regs(tid).rsp)
         if rsp > frame or time.monotonic() > deadline:
             if stop[1] == 0:  # a signal's stop: deliver it, then stop it plainly
-                ptrace_regs.request(_PTRACE_CONT, tid, stop[0])
-                ptrace_regs.request(_PTRACE_INTERRUPT, tid)
-                _stopped(tid, max(deadline, time.monotonic()) + _LOOK_SECONDS)
+                ptrace_regs.request(PTRACE_CONT, tid, stop[0])
+                ptrace_regs.request(PTRACE_INTERRUPT, tid)
+                stopped(tid, max(deadline, time.monotonic()) + LOOK_SECONDS)
             return rsp > frame
-        ptrace_regs.request(_PTRACE_CONT, tid, stop[0] if stop[1] == 0 else 0)
+        ptrace_regs.request(PTRACE_CONT, tid, stop[0] if stop[1] == 0 else 0)
