@@ -14,8 +14,9 @@ nox.options.reuse_existing_virtualenvs = True
 
 HERE = Path(__file__).parent
 # Debian packages the real-thing tests need: gdb and gcc for live targets, the journal
-# tools for real journal files, other allocators and libcs for the refusal tests, real
-# services under load (PostgreSQL with pgbench, OpenJDK), compressed logs, the fleet's
+# tools for real journal files, other allocators (jemalloc, tcmalloc, mimalloc) and libcs for
+# the refusal tests and the foreign-allocator oracles, real services under load (PostgreSQL
+# with pgbench, OpenJDK, Redis with redis-benchmark), compressed logs, the fleet's
 # Prometheus components, and a headless browser for the HTML report.
 SYSTEM_PACKAGES = (
     "gdb",
@@ -23,9 +24,12 @@ SYSTEM_PACKAGES = (
     "gcc-multilib",  # cc -m32: the 32-bit target that inspect refuses
     "systemd-journal-remote",
     "libjemalloc2",
+    "libjemalloc-dev",  # libjemalloc.a: an allocator linked into the executable
     "libtcmalloc-minimal4",
+    "libmimalloc2.0",
     "musl-tools",
     "postgresql-15",
+    "redis-tools",  # the server too (redis-check-rdb), without redis-server's system service
     "openjdk-17-jdk-headless",
     "xz-utils",
     "zstd",

@@ -192,6 +192,13 @@ def waterfall(memory: ProcessMemory, heap: ForeignHeap) -> Waterfall:
             kind="difference",
         ),
         WaterfallLine(
+            "mmap_chunks",
+            "mmapped chunks",
+            0,
+            2,
+            note=f"none apart: {name} serves large blocks from its own pages, counted in use",
+        ),
+        WaterfallLine(
             "allocator_metadata",
             f"{name}: metadata",
             heap.metadata_bytes,
@@ -215,8 +222,8 @@ def waterfall(memory: ProcessMemory, heap: ForeignHeap) -> Waterfall:
             in_rss=False,
         ),
     ]
-    if in_use is None:
-        lines[4:6] = [
+    if in_use is None:  # mimalloc: no statistics
+        lines[4:7] = [
             WaterfallLine(
                 "allocator_committed",
                 f"{name}: committed",

@@ -241,14 +241,14 @@ def _targets_and_reader(
     return resolve_targets(pids, names), inspect_one
 
 
-def _say_fallback(pid: int, why: str) -> None:
+def _say(line: str) -> None:
     from memforensics.cli.output import stderr_console
 
-    stderr_console().print(
-        f"note: PID {pid} was inspected through gdb: its memory could not be read ({why})",
-        markup=False,
-        highlight=False,
-    )
+    stderr_console().print(line, markup=False, highlight=False)
+
+
+def _say_fallback(pid: int, why: str) -> None:
+    _say(f"note: PID {pid} was inspected through gdb: its memory could not be read ({why})")
 
 
 def _inspect_core(
@@ -295,7 +295,9 @@ def _report_targets(
             resume_collector()  # the first report is done: a long list of targets is not
         try:
             result = inspect_one(pid)
-            if save_xml is not None:
+            if save_xml is not None and result.foreign is not None:
+                _say(f"note: PID {pid} runs on {result.foreign.kind}: no malloc_info to save")
+            elif save_xml is not None:
                 _save_xml(save_xml_path(save_xml, pid, several=several), result.capture.xml, pid)
         except NoSuchProcessError as exc:
             if explicit:

@@ -134,6 +134,13 @@ def _oom_event(proc: WatchedProcess, kill: OomEvent) -> SeriesEvent:
     )
 
 
+def _foreign_free_resident(result: Inspection) -> int | None:
+    """A foreign allocator's free bytes still resident: its waterfall line (no residency)."""
+    if result.foreign is None or result.waterfall is None:
+        return None
+    return result.waterfall.get("arena_free_resident")
+
+
 class Watch:
     """Samples some processes until the count or duration is reached, all exit, or stop."""
 
@@ -260,7 +267,7 @@ class Watch:
             free_resident_bytes=(
                 residency_figures(result.analysis.dump, residency).free_resident_bytes
                 if residency
-                else None
+                else _foreign_free_resident(result)
             ),
             waterfall=result.waterfall,
             extra_advice=result.extra_advice,

@@ -123,7 +123,9 @@ def test_musl_refused() -> None:
     [(JEMALLOC, "libjemalloc2", "jemalloc"), (TCMALLOC, "libtcmalloc-minimal4", "tcmalloc")],
 )
 def test_preloaded_allocator_refused(library: Path, package: str, kind: str) -> None:
-    """jemalloc/tcmalloc take over malloc: malloc_info would describe glibc's unused arena."""
+    """jemalloc/tcmalloc take over malloc: malloc_info would describe glibc's unused arena,
+    so glibc's paths refuse them; inspect and trim take them (foreign_ok) with the library
+    that serves malloc named."""
     _need(library, package)
     with c_target("proc_idle", env={"LD_PRELOAD": str(library)}) as target:
         info = procfs.detect_allocator(target.pid)
@@ -131,6 +133,10 @@ def test_preloaded_allocator_refused(library: Path, package: str, kind: str) -> 
         assert str(library.name) in info.detail
         with pytest.raises(NotGlibcMallocError, match=kind):
             procfs.check_target(target.pid)
+        facts = procfs.check_target(target.pid, foreign_ok=True)
+        assert facts.allocator.foreign is not None and facts.allocator.foreign.serves_malloc
+        assert facts.allocator.foreign.kind == kind
+        assert library.name.split(".so")[0] in facts.allocator.foreign.path
 
 
 def test_zombie_refused() -> None:

@@ -149,10 +149,15 @@ class Prober:
 
 @contextlib.contextmanager
 def tcp_service(
-    name: str, argv: list[str], *, crash_logs: Path | None = None
+    name: str,
+    argv: list[str],
+    *,
+    crash_logs: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> Iterator[TcpService]:
-    """Run ``argv`` (a "ready port=N" service) and yield it; killed in ``finally``."""
-    with running(argv) as target:
+    """Run ``argv`` (a "ready port=N" service, ``env`` added to ours) and yield it; killed
+    in ``finally``."""
+    with running(argv, env=env) as target:
         yield TcpService(name=name, target=target, port=_port_of(target), crash_logs=crash_logs)
 
 
@@ -203,10 +208,12 @@ def java_service(*args: str) -> Iterator[TcpService]:
 
 
 @contextlib.contextmanager
-def python_service(*args: str) -> Iterator[TcpService]:
-    """tests/targets/py_service.py: a threading line-protocol server on 127.0.0.1."""
+def python_service(*args: str, preload: str | None = None) -> Iterator[TcpService]:
+    """tests/targets/py_service.py: a threading line-protocol server on 127.0.0.1; with
+    ``preload``, that allocator library serves its malloc (LD_PRELOAD)."""
     argv = [sys.executable, str(TARGETS_DIR / "py_service.py"), *args]
-    with tcp_service("Python py_service", argv) as service:
+    env = {"LD_PRELOAD": preload} if preload else None
+    with tcp_service("Python py_service", argv, env=env) as service:
         yield service
 
 
