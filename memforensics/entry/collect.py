@@ -186,15 +186,22 @@ def inspect_target(
     headline = (
         residency_figures(dump, inspection.residency) if inspection.residency is not None else None
     )
+    free_resident = headline.free_resident_bytes if headline else None
+    trimmable = headline.trimmable_bytes if headline else None
+    foreign = inspection.foreign
+    if foreign is not None:  # the allocator's own figures: what its purge returns
+        trimmable = foreign.releasable_bytes
+        if inspection.waterfall is not None:
+            free_resident = inspection.waterfall.get("arena_free_resident")
     figures = TargetFigures(
         heap_free_bytes=dump.free_bytes,
         heap_in_use_bytes=dump.in_use_bytes,
         heap_system_bytes=dump.system_bytes,
-        heap_free_resident_bytes=headline.free_resident_bytes if headline else None,
+        heap_free_resident_bytes=free_resident,
         heap_arenas=len(dump.arenas),
         process_resident_bytes=inspection.memory.rss_bytes,
         pause_seconds=inspection.capture.pause_seconds,
-        heap_trimmable_bytes=headline.trimmable_bytes if headline else None,
+        heap_trimmable_bytes=trimmable,
         heap_measured_ratio=headline.measured_share if headline else None,
     )
     up = TargetResult(

@@ -82,6 +82,6 @@ def test_container_identity_labels(tmp_path: Path) -> None:
         done = collect_cli(str(target.pid), "--textfile-dir", str(tmp_path), "--no-oom")
         assert done.returncode == 0, done.stderr
     prom = (tmp_path / "memforensics.prom").read_text()
-    labels = f'container_id="{CID}",pid="{target.pid}",pod_uid="{POD}"'
+    labels = f'allocator="glibc",container_id="{CID}",pid="{target.pid}",pod_uid="{POD}"'
     assert f"memforensics_heap_free_bytes{{{labels}" in prom
     assert f"memforensics_target_up{{{labels}" in prom

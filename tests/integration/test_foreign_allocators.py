@@ -300,6 +300,9 @@ def test_python_service_on_jemalloc_is_watched_and_collected(tmp_path: Path) -> 
             check=True,
         )
         prom = (textfile / "memforensics.prom").read_text()
-        assert f'allocator="jemalloc",container_id="",pid="{service.pid}"' in prom
+        labels = f'allocator="jemalloc",container_id="",pid="{service.pid}"'
+        assert labels in prom
+        # What jemalloc's purge would return now, from its own count.
+        assert f"memforensics_heap_trimmable_bytes{{{labels}" in prom
         assert service.ask("ping").startswith("pong")
         _untouched(service.pid)
