@@ -34,6 +34,7 @@ _MARKERS: tuple[tuple[ForeignKind, str, tuple[str, ...]], ...] = (
     ("tcmalloc", "MallocExtension_GetNumericProperty", ("",)),
     ("mimalloc", "mi_process_info", ("",)),
 )
+_SHT_STRTAB = 3
 _VERSION_PATTERNS: dict[ForeignKind, re.Pattern[bytes]] = {
     "jemalloc": re.compile(rb"\0(\d+\.\d+\.\d+)-\d+-g[0-9a-f]{40}\0"),
     "tcmalloc": re.compile(rb"\0gperftools (\d+\.\d+(?:\.\d+)?)\0"),
@@ -60,6 +61,26 @@ def mapped_library(pid: int) -> ForeignLibrary | None:
     return None
 
 
+def _string_tables(data: mmap.mmap) -> list[tuple[int, int]]:
+    """[start, end) of each SHT_STRTAB section of an ELF64 little-endian file; none for
+    anything else (a file too short for what its header says included)."""
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1 or len(data) < 64:
+        return []
+    shoff = int.from_bytes(data[0x28:0x30], "little")
+    shentsize = int.from_bytes(data[0x3A:0x3C], "little")
+    shnum = int.from_bytes(data[0x3C:0x3E], "little")
+    tables = []
+    for index in range(shnum):
+        header = data[shoff + index * shentsize : shoff + (index + 1) * shentsize]
+        if len(header) < 40:
+            return []
+        if int.from_bytes(header[4:8], "little") == _SHT_STRTAB:
+            offset = int.from_bytes(header[24:32], "little")
+            size = int.from_bytes(header[32:40], "little")
+            tables.append((offset, min(offset + size, len(data))))
+    return tables
+
+
 def linked_copy(exe: Path) -> ForeignLibrary | None:
     """A foreign allocator linked into the executable ``exe`` (see the module): its marker
     function defined there; ``serves_malloc`` when it is not a prefixed copy and the
@@ -69,12 +90,17 @@ def linked_copy(exe: Path) -> ForeignLibrary | None:
             if os.fstat(handle.fileno()).st_size == 0:
                 return None
             with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                # Names first (a cheap search); the symbol tables only where one is there.
+                # Names first, in the string tables only (a cheap search, however big the
+                # program); the symbol tables only where one is there.
+                tables = _string_tables(data)
                 named = [
                     (kind, prefix + name)
                     for kind, name, prefixes in _MARKERS
                     for prefix in prefixes
-                    if data.find(b"\0" + (prefix + name).encode() + b"\0") >= 0
+                    if any(
+                        data.find(b"\0" + (prefix + name).encode() + b"\0", start, end) >= 0
+                        for start, end in tables
+                    )
                 ]
                 if not named:
                     return None
