@@ -11,7 +11,12 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Protocol
 
-from memforensics.errors import NotGlibcMallocError, TargetError, TargetExitedError
+from memforensics.errors import (
+    MemforensicsError,
+    NotGlibcMallocError,
+    TargetError,
+    TargetExitedError,
+)
 from memforensics.model.allocator import ForeignHeap
 from memforensics.model.heap import process_source
 from memforensics.model.process import ProcessFacts
@@ -67,11 +72,13 @@ def read_foreign(pid: int, facts: ProcessFacts, timeout_seconds: float) -> Forei
 
 
 def _exited(pid: int, exc: Exception) -> Exception:
-    return (
-        TargetExitedError(f"PID {pid} exited while being inspected", pid=pid)
-        if not pid_alive(pid)
-        else exc
-    )
+    """The error to raise for ``exc``: that the target exited when it is gone, a system
+    call's refusal as the target's problem (exit 3, no traceback), else ``exc`` itself."""
+    if not pid_alive(pid):
+        return TargetExitedError(f"PID {pid} exited while being inspected", pid=pid)
+    if isinstance(exc, OSError) and not isinstance(exc, MemforensicsError):
+        return TargetError(f"PID {pid}: {exc.strerror or exc}", pid=pid)
+    return exc
 
 
 def inspect_foreign(pid: int, facts: ProcessFacts, *, timeout_seconds: float) -> Inspection:

@@ -1,0 +1,115 @@
+"""Calls whose results come back through memory (sources.proc.ptrace_probe), made on the
+integrity target (tests/targets/integrity.c: registers with upper ymm lanes, an ordered pipe,
+SIGALRM every 2 ms, heap buffers), which says at its end whether anything was disturbed.
+
+The calls are libc's own clock_gettime, directly and through syscall() with seven arguments
+(the seventh on the stack, through libc's pop-pop-pop-ret): the oracle is our own clock, the
+same kernel's, read around the call.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import struct
+import time
+
+import pytest
+
+from memforensics.sources.glibc.libc_elf import LibcImage, load_libc_image
+from memforensics.sources.proc import procfs
+from memforensics.sources.proc.elf_dynsym import function_symbols, read_mapped_file
+from memforensics.sources.proc.ptrace_call import ScratchRef, caller_thread
+from memforensics.sources.proc.ptrace_hold import ThreadHold
+from memforensics.sources.proc.ptrace_probe import ProbeCall, call_reading
+from tests.support.targets import compile_target, live_skip_reason, proc_status, running
+
+_SKIP = live_skip_reason()
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(_SKIP is not None, reason=_SKIP or ""),
+]
+
+CLOCK_REALTIME, CLOCK_MONOTONIC = 0, 1
+SYS_CLOCK_GETTIME = 228  # x86-64
+ROUNDS = 20
+
+
+def _functions(pid: int, libc: LibcImage) -> dict[str, int]:
+    mapped = read_mapped_file(pid, libc.path)
+    wanted = frozenset({"clock_gettime", "syscall"})
+    return function_symbols(mapped.data, mapped.base, libc.path, wanted).defaults
+
+
+def _seconds(scratch: bytes) -> float:
+    tv_sec, tv_nsec = struct.unpack_from("<qq", scratch)
+    return tv_sec + tv_nsec / 1e9
+
+
+def test_calls_read_back_the_targets_clocks_and_leave_it_undisturbed() -> None:
+    binary = compile_target("integrity", "-mavx2")
+    with running([str(binary)]) as target:
+        libc_path = procfs.read_process(target.pid).libc_path
+        assert libc_path is not None
+        libc = load_libc_image(target.pid, libc_path)
+        assert libc.restore_rt is not None and libc.pop3_ret is not None
+        functions = _functions(target.pid, libc)
+        sentinel = struct.pack("<qq", -1, -1)
+        calls = [
+            ProbeCall(functions["clock_gettime"], (CLOCK_MONOTONIC, ScratchRef(0)), sentinel),
+            ProbeCall(functions["clock_gettime"], (CLOCK_REALTIME, ScratchRef(0)), sentinel),
+            # syscall(number, a1 … a6): seven arguments, the last on the stack.
+            ProbeCall(
+                functions["syscall"],
+                (SYS_CLOCK_GETTIME, CLOCK_MONOTONIC, ScratchRef(0), 0, 0, 0, 0x5EED),
+                sentinel,
+            ),
+        ]
+        for round_index in range(ROUNDS):
+            before_monotonic, before_real = time.monotonic(), time.time()
+            with ThreadHold(target.pid, timeout_seconds=2.0, registers=True) as hold:
+                caller = caller_thread(hold, target.pid)
+                assert caller is not None
+                results = call_reading(
+                    hold,
+                    caller,
+                    calls,
+                    restore_rt=libc.restore_rt,
+                    deadline=time.monotonic() + 5,
+                    pop3_ret=libc.pop3_ret,
+                )
+            after_monotonic, after_real = time.monotonic(), time.time()
+            assert results is not None, f"round {round_index}: the calls did not end"
+            monotonic, real, through_syscall = (_seconds(r) for r in results)
+            assert before_monotonic - 0.01 <= monotonic <= after_monotonic + 0.01
+            assert before_real - 0.01 <= real <= after_real + 0.01
+            assert monotonic <= through_syscall <= after_monotonic + 0.01
+            status = proc_status(target.pid)
+            assert status["TracerPid"] == "0" and status["State"][0] in "RS"
+            time.sleep(0.01 * (round_index % 5))  # other moments of its loop
+        os.kill(target.pid, signal.SIGTERM)
+        assert target.proc.wait(timeout=20) == 0
+        assert target.proc.stdout is not None
+        report = target.proc.stdout.read().decode()
+        assert "corrupt" not in report, report
+        match = re.search(r"ok loops=(\d+) bytes=(\d+) alarms=(\d+)", report)
+        assert match and int(match.group(2)) > 0 and int(match.group(3)) > 0, report
+
+
+def test_more_arguments_than_the_frame_can_pass_are_refused() -> None:
+    """Nine arguments at most (six in registers, three on the stack); a tenth is refused
+    before anything is written, never dropped."""
+    from memforensics.sources.proc.ptrace_call import build_frame
+    from memforensics.sources.proc.ptrace_regs import UserRegs
+
+    regs = UserRegs()
+    regs.rsp = 0x7FFF_0000_0000
+    with pytest.raises(ValueError):
+        build_frame(regs, bytes(1024), 0, 0x1000, stack_args=(1, 2, 3, 4), pop3_ret=0x2000)
+    with pytest.raises(ValueError):
+        build_frame(regs, bytes(1024), 0, 0x1000, stack_args=(1,), pop3_ret=None)
+    frame = build_frame(regs, bytes(1024), 0, 0x1000, stack_args=(7, 8), pop3_ret=0x2000)
+    assert frame.entry == frame.address - 32 and frame.entry % 16 == 8
+    assert struct.unpack_from("<4Q", frame.image) == (0x2000, 7, 8, 0)
+    assert struct.unpack_from("<Q", frame.image, 32)[0] == 0x1000  # then __restore_rt
