@@ -10,10 +10,12 @@ A figure counts as *growing* only when all four hold over the observed window:
 3. the fitted change is at least ``NOISE_MULTIPLE`` (2) times the residual standard
    deviation — the rise stands above the sample-to-sample noise;
 4. the rise is not one step: the best single step (the samples split in two at one point,
-   each part at its own mean) leaves at least ``STEP_RESIDUAL_RATIO`` (half) of the
-   squared residual the line leaves. A level that jumps once and stays (glibc moving
-   blocks between mmap and the heap, a cache filled once) fits a step far better than a
-   line, whatever its t; a leak's steady rise fits the line better than any step.
+   each part at its own mean; or in two parts with one sample between them, taken while
+   the jump was under way, anywhere between the two levels) leaves at least
+   ``STEP_RESIDUAL_RATIO`` (half) of the squared residual the line leaves. A level that
+   jumps once and stays (glibc moving blocks between mmap and the heap, a cache filled
+   once) fits a step far better than a line, whatever its t; a leak's steady rise fits the
+   line better than any step.
 
 A figure that passes 1–3 but fails 4 is a *step* (``Fit.step``): reported, never a trend.
 """
@@ -64,23 +66,35 @@ def best_step(ys: Sequence[float]) -> tuple[float, float]:
     """The single step that fits ``ys`` best: (its squared residual, its height).
 
     Every split point is tried (at least one sample on each side), each side at its mean;
-    prefix sums make it one pass, so a week of 1 s readings costs no more than the line.
+    so is every split with one sample left between the sides (at least two on each), which
+    costs nothing when it lies between the two means: a jump that took a moment, caught
+    once on its way. Prefix sums make it one pass, so a week of 1 s readings costs no more
+    than the line.
     """
     n = len(ys)
     if n < 2:
         return 0.0, 0.0
     shift = ys[0]  # sums of squares of values near zero lose no precision
     values = [y - shift for y in ys]
-    sums = list(accumulate(values))
-    squares = list(accumulate(v * v for v in values))
-    total, total_sq = sums[-1], squares[-1]
+    sums = [0.0, *accumulate(values)]
+    squares = [0.0, *accumulate(v * v for v in values)]
+
+    def part(start: int, end: int) -> tuple[float, float]:
+        """(squared residual around the mean, mean) of values[start:end]."""
+        total, total_sq = sums[end] - sums[start], squares[end] - squares[start]
+        count = end - start
+        return total_sq - total * total / count, total / count
+
     best, height = math.inf, 0.0
     for k in range(1, n):
-        left, left_sq = sums[k - 1], squares[k - 1]
-        right, right_sq = total - left, total_sq - left_sq
-        residual = (left_sq - left * left / k) + (right_sq - right * right / (n - k))
-        if residual < best:
-            best, height = residual, right / (n - k) - left / k
+        (left_res, left_mean), (right_res, right_mean) = part(0, k), part(k, n)
+        if left_res + right_res < best:
+            best, height = left_res + right_res, right_mean - left_mean
+    for k in range(2, n - 2):  # values[k] caught mid-jump
+        (left_res, left_mean), (right_res, right_mean) = part(0, k), part(k + 1, n)
+        between = min(left_mean, right_mean) <= values[k] <= max(left_mean, right_mean)
+        if between and left_res + right_res < best:
+            best, height = left_res + right_res, right_mean - left_mean
     return max(best, 0.0), height
 
 

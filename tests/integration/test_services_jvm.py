@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from memforensics.errors import MemforensicsError
 from tests.support.service_figures import is_steady, json_measured_share
 from tests.support.service_runs import (
     MIB,
@@ -64,16 +65,21 @@ def test_inspections_under_load_measure_the_free_bytes(jvm_service: TcpService) 
     ops_before, _ = _status(jvm_service)
     shares = []
     with Prober(jvm_service.port, "ping", _healthy) as probe:
-        for number in range(INSPECTIONS - 1):
+        try:
+            # gdb's path (opt-in): its dump and walk are two moments, so its share is not
+            # held to the bar. gdb can lose a JVM thread that exits during its session
+            # ("Couldn't get registers: No such process"): a clean refusal is allowed there,
+            # harm is not (the prober, the liveness and progress checks below).
+            inspect(SERVICE, jvm_service.pid, method="gdb")
+        except MemforensicsError as exc:
+            print(f"{SERVICE}: the gdb path refused: {exc}")
+        assert jvm_service.target.alive()
+        for _ in range(INSPECTIONS - 2):
             inspection = inspect(
-                SERVICE,
-                jvm_service.pid,
-                health=lambda: jvm_service.health("ping"),
-                method="gdb" if number == 0 else "auto",
+                SERVICE, jvm_service.pid, health=lambda: jvm_service.health("ping")
             )
             assert len(inspection.analysis.dump.arenas) >= 8  # the workers spread over arenas
-            if number:  # gdb's dump and walk are two moments: its share is recorded only
-                shares.append(share_of(inspection))
+            shares.append(share_of(inspection))
             assert jvm_service.target.alive()
         shares.append(
             json_measured_share(

@@ -192,6 +192,20 @@ def test_best_step_finds_the_split() -> None:
     assert fit is not None and fit.step and not fit.growing
 
 
+def test_a_step_caught_once_on_its_way_is_still_one_step() -> None:
+    """Nine samples a second apart; the 40 MiB jump took long enough for one sample to see
+    it half done. Still one step; a ramp through the same values is a trend."""
+    ys = [8 * MiB] * 4 + [28 * MiB] + [48 * MiB] * 4
+    fit = fit_line(list(range(9)), ys, timed=True)
+    assert fit is not None and fit.step and not fit.growing
+    assert fit.step_bytes == pytest.approx(40 * MiB)
+    ramp = fit_line(list(range(9)), [8 * MiB + i * 5 * MiB for i in range(9)], timed=True)
+    assert ramp is not None and ramp.growing and not ramp.step
+    # Caught below both levels it is no transition: not a step by that rule.
+    dip = [8 * MiB] * 4 + [0] + [48 * MiB] * 4
+    assert best_step(dip)[0] > 0
+
+
 def test_old_recording_lines_load_without_the_new_keys(tmp_path: Path) -> None:
     """A heap line without ``runtime`` and a waterfall reads as before; one with it keeps it."""
     record = tmp_path / "old.jsonl"
