@@ -127,7 +127,7 @@ def trim_foreign(
     from memforensics.analysis.foreign import forecast as foreign_forecast
     from memforensics.analysis.trim import skip_reason
     from memforensics.entry.live import now_utc, settled_memory
-    from memforensics.model.trim import TrimResult
+    from memforensics.model.trim import TrimResult, before_after
 
     started = now_utc()
     before = procfs.read_memory(pid)
@@ -154,10 +154,7 @@ def trim_foreign(
         pid=pid,
         name=facts.name,
         time=started,
-        rss_before_bytes=before.rss_bytes,
-        anon_before_bytes=before.anon_bytes,
-        rss_after_bytes=after.rss_bytes if after else None,
-        anon_after_bytes=after.anon_bytes if after else None,
+        **before_after(before, after),
         forecast=forecast,
         free_bytes=heap.free_bytes or 0,
         heap_bytes=heap.mapped_bytes or 0,

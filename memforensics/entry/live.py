@@ -357,7 +357,7 @@ def _trim(pid: int, facts: ProcessFacts, settings: TrimSettings) -> TrimResult:
     from memforensics.analysis.residency_build import build_residency
     from memforensics.analysis.trim import skip_reason
     from memforensics.analysis.trim_forecast import forecast_trim
-    from memforensics.model.trim import TrimResult
+    from memforensics.model.trim import TrimResult, before_after
     from memforensics.sources.malloc_info.malloc_xml import parse_dump
 
     pause_seconds = capture.pause_seconds
@@ -412,10 +412,7 @@ def _trim(pid: int, facts: ProcessFacts, settings: TrimSettings) -> TrimResult:
         pid=pid,
         name=facts.name,
         time=started,
-        rss_before_bytes=before.rss_bytes,
-        anon_before_bytes=before.anon_bytes,
-        rss_after_bytes=after.rss_bytes if after else None,
-        anon_after_bytes=after.anon_bytes if after else None,
+        **before_after(before, after),
         forecast=forecast,
         free_bytes=dump.free_bytes,
         heap_bytes=dump.system_bytes,

@@ -120,13 +120,21 @@ def report_parts(
 
 
 def inspect_read_only(
-    pid: int, *, timeout_seconds: float = 1.0, allow_stopped: bool = False, pad_bytes: int = 0
+    pid: int,
+    *,
+    timeout_seconds: float = 1.0,
+    allow_stopped: bool = False,
+    pad_bytes: int = 0,
+    facts: ProcessFacts | None = None,
 ) -> Inspection:
     """The heap report of ``pid`` read from its memory (see the module). Refuses what the gdb
     path refuses (procfs.check_target), and a heap it cannot read consistently (TargetError,
     exit 3, with a hint to use the gdb path). The target is left running (or stopped, if
-    someone else had stopped it). Trimmable figures are for malloc_trim(``pad_bytes``)."""
-    facts = procfs.check_target(pid, allow_stopped=allow_stopped)
+    someone else had stopped it). Trimmable figures are for malloc_trim(``pad_bytes``).
+    ``facts``: what procfs.check_target already gave for ``pid`` (its glibc refusals still
+    apply), so that /proc and the executable are not read twice."""
+    if facts is None or not facts.allocator.is_glibc_malloc:
+        facts = procfs.check_target(pid, allow_stopped=allow_stopped)
     try:
         return _inspect(pid, facts, timeout_seconds, pad_bytes)
     except MemforensicsError as exc:
@@ -171,7 +179,7 @@ def inspect_live(
     if method != "gdb":
         try:
             return inspect_read_only(
-                pid, timeout_seconds=timeout_seconds, allow_stopped=allow_stopped
+                pid, timeout_seconds=timeout_seconds, allow_stopped=allow_stopped, facts=facts
             )
         except ReadOnlyRefusedError as exc:
             if method == "read-only":

@@ -17,7 +17,7 @@ import time
 
 from memforensics.errors import DeadlineError, NotGlibcMallocError, TargetError
 from memforensics.model.process import HeapResidency, ProcessFacts
-from memforensics.model.trim import TrimResult
+from memforensics.model.trim import TrimResult, before_after
 from memforensics.sources.glibc.arena_hold import in_allocator
 from memforensics.sources.glibc.libc_elf import LibcImage, load_libc_image
 from memforensics.sources.proc import procfs
@@ -150,10 +150,7 @@ def trim_direct(
         pid=pid,
         name=facts.name,
         time=started,
-        rss_before_bytes=before.rss_bytes,
-        anon_before_bytes=before.anon_bytes,
-        rss_after_bytes=after.rss_bytes if after else None,
-        anon_after_bytes=after.anon_bytes if after else None,
+        **before_after(before, after),
         forecast=forecast,
         free_bytes=dump.free_bytes,
         heap_bytes=dump.system_bytes,

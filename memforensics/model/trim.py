@@ -4,12 +4,34 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Literal, TypedDict
 
-from memforensics.model.process import TrimForecast
+from memforensics.model.process import ProcessMemory, TrimForecast
 
 # Why a trim was not attempted; scripts match on these stable codes.
 SkipReason = Literal["dry-run", "below-min-free", "not-glibc"]
+
+
+class MemoryBeforeAfter(TypedDict):
+    """TrimResult's RSS and anonymous figures, before and after (None: not measured)."""
+
+    rss_before_bytes: int
+    anon_before_bytes: int | None
+    rss_after_bytes: int | None
+    anon_after_bytes: int | None
+
+
+def before_after(before: ProcessMemory, after: ProcessMemory | None) -> MemoryBeforeAfter:
+    """The memory fields of a TrimResult; ``before`` must have an RSS (callers refuse a
+    target without one before anything else)."""
+    if before.rss_bytes is None:
+        raise ValueError("a trim's 'before' has no RSS")
+    return {
+        "rss_before_bytes": before.rss_bytes,
+        "anon_before_bytes": before.anon_bytes,
+        "rss_after_bytes": after.rss_bytes if after else None,
+        "anon_after_bytes": after.anon_bytes if after else None,
+    }
 
 
 @dataclass(frozen=True, slots=True)

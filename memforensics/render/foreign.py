@@ -8,12 +8,11 @@ from rich import box
 from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
-from rich.text import Text
 
 from memforensics.analysis.heap import HeapAnalysis
 from memforensics.model.advice import Advice
 from memforensics.model.allocator import ForeignHeap
-from memforensics.render.heap import advice_renderable, arena_table
+from memforensics.render.heap import advice_and_notes, arena_table
 from memforensics.render.heap_sort import SortKey
 from memforensics.units import format_bytes
 
@@ -82,6 +81,5 @@ def render_foreign(
     if heap.arenas:
         parts.append(arena_table(analysis, top=top, sort=sort))
     parts.append(_own_figures(heap))
-    parts.append(advice_renderable(analysis.advice + extra_advice))
-    parts.append(Text("\n".join(f"· {note}" for note in analysis.notes), style="dim"))
+    parts.extend(advice_and_notes(analysis, extra_advice))
     return Group(*parts)

@@ -183,6 +183,15 @@ def render_heap(
         parts.append(arena_table(analysis, top=top, sort=sort))
     if analysis.histogram:
         parts.append(histogram_table(analysis))
-    parts.append(advice_renderable(analysis.advice + extra_advice))
-    parts.append(Text("\n".join(f"· {note}" for note in analysis.notes), style="dim"))
+    parts.extend(advice_and_notes(analysis, extra_advice))
     return Group(*parts)
+
+
+def advice_and_notes(
+    analysis: HeapAnalysis, extra_advice: tuple[Advice, ...] = ()
+) -> list[RenderableType]:
+    """The closing parts of every heap report: the advice, then what the figures mean."""
+    return [
+        advice_renderable(analysis.advice + extra_advice),
+        Text("\n".join(f"· {note}" for note in analysis.notes), style="dim"),
+    ]

@@ -141,7 +141,7 @@ def read_heap(pid: int, image: ForeignImage, calls: AllocatorCalls) -> ForeignHe
         free_bytes=sum(a.free_bytes for a in arenas),
         releasable_bytes=sum(a.releasable_bytes for a in arenas),
         fragmentation_bytes=(
-            active - allocated_total if active is not None and allocated_total else None
+            active - allocated_total if active is not None and allocated_total is not None else None
         ),
         metadata_bytes=values.get("stats.metadata"),
         resident_bytes=values.get("stats.resident"),

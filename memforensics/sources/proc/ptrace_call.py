@@ -89,7 +89,8 @@ def shadow_stack_enabled(pid: int) -> bool:
     return False
 
 
-def _signal_mask(pid: int, tid: int) -> int:
+def signal_mask(pid: int, tid: int) -> int:
+    """The signals ``tid`` blocks (/proc's SigBlk), which the frame restores."""
     for line in Path(f"/proc/{pid}/task/{tid}/status").read_text().splitlines():
         if line.startswith("SigBlk:"):
             return int(line.split()[1], 16)
@@ -269,6 +270,7 @@ def enter_call(
     scratch: bytes = b"",
     pop3_ret: int | None = None,
     again: bool = False,
+    sigmask: int | None = None,
 ) -> Frame:
     """On held thread ``tid``: the frame (and ``scratch``) written on its stack, then the
     call's registers set in one PTRACE_SETREGS; from there on the thread calls
@@ -276,14 +278,16 @@ def enter_call(
     argument goes on the stack, through libc's ``pop3_ret`` (ValueError without it, or for
     more). TargetError when its stack has no room. ``again``: the thread was restored from
     an earlier call of this hold, so its stack's room (checked then, for the same stack
-    pointer) is not read again. In the hold's tracer thread only."""
+    pointer) is not read again; ``sigmask``: its blocked signals, read once for such a
+    series (each call's rt_sigreturn restores them), else read here. In the hold's tracer
+    thread only."""
     regs = ptrace_regs.get_regs(tid)
     in_registers, on_stack = list(args[: len(_ARG_REGS)]), list(args[len(_ARG_REGS) :])
     scratch_at = _scratch_address(regs, scratch)
     frame = build_frame(
         regs,
         ptrace_regs.get_xstate(tid),
-        _signal_mask(pid, tid),
+        signal_mask(pid, tid) if sigmask is None else sigmask,
         restore_rt,
         scratch,
         [_resolve(value, scratch_at) for value in on_stack],

@@ -33,6 +33,7 @@ from memforensics.sources.proc.ptrace_call import (
     Frame,
     ScratchRef,
     enter_call,
+    signal_mask,
     stop_of,
     stopped,
 )
@@ -79,6 +80,7 @@ def call_reading(
             ptrace_regs.request(
                 _PTRACE_SETOPTIONS, tid, _PTRACE_O_TRACECLONE | _PTRACE_O_TRACESYSGOOD
             )
+            mask = signal_mask(pid, tid)  # one /proc read for the series, not one per call
             for number, spec in enumerate(calls):
                 frame = enter_call(
                     pid,
@@ -89,6 +91,7 @@ def call_reading(
                     scratch=spec.scratch,
                     pop3_ret=pop3_ret,
                     again=number > 0,
+                    sigmask=mask,
                 )
                 scratch = _await_sigreturn(pid, tid, frame, len(spec.scratch), deadline)
                 if scratch is None:
