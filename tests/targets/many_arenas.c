@@ -106,6 +106,9 @@ int main(int argc, char **argv) {
     pthread_barrier_wait(&barrier);
     pthread_t tick;
     pthread_create(&tick, NULL, ticker, NULL);
+    /* Unbuffered: a buffered stdin mallocs its 4 KiB buffer from the main arena at the first
+     * fgets, after "ready", and two reads of an idle target would then differ. */
+    setvbuf(stdin, NULL, _IONBF, 0);
     printf("ready threads=%d\n", threads);
     fflush(stdout);
     char line[64];
