@@ -36,6 +36,7 @@ SYSTEM_PACKAGES = (
     "prometheus",
     "prometheus-node-exporter",
     "chromium",
+    "nodejs",  # a Node.js program, named by its runtime
 )
 
 
