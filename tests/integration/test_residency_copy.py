@@ -37,23 +37,29 @@ PAGES = 64
 MIB = 1 << 20
 
 
-def _expected(page: int) -> bytes:
+def _expected(page: int, pages: int = PAGES) -> bytes:
     """What copy_pages.c holds: page i filled with (i * 7 + 1) & 0xff, 8 untouched pages."""
-    untouched = range(PAGES // 2, PAGES // 2 + 8)
+    untouched = range(pages // 2, pages // 2 + 8)
     return b"".join(
-        bytes(page) if i in untouched else bytes([(i * 7 + 1) & 0xFF]) * page for i in range(PAGES)
+        bytes(page) if i in untouched else bytes([(i * 7 + 1) & 0xFF]) * page for i in range(pages)
     )
 
 
-def _copy(mem: ProcessMemoryReader, address: int, pool: BufferPool) -> tuple[bytes, bool]:
+def _copy(
+    mem: ProcessMemoryReader,
+    address: int,
+    pool: BufferPool,
+    pages: int = PAGES,
+    threads: int = 1,
+) -> tuple[bytes, bool]:
     """The target's mapping copied by copy_into into a pooled buffer full of stale bytes."""
     page = mem.page_bytes
     segment = Segment(
-        address, address + PAGES * page, mem.pagemap(address, address + PAGES * page), pool
+        address, address + pages * page, mem.pagemap(address, address + pages * page), pool
     )
     try:
         segment.view[:] = b"\xee" * len(segment.view)  # another arena's bytes
-        complete = copy_into(mem, segment, 0, segment.length)
+        complete = copy_into(mem, segment, 0, segment.length, threads=threads)
         return bytes(segment.view), complete
     finally:
         segment.close(pool)
@@ -91,33 +97,38 @@ def _dead_pid() -> int:
     return child
 
 
-def test_every_copy_way_gives_the_same_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("pages", "threads"), [(PAGES, 1), (1024, 2)])
+def test_every_copy_way_gives_the_same_bytes(
+    monkeypatch: pytest.MonkeyPatch, pages: int, threads: int
+) -> None:
     """process_vm_readv stopping at a PROT_NONE page, preadv only, a refused
-    process_vm_readv, pure Python: the same bytes, holes as zeros, nothing stale."""
-    with c_target("copy_pages", str(PAGES)) as target:
+    process_vm_readv, pure Python: the same bytes, holes as zeros, nothing stale. With 1,024
+    pages and two threads the C copy splits at page 512, between the PROT_NONE pages (256)
+    and the untouched ones (512 …): each half meets its own kind of page."""
+    with c_target("copy_pages", str(pages)) as target:
         address = int(target.ready_line.split()[1], 16)
         with ProcessMemoryReader(target.pid) as mem:
             page = mem.page_bytes
-            expected = _expected(page)
+            expected = _expected(page, pages)
             pool = BufferPool()
             try:
                 copies = {}
                 with monkeypatch.context() as patch:
                     patch.setattr(heapcopy, "_native", None)
-                    copies["python"] = _copy(mem, address, pool)
+                    copies["python"] = _copy(mem, address, pool, pages, threads)
                 if heapcopy.native_walk_available():
                     # The scenario is real: process_vm_readv alone stops at the PROT_NONE page.
-                    assert _vm_readv_bytes(target.pid, address, PAGES * page) == PAGES // 4 * page
-                    copies["process_vm_readv"] = _copy(mem, address, pool)
+                    assert _vm_readv_bytes(target.pid, address, pages * page) == pages // 4 * page
+                    copies["process_vm_readv"] = _copy(mem, address, pool, pages, threads)
                     assert mem.vm_readv_usable
                     mem.vm_readv_usable = False
-                    copies["preadv"] = _copy(mem, address, pool)
+                    copies["preadv"] = _copy(mem, address, pool, pages, threads)
                     # A refusal of the call itself (here ESRCH: the PID it is asked for is
                     # gone, while the open /proc/PID/mem still reads): preadv from then on.
                     mem.vm_readv_usable = True
                     real_pid, mem.pid = mem.pid, _dead_pid()
                     try:
-                        copies["refused"] = _copy(mem, address, pool)
+                        copies["refused"] = _copy(mem, address, pool, pages, threads)
                     finally:
                         mem.pid = real_pid
                     assert not mem.vm_readv_usable

@@ -121,8 +121,14 @@ class ArenaWalker:
         is_main: bool,
         pool: BufferPool,
         pause: Callable[[], object] | None = None,
+        held: bool = False,
     ) -> None:
         self._mem = mem
+        # ``held``: the read-only path's walk, made while the target is held (ArenaHold): a
+        # whole copy is made in one read per segment, by two threads of ours (the target's
+        # threads are stopped, so its CPUs are idle), with no pause between slices (there is
+        # no gdb session to make way for).
+        self._held = held
         # Called between slices of a whole copy: a caller may hold the walk there (the scan
         # beside a gdb session parks while gdb attaches, background.QuietGate), and a closed
         # gate then waits for one slice (~1 ms), not for a whole arena's copy (~5 ms).
@@ -182,7 +188,9 @@ class ArenaWalker:
         """Copy every readable page of the arena now, one read per run of resident pages
         (per _COPY_SLICE_BYTES at most, with a pause between slices)."""
         for segment in self._segments:
-            for begin in range(0, segment.length, _COPY_SLICE_BYTES):
+            if self._held:
+                copy_into(self._mem, segment, 0, segment.length, threads=2)
+            for begin in range(0, segment.length if not self._held else 0, _COPY_SLICE_BYTES):
                 if begin:
                     self._pause()
                 copy_into(self._mem, segment, begin, min(begin + _COPY_SLICE_BYTES, segment.length))

@@ -157,14 +157,17 @@ class Segment:
         pool.give(self.buffer)
 
 
-def copy_into(mem: MemoryReader, segment: Segment, begin: int, end: int) -> bool:
+def copy_into(
+    mem: MemoryReader, segment: Segment, begin: int, end: int, *, threads: int = 1
+) -> bool:
     """Copy bytes [begin, end) of ``segment`` (offsets, ``begin`` page-aligned) out of the
     target: its readable pages (``PageMap.readable``: the present ones) are read, one read
     per run of them, the others read as zeros. A swapped-out page is never read (reading it
     would fault it back into the target): a chunk on it reads as zeros, so a list through
     it reads back inconsistent and its bin is left unmeasured. True when every readable
     byte was read (a page unmapped meanwhile reads as zeros). The C copy and this Python
-    one fill the same bytes."""
+    one fill the same bytes. ``threads`` (2): the C copy may read a big range's second half
+    in a second thread, for a caller whose target is held still (its CPUs idle)."""
     page = mem.page_bytes
     if not isinstance(mem, ProcessMemoryReader):  # a core file's: it does not move
         segment.view[begin:end] = mem.read_present(segment.start + begin, end - begin)
@@ -180,6 +183,7 @@ def copy_into(mem: MemoryReader, segment: Segment, begin: int, end: int) -> bool
             page,
             mem.vm_readv_usable,
             True,
+            threads,
         )
         if not usable:
             mem.vm_readv_usable = False  # refused once (seccomp, no syscall): preadv from now

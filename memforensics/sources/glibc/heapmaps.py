@@ -322,6 +322,7 @@ def _scan(
                 retry_by,
                 pause=pause,
                 figures=figures,
+                held=hold is not None,
             )
             if state is not None:
                 row = replace(row, top_at_brk=_top_at_brk(mem, state, brk, row))
@@ -361,6 +362,7 @@ def _scan(
                 time.monotonic() + (share if hold is None else 0.0),
                 pause=pause,
                 figures=figures,
+                held=hold is not None,
             )
 
         weight = sum(h.size_bytes for h in by_arena.get(address, ()))
@@ -453,6 +455,7 @@ def _scan_arena(
     retry_deadline: float | None = None,
     pause: Callable[[], object] | None = None,
     figures: bool = False,
+    held: bool = False,
 ) -> ArenaScan:
     segments = tuple(
         HeapSegment(h.start, h.size_bytes, h.pages.total_resident_bytes)
@@ -468,7 +471,7 @@ def _scan_arena(
             segments=segments,
             walked=False,
         )
-    walker = ArenaWalker(mem, heaps, is_main=is_main, pool=pool, pause=pause)
+    walker = ArenaWalker(mem, heaps, is_main=is_main, pool=pool, pause=pause, held=held)
     try:
         walk = walker.walk(state, deadline=deadline, retry_deadline=retry_deadline)
     finally:
