@@ -71,6 +71,16 @@ def read_foreign(pid: int, facts: ProcessFacts, timeout_seconds: float) -> Forei
     return _READERS[image.library.kind].read_heap(pid, image, calls)
 
 
+def _holds(heap: ForeignHeap) -> str:
+    """How the target was held for the calls, in words."""
+    if heap.holds <= 1:
+        return f"{heap.stop_seconds * 1000:.1f} ms"
+    return (
+        f"{heap.holds} holds, longest {heap.longest_stop_seconds * 1000:.1f} ms, "
+        f"{heap.stop_seconds * 1000:.1f} ms in all"
+    )
+
+
 def _exited(pid: int, exc: Exception) -> Exception:
     """The error to raise for ``exc``: that the target exited when it is gone, a system
     call's refusal as the target's problem (exit 3, no traceback), else ``exc`` itself."""
@@ -97,7 +107,7 @@ def inspect_foreign(pid: int, facts: ProcessFacts, *, timeout_seconds: float) ->
         pause_seconds=heap.stop_seconds,
         safe_point=(
             f"{heap.kind}'s own statistics, called on a thread outside it while every thread "
-            f"was held ({heap.stop_seconds * 1000:.1f} ms in all); no gdb"
+            f"was held ({_holds(heap)}); no gdb"
         ),
     )
     return Inspection(

@@ -58,7 +58,9 @@ class ForeignHeap:
     arenas: tuple[ForeignArena, ...]
     figures: tuple[tuple[str, int | str], ...]  # the allocator's own names, as read
     notes: tuple[str, ...] = ()
-    stop_seconds: float = 0.0  # how long the target was held for the calls
+    stop_seconds: float = 0.0  # how long the target was held for the calls, in all
+    longest_stop_seconds: float = 0.0  # the longest of those holds
+    holds: int = 0  # how many holds the calls took
 
     @property
     def kind(self) -> ForeignKind:

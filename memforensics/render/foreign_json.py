@@ -41,6 +41,8 @@ def allocator_json(info: AllocatorInfo, heap: ForeignHeap | None) -> dict[str, A
             "mapped_bytes": heap.mapped_bytes,
             "retained_bytes": heap.retained_bytes,
             "stop_seconds": round(heap.stop_seconds, 6),
+            "longest_stop_seconds": round(heap.longest_stop_seconds, 6),
+            "holds": heap.holds,
             "figures": dict(heap.figures),
         }
     )

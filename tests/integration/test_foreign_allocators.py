@@ -134,6 +134,53 @@ def test_inspect_agrees_with_the_allocators_own_statistics(allocator: str, shape
         _inspect_and_compare(target, allocator)
 
 
+def test_jemalloc_of_hundreds_of_arenas_is_read_in_short_holds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A jemalloc with 256 arenas, 200 of them in use (one per thread), read in process with
+    the hold and the calls watched: no hold makes more than CALLS_PER_HOLD calls, the report's
+    hold figures are those holds', and the figures are still jemalloc's own: every arena the
+    target itself can read, in use and the free pages as it counts them."""
+    _skip_unless("jemalloc")
+    from click.testing import CliRunner
+
+    from memforensics.cli import cli
+    from memforensics.sources.allocators import moment
+
+    calls_per_hold: list[int] = []
+    stops: list[float] = []
+    real_call_reading, real_hold = moment.call_reading, moment.ThreadHold
+
+    def call_reading(hold: Any, caller: int, calls: Any, **kwargs: Any) -> Any:
+        calls_per_hold.append(len(calls))
+        return real_call_reading(hold, caller, calls, **kwargs)
+
+    class WatchedHold(real_hold):  # type: ignore[misc, valid-type]
+        def __exit__(self, *exc: Any) -> None:
+            super().__exit__(*exc)
+            stops.append(self.stop_seconds)
+
+    monkeypatch.setattr(moment, "call_reading", call_reading)
+    monkeypatch.setattr(moment, "ThreadHold", WatchedHold)
+    shape = {"blocks": 64, "block_bytes": 4096, "keep_every": 4, "threads": 200}
+    with foreign_target("jemalloc", **shape, env={"MALLOC_CONF": "narenas:256"}) as target:
+        result = CliRunner().invoke(cli, ["inspect", "--json", str(target.pid)])
+        assert result.exit_code == 0, result.output
+        own = target.figures()
+        _untouched(target.pid)
+    named = json.loads(result.stdout)["allocator"]
+    assert own["narenas"] >= 256 and own["arenas_read"] >= 200, own  # (+1: its huge arena)
+    assert len(json.loads(result.stdout)["arenas"]) == own["arenas_read"]
+    _assert_close(named["in_use_bytes"], int(own["allocated"]), 0.03, "in use")
+    assert named["releasable_bytes"] == (int(own["pdirty"]) + int(own["pmuzzy"])) * int(own["page"])
+    # 12 process-wide calls, one "initialized?" per arena and 5 per arena in use: many holds.
+    assert max(calls_per_hold) <= moment.CALLS_PER_HOLD
+    assert sum(calls_per_hold) >= 256 + 5 * 200
+    assert named["holds"] == len(stops) == len(calls_per_hold)
+    assert named["longest_stop_seconds"] == round(max(stops), 6)
+    assert named["stop_seconds"] == pytest.approx(sum(stops), abs=1e-5)
+
+
 @pytest.mark.parametrize("allocator", ["jemalloc", "tcmalloc"])
 def test_trim_gives_back_what_the_allocator_keeps_as_free_pages(allocator: str) -> None:
     _skip_unless(allocator)

@@ -168,16 +168,24 @@ def foreign_alloc_binary() -> Path:
 
 @contextlib.contextmanager
 def foreign_target(
-    allocator: str, blocks: int, block_bytes: int, keep_every: int, threads: int
+    allocator: str,
+    blocks: int,
+    block_bytes: int,
+    keep_every: int,
+    threads: int,
+    env: dict[str, str] | None = None,
 ) -> Iterator[ForeignTarget]:
     """Run foreign_alloc with ``allocator`` (a key of ALLOCATOR_LIBRARIES, or ``glibc`` for
-    no preload) behind malloc; yields once every thread has fragmented its heap, kills the
-    target in ``finally``. The caller checks ``allocator_skip_reason`` first."""
+    no preload) behind malloc, and ``env`` (MALLOC_CONF …) added to its environment; yields
+    once every thread has fragmented its heap, kills the target in ``finally``. The caller
+    checks ``allocator_skip_reason`` first."""
     # Set even for glibc: an inherited LD_PRELOAD (a sanitizer, a profiler) must not decide
     # which malloc the target gets.
     preload = "" if allocator == GLIBC else str(ALLOCATOR_LIBRARIES[allocator].library)
     argv = [foreign_alloc_binary(), blocks, block_bytes, keep_every, threads]
     with running(
-        [str(arg) for arg in argv], env={"LD_PRELOAD": preload}, stdin=subprocess.PIPE
+        [str(arg) for arg in argv],
+        env={"LD_PRELOAD": preload, **(env or {})},
+        stdin=subprocess.PIPE,
     ) as target:
         yield ForeignTarget(target, allocator, block_bytes)

@@ -1,9 +1,11 @@
 """jemalloc's own statistics, read with its ``mallctl`` in the target, and its purge.
 
 One hold refreshes the statistics (writing ``epoch``) and reads the process-wide figures;
-a second reads each arena's. jemalloc keeps the figures of one epoch until the next write,
-so both holds read the same snapshot. Names and meanings are jemalloc's (its manual,
-"MALLCTL NAMESPACE"); in the one vocabulary (model.allocator):
+later holds (a few dozen calls each: moment.CALLS_PER_HOLD) ask which arenas exist
+(``arena.<i>.initialized``; ``arenas.narenas`` counts every arena jemalloc may create, 4 per
+CPU by default) and read those arenas' figures. jemalloc keeps the figures of one epoch until
+the next write, so every hold reads the same snapshot. Names and meanings are jemalloc's
+(its manual, "MALLCTL NAMESPACE"); in the one vocabulary (model.allocator):
 
 - in use: each arena's ``small.allocated`` + ``large.allocated`` (what the application holds);
 - free: each arena's active pages less its allocated bytes (room inside slabs and runs that
@@ -100,13 +102,20 @@ def read_heap(pid: int, image: ForeignImage, calls: AllocatorCalls) -> ForeignHe
     values = first.values(calls.run(first.calls))
     narenas = values.get("arenas.narenas", 0)
     page = values.get("arenas.page", 4096)
-    second = _Batch(mallctl)
+    exists = _Batch(mallctl)
     for index in range(narenas):
+        exists.read(f"arena.{index}.initialized", 1)
+    initialized = exists.values(calls.run_bounded(exists.calls)) if narenas else {}
+    # An arena jemalloc never created has no statistics; where the question itself is refused
+    # (a jemalloc without the name), every arena is read and the uncreated ones refuse.
+    indexes = [i for i in range(narenas) if initialized.get(f"arena.{i}.initialized", 1)]
+    second = _Batch(mallctl)
+    for index in indexes:
         for figure in _ARENA_FIGURES:
             second.read(f"stats.arenas.{index}.{figure}", 8)
-    arena_values = second.values(calls.run(second.calls)) if narenas else {}
+    arena_values = second.values(calls.run_bounded(second.calls)) if indexes else {}
     arenas = []
-    for index in range(narenas):
+    for index in indexes:
         got = {f: arena_values.get(f"stats.arenas.{index}.{f}") for f in _ARENA_FIGURES}
         if any(value is None for value in got.values()):
             continue  # an arena never initialized: jemalloc has no statistics for it
@@ -151,6 +160,8 @@ def read_heap(pid: int, image: ForeignImage, calls: AllocatorCalls) -> ForeignHe
         figures=tuple(figures),
         notes=tuple(notes),
         stop_seconds=calls.stop_seconds,
+        longest_stop_seconds=calls.longest_stop_seconds,
+        holds=calls.holds,
     )
 
 

@@ -62,6 +62,8 @@ def read_heap(pid: int, image: ForeignImage, calls: AllocatorCalls) -> ForeignHe
             "not known, only what it has committed",
         ),
         stop_seconds=calls.stop_seconds,
+        longest_stop_seconds=calls.longest_stop_seconds,
+        holds=calls.holds,
     )
 
 

@@ -74,6 +74,8 @@ def read_heap(pid: int, image: ForeignImage, calls: AllocatorCalls) -> ForeignHe
         arenas=(ForeignArena(0, allocated, free, releasable, system),),
         figures=tuple(sorted(values.items())),
         stop_seconds=calls.stop_seconds,
+        longest_stop_seconds=calls.longest_stop_seconds,
+        holds=calls.holds,
     )
 
 
