@@ -99,7 +99,7 @@ def inspect_foreign(pid: int, facts: ProcessFacts, *, timeout_seconds: float) ->
     try:
         heap = read_foreign(pid, facts, timeout_seconds)
         memory = procfs.read_memory(pid)
-        after = procfs.read_process(pid)
+        after = procfs.read_process(pid, allocator=facts.allocator)
     except Exception as exc:
         raise _exited(pid, exc) from exc
     capture = Capture(

@@ -304,7 +304,7 @@ def _inspect(
         ),
     )
     return Inspection(
-        facts=procfs.read_process(pid),
+        facts=procfs.read_process(pid, allocator=facts.allocator),
         memory=memory,
         capture=capture,
         analysis=analysis,

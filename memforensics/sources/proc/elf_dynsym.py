@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memforensics.errors import NotGlibcMallocError, TargetError, TargetExitedError, ToolingError
-from memforensics.sources.proc.procmaps import Mapping, read_maps
+from memforensics.sources.proc.procmaps import Mapping, read_maps_of
 
 _STT_FUNC = 2
 _STT_GNU_IFUNC = 10
@@ -56,11 +56,11 @@ class FunctionSymbols:
 
 def file_mapping(pid: int, path: str) -> Mapping:
     """The mapping of ``path``'s offset 0 in PID (its load address and inode)."""
-    mappings = read_maps(pid)
-    if not mappings:  # only a process that is exiting (its memory already gone) maps nothing
+    maps_any, mappings = read_maps_of(pid, path)
+    if not maps_any:  # only a process that is exiting (its memory already gone) maps nothing
         raise TargetExitedError(f"PID {pid} exited while being inspected", pid=pid)
     for mapping in mappings:
-        if mapping.path == path and mapping.offset_bytes == 0:
+        if mapping.offset_bytes == 0:
             return mapping
     raise NotGlibcMallocError(f"PID {pid} does not map {path}", pid=pid)
 

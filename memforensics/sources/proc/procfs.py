@@ -23,7 +23,7 @@ from memforensics.model.allocator import FOREIGN_KINDS, ForeignLibrary
 from memforensics.model.process import AllocatorInfo, ProcessFacts, ProcessMemory
 from memforensics.sources.allocators.library import LIBRARY_PREFIXES, linked_copy
 from memforensics.sources.proc.binaries import scan_binary
-from memforensics.sources.proc.procmaps import parse_maps, replaced_file
+from memforensics.sources.proc.procmaps import file_paths, replaced_file
 
 PROC = Path("/proc")
 # PF_KTHREAD from include/linux/sched.h: the task is a kernel thread (no user memory at all).
@@ -90,7 +90,7 @@ def _process_name(pid: int) -> str:
 
 def _maps_paths(pid: int) -> list[str]:
     """Distinct file paths mapped into PID, in address order."""
-    return list(dict.fromkeys(m.path for m in parse_maps(_read_text(pid, "maps")) if m.file_backed))
+    return file_paths(_read_text(pid, "maps"))
 
 
 def _libc_file(pid: int, path: str) -> Path:  # the mapped one, even if replaced on disk
@@ -213,8 +213,10 @@ def elf_class(path: Path) -> int | None:
     return ident[4] if len(ident) == 5 and ident.startswith(_ELF_MAGIC) else None
 
 
-def read_process(pid: int) -> ProcessFacts:
-    """Identity, state, tracer and allocator of PID, from /proc (never stops it)."""
+def read_process(pid: int, *, allocator: AllocatorInfo | None = None) -> ProcessFacts:
+    """Identity, state, tracer and allocator of PID, from /proc (never stops it).
+    ``allocator``: what detect_allocator already gave for this PID, kept rather than looked
+    for again (it reads the maps and libc: tens of ms for a process of thousands of threads)."""
     status = _status(pid)
     state = _stat_fields(pid)[0]
     kernel_thread = _is_kernel_thread(pid)
@@ -228,6 +230,8 @@ def read_process(pid: int) -> ProcessFacts:
         # Their maps are empty; there is no allocator to look for.
         allocator = AllocatorInfo(kind="unknown", detail="no user memory")
         exe = None
+    elif allocator is not None:
+        exe = _exe_path(pid)
     else:
         try:
             allocator = detect_allocator(pid)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,58 +40,71 @@ class Mapping:
         return self.path.startswith("/")
 
 
-def parse_maps_line(line: str) -> Mapping | None:
-    """A maps/smaps header line as a Mapping; None for any other line (smaps' field lines)."""
-    head = line.split(None, 5)
-    if len(head) < 5 or "-" not in head[0] or head[0].endswith(":"):
-        return None
-    lo, _, hi = head[0].partition("-")
-    try:
-        start, end = int(lo, 16), int(hi, 16)
-        offset, inode = int(head[2], 16), int(head[4])
-    except ValueError:
-        return None
-    path = head[5].strip() if len(head) > 5 else ""
+# A maps line: start-end perms offset dev inode [path]; the path may hold spaces.
+_HEADER = r"([0-9a-f]+)-([0-9a-f]+) +(\S+) +([0-9a-f]+) +\S+ +(\d+)(?: +([^\n]*))?"
+_MAPS_LINE = re.compile(rf"^{_HEADER}$", re.MULTILINE)
+# smaps: the header lines and the two fields read from each entry; the regex skips the rest.
+_FILE_PATH = re.compile(r"^[0-9a-f]+-[0-9a-f]+ +\S+ +[0-9a-f]+ +\S+ +\d+ +(/[^\n]*)$", re.MULTILINE)
+_SMAPS_LINE = re.compile(rf"^(?:{_HEADER}|Rss: +(\d+) kB|Anonymous: +(\d+) kB)$", re.MULTILINE)
+
+
+def _mapping(
+    fields: tuple[str | None, ...], rss_bytes: int | None = None, anon_bytes: int | None = None
+) -> Mapping:
+    """A Mapping of one header line's groups (start, end, perms, offset, inode, path)."""
+    lo, hi, perms, offset, inode, raw_path = fields[:6]
+    path = (raw_path or "").strip()
     deleted = path.endswith(_DELETED_SUFFIX)
     return Mapping(
-        start_address=start,
-        end_address=end,
-        perms=head[1],
-        offset_bytes=offset,
-        inode=inode,
+        start_address=int(lo or "0", 16),
+        end_address=int(hi or "0", 16),
+        perms=perms or "",
+        offset_bytes=int(offset or "0", 16),
+        inode=int(inode or "0"),
         path=path.removesuffix(_DELETED_SUFFIX),
         deleted=deleted,
+        rss_bytes=rss_bytes,
+        anon_bytes=anon_bytes,
     )
+
+
+def parse_maps_line(line: str) -> Mapping | None:
+    """A maps/smaps header line as a Mapping; None for any other line (smaps' field lines)."""
+    match = _MAPS_LINE.match(line.rstrip("\n"))
+    return None if match is None else _mapping(match.groups())
 
 
 def parse_maps(text: str) -> list[Mapping]:
     """Every mapping of a /proc/PID/maps text, in address order."""
-    return [m for m in map(parse_maps_line, text.splitlines()) if m is not None]
+    return [_mapping(match.groups()) for match in _MAPS_LINE.finditer(text)]
+
+
+def file_paths(text: str) -> list[str]:
+    """The distinct file paths of a /proc/PID/maps text (``Mapping.file_backed`` ones, without
+    " (deleted)"), in address order: what ``parse_maps`` would give, without a Mapping per
+    line (a process of thousands of threads maps thousands of stacks)."""
+    paths = (p.strip().removesuffix(_DELETED_SUFFIX) for p in _FILE_PATH.findall(text))
+    return list(dict.fromkeys(p for p in paths if p.startswith("/")))
 
 
 def parse_smaps(text: str) -> list[Mapping]:
-    """Every mapping of a /proc/PID/smaps text, with its Rss and Anonymous bytes."""
+    """Every mapping of a /proc/PID/smaps text, with its Rss and Anonymous bytes (0 where
+    the entry has no such line)."""
     mappings: list[Mapping] = []
-    current: Mapping | None = None
+    header: tuple[str | None, ...] | None = None
     rss_bytes = anon_bytes = 0
-
-    def close() -> None:
-        if current is not None:
-            mappings.append(
-                Mapping(**{**current.__dict__, "rss_bytes": rss_bytes, "anon_bytes": anon_bytes})
-            )
-
-    for line in text.splitlines():
-        if line.startswith("Rss:"):
-            rss_bytes = int(line.split()[1]) * 1024
-        elif line.startswith("Anonymous:"):
-            anon_bytes = int(line.split()[1]) * 1024
-        elif line[:1].isdigit() or line[:1] in "abcdef":
-            mapping = parse_maps_line(line)
-            if mapping is not None:
-                close()
-                current, rss_bytes, anon_bytes = mapping, 0, 0
-    close()
+    for match in _SMAPS_LINE.finditer(text):
+        groups = match.groups()
+        if groups[0] is not None:
+            if header is not None:
+                mappings.append(_mapping(header, rss_bytes, anon_bytes))
+            header, rss_bytes, anon_bytes = groups, 0, 0
+        elif groups[6] is not None:
+            rss_bytes = int(groups[6]) * 1024
+        elif groups[7] is not None:
+            anon_bytes = int(groups[7]) * 1024
+    if header is not None:
+        mappings.append(_mapping(header, rss_bytes, anon_bytes))
     return mappings
 
 
@@ -111,6 +125,15 @@ def read_maps(pid: int) -> list[Mapping]:
     return parse_maps(_read_proc_text(pid, "maps"))
 
 
+def read_maps_of(pid: int, path: str) -> tuple[bool, list[Mapping]]:
+    """(whether PID maps anything at all, its mappings of ``path``): only the lines that
+    name the path are parsed."""
+    text = _read_proc_text(pid, "maps")
+    lines = [line for line in text.splitlines() if path in line]
+    found = [m for m in map(parse_maps_line, lines) if m is not None and m.path == path]
+    return bool(text.strip()), found
+
+
 def read_smaps(pid: int) -> list[Mapping]:
     """The mappings of a live process with Rss/Anonymous (walks the page tables)."""
     return parse_smaps(_read_proc_text(pid, "smaps"))
@@ -124,8 +147,8 @@ def replaced_file(pid: int, path: str) -> Path | None:
     None when the mapping is not deleted, or the entry cannot be read.
     """
     with contextlib.suppress(NoSuchProcessError, TargetPermissionError):
-        for mapping in read_maps(pid):
-            if mapping.path == path and mapping.deleted:
+        for mapping in read_maps_of(pid, path)[1]:
+            if mapping.deleted:
                 entry = Path(
                     f"/proc/{pid}/map_files/{mapping.start_address:x}-{mapping.end_address:x}"
                 )
