@@ -22,10 +22,9 @@ from memforensics.cli.options import (
 )
 from memforensics.entry.early import collector_paused, resume_collector, take_scan
 from memforensics.errors import MemforensicsError, NoSuchProcessError
-from memforensics.sources.gdb.gdb_spawn import prestart
 
 if TYPE_CHECKING:
-    from memforensics.entry.live import Inspection
+    from memforensics.entry.inspection import Inspection
     from memforensics.render.heap_sort import SortKey
 
 EXAMPLES = """\b
@@ -201,7 +200,7 @@ def _targets_and_reader(
 
     method = inspect_method(read_only=read_only, gdb_path=gdb_path)
     if method != "gdb":
-        from memforensics.entry.live import resolve_targets
+        from memforensics.entry.targets import resolve_targets
 
         def read(pid: int) -> Inspection:
             inspection = inspect_live(
@@ -220,13 +219,16 @@ def _targets_and_reader(
     # the first session takes it over (one less wait before the attach). Likewise the first
     # target's residency scan: it reads /proc while the rest imports. The program's entry
     # (memforensics/entry/early.py) may have started both already, before click was imported.
+    from memforensics.sources.gdb.gdb_spawn import prestart
+
     prestart(gdb_path)
     from memforensics.entry.scanning import early_scan
 
     first_scan = None
     if pids:
         first_scan = take_scan(pids[0]) or early_scan(pids[0], allow_stopped=allow_stopped)
-    from memforensics.entry.live import inspect_process, resolve_targets
+    from memforensics.entry.live import inspect_process
+    from memforensics.entry.targets import resolve_targets
 
     def inspect_one(pid: int) -> Inspection:
         return inspect_process(

@@ -19,10 +19,10 @@ from memforensics.entry.live import (
     Log,
     TrimSettings,
     now_utc,
-    resolve_targets,
     trim_outcome,
     trim_process,
 )
+from memforensics.entry.targets import resolve_targets
 from memforensics.errors import EXIT_TARGET, MemforensicsError, NoSuchProcessError
 from memforensics.model.trim import TrimFailure, TrimOutcome, TrimResult, TrimRound
 from memforensics.render import trim as render

@@ -18,19 +18,19 @@ from memforensics.errors import (
     TargetExitedError,
 )
 from memforensics.model.allocator import ForeignHeap
+from memforensics.model.capture import Capture
 from memforensics.model.heap import process_source
 from memforensics.model.process import ProcessFacts
 from memforensics.sources.allocators import jemalloc, mimalloc, tcmalloc
 from memforensics.sources.allocators.library import ForeignImage, load_foreign
 from memforensics.sources.allocators.moment import AllocatorCalls
-from memforensics.sources.gdb.gdb_capture import Capture
-from memforensics.sources.gdb.gdb_setup import pid_alive
 from memforensics.sources.glibc.libc_elf import load_libc_image
 from memforensics.sources.proc import procfs
+from memforensics.sources.proc.procfs import pid_alive
 from memforensics.sources.proc.ptrace_call import shadow_stack_enabled
 
 if TYPE_CHECKING:
-    from memforensics.entry.live import Inspection
+    from memforensics.entry.inspection import Inspection
     from memforensics.model.trim import TrimResult
 
 
@@ -94,7 +94,7 @@ def _exited(pid: int, exc: Exception) -> Exception:
 def inspect_foreign(pid: int, facts: ProcessFacts, *, timeout_seconds: float) -> Inspection:
     """`inspect` of a process on a foreign allocator (see the module)."""
     from memforensics.analysis.foreign import analyze_foreign, waterfall
-    from memforensics.entry.live import Inspection
+    from memforensics.entry.inspection import Inspection
 
     try:
         heap = read_foreign(pid, facts, timeout_seconds)

@@ -20,7 +20,9 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from memforensics.entry.background import prompt_thread_switches
+from memforensics.entry.inspection import Inspection
 from memforensics.entry.scanning import BackgroundScan
+from memforensics.entry.targets import resolve_targets
 from memforensics.errors import (
     MemforensicsError,
     NoSuchProcessError,
@@ -29,18 +31,16 @@ from memforensics.errors import (
     TargetExitedError,
 )
 from memforensics.model.advice import Advice
-from memforensics.model.allocator import ForeignHeap
 from memforensics.model.heap import process_source
-from memforensics.model.heapscan import HeapScan, ReadOnlyRead
+from memforensics.model.heapscan import HeapScan
 from memforensics.model.process import HeapResidency, ProcessFacts, ProcessMemory, Waterfall
 from memforensics.sources.gdb.gdb import GdbSession
-from memforensics.sources.gdb.gdb_capture import Capture, capture_malloc_info
-from memforensics.sources.gdb.gdb_setup import pid_alive
+from memforensics.sources.gdb.gdb_capture import capture_malloc_info
 from memforensics.sources.glibc.heapmaps import WALK_BUDGET_SECONDS, scan_heap
 from memforensics.sources.proc import procfs
+from memforensics.sources.proc.procfs import pid_alive
 
 if TYPE_CHECKING:
-    from memforensics.analysis.heap import HeapAnalysis
     from memforensics.model.heap import HeapDump
     from memforensics.model.trim import TrimOutcome, TrimResult
 
@@ -112,23 +112,6 @@ def settled_memory(pid: int) -> ProcessMemory:
         if same:
             break
     return memory
-
-
-@dataclass(frozen=True)
-class Inspection:
-    """Everything inspect learned about one process."""
-
-    facts: ProcessFacts
-    memory: ProcessMemory
-    capture: Capture
-    analysis: HeapAnalysis
-    residency: HeapResidency | None
-    waterfall: Waterfall | None
-    extra_advice: tuple[Advice, ...]
-    residency_error: str | None = None
-    read_only: ReadOnlyRead | None = None  # how a read-only report was read (no gdb)
-    gdb_fallback: str | None = None  # why the read-only read was refused, when gdb stood in
-    foreign: ForeignHeap | None = None  # jemalloc's, tcmalloc's or mimalloc's own figures
 
 
 def exited_error(pid: int, exc: MemforensicsError) -> TargetExitedError:
@@ -446,24 +429,3 @@ def trim_outcome(pid: int, settings: TrimSettings) -> TrimOutcome:
 def resolve_pids(pids: Sequence[int], names: Sequence[str]) -> list[int]:
     """The PIDs given plus those matching each ``--name``, in order, without repeats."""
     return [pid for pid, _explicit in resolve_targets(pids, names)]
-
-
-def resolve_targets(pids: Sequence[int], names: Sequence[str]) -> list[tuple[int, bool]]:
-    """(pid, explicit) for the PIDs given and those matching each name, without repeats.
-
-    ``explicit`` is False for a match by name: such a process may come and go (a backend
-    exiting mid-run), and callers skip it with a note instead of failing the run.
-    """
-    found: dict[int, bool] = dict.fromkeys(pids, True)
-    if names:
-        from memforensics.sources.proc import process_search  # psutil: only when selecting by name
-    for name in names:
-        matches = process_search.find_pids_by_name(name)
-        if not matches:
-            raise NoSuchProcessError(
-                f"no process matches --name {name!r}",
-                hint="check the name with `pgrep -a NAME`; it is a regex over name and cmdline",
-            )
-        for pid in matches:
-            found.setdefault(pid, False)
-    return list(found.items())

@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from memforensics.entry.live import Inspection
+from memforensics.entry.inspection import Inspection
 from memforensics.errors import (
     MemforensicsError,
     NoSuchProcessError,
@@ -27,6 +27,7 @@ from memforensics.errors import (
     TargetError,
     TargetExitedError,
 )
+from memforensics.model.capture import Capture
 from memforensics.model.heap import HeapDump, process_source
 from memforensics.model.heapscan import HeapScan, ReadOnlyRead
 from memforensics.model.process import (
@@ -36,14 +37,13 @@ from memforensics.model.process import (
     ProcessMemory,
     Waterfall,
 )
-from memforensics.sources.gdb.gdb_capture import Capture
-from memforensics.sources.gdb.gdb_setup import pid_alive
 from memforensics.sources.glibc.arena_hold import StopBatches
 from memforensics.sources.glibc.heapmaps import scan_heap
 from memforensics.sources.glibc.libc_elf import load_libc_image
 from memforensics.sources.glibc.malloc_info_image import malloc_info_xml
 from memforensics.sources.proc import procfs
 from memforensics.sources.proc.binaries import glibc_banner_version
+from memforensics.sources.proc.procfs import pid_alive
 from memforensics.sources.proc.procmaps import Mapping
 from memforensics.sources.proc.procmem import MemoryReader, ProcessMemoryReader
 
@@ -169,8 +169,6 @@ def inspect_live(
     """One live inspection by ``method``. "auto" gives the read-only report, or, when the
     read is refused, gdb's with ``gdb_fallback`` saying why; the refusal comes before any
     gdb is started, so a target gdb cannot inspect is refused as the gdb path refuses it."""
-    from memforensics.entry.live import inspect_process
-
     facts = procfs.check_target(pid, allow_stopped=allow_stopped, foreign_ok=True)
     foreign = facts.allocator.foreign
     if foreign is not None and foreign.serves_malloc:
@@ -185,6 +183,8 @@ def inspect_live(
             if method == "read-only":
                 raise
             refused = exc.message
+    from memforensics.entry.live import inspect_process  # the gdb machinery: only now
+
     inspection = inspect_process(
         pid,
         timeout_seconds=timeout_seconds,

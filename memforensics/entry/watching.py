@@ -21,7 +21,8 @@ from memforensics.analysis.oom_select import scan
 from memforensics.analysis.residency import residency_figures
 from memforensics.analysis.samples import heap_sample, rss_sample
 from memforensics.analysis.trend import Trend, compute_trend
-from memforensics.entry.live import Inspection, inspect_process, now_utc
+from memforensics.entry.inspection import Inspection
+from memforensics.entry.live import inspect_process, now_utc
 from memforensics.errors import (
     DeadlineError,
     MemforensicsError,

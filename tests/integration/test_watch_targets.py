@@ -20,7 +20,8 @@ import pytest
 from click.testing import CliRunner
 
 from memforensics.cli import cli
-from memforensics.entry.live import Inspection, inspect_process
+from memforensics.entry.inspection import Inspection
+from memforensics.entry.live import inspect_process
 from memforensics.entry.watching import MAX_FAILURES, Watch, WatchedProcess, WatchSettings
 from memforensics.errors import DeadlineError, ToolingError
 from memforensics.model.series import SeriesEvent

@@ -16,7 +16,7 @@ import threading
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from memforensics.entry.live import Inspection
+from memforensics.entry.inspection import Inspection
 from memforensics.model.heap import HeapDump
 from memforensics.model.process import HeapResidency
 from memforensics.model.trim import TrimResult

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from memforensics.entry.live import Inspection, TrimSettings, trim_process
+from memforensics.entry.inspection import Inspection
+from memforensics.entry.live import TrimSettings, trim_process
 from memforensics.entry.readonly import InspectMethod, inspect_live, inspect_read_only
 from memforensics.errors import MemforensicsError, TargetError
 from memforensics.model.trim import TrimResult

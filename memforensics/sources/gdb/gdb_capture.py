@@ -4,23 +4,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from memforensics.errors import ThreadVanishedError
+from memforensics.model.capture import Capture
 from memforensics.sources.gdb.gdb import GdbSession
 
 # A thread exiting under gdb (ThreadVanishedError) costs one more attempt, at most this many.
 CAPTURE_ATTEMPTS = 3
-
-
-@dataclass(frozen=True)
-class Capture:
-    """One malloc_info document taken from a live process."""
-
-    xml: bytes
-    pause_seconds: float
-    safe_point: str
-    held_result: object = None  # what ``while_held`` returned in the attempt that succeeded
 
 
 def capture_malloc_info(

@@ -167,20 +167,12 @@ def gdb_failures(pid: int) -> Iterator[None]:
 def _exited(pid: int, message: str) -> bool:
     """The target is gone, or going: an exiting process loses /proc/PID/exe before it is a
     zombie, so when gdb says a /proc file of it is missing, give the exit a moment to show."""
-    if not pid_alive(pid):
+    if not procfs.pid_alive(pid):
         return True
     if f"/proc/{pid}/" not in message and "No such process" not in message:
         return False
     for _ in range(10):
         time.sleep(0.005)
-        if not pid_alive(pid):
+        if not procfs.pid_alive(pid):
             return True
     return False
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        state = procfs.process_state(pid)
-    except MemforensicsError:
-        return False
-    return state not in ("Z", "X")

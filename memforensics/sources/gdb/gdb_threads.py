@@ -29,7 +29,6 @@ from memforensics.sources.gdb.call_context import (
     register_numbers,
     saved_registers,
 )
-from memforensics.sources.gdb.gdb_setup import pid_alive
 from memforensics.sources.gdb.gdbmi import MiError, MiGdbExited, MiResult, MiTimeout, MiTransport
 from memforensics.sources.gdb.safepoint import (
     Frame,
@@ -44,6 +43,7 @@ from memforensics.sources.gdb.safepoint import (
 from memforensics.sources.gdb.watchdog_link import Watchdog
 from memforensics.sources.glibc.libc_elf import ENTRY_FUNCTIONS, LibcImage
 from memforensics.sources.proc import procfs
+from memforensics.sources.proc.procfs import pid_alive
 from memforensics.sources.proc.procmem import TargetMemory
 
 # Non-stop run-forward: how long the threads run between two looks.

@@ -213,6 +213,15 @@ def elf_class(path: Path) -> int | None:
     return ident[4] if len(ident) == 5 and ident.startswith(_ELF_MAGIC) else None
 
 
+def pid_alive(pid: int) -> bool:
+    """PID exists and has not exited (a zombie or a dead task is not alive)."""
+    try:
+        state = process_state(pid)
+    except MemforensicsError:
+        return False
+    return state not in ("Z", "X")
+
+
 def read_process(pid: int, *, allocator: AllocatorInfo | None = None) -> ProcessFacts:
     """Identity, state, tracer and allocator of PID, from /proc (never stops it).
     ``allocator``: what detect_allocator already gave for this PID, kept rather than looked

@@ -1,0 +1,34 @@
+"""What one inspection of a process learned, whichever way it was read: the record every
+command's report and JSON are made from (gdb's call, the read from memory, a core file, a
+foreign allocator's own statistics)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from memforensics.model.advice import Advice
+from memforensics.model.allocator import ForeignHeap
+from memforensics.model.capture import Capture
+from memforensics.model.heapscan import ReadOnlyRead
+from memforensics.model.process import HeapResidency, ProcessFacts, ProcessMemory, Waterfall
+
+if TYPE_CHECKING:
+    from memforensics.analysis.heap import HeapAnalysis
+
+
+@dataclass(frozen=True)
+class Inspection:
+    """Everything inspect learned about one process."""
+
+    facts: ProcessFacts
+    memory: ProcessMemory
+    capture: Capture
+    analysis: HeapAnalysis
+    residency: HeapResidency | None
+    waterfall: Waterfall | None
+    extra_advice: tuple[Advice, ...]
+    residency_error: str | None = None
+    read_only: ReadOnlyRead | None = None  # how a read-only report was read (no gdb)
+    gdb_fallback: str | None = None  # why the read-only read was refused, when gdb stood in
+    foreign: ForeignHeap | None = None  # jemalloc's, tcmalloc's or mimalloc's own figures
