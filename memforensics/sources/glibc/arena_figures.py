@@ -43,29 +43,48 @@ class ArenaHold(Protocol):
         is stopped by someone else: its lock stays held)."""
         ...
 
+    def make_room(self, weight_bytes: int) -> None:
+        """Outside ``arena()``: end the stop begun there if the next arena's read (of about
+        ``weight_bytes``) would not fit in it."""
+        ...
+
+    @property
+    def stopped(self) -> bool:
+        """Outside ``arena()``: a stop begun there still holds the target (it may take the
+        next arena too)."""
+        ...
+
+    def release(self) -> None:
+        """End the stop now, if one holds the target: it runs."""
+        ...
+
 
 def held_read(
     hold: ArenaHold | None,
-    read: Callable[[], ArenaScan],
+    read: Callable[[], Callable[[], ArenaScan]],
     fresh_state: Callable[[], ArenaState | None],
     weight_bytes: int = 0,
-) -> ArenaScan:
+) -> Callable[[], ArenaScan]:
     """``read()`` of one arena, inside ``hold`` when there is one: an arena found locked (its
     mutex held, or a single-threaded target stopped inside the allocator, which takes no
     lock) is not read then; the target runs a moment and it is read again, at most
     LOCK_RETRIES times (then its figures stay unknown). ``weight_bytes``: about how much heap
-    the read copies (the hold plans its stops with it)."""
+    the read copies (the hold plans its stops with it). ``read`` gives the read's finish
+    (arena_read.Finish: what it left to do once the stop is over), and so does this."""
     if hold is None:
         return read()
     for attempt in range(LOCK_RETRIES + 1):
         with hold.arena(weight_bytes):
             state = fresh_state()
             if not ((state is not None and state.mutex != 0) or hold.in_allocator()):
-                return replace(read(), lock_retries=attempt)
+                finish = read()
+                retries = attempt
+                return lambda: replace(finish(), lock_retries=retries)
         if not hold.let_run(attempt):
             break
     # Locked at every stop: read while it runs, for the residency alone.
-    return replace(read(), figures=None, lock_retries=attempt + 1)
+    unheld = read()
+    return lambda: replace(unheld(), figures=None, lock_retries=attempt + 1)
 
 
 def bin_figures(

@@ -87,10 +87,7 @@ class StopBatches:
         """The target stopped around one arena's read of about ``weight_bytes`` of heap. A
         stop already running takes it while the stop would stay within the budget with it
         (judged from how fast the arenas before it were read); else a new stop begins."""
-        if self._hold is not None and self._bytes_per_second:
-            predicted = weight_bytes / self._bytes_per_second
-            if time.monotonic() - self._since + predicted > self._budget_seconds():
-                self._end()
+        self.make_room(weight_bytes)
         if self._hold is None:
             self._start()
         began = time.monotonic()
@@ -129,6 +126,24 @@ class StopBatches:
             return False
         time.sleep(min(LET_RUN_SECONDS * 2**attempt, LET_RUN_MAX_SECONDS))
         return True
+
+    def make_room(self, weight_bytes: int) -> None:
+        """Before an arena's read of about ``weight_bytes``: end the stop running, if any,
+        when that read would not fit in it (judged from how fast the arenas before it were
+        read); ``arena()`` then begins a new one."""
+        if self._hold is not None and self._bytes_per_second:
+            predicted = weight_bytes / self._bytes_per_second
+            if time.monotonic() - self._since + predicted > self._budget_seconds():
+                self._end()
+
+    @property
+    def stopped(self) -> bool:
+        """A stop holds the target now."""
+        return self._hold is not None
+
+    def release(self) -> None:
+        """End the stop now, if any: the target runs (the next arena begins a new one)."""
+        self._end()
 
     def close(self) -> None:
         """End any stop (idempotent): the target runs."""

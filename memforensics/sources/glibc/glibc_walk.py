@@ -269,15 +269,54 @@ class ArenaWalker:
             return parse_state(state.address, segment.view[offset : offset + glibc.STATE_BYTES])
         return read_state(self._mem, state.address)
 
+    def capture(self, state: ArenaState) -> ArenaState | None:
+        """The first round's snapshot taken now (the arena copied whole) for a walk made
+        later, ``walk(…, snapshot=…)``: the malloc_state as the copy holds it. A walk of a
+        whole copy reads nothing more from the target, so a held target's arena can be
+        copied in a stop and walked after it. None, and nothing copied or a copy to be made
+        again, when the walk must read the target as it goes: an arena above the copy budget
+        (read lazily), or whose malloc_state or top chunk the copy does not hold whole."""
+        if not self._prefetch_whole:
+            return None
+        self._prefetch()
+        segment = self._segment_for(state.address)
+        if segment is None:
+            return None
+        offset = state.address - segment.start
+        snapshot = parse_state(state.address, segment.view[offset : offset + glibc.STATE_BYTES])
+        if snapshot is None or self._top_header(snapshot) is None:
+            return None
+        return snapshot
+
+    def _top_header(self, state: ArenaState) -> tuple[Segment, bytes] | None:
+        """The top chunk's segment and header from the whole copy, when the copy holds the
+        header on a page read from RAM and the chunk ends inside the segment."""
+        segment = self._segment_for(state.top)
+        if segment is None or not segment.whole:
+            return None
+        offset = state.top - segment.start
+        page = offset // self._page
+        if offset + 16 > segment.length or not segment.pages.readable[page]:
+            return None
+        header = bytes(segment.view[offset : offset + 16])
+        top_bytes = _TWO_WORDS.unpack(header)[1] & ~glibc.SIZE_FLAGS
+        return (segment, header) if state.top + top_bytes <= segment.end else None
+
     def walk(
-        self, state: ArenaState, *, deadline: float, retry_deadline: float | None = None
+        self,
+        state: ArenaState,
+        *,
+        deadline: float,
+        retry_deadline: float | None = None,
+        snapshot: ArenaState | None = None,
     ) -> ArenaWalk:
         """Measure every bin (fastbins, unsorted, small, large) and the top of the arena.
 
-        Rounds: the first reads a snapshot and walks every bin; later rounds, alternately
-        chasing and from a fresh snapshot, walk only the bins whose lists read
-        inconsistently, at most BIN_RETRIES more times, and only until ``retry_deadline``
-        (the caller's fair share of the budget: one hot arena must not starve the rest).
+        Rounds: the first reads a snapshot (or takes ``snapshot``, what ``capture`` gave) and
+        walks every bin; later rounds, alternately chasing and from a fresh snapshot, walk
+        only the bins whose lists read inconsistently, at most BIN_RETRIES more times, and
+        only until ``retry_deadline`` (the caller's fair share of the budget: one hot arena
+        must not starve the rest).
         """
         walk = ArenaWalk()
         clock = time.monotonic
@@ -292,7 +331,10 @@ class ArenaWalker:
             # A chase reads page by page, and each read waits for the target's mmap lock,
             # which a busy allocator holds often: a chase round gets a short time box.
             self._deadline = min(deadline, clock() + CHASE_SECONDS) if chase else deadline
-            fresh = self._snapshot(state, chase=chase)
+            if attempt == 0 and snapshot is not None:
+                fresh: ArenaState | None = snapshot
+            else:
+                fresh = self._snapshot(state, chase=chase)
             if fresh is None:
                 break
             state = fresh
@@ -379,8 +421,11 @@ class ArenaWalker:
         walk.trimmable_bytes += trimmable
 
     def _measure_top(self, state: ArenaState, walk: ArenaWalk) -> None:
-        segment = self._segment_for(state.top)
-        data = self._mem.read(state.top, 16) if segment is not None else None
+        # From the whole copy where it holds the header (the lists were read from it too),
+        # else from the target.
+        copied = self._top_header(state)
+        segment = copied[0] if copied else self._segment_for(state.top)
+        data = copied[1] if copied else self._mem.read(state.top, 16) if segment else None
         if segment is None or data is None:
             return
         top_bytes = _TWO_WORDS.unpack(data)[1] & ~glibc.SIZE_FLAGS

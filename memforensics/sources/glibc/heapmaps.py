@@ -21,8 +21,8 @@ from dataclasses import replace
 
 from memforensics.model import glibc
 from memforensics.model.heapscan import ArenaScan, HeapScan, MallocParams
-from memforensics.model.process import HeapSegment
-from memforensics.sources.glibc.arena_figures import ArenaHold, bin_figures, held_read
+from memforensics.sources.glibc.arena_figures import ArenaHold, held_read
+from memforensics.sources.glibc.arena_read import Finish, read_arena
 from memforensics.sources.glibc.glibc_arenas import (
     ArenaState,
     Heap,
@@ -33,7 +33,6 @@ from memforensics.sources.glibc.glibc_arenas import (
     read_state,
     reread_heaps,
 )
-from memforensics.sources.glibc.glibc_walk import ArenaWalker
 from memforensics.sources.glibc.heap_search import (
     anonymous_spans,
     find_mmapped_chunks,
@@ -54,6 +53,13 @@ LAYOUT_RETRIES = 3
 # The page-by-page search for mmapped chunks (and a main arena's mmapped segments) in the
 # anonymous memory that no arena holds stops after this long; the scan then says so.
 MMAP_SEARCH_SECONDS = 1.0
+# Heap copies a held read may keep for walks made after its stop: past this, the stop ends
+# early and they are walked (their buffers then serve the next arenas).
+_PENDING_MAX_BYTES = 256 << 20
+# A held read walks an arena after its stop only from this size on: there the walk is worth
+# taking out of the stop (a big arena's lists, millions of chunks), while each arena waiting
+# for its walk keeps its own copy buffer, which a thousand small arenas would each fault in.
+_DEFER_MIN_BYTES = 4 << 20
 _MAX_ARENAS = 1 << 16  # a ``next`` list longer than this is not glibc's
 
 
@@ -269,7 +275,21 @@ def _scan(
             "some anonymous memory was not looked at"
         )
     main_heaps = _main_heaps(mem, spans, chunks, main_state, brk, notes)
-    rows: list[ArenaScan] = []
+    rows: list[Finish] = []  # each arena's read, in order; a deferred walk is made on demand
+    done: list[ArenaScan] = []  # the results of rows[: len(done)]
+    pending_bytes = 0  # heap copies kept for walks not made yet
+
+    def settle(force: bool = False) -> None:
+        """Walk the copies a stop left (deferred reads) once the target runs again; with
+        ``force``, end the stop first. Copies kept past _PENDING_MAX_BYTES end the stop."""
+        nonlocal pending_bytes
+        if hold is not None and hold.stopped:
+            if not force and pending_bytes <= _PENDING_MAX_BYTES:
+                return
+            hold.release()
+        done.extend(finish() for finish in rows[len(done) :])
+        pending_bytes = 0
+
     all_heaps: list[Heap] = list(main_heaps)
     params: MallocParams | None = None
     seen: dict[int, list[Heap]] = {}  # each non-main arena's heaps, as its read found them
@@ -290,7 +310,7 @@ def _scan(
     if main_heaps:
         pause()
 
-        def read_main() -> ArenaScan:
+        def read_main() -> Finish:
             nonlocal params, brk
             heaps = main_heaps
             state = main_state if hold is None or main_state is None else None
@@ -311,7 +331,7 @@ def _scan(
             # In a stop nothing moves: a list that reads inconsistently will not mend, and
             # retrying would only lengthen the stop (no retry_deadline left).
             retry_by = time.monotonic() if hold is not None else None
-            row = _scan_arena(
+            row = read_arena(
                 mem,
                 pool,
                 state,
@@ -323,10 +343,10 @@ def _scan(
                 pause=pause,
                 figures=figures,
                 held=hold is not None,
-            )
+            )()
             if state is not None:
                 row = replace(row, top_at_brk=_top_at_brk(mem, state, brk, row))
-            return row
+            return lambda: row
 
         main_address = main_state.address if main_state is not None else None
         rows.append(
@@ -342,7 +362,9 @@ def _scan(
         # Re-reads of a hot arena may use its fair share of what is left of the budget.
         share = (deadline - time.monotonic()) / (len(order) - position)
 
-        def read_arena(address: int = address, share: float = share) -> ArenaScan:
+        weight = sum(h.size_bytes for h in by_arena.get(address, ()))
+
+        def read_one(address: int = address, share: float = share, weight: int = weight) -> Finish:
             state = states[address]
             if hold is not None:
                 state = read_state(mem, address) or state  # this stop's, not the earlier
@@ -351,7 +373,7 @@ def _scan(
             for heap in arena_heaps:
                 heap.pages = mem.pagemap(heap.start, heap.start + heap.mprotect_bytes)
             seen[address] = arena_heaps
-            return _scan_arena(
+            return read_arena(
                 mem,
                 pool,
                 state,
@@ -363,13 +385,21 @@ def _scan(
                 pause=pause,
                 figures=figures,
                 held=hold is not None,
+                defer=hold is not None and weight >= _DEFER_MIN_BYTES,
             )
 
-        weight = sum(h.size_bytes for h in by_arena.get(address, ()))
-        rows.append(
-            held_read(hold, read_arena, functools.partial(read_state, mem, address), weight)
-        )
+        if hold is not None:
+            # A stop that cannot take this arena ends here, and the walks it left are made
+            # before the arena is copied: their buffers serve its copy (a fresh buffer faults
+            # its pages in during the stop).
+            hold.make_room(weight)
+            settle()
+        rows.append(held_read(hold, read_one, functools.partial(read_state, mem, address), weight))
+        if hold is not None and weight >= _DEFER_MIN_BYTES:
+            pending_bytes += weight
         all_heaps.extend(seen.get(address, []))
+        settle()
+    settle(force=True)
 
     chunk_spans = [(start, start + size) for start, size in chunks]
     chunk_resident = sum(mem.pagemap(lo, hi).total_resident_bytes for lo, hi in chunk_spans)
@@ -392,7 +422,7 @@ def _scan(
         pid=pid,
         page_bytes=mem.page_bytes,
         chained=main_state is not None and order is not None and len(order) == len(states),
-        arenas=tuple(rows),
+        arenas=tuple(done),
         heap_mapped_bytes=sum(h.size_bytes for h in all_heaps),
         heap_resident_bytes=sum(h.pages.total_resident_bytes for h in all_heaps if h.pages),
         mmap_chunks=len(chunks),
@@ -442,58 +472,3 @@ def _main_heaps(
     for heap in heaps:
         heap.pages = mem.pagemap(heap.start, heap.start + heap.size_bytes)
     return heaps
-
-
-def _scan_arena(
-    mem: MemoryReader,
-    pool: BufferPool,
-    state: ArenaState | None,
-    heaps: list[Heap],
-    is_main: bool,
-    layout_ok: bool,
-    deadline: float,
-    retry_deadline: float | None = None,
-    pause: Callable[[], object] | None = None,
-    figures: bool = False,
-    held: bool = False,
-) -> ArenaScan:
-    segments = tuple(
-        HeapSegment(h.start, h.size_bytes, h.pages.total_resident_bytes)
-        for h in heaps
-        if h.pages is not None
-    )
-    if state is None or not layout_ok:
-        return ArenaScan(
-            address=None if state is None else state.address,
-            is_main=is_main,
-            system_bytes=None if state is None else state.system_bytes,
-            layout_ok=layout_ok,
-            segments=segments,
-            walked=False,
-        )
-    walker = ArenaWalker(mem, heaps, is_main=is_main, pool=pool, pause=pause, held=held)
-    try:
-        walk = walker.walk(state, deadline=deadline, retry_deadline=retry_deadline)
-    finally:
-        walker.close()
-    return ArenaScan(
-        address=state.address,
-        is_main=is_main,
-        system_bytes=state.system_bytes,
-        layout_ok=layout_ok,
-        segments=segments,
-        walked=True,
-        free_bytes=walk.free_bytes,
-        free_resident_bytes=walk.resident_bytes,
-        trimmable_bytes=walk.trimmable_bytes,
-        chunks=walk.chunks,
-        unmeasured_bins=tuple(walk.unmeasured_bins),
-        retries=walk.retries,
-        budget_reached=walk.budget_reached,
-        top_bytes=walk.top_bytes,
-        top_resident_bytes=walk.top_resident_bytes,
-        top_address=walk.top_address,
-        top_resident_runs=walk.top_resident_runs,
-        bins=tuple((index, *counts) for index, counts in sorted(walk.bins.items())),
-        figures=bin_figures(mem, state, heaps, walk, is_main) if figures else None,
-    )

@@ -1,0 +1,114 @@
+"""One arena's read: its free lists walked over copies of its heaps (glibc_walk), as an
+ArenaScan, handed back as a ``Finish`` to call for the result.
+
+A read made in a stop of a held target may be split (``defer``): the arena is copied whole in
+the stop, and the walk of that copy, which reads nothing more from the target, is made when
+``Finish`` is called, after the stop has ended. The stop then lasts as long as the copy, not
+the copy and the walk, and a stop's budget takes more arenas. Where the walk must read the
+target as it goes (an arena above the copy budget, a malloc_state or top chunk the copy does
+not hold whole) it is made at once, inside the stop, as without ``defer``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from memforensics.model.heapscan import ArenaScan
+from memforensics.model.process import HeapSegment
+from memforensics.sources.glibc.arena_figures import bin_figures
+from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap
+from memforensics.sources.glibc.glibc_walk import ArenaWalk, ArenaWalker
+from memforensics.sources.glibc.heapcopy import BufferPool
+from memforensics.sources.proc.procmem import MemoryReader
+
+Finish = Callable[[], ArenaScan]
+
+
+def read_arena(
+    mem: MemoryReader,
+    pool: BufferPool,
+    state: ArenaState | None,
+    heaps: list[Heap],
+    is_main: bool,
+    layout_ok: bool,
+    deadline: float,
+    retry_deadline: float | None = None,
+    *,
+    pause: Callable[[], object] | None = None,
+    figures: bool = False,
+    held: bool = False,
+    defer: bool = False,
+) -> Finish:
+    """The read of one arena (see the module); its buffers go back to ``pool`` when the
+    walk is done. With ``defer``, whatever must come from the target is read now and the
+    rest when the result is asked for; call it once."""
+    segments = tuple(
+        HeapSegment(h.start, h.size_bytes, h.pages.total_resident_bytes)
+        for h in heaps
+        if h.pages is not None
+    )
+    if state is None or not layout_ok:
+        unread = ArenaScan(
+            address=None if state is None else state.address,
+            is_main=is_main,
+            system_bytes=None if state is None else state.system_bytes,
+            layout_ok=layout_ok,
+            segments=segments,
+            walked=False,
+        )
+        return lambda: unread
+    walker = ArenaWalker(mem, heaps, is_main=is_main, pool=pool, pause=pause, held=held)
+    try:
+        snapshot = walker.capture(state) if defer else None
+    except BaseException:
+        walker.close()
+        raise
+
+    def finish() -> ArenaScan:
+        try:
+            walk = walker.walk(
+                state, deadline=deadline, retry_deadline=retry_deadline, snapshot=snapshot
+            )
+        finally:
+            walker.close()
+        # A deferred walk's arena is the copy's: the one its lists were read from.
+        read_state = snapshot or state
+        return _arena_scan(mem, read_state, heaps, segments, walk, is_main, layout_ok, figures)
+
+    if snapshot is not None:
+        return finish
+    done = finish()
+    return lambda: done
+
+
+def _arena_scan(
+    mem: MemoryReader,
+    state: ArenaState,
+    heaps: list[Heap],
+    segments: Sequence[HeapSegment],
+    walk: ArenaWalk,
+    is_main: bool,
+    layout_ok: bool,
+    figures: bool,
+) -> ArenaScan:
+    return ArenaScan(
+        address=state.address,
+        is_main=is_main,
+        system_bytes=state.system_bytes,
+        layout_ok=layout_ok,
+        segments=tuple(segments),
+        walked=True,
+        free_bytes=walk.free_bytes,
+        free_resident_bytes=walk.resident_bytes,
+        trimmable_bytes=walk.trimmable_bytes,
+        chunks=walk.chunks,
+        unmeasured_bins=tuple(walk.unmeasured_bins),
+        retries=walk.retries,
+        budget_reached=walk.budget_reached,
+        top_bytes=walk.top_bytes,
+        top_resident_bytes=walk.top_resident_bytes,
+        top_address=walk.top_address,
+        top_resident_runs=walk.top_resident_runs,
+        bins=tuple((index, *counts) for index, counts in sorted(walk.bins.items())),
+        figures=bin_figures(mem, state, heaps, walk, is_main) if figures else None,
+    )
