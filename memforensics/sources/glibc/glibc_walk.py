@@ -279,11 +279,14 @@ class ArenaWalker:
         if not self._prefetch_whole:
             return None
         self._prefetch()
+        # As the first round's snapshot has it: a thread arena's malloc_state is in its first
+        # heap, so in the copy; main_arena's is in libc's data, read now.
         segment = self._segment_for(state.address)
-        if segment is None:
-            return None
-        offset = state.address - segment.start
-        snapshot = parse_state(state.address, segment.view[offset : offset + glibc.STATE_BYTES])
+        if segment is not None:
+            offset = state.address - segment.start
+            snapshot: ArenaState | None = parse_state(state.address, segment.view[offset : offset + glibc.STATE_BYTES])
+        else:
+            snapshot = read_state(self._mem, state.address)
         if snapshot is None or self._top_header(snapshot) is None:
             return None
         return snapshot

@@ -309,6 +309,7 @@ def _scan(
         pool.prepare(biggest)
     if main_heaps:
         pause()
+        main_weight = sum(h.size_bytes for h in main_heaps)
 
         def read_main() -> Finish:
             nonlocal params, brk
@@ -331,7 +332,7 @@ def _scan(
             # In a stop nothing moves: a list that reads inconsistently will not mend, and
             # retrying would only lengthen the stop (no retry_deadline left).
             retry_by = time.monotonic() if hold is not None else None
-            row = read_arena(
+            finish = read_arena(
                 mem,
                 pool,
                 state,
@@ -343,10 +344,18 @@ def _scan(
                 pause=pause,
                 figures=figures,
                 held=hold is not None,
-            )()
-            if state is not None:
-                row = replace(row, top_at_brk=_top_at_brk(mem, state, brk, row))
-            return lambda: row
+                defer=hold is not None and main_weight >= _DEFER_MIN_BYTES,
+            )
+            if state is None:
+                return finish
+            at, at_brk = state, brk
+
+            def with_top_at_brk() -> ArenaScan:
+                # A deferred walk took the top's size from its copy: nothing more is read.
+                row = finish()
+                return replace(row, top_at_brk=_top_at_brk(mem, at, at_brk, row))
+
+            return with_top_at_brk
 
         main_address = main_state.address if main_state is not None else None
         rows.append(
@@ -354,9 +363,11 @@ def _scan(
                 hold,
                 read_main,
                 lambda: None if main_address is None else read_state(mem, main_address),
-                sum(h.size_bytes for h in main_heaps),
+                main_weight,
             )
         )
+        if hold is not None and main_weight >= _DEFER_MIN_BYTES:
+            pending_bytes += main_weight
     for position, address in enumerate(order):
         pause()
         # Re-reads of a hot arena may use its fair share of what is left of the budget.
