@@ -193,6 +193,7 @@ def _target_json(target: TargetResult) -> dict[str, object]:
         "pod_uid": target.container.pod_uid,
         "container_id": target.container.container_id,
         "up": target.up,
+        "allocator": target.allocator or None,
         "reason": target.reason,
         "detail": target.detail,
         "pause_seconds": round(figures.pause_seconds, 6) if figures else None,

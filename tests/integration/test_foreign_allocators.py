@@ -332,20 +332,11 @@ def test_python_service_on_jemalloc_is_watched_and_collected(tmp_path: Path) -> 
         assert process["trend"]["verdict"]
         textfile = tmp_path / "textfile"
         textfile.mkdir()
-        subprocess.run(
-            [
-                *MEMFORENSICS,
-                "collect",
-                "--no-oom",
-                "--textfile-dir",
-                str(textfile),
-                str(service.pid),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=CLI_TIMEOUT_SECONDS,
-            check=True,
+        run = _cli(
+            "collect", "--no-oom", "--textfile-dir", str(textfile), "--json", str(service.pid)
         )
+        (target,) = run["targets"]
+        assert target["up"] and target["allocator"] == "jemalloc", target
         prom = (textfile / "memforensics.prom").read_text()
         labels = f'allocator="jemalloc",container_id="",pid="{service.pid}"'
         assert labels in prom
