@@ -284,7 +284,9 @@ class ArenaWalker:
         segment = self._segment_for(state.address)
         if segment is not None:
             offset = state.address - segment.start
-            snapshot: ArenaState | None = parse_state(state.address, segment.view[offset : offset + glibc.STATE_BYTES])
+            snapshot: ArenaState | None = parse_state(
+                state.address, segment.view[offset : offset + glibc.STATE_BYTES]
+            )
         else:
             snapshot = read_state(self._mem, state.address)
         if snapshot is None or self._top_header(snapshot) is None:
