@@ -61,7 +61,7 @@ class ArenaHold(Protocol):
 
 def held_read(
     hold: ArenaHold | None,
-    read: Callable[[], Callable[[], ArenaScan]],
+    read: Callable[[ArenaState | None], Callable[[], ArenaScan]],
     fresh_state: Callable[[], ArenaState | None],
     weight_bytes: int = 0,
 ) -> Callable[[], ArenaScan]:
@@ -69,21 +69,23 @@ def held_read(
     mutex held, or a single-threaded target stopped inside the allocator, which takes no
     lock) is not read then; the target runs a moment and it is read again, at most
     LOCK_RETRIES times (then its figures stay unknown). ``weight_bytes``: about how much heap
-    the read copies (the hold plans its stops with it). ``read`` gives the read's finish
-    (arena_read.Finish: what it left to do once the stop is over), and so does this."""
+    the read copies (the hold plans its stops with it). ``read`` is handed the state
+    ``fresh_state`` gave in its stop (None outside a stop: it reads its own), and gives the
+    read's finish (arena_read.Finish: what it left to do once the stop is over), as this
+    does."""
     if hold is None:
-        return read()
+        return read(None)
     for attempt in range(LOCK_RETRIES + 1):
         with hold.arena(weight_bytes):
             state = fresh_state()
             if not ((state is not None and state.mutex != 0) or hold.in_allocator()):
-                finish = read()
+                finish = read(state)
                 retries = attempt
                 return lambda: replace(finish(), lock_retries=retries)
         if not hold.let_run(attempt):
             break
     # Locked at every stop: read while it runs, for the residency alone.
-    unheld = read()
+    unheld = read(None)
     return lambda: replace(unheld(), figures=None, lock_retries=attempt + 1)
 
 

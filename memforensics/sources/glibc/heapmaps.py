@@ -311,10 +311,10 @@ def _scan(
         pause()
         main_weight = sum(h.size_bytes for h in main_heaps)
 
-        def read_main() -> Finish:
+        def read_main(fresh: ArenaState | None) -> Finish:
             nonlocal params, brk
             heaps = main_heaps
-            state = main_state if hold is None or main_state is None else None
+            state = main_state if hold is None or main_state is None else fresh
             if state is None and main_state is not None:
                 state = read_state(mem, main_state.address)  # this stop's, not the earlier
             if params is not None and hold is not None:
@@ -375,10 +375,16 @@ def _scan(
 
         weight = sum(h.size_bytes for h in by_arena.get(address, ()))
 
-        def read_one(address: int = address, share: float = share, weight: int = weight) -> Finish:
+        def read_one(
+            fresh: ArenaState | None,
+            address: int = address,
+            share: float = share,
+            weight: int = weight,
+        ) -> Finish:
             state = states[address]
             if hold is not None:
-                state = read_state(mem, address) or state  # this stop's, not the earlier
+                # This stop's (held_read's, or read now), not the earlier.
+                state = fresh or read_state(mem, address) or state
             arena_heaps = by_arena.get(address) or heaps_from_top(mem, state)
             state, arena_heaps, layout_ok = _settle_layout(mem, state, arena_heaps)
             for heap in arena_heaps:
