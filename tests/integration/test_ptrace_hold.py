@@ -167,6 +167,14 @@ def test_a_thread_gone_between_listing_and_seizing_is_skipped(
         wait_left_running(counter)
 
 
+def _await_vfork_sleep(counter: CounterTarget) -> None:
+    """Until the target's vfork thread waits in vfork() (state D), within 10 s."""
+    deadline = time.monotonic() + 10
+    while "D" not in {s for s, _ in counter.threads().values()}:
+        assert time.monotonic() < deadline, counter.threads()
+        time.sleep(0.005)
+
+
 def test_a_thread_that_cannot_stop_times_out_and_is_released() -> None:
     """A thread waiting in vfork() sleeps killable-only: PTRACE_INTERRUPT does not wake it.
     The hold gives up (exit 6) and detaches everything; PTRACE_DETACH cannot release a
@@ -175,10 +183,7 @@ def test_a_thread_that_cannot_stop_times_out_and_is_released() -> None:
     with hold_counter("2", "vfork") as counter:
         vfork_child = int(counter.target.ready_line.split("=")[1])
         try:
-            deadline = time.monotonic() + 10
-            while "D" not in {s for s, _ in counter.threads().values()}:
-                assert time.monotonic() < deadline, counter.threads()
-                time.sleep(0.005)
+            _await_vfork_sleep(counter)
             started = time.monotonic()
             with pytest.raises(DeadlineError) as info, ThreadHold(counter.pid, timeout_seconds=0.3):
                 pass
@@ -203,10 +208,7 @@ def test_ctrl_c_while_stopping_lets_go() -> None:
     with hold_counter("2", "vfork") as counter:
         vfork_child = int(counter.target.ready_line.split("=")[1])
         try:
-            deadline = time.monotonic() + 10
-            while "D" not in {s for s, _ in counter.threads().values()}:
-                assert time.monotonic() < deadline, counter.threads()
-                time.sleep(0.005)
+            _await_vfork_sleep(counter)
             main = threading.main_thread().ident
             assert main is not None and main == threading.get_ident()
             timer = threading.Timer(0.2, signal.pthread_kill, (main, signal.SIGINT))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import collections
 import os
-import re
 import signal
 import sys
 import time
@@ -25,7 +24,12 @@ from memforensics.sources.proc.procmaps import parse_maps
 from memforensics.sources.proc.procmem import ProcessMemoryReader
 from memforensics.sources.proc.ptrace_hold import ThreadHold
 from tests.support.hold_targets import assert_progress, hold_counter, wait_left_running
-from tests.support.targets import compile_target, ptrace_skip_reason, running
+from tests.support.targets import (
+    assert_integrity_intact,
+    compile_target,
+    ptrace_skip_reason,
+    running,
+)
 
 _SKIP = ptrace_skip_reason()
 pytestmark = [
@@ -158,11 +162,5 @@ def test_integrity_target_is_undisturbed_by_20_holds() -> None:
                 assert memory.read_present(heap.start_address, size) == first
             assert len(hold.thread_ids) == 2
             assert target.alive(), target.proc.stdout.read() if target.proc.stdout else ""
-        os.kill(target.pid, signal.SIGTERM)
-        assert target.proc.wait(timeout=20) == 0
-        assert target.proc.stdout is not None
-        report = target.proc.stdout.read().decode()
-        assert "corrupt" not in report, report
-        match = re.search(r"ok loops=(\d+) bytes=(\d+) alarms=(\d+)", report)
-        assert match and int(match.group(2)) > 0 and int(match.group(3)) > 0, report
+        assert_integrity_intact(target)
         print(f"20 holds: stops {dict(kinds)}, SIGALRMs deferred to the release: {deferred}")

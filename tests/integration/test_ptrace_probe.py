@@ -9,9 +9,6 @@ same kernel's, read around the call.
 
 from __future__ import annotations
 
-import os
-import re
-import signal
 import struct
 import time
 
@@ -23,7 +20,13 @@ from memforensics.sources.proc.elf_dynsym import function_symbols, read_mapped_f
 from memforensics.sources.proc.ptrace_call import ScratchRef, caller_thread
 from memforensics.sources.proc.ptrace_hold import ThreadHold
 from memforensics.sources.proc.ptrace_probe import ProbeCall, call_reading
-from tests.support.targets import compile_target, live_skip_reason, proc_status, running
+from tests.support.targets import (
+    assert_integrity_intact,
+    compile_target,
+    live_skip_reason,
+    proc_status,
+    running,
+)
 
 _SKIP = live_skip_reason()
 pytestmark = [
@@ -88,13 +91,7 @@ def test_calls_read_back_the_targets_clocks_and_leave_it_undisturbed() -> None:
             status = proc_status(target.pid)
             assert status["TracerPid"] == "0" and status["State"][0] in "RS"
             time.sleep(0.01 * (round_index % 5))  # other moments of its loop
-        os.kill(target.pid, signal.SIGTERM)
-        assert target.proc.wait(timeout=20) == 0
-        assert target.proc.stdout is not None
-        report = target.proc.stdout.read().decode()
-        assert "corrupt" not in report, report
-        match = re.search(r"ok loops=(\d+) bytes=(\d+) alarms=(\d+)", report)
-        assert match and int(match.group(2)) > 0 and int(match.group(3)) > 0, report
+        assert_integrity_intact(target)
 
 
 def test_more_arguments_than_the_frame_can_pass_are_refused() -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -27,7 +26,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.targets import compile_target, live_skip_reason, proc_status, running
+from tests.support.targets import (
+    assert_integrity_intact,
+    compile_target,
+    live_skip_reason,
+    proc_status,
+    running,
+)
 
 _SKIP = live_skip_reason()
 pytestmark = [
@@ -176,10 +181,4 @@ def test_the_integrity_target_is_undisturbed_by_killed_trims_and_reads(tmp_path:
                 check=False,
             )
             assert done.returncode == 0, done.stderr
-        os.kill(target.pid, signal.SIGTERM)
-        assert target.proc.wait(timeout=20) == 0
-        assert target.proc.stdout is not None
-        report = target.proc.stdout.read().decode()
-        assert "corrupt" not in report, report
-        match = re.search(r"ok loops=(\d+) bytes=(\d+) alarms=(\d+)", report)
-        assert match and int(match.group(2)) > 0 and int(match.group(3)) > 0, report
+        assert_integrity_intact(target)

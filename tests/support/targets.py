@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import select
 import shutil
 import signal
@@ -204,3 +205,16 @@ def proc_status(pid: int, tid: int | None = None) -> dict[str, str]:
         key, _, value = line.partition(":")
         fields[key] = value.strip()
     return fields
+
+
+def assert_integrity_intact(target: Target) -> None:
+    """End tests/targets/integrity.c (SIGTERM) and check its own report: it exits 0, found
+    nothing corrupt (registers, pipe order, heap pattern), and made progress: bytes through
+    its pipe and SIGALRMs handled."""
+    os.kill(target.pid, signal.SIGTERM)
+    assert target.proc.wait(timeout=20) == 0
+    assert target.proc.stdout is not None
+    report = target.proc.stdout.read().decode()
+    assert "corrupt" not in report, report
+    match = re.search(r"ok loops=(\d+) bytes=(\d+) alarms=(\d+)", report)
+    assert match and int(match.group(2)) > 0 and int(match.group(3)) > 0, report
