@@ -6,6 +6,7 @@ from __future__ import annotations
 import mmap
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -213,3 +214,53 @@ def test_unreadable_pagemap_is_unknown_not_a_guess(
         ProcessMemoryReader(os.getpid())
     with pytest.raises(PagemapUnavailableError, match="resident is unknown"):
         scan_heap(os.getpid())
+
+
+def test_maps_and_smaps_parsers_agree_with_the_kernels_own_totals() -> None:
+    """The maps/smaps readers against the kernel, on an idle child: one mapping per maps
+    line and the same mappings in smaps, the smaps entries' Rss and Anonymous summing to
+    smaps_rollup's, and file_paths the file-backed paths of those mappings."""
+    from memforensics.sources.proc import procmaps
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; print('ready', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == b"ready"
+        pid = child.pid
+        maps_text = Path(f"/proc/{pid}/maps").read_text()
+        smaps_text = Path(f"/proc/{pid}/smaps").read_text()
+        rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+        any_mapped, of_libc = procmaps.read_maps_of(pid, _libc_path(maps_text))
+    finally:
+        child.kill()
+        child.wait(timeout=10)
+    kernel = {
+        line.split(":")[0]: int(line.split()[1]) * 1024
+        for line in rollup.splitlines()[1:]
+        if line.split(":")[0] in ("Rss", "Anonymous")
+    }
+    mappings = procmaps.parse_maps(maps_text)
+    assert len(mappings) == len(maps_text.splitlines())
+    entries = procmaps.parse_smaps(smaps_text)
+    spans = [(m.start_address, m.end_address, m.path) for m in entries]
+    assert spans == [(m.start_address, m.end_address, m.path) for m in mappings]
+    assert sum(m.rss_bytes or 0 for m in entries) == kernel["Rss"]
+    assert sum(m.anon_bytes or 0 for m in entries) == kernel["Anonymous"]
+    assert procmaps.file_paths(maps_text) == list(
+        dict.fromkeys(m.path for m in mappings if m.file_backed)
+    )
+    assert any_mapped and of_libc
+    assert {(m.start_address, m.path) for m in of_libc} == {
+        (m.start_address, m.path) for m in mappings if m.path == of_libc[0].path
+    }
+
+
+def _libc_path(maps_text: str) -> str:
+    for line in maps_text.splitlines():
+        path = line.split(None, 5)[-1].strip()
+        if os.path.basename(path).startswith("libc.so"):
+            return path
+    raise AssertionError("no libc.so mapped")
