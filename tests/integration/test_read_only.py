@@ -263,7 +263,7 @@ def test_a_locked_arena_is_never_read_while_locked(tmp_path: Path) -> None:
         fields = proc_status(staller.pid)
         assert fields["TracerPid"] == "0" and fields["State"][0] not in "Tt"
         # Still held: read again, and release it once the read has found the lock held
-        # (its retries span ~0.8 s).
+        # (its retries span ~1.4 s).
         releasing = threading.Event()
 
         def release() -> None:

@@ -20,7 +20,7 @@ from memforensics.sources.proc.procmem import MemoryReader
 
 # An arena found locked (a thread inside malloc holds its mutex) in a stop is read again after
 # the target ran a while (ArenaHold.let_run: longer each time), at most this many times.
-LOCK_RETRIES = 20
+LOCK_RETRIES = 60
 
 
 class ArenaHold(Protocol):

@@ -16,6 +16,7 @@ the allocator makes to grow or shrink its memory.
 from __future__ import annotations
 
 import contextlib
+import random
 import time
 from collections.abc import Iterator
 
@@ -24,9 +25,11 @@ from memforensics.sources.proc.ptrace_hold import ThreadHold
 
 STOP_BUDGET_SECONDS = 0.004  # a stop takes no further arena once it has lasted this long
 # How long a locked target runs before its arena is read again: the first wait, doubled at
-# each attempt up to the longest (20 attempts span about 0.8 s).
+# each attempt up to the longest, each drawn between half and 1.5 times that so the stops
+# fall at no fixed phase of a thread's loop (60 attempts span about 1.4 s: a thread holding
+# its arena two thirds of the time is found holding it at all of them once in 10^10 reads).
 LET_RUN_SECONDS = 0.002
-LET_RUN_MAX_SECONDS = 0.05
+LET_RUN_MAX_SECONDS = 0.025
 # brk, mmap, munmap, mprotect, madvise, mremap: how an allocator grows and trims.
 ALLOCATOR_SYSCALLS = frozenset((12, 9, 11, 10, 28, 25))
 
@@ -124,7 +127,8 @@ class StopBatches:
         self._end()
         if stopped:
             return False
-        time.sleep(min(LET_RUN_SECONDS * 2**attempt, LET_RUN_MAX_SECONDS))
+        wait_seconds = min(LET_RUN_SECONDS * 2**attempt, LET_RUN_MAX_SECONDS)
+        time.sleep(wait_seconds * random.uniform(0.5, 1.5))
         return True
 
     def make_room(self, weight_bytes: int) -> None:
