@@ -1,7 +1,8 @@
-"""Build hook for the optional C accelerator of the residency walk.
+"""Build hook for the optional C accelerators: the residency walk's copy and loops, and the
+ptrace hold's per-thread requests.
 
-Everything else is declared in pyproject.toml. The extension is optional: without a C
-compiler ``pip install .`` still succeeds and memforensics uses its pure-Python loop.
+Everything else is declared in pyproject.toml. The extensions are optional: without a C
+compiler ``pip install .`` still succeeds and memforensics uses its pure-Python loops.
 """
 
 from setuptools import Extension, setup
@@ -12,6 +13,11 @@ setup(
             "memforensics.sources.glibc._chunkwalk",
             ["memforensics/sources/glibc/_chunkwalk.c"],
             optional=True,
-        )
+        ),
+        Extension(
+            "memforensics.sources.proc._ptrace_batch",
+            ["memforensics/sources/proc/_ptrace_batch.c"],
+            optional=True,
+        ),
     ]
 )

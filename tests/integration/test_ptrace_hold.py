@@ -9,6 +9,7 @@ thread, and the target's own counters going on.
 from __future__ import annotations
 
 import collections
+import errno
 import os
 import signal
 import subprocess
@@ -165,6 +166,49 @@ def test_a_thread_gone_between_listing_and_seizing_is_skipped(
             assert len(hold.thread_ids) == 3
         assert ended.pid in hold._ignored
         wait_left_running(counter)
+
+
+@pytest.mark.skipif(
+    ptrace_hold._batch is None,
+    reason="the C loop is not in use (not built here, or MEMFORENSICS_PURE_PYTHON is set)",
+)
+def test_the_c_loop_fails_the_threads_the_python_loop_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """PTRACE_SEIZE of a live thread, a gone one and a live one again: both loops give ESRCH
+    for the gone one alone, and seize the others (until the tracer thread ends)."""
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    with hold_counter("2") as counter:
+        live = sorted(counter.threads())
+        tids = [live[0], ended.pid, live[1]]
+        results: dict[bool, dict[int, int]] = {}
+        traced: dict[bool, list[int]] = {}
+
+        def seize(native: bool) -> None:
+            hold = ThreadHold(counter.pid)
+            hold._tracer_tid = threading.get_native_id()
+            with monkeypatch.context() as patch:
+                if not native:
+                    patch.setattr(ptrace_hold, "_batch", None)
+                results[native] = hold._each(
+                    ptrace_hold._PTRACE_SEIZE, tids, ptrace_hold._PTRACE_O_TRACECLONE
+                )
+            traced[native] = [counter.threads()[tid][1] for tid in tids if tid != ended.pid]
+
+        for native in (True, False):
+            tracer = threading.Thread(target=seize, args=(native,))
+            tracer.start()
+            tracer.join()
+            wait_left_running(counter)  # the tracer thread ended: the kernel let go
+        assert results[True] == results[False] == {ended.pid: errno.ESRCH}
+        assert all(traced[True]) and all(traced[False]), traced
+        assert ptrace_hold._batch is not None
+        with pytest.raises(ValueError, match="differ in length"):
+            ptrace_hold._batch.each(ptrace_hold._PTRACE_DETACH, tids, [0])
+        with pytest.raises(ValueError, match="positive"):
+            ptrace_hold._batch.each(ptrace_hold._PTRACE_DETACH, [0], 0)
+        assert_progress(counter)
 
 
 def _await_vfork_sleep(counter: CounterTarget) -> None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import importlib
 import os
 import signal
 import threading
@@ -41,7 +42,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
+from types import ModuleType, TracebackType
 from typing import Literal, TypeVar
 
 from memforensics.errors import (
@@ -77,6 +78,11 @@ _TRACER_GONE_SECONDS = 2.0
 
 # One ptrace request (a module-level name: the tests' seam for failing or freezing one).
 _ptrace = ptrace_regs.request
+# The same request on many threads in one C loop (setup.py builds it; None: not built).
+_batch: ModuleType | None = None
+if not os.environ.get("MEMFORENSICS_PURE_PYTHON"):
+    with contextlib.suppress(ImportError):
+        _batch = importlib.import_module("memforensics.sources.proc._ptrace_batch")
 T = TypeVar("T")
 StopKind = Literal["interrupt", "group", "signal", "event"]
 """How a held thread stopped: "interrupt" (PTRACE_INTERRUPT, or a new thread's first stop),
@@ -275,26 +281,43 @@ class ThreadHold:
         tracee.kind, tracee.signal = "interrupt", 0
 
     def _ptrace(self, request: int, tid: int, data: int = 0) -> None:
+        self._in_tracer_thread()
+        _ptrace(request, tid, data)
+
+    def _in_tracer_thread(self) -> None:
         # The kernel takes only the tracer thread's requests; a call from anywhere else is a
         # bug here, said plainly rather than as ESRCH.
         if threading.get_native_id() != self._tracer_tid:
             raise RuntimeError("ptrace requests of a ThreadHold come from its tracer thread only")
-        _ptrace(request, tid, data)
+
+    def _each(self, request: int, tids: list[int], data: list[int] | int = 0) -> dict[int, int]:
+        """``request`` made on every one of ``tids`` in turn (``data``: one per thread, or one
+        for all); the errno of each that failed, by thread. One C loop when it is built and
+        ``_ptrace`` is the real request (a test that replaces it sees every request)."""
+        self._in_tracer_thread()
+        if _batch is not None and _ptrace is ptrace_regs.request:
+            errors = _batch.each(request, tids, data)
+            return {tid: err for tid, err in zip(tids, errors, strict=True) if err}
+        failed: dict[int, int] = {}
+        for index, tid in enumerate(tids):
+            try:
+                _ptrace(request, tid, data if isinstance(data, int) else data[index])
+            except OSError as exc:
+                failed[tid] = exc.errno or errno.EIO
+        return failed
 
     def _hold_all(self, deadline: float) -> None:
         while fresh := self._fresh_threads():
-            for tid in fresh:
-                self._seize(tid)
+            self._seize(fresh)
             self._check_time(deadline)
         if not self._tracees:
             raise self._nothing_to_hold()
         self._first_interrupt = time.monotonic()
         waiting = list(self._tracees.values())
         while waiting:
-            for tracee in waiting:
-                self._interrupt(tracee)
+            self._interrupt(waiting)
             self._await_stops(waiting, deadline)
-            waiting = [t for tid in self._fresh_threads() if (t := self._seize(tid)) is not None]
+            waiting = self._seize(self._fresh_threads())
         held = [t for t in self._tracees.values() if t.kind is not None and not t.gone]
         if not held:
             raise TargetExitedError(
@@ -336,26 +359,36 @@ class ThreadHold:
             )
         return NoSuchProcessError(f"no process with PID {self.pid}", pid=self.pid)
 
-    def _seize(self, tid: int) -> _Tracee | None:
-        """Seize ``tid`` (running on), or adopt it when PTRACE_O_TRACECLONE already made it
-        ours; None when it vanished or is a zombie."""
-        try:
-            self._ptrace(_PTRACE_SEIZE, tid, _PTRACE_O_TRACECLONE)
-        except OSError as exc:
-            if exc.errno == errno.ESRCH:
+    def _seize(self, tids: list[int]) -> list[_Tracee]:
+        """Seize each of ``tids`` (they run on), or adopt one PTRACE_O_TRACECLONE already made
+        ours; the threads now held by us, without those that vanished or are zombies. A
+        refusal is raised once every thread that could be seized is ours (so the tracer's
+        end lets go of them all)."""
+        failed = self._each(_PTRACE_SEIZE, tids, _PTRACE_O_TRACECLONE)
+        refusal: Exception | None = None
+        seized: list[_Tracee] = []
+        for tid in tids:
+            err = failed.get(tid)
+            if err == errno.ESRCH:
                 self._ignored.add(tid)
-                return None
-            if exc.errno != errno.EPERM:
-                raise TargetError(f"cannot hold PID {self.pid}: {exc.strerror}") from exc
-            status = _thread_status(self.pid, tid)
-            if status is None or status[0] in ("Z", "X"):
-                self._ignored.add(tid)  # the kernel refuses to seize a dead thread
-                return None
-            if status[1] != self._tracer_tid:
-                raise self._refusal(tid, status[1], exc) from exc
-        tracee = _Tracee(tid)
-        self._tracees[tid] = tracee
-        return tracee
+                continue
+            if err is not None and refusal is None:
+                status = _thread_status(self.pid, tid) if err == errno.EPERM else None
+                if err == errno.EPERM and (status is None or status[0] in ("Z", "X")):
+                    self._ignored.add(tid)  # the kernel refuses to seize a dead thread
+                    continue
+                if err != errno.EPERM:
+                    refusal = TargetError(f"cannot hold PID {self.pid}: {os.strerror(err)}")
+                elif status is not None and status[1] != self._tracer_tid:
+                    refusal = self._refusal(tid, status[1], OSError(err, os.strerror(err)))
+                else:
+                    err = None  # born traced (PTRACE_O_TRACECLONE): already ours
+            if err is None:
+                tracee = self._tracees[tid] = _Tracee(tid)
+                seized.append(tracee)
+        if refusal is not None:
+            raise refusal
+        return seized
 
     def _refusal(self, tid: int, tracer_pid: int, exc: OSError) -> Exception:
         """The error for a thread the kernel would not let us seize."""
@@ -371,13 +404,12 @@ class ThreadHold:
             pid=self.pid,
         )
 
-    def _interrupt(self, tracee: _Tracee) -> None:
-        try:
-            self._ptrace(_PTRACE_INTERRUPT, tracee.tid)
-        except OSError as exc:
-            # ESRCH: it is exiting; its wait status will say so.
-            if exc.errno != errno.ESRCH:
-                raise TargetError(f"cannot hold PID {self.pid}: {exc.strerror}") from exc
+    def _interrupt(self, tracees: list[_Tracee]) -> None:
+        failed = self._each(_PTRACE_INTERRUPT, [t.tid for t in tracees])
+        # ESRCH: it is exiting; its wait status will say so.
+        for err in failed.values():
+            if err != errno.ESRCH:
+                raise TargetError(f"cannot hold PID {self.pid}: {os.strerror(err)}")
 
     def _await_stops(self, tracees: list[_Tracee], deadline: float) -> None:
         """See a stop (or an exit) of each of ``tracees``, within the deadline."""
@@ -480,12 +512,10 @@ class ThreadHold:
                 # detached: it may be entering a signal-delivery-stop right now.
                 with contextlib.suppress(OSError):
                     self._collect(tracee)
-        for tracee in self._tracees.values():
-            if tracee.kind is not None and not tracee.gone:
-                # ESRCH: killed while held (SIGKILL ends a ptrace stop); the tracer's end
-                # reaps it for its parent.
-                with contextlib.suppress(OSError):
-                    self._ptrace(_PTRACE_DETACH, tracee.tid, tracee.signal)
+        stopped = [t for t in self._tracees.values() if t.kind is not None and not t.gone]
+        # Failures pass: ESRCH is a thread killed while held (SIGKILL ends a ptrace stop),
+        # which the tracer's end reaps for its parent.
+        self._each(_PTRACE_DETACH, [t.tid for t in stopped], [t.signal for t in stopped])
         if self._first_interrupt is not None:
             self._stop_seconds = time.monotonic() - self._first_interrupt
         else:
