@@ -25,7 +25,7 @@ from memforensics.errors import (
     TargetError,
     TargetPermissionError,
 )
-from memforensics.sources.proc import ptrace_hold
+from memforensics.sources.proc import ptrace_hold, ptrace_regs
 from memforensics.sources.proc.ptrace_hold import ThreadHold
 from tests.support.hold_targets import (
     CounterTarget,
@@ -169,7 +169,7 @@ def test_a_thread_gone_between_listing_and_seizing_is_skipped(
 
 
 @pytest.mark.skipif(
-    ptrace_hold._batch is None,
+    ptrace_regs._batch is None,
     reason="the C loop is not in use (not built here, or MEMFORENSICS_PURE_PYTHON is set)",
 )
 def test_the_c_loop_fails_the_threads_the_python_loop_fails(
@@ -190,7 +190,7 @@ def test_the_c_loop_fails_the_threads_the_python_loop_fails(
             hold._tracer_tid = threading.get_native_id()
             with monkeypatch.context() as patch:
                 if not native:
-                    patch.setattr(ptrace_hold, "_batch", None)
+                    patch.setattr(ptrace_regs, "_batch", None)
                 results[native] = hold._each(
                     ptrace_hold._PTRACE_SEIZE, tids, ptrace_hold._PTRACE_O_TRACECLONE
                 )
@@ -203,11 +203,11 @@ def test_the_c_loop_fails_the_threads_the_python_loop_fails(
             wait_left_running(counter)  # the tracer thread ended: the kernel let go
         assert results[True] == results[False] == {ended.pid: errno.ESRCH}
         assert all(traced[True]) and all(traced[False]), traced
-        assert ptrace_hold._batch is not None
+        assert ptrace_regs._batch is not None
         with pytest.raises(ValueError, match="differ in length"):
-            ptrace_hold._batch.each(ptrace_hold._PTRACE_DETACH, tids, [0])
+            ptrace_regs._batch.each(ptrace_hold._PTRACE_DETACH, tids, [0])
         with pytest.raises(ValueError, match="positive"):
-            ptrace_hold._batch.each(ptrace_hold._PTRACE_DETACH, [0], 0)
+            ptrace_regs._batch.each(ptrace_hold._PTRACE_DETACH, [0], 0)
         assert_progress(counter)
 
 

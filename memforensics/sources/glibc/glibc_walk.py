@@ -41,6 +41,12 @@ BIN_RETRIES = 4
 _LAZY_FILL_PAGES = 16  # a big arena read lazily: 64 KiB per read
 _CHASE_MAX_CHUNKS = 2048  # each chunk may cost a read, and reads wait for the mmap lock
 CHASE_SECONDS = 0.05  # time box of one arena's chase round
+# An arena walked inside a stop (held, not deferred) of at most this many resident bytes is
+# read lazily first, block by block as its lists lead there, for at most this many chunks
+# in all: a copy of its every resident page costs more than a few short lists. Past that,
+# the lists left are walked over a whole copy (in C, where built).
+HELD_LAZY_MAX_BYTES = 4 << 20
+HELD_LAZY_MAX_CHUNKS = 256
 _TWO_WORDS = struct.Struct("<2Q")
 _FASTBIN = 0  # pseudo bin number of the fastbins in ``unmeasured_bins``
 _COPY_SLICE_BYTES = 4 << 20  # ~1 ms of copying: the longest a pause waits for the copy
@@ -150,7 +156,9 @@ class ArenaWalker:
         # chunks) is copied block by block as its lists lead there.
         resident = sum(s.pages.total_resident_bytes for s in self._segments)
         self._prefetch_whole = resident <= pool.copy_max_bytes
+        self._lazy_in_stop = held and resident <= HELD_LAZY_MAX_BYTES
         self._fill_pages = _LAZY_FILL_PAGES
+        self._max_chunks: int | None = None  # a list longer than this reads as inconsistent
         self._deadline = float("inf")
 
     def close(self) -> None:
@@ -214,7 +222,7 @@ class ArenaWalker:
             self._page,
             self._deadline,
             fill=self._fill,
-            max_chunks=_CHASE_MAX_CHUNKS if self._fill_pages == 1 else None,
+            max_chunks=self._max_chunks,
         )
 
     def _walk_fastbin(self, head: int, size_bytes: int) -> Tally | None:
@@ -257,6 +265,7 @@ class ArenaWalker:
         same copy. A chase round reads page by page as the lists lead, each list right after
         its head is read again: a short hot list is read within microseconds.
         """
+        self._max_chunks = _CHASE_MAX_CHUNKS if chase else None
         if chase:
             self._reset(1)
             return read_state(self._mem, state.address)
@@ -322,23 +331,32 @@ class ArenaWalker:
         walks every bin; later rounds, alternately chasing and from a fresh snapshot, walk
         only the bins whose lists read inconsistently, at most BIN_RETRIES more times, and
         only until ``retry_deadline`` (the caller's fair share of the budget: one hot arena
-        must not starve the rest).
+        must not starve the rest). Walked inside a stop (held, no ``snapshot``), the target
+        does not move: a small arena's first round reads lazily (HELD_LAZY_MAX_CHUNKS), the
+        lists it leaves and every later round read a whole copy, and no round chases.
         """
         walk = ArenaWalk()
         clock = time.monotonic
         pending: list[int] = []
-        for attempt in range(BIN_RETRIES + 1):
+        in_stop = self._held and snapshot is None
+        lazy = in_stop and self._lazy_in_stop
+        for attempt in range(BIN_RETRIES + 1 + lazy):
             if clock() > deadline:
                 walk.budget_reached = True
                 break
-            if attempt and retry_deadline is not None and clock() > retry_deadline:
+            if attempt > lazy and retry_deadline is not None and clock() > retry_deadline:
                 break  # its share of the time is spent: the bins still moving are estimated
-            chase = attempt % 2 == 1
+            chase = attempt % 2 == 1 and not in_stop
             # A chase reads page by page, and each read waits for the target's mmap lock,
             # which a busy allocator holds often: a chase round gets a short time box.
             self._deadline = min(deadline, clock() + CHASE_SECONDS) if chase else deadline
+            lazy_round = lazy and attempt == 0
             if attempt == 0 and snapshot is not None:
                 fresh: ArenaState | None = snapshot
+            elif lazy_round:
+                self._reset(_LAZY_FILL_PAGES)
+                fresh = read_state(self._mem, state.address)
+                lazy_left = HELD_LAZY_MAX_CHUNKS
             else:
                 fresh = self._snapshot(state, chase=chase)
             if fresh is None:
@@ -358,6 +376,13 @@ class ArenaWalker:
                     break
                 if chase:
                     state = self._reread_heads(state, index)
+                if lazy_round:
+                    # Fastbins wait for the whole copy: a long one read lazily would also
+                    # decide safe-linking from a list cut short.
+                    if (index == _FASTBIN and any(state.fastbins)) or lazy_left <= 0:
+                        failed.append(index)
+                        continue
+                    self._max_chunks = lazy_left
                 try:
                     result = self._walk_bin(state, index)
                 except OutOfTime:
@@ -367,6 +392,8 @@ class ArenaWalker:
                 if result is None:
                     failed.append(index)
                 else:
+                    if lazy_round:
+                        lazy_left -= result[0]
                     self._add(walk, result)
                     walk.bins[index] = (result[0], result[1])
                     if index == _FASTBIN:
@@ -376,7 +403,8 @@ class ArenaWalker:
             pending = failed
             if not pending or walk.budget_reached:
                 break
-            walk.retries += attempt < BIN_RETRIES
+            # What the lazy round leaves is read in the next: no retry (the target is held).
+            walk.retries += not lazy_round and attempt < BIN_RETRIES + lazy
         walk.unmeasured_bins.extend(pending)
         return walk
 

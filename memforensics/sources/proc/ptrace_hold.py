@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import importlib
 import os
 import signal
 import threading
@@ -42,7 +41,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType, TracebackType
+from types import TracebackType
 from typing import Literal, TypeVar
 
 from memforensics.errors import (
@@ -78,11 +77,6 @@ _TRACER_GONE_SECONDS = 2.0
 
 # One ptrace request (a module-level name: the tests' seam for failing or freezing one).
 _ptrace = ptrace_regs.request
-# The same request on many threads in one C loop (setup.py builds it; None: not built).
-_batch: ModuleType | None = None
-if not os.environ.get("MEMFORENSICS_PURE_PYTHON"):
-    with contextlib.suppress(ImportError):
-        _batch = importlib.import_module("memforensics.sources.proc._ptrace_batch")
 T = TypeVar("T")
 StopKind = Literal["interrupt", "group", "signal", "event"]
 """How a held thread stopped: "interrupt" (PTRACE_INTERRUPT, or a new thread's first stop),
@@ -291,20 +285,9 @@ class ThreadHold:
             raise RuntimeError("ptrace requests of a ThreadHold come from its tracer thread only")
 
     def _each(self, request: int, tids: list[int], data: list[int] | int = 0) -> dict[int, int]:
-        """``request`` made on every one of ``tids`` in turn (``data``: one per thread, or one
-        for all); the errno of each that failed, by thread. One C loop when it is built and
-        ``_ptrace`` is the real request (a test that replaces it sees every request)."""
+        """``request`` on every one of ``tids`` (ptrace_regs.request_each), from the tracer."""
         self._in_tracer_thread()
-        if _batch is not None and _ptrace is ptrace_regs.request:
-            errors = _batch.each(request, tids, data)
-            return {tid: err for tid, err in zip(tids, errors, strict=True) if err}
-        failed: dict[int, int] = {}
-        for index, tid in enumerate(tids):
-            try:
-                _ptrace(request, tid, data if isinstance(data, int) else data[index])
-            except OSError as exc:
-                failed[tid] = exc.errno or errno.EIO
-        return failed
+        return ptrace_regs.request_each(request, tids, data, one=_ptrace)
 
     def _hold_all(self, deadline: float) -> None:
         while fresh := self._fresh_threads():
@@ -369,23 +352,18 @@ class ThreadHold:
         seized: list[_Tracee] = []
         for tid in tids:
             err = failed.get(tid)
-            if err == errno.ESRCH:
-                self._ignored.add(tid)
-                continue
-            if err is not None and refusal is None:
-                status = _thread_status(self.pid, tid) if err == errno.EPERM else None
-                if err == errno.EPERM and (status is None or status[0] in ("Z", "X")):
-                    self._ignored.add(tid)  # the kernel refuses to seize a dead thread
-                    continue
-                if err != errno.EPERM:
-                    refusal = TargetError(f"cannot hold PID {self.pid}: {os.strerror(err)}")
-                elif status is not None and status[1] != self._tracer_tid:
-                    refusal = self._refusal(tid, status[1], OSError(err, os.strerror(err)))
-                else:
-                    err = None  # born traced (PTRACE_O_TRACECLONE): already ours
-            if err is None:
-                tracee = self._tracees[tid] = _Tracee(tid)
-                seized.append(tracee)
+            status = _thread_status(self.pid, tid) if err == errno.EPERM else None
+            if err == errno.ESRCH or (err == errno.EPERM and (status is None or status[0] in "ZX")):
+                self._ignored.add(tid)  # gone, or dead (the kernel refuses to seize it)
+            elif err is None or (status is not None and status[1] == self._tracer_tid):
+                seized.append(self._tracees.setdefault(tid, _Tracee(tid)))  # or born traced
+            elif refusal is None:
+                cause = OSError(err, os.strerror(err))
+                refusal = (
+                    self._refusal(tid, status[1], cause)
+                    if status is not None
+                    else TargetError(f"cannot hold PID {self.pid}: {cause.strerror}")
+                )
         if refusal is not None:
             raise refusal
         return seized

@@ -8,8 +8,13 @@ at which the thread holds some registers of one state and some of another.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import errno
+import importlib
 import os
+from collections.abc import Callable, Sequence
+from types import ModuleType
 
 from memforensics.sources.gdb.user_regs import USER_REGS
 
@@ -18,6 +23,12 @@ PTRACE_SETREGS = 13
 PTRACE_GETREGSET = 0x4204
 NT_X86_XSTATE = 0x202
 _XSTATE_MAX_BYTES = 1 << 16  # more than any XSAVE area (AMX's is ~11 KiB)
+
+# The same request on many threads in one C loop (setup.py builds it; None: not built).
+_batch: ModuleType | None = None
+if not os.environ.get("MEMFORENSICS_PURE_PYTHON"):
+    with contextlib.suppress(ImportError):
+        _batch = importlib.import_module("memforensics.sources.proc._ptrace_batch")
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
@@ -46,6 +57,29 @@ _NAMES = {17: "PTRACE_DETACH", 0x4206: "PTRACE_SEIZE", 0x4207: "PTRACE_INTERRUPT
 def request(number: int, tid: int, data: int = 0) -> None:
     """One ptrace request with a null addr and an integer ``data``; OSError with errno."""
     _check(_libc.ptrace(number, tid, None, data or None), _NAMES.get(number, str(number)), tid)
+
+
+def request_each(
+    number: int,
+    tids: Sequence[int],
+    data: Sequence[int] | int = 0,
+    *,
+    one: Callable[[int, int, int], None] = request,
+) -> dict[int, int]:
+    """``number`` made on every one of ``tids`` in turn (``data``: one per thread, or one for
+    all); the errno of each that failed, by thread. One C loop (_ptrace_batch) when it is
+    built and ``one`` is ``request``; else ``one`` per thread (a test's replacement for it
+    sees every request)."""
+    if _batch is not None and one is request:
+        errors = _batch.each(number, tids, data)
+        return {tid: err for tid, err in zip(tids, errors, strict=True) if err}
+    failed: dict[int, int] = {}
+    for index, tid in enumerate(tids):
+        try:
+            one(number, tid, data if isinstance(data, int) else data[index])
+        except OSError as exc:
+            failed[tid] = exc.errno or errno.EIO
+    return failed
 
 
 def get_regs(tid: int) -> UserRegs:
