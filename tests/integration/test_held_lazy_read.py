@@ -14,6 +14,7 @@ import pytest
 
 from memforensics.entry.readonly import inspect_read_only
 from memforensics.sources.glibc import glibc_walk
+from tests.support.residency_figures import walk_figures
 from tests.support.targets import compile_target, ptrace_skip_reason, running
 
 _SKIP = ptrace_skip_reason()
@@ -26,19 +27,7 @@ pytestmark = [
 def _figures(pid: int) -> tuple[bytes, list[tuple[object, ...]]]:
     inspection = inspect_read_only(pid)
     assert inspection.residency is not None
-    rows = [
-        (
-            row.index,
-            row.free_method,
-            row.walked_chunks,
-            row.measured_free_bytes,
-            row.free_resident_bytes,
-            row.trimmable_bytes,
-            row.top_bytes,
-        )
-        for row in inspection.residency.arenas
-    ]
-    return inspection.capture.xml, rows
+    return inspection.capture.xml, walk_figures(inspection.residency)
 
 
 @pytest.mark.parametrize(("shape", "seed"), [("small", 12), ("unsorted", 14), ("random", 21)])

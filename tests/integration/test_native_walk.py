@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from memforensics.entry.live import read_heap_residency
-from memforensics.model.process import HeapResidency
 from memforensics.sources.glibc import heapcopy
 from tests.integration.test_residency_live import arenas_target
+from tests.support.residency_figures import walk_figures
 from tests.support.targets import have_cc
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,20 +26,6 @@ pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(not have_cc(), reason="no C compiler (cc) to build the target programs"),
 ]
-
-
-def _figures(residency: HeapResidency) -> list[tuple[object, ...]]:
-    return [
-        (
-            row.index,
-            row.free_method,
-            row.walked_chunks,
-            row.measured_free_bytes,
-            row.free_resident_bytes,
-            row.trimmable_bytes,
-        )
-        for row in residency.arenas
-    ]
 
 
 @pytest.mark.skipif(
@@ -57,7 +43,7 @@ def test_c_and_python_loops_measure_the_same_heap(monkeypatch: pytest.MonkeyPatc
             with monkeypatch.context() as patch:
                 patch.setattr(heapcopy, "_native", None)
                 python = read_heap_residency(arenas.pid, dump)
-            assert _figures(native) == _figures(python)
+            assert walk_figures(native) == walk_figures(python)
             assert all(row.free_method == "walked" for row in native.arenas)
             # Worker arenas: every free page written, so resident until the trim released it.
             resident = [row.free_resident_bytes for row in native.arenas[1:]]

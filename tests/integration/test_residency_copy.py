@@ -20,12 +20,12 @@ from collections.abc import Sequence
 import pytest
 
 from memforensics.entry.live import read_heap_residency
-from memforensics.model.process import HeapResidency
 from memforensics.sources.glibc import glibc_walk, heapcopy
 from memforensics.sources.glibc.heapcopy import BufferPool, Segment, copy_into
 from memforensics.sources.glibc.heapmaps import scan_heap
 from memforensics.sources.proc.procmem import ProcessMemoryReader
 from tests.integration.test_residency_live import limited_arenas_target
+from tests.support.residency_figures import walk_figures
 from tests.support.targets import c_target, have_cc
 
 pytestmark = [
@@ -168,20 +168,6 @@ def test_a_page_gone_reads_as_zeros_and_says_incomplete(monkeypatch: pytest.Monk
                 pool.close()
 
 
-def _figures(residency: HeapResidency) -> list[tuple[object, ...]]:
-    return [
-        (
-            row.index,
-            row.free_method,
-            row.walked_chunks,
-            row.measured_free_bytes,
-            row.free_resident_bytes,
-            row.trimmable_bytes,
-        )
-        for row in residency.arenas
-    ]
-
-
 @pytest.mark.slow
 def test_chained_heaps_and_a_main_heap_above_64_mib_walk_the_same_every_way(
     monkeypatch: pytest.MonkeyPatch,
@@ -215,7 +201,7 @@ def test_chained_heaps_and_a_main_heap_above_64_mib_walk_the_same_every_way(
                 ways["lazy"] = read_heap_residency(arenas.pid, dump)
                 assert not seen
             for way, residency in ways.items():
-                assert _figures(residency) == _figures(whole), way
+                assert walk_figures(residency) == walk_figures(whole), way
             main, worker = whole.arena(0), whole.arena(1)
             assert main is not None and worker is not None
             assert sum(s.mapped_bytes for s in main.segments) > 64 * MIB
