@@ -19,7 +19,8 @@ from memforensics.sources.glibc.glibc_walk import ArenaWalk
 from memforensics.sources.proc.procmem import MemoryReader
 
 # An arena found locked (a thread inside malloc holds its mutex) in a stop is read again after
-# the target ran a while (ArenaHold.let_run: longer each time), at most this many times.
+# the target ran a while (ArenaHold.let_run: longer each time), at most this many times, and
+# for no longer than the caller's timeout.
 LOCK_RETRIES = 60
 
 

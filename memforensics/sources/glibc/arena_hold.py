@@ -61,6 +61,7 @@ class StopBatches:
         self._since = 0.0
         self._entering_seconds = 0.0  # how long the last stop took to stop every thread
         self._bytes_per_second: float | None = None  # how fast arenas were read in stops
+        self._locked_since = 0.0  # when the arena read now was first found locked
         self.stops_seconds: list[float] = []
 
     def _start(self) -> None:
@@ -121,14 +122,20 @@ class StopBatches:
     def let_run(self, attempt: int) -> bool:
         """End the stop and let the target run, longer at each ``attempt``; False at once
         when every thread was in a job-control stop (SIGSTOP by someone else): it will not
-        run, and its lock will not be released."""
+        run, and its lock will not be released; False too once this arena has been found
+        locked for the timeout (from its first ``attempt``, 0): as long as the gdb path
+        waits for a safe point."""
         hold = self._hold
         stopped = hold is not None and set(hold.stop_kinds.values()) == {"group"}
         self._end()
-        if stopped:
-            return False
+        now = time.monotonic()
+        if attempt == 0:
+            self._locked_since = now
         wait_seconds = min(LET_RUN_SECONDS * 2**attempt, LET_RUN_MAX_SECONDS)
-        time.sleep(wait_seconds * random.uniform(0.5, 1.5))
+        wait_seconds *= random.uniform(0.5, 1.5)
+        if stopped or now + wait_seconds - self._locked_since > self._timeout_seconds:
+            return False
+        time.sleep(wait_seconds)
         return True
 
     def make_room(self, weight_bytes: int) -> None:
