@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from itertools import chain
+from itertools import chain, islice
 from json.encoder import encode_basestring_ascii
 from typing import Any
 
@@ -176,11 +176,17 @@ def write_json(document: Any, write: Callable[[str], Any], *, buffer_chars: int 
     Lazy lists (``arenas`` of a big dump) are written item by item, never held whole.
     """
     parts: list[str] = []
+    counted = [0, 0]  # characters in parts[: counted[1]], which is counted[0]
 
     def flush() -> None:
-        if len(parts) > 64 and sum(map(len, parts)) >= buffer_chars:
+        # Each piece is measured once: summing every piece at each item of a long lazy list
+        # cost as much as encoding it.
+        counted[0] += sum(map(len, islice(parts, counted[1], None)))
+        counted[1] = len(parts)
+        if counted[1] > 64 and counted[0] >= buffer_chars:
             write("".join(parts))
             parts.clear()
+            counted[:] = [0, 0]
 
     _encode(document, 0, parts, flush)
     parts.append("\n")
