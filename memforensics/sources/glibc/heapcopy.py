@@ -114,11 +114,6 @@ class BufferPool:
         fresh 24 MiB buffer costs ~20 ms of page faults)."""
         taken = [self.take(length) for length in lengths]
         for buffer in taken:
-            # Transparent huge pages where the system offers them: populated 2 MiB at a
-            # time, and fewer TLB misses while the copy fills them in the stop. Only here,
-            # before any stop: a huge page faulted in a stop may wait for compaction.
-            with contextlib.suppress(OSError, AttributeError):
-                buffer.madvise(mmap.MADV_HUGEPAGE)
             try:
                 buffer.madvise(_MADV_POPULATE_WRITE)
             except OSError:  # before Linux 5.14: touch every page
