@@ -332,8 +332,9 @@ class ArenaWalker:
         only the bins whose lists read inconsistently, at most BIN_RETRIES more times, and
         only until ``retry_deadline`` (the caller's fair share of the budget: one hot arena
         must not starve the rest). Walked inside a stop (held, no ``snapshot``), the target
-        does not move: a small arena's first round reads lazily (HELD_LAZY_MAX_CHUNKS), the
-        lists it leaves and every later round read a whole copy, and no round chases.
+        does not move and ``state`` must be as read in that stop: a small arena's first round
+        takes it and reads lazily (HELD_LAZY_MAX_CHUNKS), the lists it leaves and every later
+        round read a whole copy, and no round chases.
         """
         walk = ArenaWalk()
         clock = time.monotonic
@@ -354,8 +355,9 @@ class ArenaWalker:
             if attempt == 0 and snapshot is not None:
                 fresh: ArenaState | None = snapshot
             elif lazy_round:
+                # The caller read ``state`` in this stop, and the target has not moved since.
                 self._reset(_LAZY_FILL_PAGES)
-                fresh = read_state(self._mem, state.address)
+                fresh = state
                 lazy_left = HELD_LAZY_MAX_CHUNKS
             else:
                 fresh = self._snapshot(state, chase=chase)
