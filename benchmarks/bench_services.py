@@ -1,0 +1,227 @@
+"""How long a read holds up a busy real service, as the service's own clients see it.
+
+Two services: OpenJDK running tests/targets/NativeChurn.java (16 threads churning native
+memory; a health check on loopback) and a PostgreSQL backend serving pgbench (one client).
+Each method reads the same process ROUNDS times; the figure of a read is the longest wait a
+client of the service saw while it ran: for the JVM, a ping asked every millisecond over
+loopback (the round trip that overlapped the read the longest); for PostgreSQL, pgbench's own
+per-transaction latency log (the slowest transaction that overlapped the read). The same
+clients' longest wait over windows as long with no read is the baseline (GC, JIT, the
+scheduler of a 2-CPU host).
+
+Methods: `inspect --json` (the default: the memory read held still, no gdb), `inspect --gdb
+gdb --json`, and on PostgreSQL the manual gdb recipe (bench_inspect.run_recipe). Not the recipe
+on the JVM: a call into a JVM from a bare gdb session stops on the JVM's own signals and can
+end it. Prints medians; asserts nothing.
+
+usage: python benchmarks/bench_services.py [--rounds N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench_inspect import memforensics_command, run_recipe  # noqa: E402
+
+from tests.support.postgres import postgres_cluster, postgres_skip_reason  # noqa: E402
+from tests.support.services import LineClient, java_service, java_skip_reason  # noqa: E402
+
+Window = tuple[float, float]  # (start, end), on the clock of the client's samples
+Samples = list[tuple[float, float]]  # (start, end) of each request a client made
+
+
+def longest_wait_ms(samples: Samples, window: Window) -> float:
+    """The longest request of ``samples`` that overlapped ``window``, in ms."""
+    begin, end = window
+    return 1000 * max((b - a for a, b in samples if b > begin and a < end), default=0.0)
+
+
+class Pinger:
+    """Asks a line-protocol service "ping" every millisecond in a thread, keeping each round
+    trip's (start, end) on time.monotonic()."""
+
+    def __init__(self, port: int) -> None:
+        self.samples: Samples = []
+        self._client = LineClient(port)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pinger", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            self._client.ask("ping")
+            self.samples.append((started, time.monotonic()))
+            self._stop.wait(0.001)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=15)
+        self._client.close()
+
+
+def read_windows(
+    methods: dict[str, Callable[[], None]], rounds: int, clock: Callable[[], float]
+) -> dict[str, list[Window]]:
+    """Each method run ``rounds`` times, in turn, with a quiet window as long as the last
+    read between reads (the baseline's); their windows on ``clock``."""
+    windows: dict[str, list[Window]] = {name: [] for name in [*methods, "no read"]}
+    for _ in range(rounds):
+        for name, method in methods.items():
+            began = clock()
+            method()
+            ended = clock()
+            windows[name].append((began, ended))
+            time.sleep(0.2)
+            quiet = clock()
+            time.sleep(ended - began)
+            windows["no read"].append((quiet, clock()))
+            time.sleep(0.2)
+    return windows
+
+
+def inspect_runner(pid: int, *extra: str, stops: list[float] | None = None) -> Callable[[], None]:
+    """`inspect … --json PID`; with ``stops``, the longest stop the read-only read reports
+    (its own clock, set beside the client's) is appended to it."""
+
+    def run() -> None:
+        done = subprocess.run(
+            [*memforensics_command(), "inspect", *extra, "--json", str(pid)],
+            stdout=subprocess.PIPE,
+            check=True,
+        )
+        if stops is not None:
+            stops.append(1000 * json.loads(done.stdout)["read_only"]["longest_stop_seconds"])
+
+    return run
+
+
+def report(
+    title: str,
+    windows: dict[str, list[Window]],
+    wait: Callable[[Window], float],
+    stops: list[float],
+) -> None:
+    print(f"{title}: longest wait of a client during the read, median (range) ms; read wall ms")
+    for name, spans in windows.items():
+        waits = [wait(w) for w in spans]
+        walls = [1000 * (b - a) for a, b in spans]
+        print(
+            f"  {name:<22} {statistics.median(waits):8.1f} ({min(waits):.1f}-{max(waits):.1f})"
+            f"   wall {statistics.median(walls):7.1f}"
+        )
+    print(
+        f"  the read-only read's own longest stop: median {statistics.median(stops):.1f} ms "
+        f"({min(stops):.1f}-{max(stops):.1f})"
+    )
+
+
+def bench_jvm(rounds: int) -> None:
+    reason = java_skip_reason()
+    if reason is not None:
+        print(f"JVM: not measured ({reason})")
+        return
+    with java_service("16") as service:
+        time.sleep(3)  # the workers' first rounds, and the JIT's first compiles
+        pinger = Pinger(service.port)
+        try:
+            stops: list[float] = []
+            methods = {
+                "inspect (read-only)": inspect_runner(service.pid, stops=stops),
+                "inspect --gdb gdb": inspect_runner(service.pid, "--gdb", "gdb"),
+            }
+            windows = read_windows(methods, rounds, time.monotonic)
+        finally:
+            pinger.close()
+        threads = len(os.listdir(f"/proc/{service.pid}/task"))
+        print(f"answered {len(pinger.samples)} pings; {threads} threads")
+        report(
+            f"OpenJDK NativeChurn (16 churning threads, {rounds} rounds)",
+            windows,
+            lambda window: longest_wait_ms(pinger.samples, window),
+            stops,
+        )
+
+
+def pgbench_samples(log_dir: Path) -> Samples:
+    """(start, end) on the epoch clock of every transaction in pgbench's logs (``-l``: client,
+    transaction, latency µs, script, end s, end µs, ...)."""
+    samples: Samples = []
+    for log in log_dir.glob("pgb*"):
+        for line in log.read_text().split("\n"):
+            fields = line.split()
+            if len(fields) >= 6:
+                end = int(fields[4]) + int(fields[5]) / 1e6
+                samples.append((end - int(fields[2]) / 1e6, end))
+    return samples
+
+
+def bench_postgres(rounds: int) -> None:
+    reason = postgres_skip_reason()
+    if reason is not None:
+        print(f"PostgreSQL: not measured ({reason})")
+        return
+    with postgres_cluster() as cluster, tempfile.TemporaryDirectory(prefix="pgb-") as logs:
+        os.chmod(logs, 0o777)
+        # pgbench writes its log buffered and loses it when killed: it is given time for
+        # every read (~6 s a round) and waited for.
+        duration = 10 + 6 * rounds
+        run = cluster.pgbench(
+            clients=1, duration_seconds=duration, scripts=("-l", f"--log-prefix={logs}/pgb")
+        )
+        try:
+            backend = cluster.backend_pids(wanted=1)[0]
+            stops: list[float] = []
+            time.sleep(2)
+            with tempfile.TemporaryDirectory(prefix="recipe-") as scratch:
+                os.chmod(scratch, 0o777)  # the backend (user postgres) writes the recipe's file
+                methods = {
+                    "inspect (read-only)": inspect_runner(backend, stops=stops),
+                    "inspect --gdb gdb": inspect_runner(backend, "--gdb", "gdb"),
+                    "gdb recipe": lambda: run_recipe(backend, Path(scratch)),
+                }
+                windows = read_windows(methods, rounds, time.time)
+        finally:
+            run.finish(timeout_seconds=duration + 60)
+        if windows["no read"][-1][1] > windows["no read"][0][0] + duration:
+            print("PostgreSQL: the reads outlasted pgbench; fewer --rounds")
+            return
+        samples = pgbench_samples(Path(logs))
+        print(f"pgbench: {len(samples)} transactions logged")
+        report(
+            f"PostgreSQL backend under pgbench (1 client, {rounds} rounds)",
+            windows,
+            lambda window: longest_wait_ms(samples, window),
+            stops,
+        )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=8, help="reads per method (default 8)")
+    args, _ = parser.parse_known_args()
+    if shutil.which("gdb") is None:
+        print("bench_services: gdb is not installed; nothing to measure", file=sys.stderr)
+        return 0
+    print(f"bench_services: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+    bench_jvm(args.rounds)
+    bench_postgres(args.rounds)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
