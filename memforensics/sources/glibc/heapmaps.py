@@ -383,8 +383,12 @@ def _scan(
         ) -> Finish:
             state = states[address]
             if hold is not None:
-                # This stop's (held_read's, or read now), not the earlier.
-                state = fresh or read_state(mem, address) or state
+                # This stop's (held_read's, or read now), never the earlier: a walk in a stop
+                # takes it as the arena's state at the stop (glibc_walk.ArenaWalker.walk).
+                held_state = fresh or read_state(mem, address)
+                if held_state is None:  # unreadable in this stop: its figures stay unknown
+                    return read_arena(mem, pool, None, [], False, True, deadline)
+                state = held_state
             arena_heaps = by_arena.get(address) or heaps_from_top(mem, state)
             state, arena_heaps, layout_ok = _settle_layout(mem, state, arena_heaps)
             for heap in arena_heaps:
