@@ -199,10 +199,12 @@ class ArenaWalker:
         for segment in self._segments:
             if self._held:
                 copy_into(self._mem, segment, 0, segment.length, threads=2)
-            for begin in range(0, segment.length if not self._held else 0, _COPY_SLICE_BYTES):
-                if begin:
-                    self._pause()
-                copy_into(self._mem, segment, begin, min(begin + _COPY_SLICE_BYTES, segment.length))
+            else:
+                for begin in range(0, segment.length, _COPY_SLICE_BYTES):
+                    if begin:
+                        self._pause()
+                    end = min(begin + _COPY_SLICE_BYTES, segment.length)
+                    copy_into(self._mem, segment, begin, end)
             segment.filled[:] = b"\x01" * len(segment.filled)
             segment.whole = True
 
@@ -273,11 +275,17 @@ class ArenaWalker:
             self._reset(_LAZY_FILL_PAGES)
             return read_state(self._mem, state.address)
         self._prefetch()
-        segment = self._segment_for(state.address)
-        if segment is not None:
-            offset = state.address - segment.start
-            return parse_state(state.address, segment.view[offset : offset + glibc.STATE_BYTES])
-        return read_state(self._mem, state.address)
+        return self._copied_state(state.address)
+
+    def _copied_state(self, address: int) -> ArenaState | None:
+        """The malloc_state at ``address`` as the whole copy just made holds it: a thread
+        arena's lies in its first heap, so in the copy; main_arena's, in libc's data, is
+        read from the target now."""
+        segment = self._segment_for(address)
+        if segment is None:
+            return read_state(self._mem, address)
+        offset = address - segment.start
+        return parse_state(address, segment.view[offset : offset + glibc.STATE_BYTES])
 
     def capture(self, state: ArenaState) -> ArenaState | None:
         """The first round's snapshot taken now (the arena copied whole) for a walk made
@@ -289,16 +297,7 @@ class ArenaWalker:
         if not self._prefetch_whole:
             return None
         self._prefetch()
-        # As the first round's snapshot has it: a thread arena's malloc_state is in its first
-        # heap, so in the copy; main_arena's is in libc's data, read now.
-        segment = self._segment_for(state.address)
-        if segment is not None:
-            offset = state.address - segment.start
-            snapshot: ArenaState | None = parse_state(
-                state.address, segment.view[offset : offset + glibc.STATE_BYTES]
-            )
-        else:
-            snapshot = read_state(self._mem, state.address)
+        snapshot = self._copied_state(state.address)  # as the first round's snapshot has it
         if snapshot is None or self._top_header(snapshot) is None:
             return None
         return snapshot

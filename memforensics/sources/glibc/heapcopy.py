@@ -16,8 +16,6 @@ refused; the Python copy reads /proc/PID/mem.
 from __future__ import annotations
 
 import bisect
-import contextlib
-import importlib
 import math
 import mmap
 import os
@@ -28,6 +26,7 @@ from types import ModuleType
 from typing import Any
 
 from memforensics.model import glibc
+from memforensics.sources import optional_native
 from memforensics.sources.proc.procmem import MemoryReader, PageMap, ProcessMemoryReader
 
 POOL_MAX_BYTES = 256 << 20  # copy buffers kept for the next arena
@@ -49,17 +48,12 @@ class OutOfTime(Exception):
     """The walk's time budget ran out in the middle of a list (the C loop says so too)."""
 
 
-_native: ModuleType | None = None
-# The optional C code (setup.py builds it where a compiler exists); MEMFORENSICS_PURE_PYTHON=1
-# keeps the Python code even where it was built (to compare, or to rule it out).
-if not os.environ.get("MEMFORENSICS_PURE_PYTHON"):
-    with contextlib.suppress(ImportError):
-        _native = importlib.import_module("memforensics.sources.glibc._chunkwalk")
-    if (
-        getattr(_native, "CLOCK_EVERY_CHUNKS", None) != CLOCK_EVERY_CHUNKS
-        or getattr(_native, "TALLY_FIELDS", None) != TALLY_FIELDS
-    ):
-        _native = None  # a stale build of an older version: the Python code is right, if slower
+_native = optional_native("memforensics.sources.glibc._chunkwalk")
+if (
+    getattr(_native, "CLOCK_EVERY_CHUNKS", None) != CLOCK_EVERY_CHUNKS
+    or getattr(_native, "TALLY_FIELDS", None) != TALLY_FIELDS
+):
+    _native = None  # a stale build of an older version: the Python code is right, if slower
 
 
 def native_loop() -> ModuleType | None:

@@ -8,14 +8,12 @@ at which the thread holds some registers of one state and some of another.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import errno
-import importlib
 import os
 from collections.abc import Callable, Sequence
-from types import ModuleType
 
+from memforensics.sources import optional_native
 from memforensics.sources.gdb.user_regs import USER_REGS
 
 PTRACE_GETREGS = 12
@@ -24,11 +22,8 @@ PTRACE_GETREGSET = 0x4204
 NT_X86_XSTATE = 0x202
 _XSTATE_MAX_BYTES = 1 << 16  # more than any XSAVE area (AMX's is ~11 KiB)
 
-# The same request on many threads in one C loop (setup.py builds it; None: not built).
-_batch: ModuleType | None = None
-if not os.environ.get("MEMFORENSICS_PURE_PYTHON"):
-    with contextlib.suppress(ImportError):
-        _batch = importlib.import_module("memforensics.sources.proc._ptrace_batch")
+# The same request on many threads in one C loop (None: not in use).
+_batch = optional_native("memforensics.sources.proc._ptrace_batch")
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
