@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from memforensics.entry.live import TrimSettings, trim_process
+from memforensics.entry.trim import TrimSettings, trim_process
 from memforensics.sources.proc import procfs
 
 # The demo's fragmentation, plus a heartbeat thread that measures how long it was stopped.

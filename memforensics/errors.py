@@ -84,12 +84,33 @@ class NotGlibcMallocError(TargetError):
     default_hint = "malloc_info only describes glibc's allocator; use the allocator's own stats"
 
 
-class ReadOnlyRefusedError(TargetError):
+class GdbMayHelpError(TargetError):
+    """The way tried cannot serve this target, and gdb's way (a call made through gdb at a
+    safe point) may: the CLI names its flag where the command has one."""
+
+    default_hint = "gdb's way may work"
+
+
+class ReadOnlyRefusedError(GdbMayHelpError):
     """The read from the target's memory cannot give malloc_info's document for this target
     (an unknown glibc layout, main_arena or mp_ not found, an arena locked at every stop);
-    gdb's call to malloc_info may. `inspect` without --read-only falls back to it."""
+    gdb's call to malloc_info may. The default falls back to it (entry.inspect decides)."""
 
-    default_hint = "use the gdb path: inspect --gdb gdb PID"
+    default_hint = "the gdb path (gdb calls malloc_info) may read it"
+
+
+class StatisticsOnlyError(TargetError):
+    """A read-only inspection was asked of a process whose allocator (jemalloc, tcmalloc,
+    mimalloc) is described only by its own statistics calls."""
+
+    default_hint = "its statistics calls are made without gdb, at a moment no thread is inside it"
+
+
+class GdbNotForAllocatorError(TargetError):
+    """gdb's way was asked for a process on jemalloc, tcmalloc or mimalloc: gdb's way reads
+    and trims glibc's malloc only, their own calls are made without gdb."""
+
+    default_hint = "the allocator's own calls are made without gdb"
 
 
 class TargetPermissionError(MemforensicsError, PermissionError):

@@ -24,7 +24,7 @@ from memforensics.entry.early import collector_paused, resume_collector, take_sc
 from memforensics.errors import MemforensicsError, NoSuchProcessError
 
 if TYPE_CHECKING:
-    from memforensics.entry.inspection import Inspection
+    from memforensics.model.inspection import Inspection
     from memforensics.render.heap_sort import SortKey
 
 EXAMPLES = """\b
@@ -194,53 +194,39 @@ def _targets_and_reader(
     allow_stopped: bool,
     verbose: bool,
 ) -> tuple[list[tuple[int, bool]], Callable[[int], Inspection]]:
-    """The targets, and how each is inspected: from its memory (gdb only where that read is
-    refused), from its memory only (--read-only), or through gdb (--gdb PATH)."""
-    from memforensics.entry.readonly import inspect_live, inspect_method
-
-    method = inspect_method(read_only=read_only, gdb_path=gdb_path)
-    if method != "gdb":
-        from memforensics.entry.targets import resolve_targets
-
-        def read(pid: int) -> Inspection:
-            inspection = inspect_live(
-                pid,
-                method=method,
-                timeout_seconds=timeout_seconds,
-                allow_stopped=allow_stopped,
-                log=_mi_logger if verbose else None,
-            )
-            if inspection.gdb_fallback is not None:
-                _say_fallback(pid, inspection.gdb_fallback)
-            return inspection
-
-        return resolve_targets(pids, names), read
-    # gdb's start-up and the imports below take about as long each: gdb starts first, and
-    # the first session takes it over (one less wait before the attach). Likewise the first
-    # target's residency scan: it reads /proc while the rest imports. The program's entry
-    # (memforensics/entry/early.py) may have started both already, before click was imported.
-    from memforensics.sources.gdb.gdb_spawn import prestart
-
-    prestart(gdb_path)
-    from memforensics.entry.scanning import early_scan
-
-    first_scan = None
-    if pids:
-        first_scan = take_scan(pids[0]) or early_scan(pids[0], allow_stopped=allow_stopped)
-    from memforensics.entry.live import inspect_process
+    """The targets, and how each is inspected (entry.inspect decides the way)."""
+    from memforensics.entry.inspect import inspect_live, inspect_method
     from memforensics.entry.targets import resolve_targets
 
-    def inspect_one(pid: int) -> Inspection:
-        return inspect_process(
+    method = inspect_method(read_only=read_only, gdb_path=gdb_path)
+    first_scan = None
+    if method == "gdb":
+        # gdb's start-up and the imports below take about as long each: gdb starts first, and
+        # the first session takes it over (one less wait before the attach). Likewise the
+        # first target's residency scan: it reads /proc while the rest imports. The
+        # program's entry (memforensics/entry/early.py) may have started both already.
+        from memforensics.entry.scanning import early_scan
+        from memforensics.sources.gdb.gdb_spawn import prestart
+
+        prestart(gdb_path)
+        if pids:
+            first_scan = take_scan(pids[0]) or early_scan(pids[0], allow_stopped=allow_stopped)
+
+    def read(pid: int) -> Inspection:
+        inspection = inspect_live(
             pid,
+            method=method,
             timeout_seconds=timeout_seconds,
-            gdb_path=gdb_path,
             allow_stopped=allow_stopped,
+            gdb_path=gdb_path,
             log=_mi_logger if verbose else None,
             scan=first_scan if pids and pid == pids[0] else None,
         )
+        if inspection.gdb_fallback is not None:
+            _say_fallback(pid, inspection.gdb_fallback)
+        return inspection
 
-    return resolve_targets(pids, names), inspect_one
+    return resolve_targets(pids, names), read
 
 
 def _say(line: str) -> None:
@@ -264,7 +250,7 @@ def _inspect_core(
     sort: SortKey,
 ) -> None:
     from memforensics.cli.output import emit_json, stderr_console
-    from memforensics.entry.readonly import inspect_core
+    from memforensics.entry.inspect import inspect_core
     from memforensics.sources.files.atomic_file import write_atomically
 
     result, warnings = inspect_core(core_path, exe=exe_path, sysroot=sysroot)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import click
 
 from memforensics.analysis.gates import GateViolation, check_gates
-from memforensics.analysis.heap import HeapAnalysis, SeriesRow, analyze, series_row
+from memforensics.analysis.heap import analyze, series_row
 from memforensics.cli.inputs import input_source
 from memforensics.cli.options import (
     RATIO,
@@ -20,6 +20,7 @@ from memforensics.cli.options import (
 from memforensics.cli.output import emit_json, stderr_console, stdout_console
 from memforensics.errors import EXIT_GATE
 from memforensics.model.heap import HeapDump
+from memforensics.model.heap_analysis import HeapAnalysis, SeriesRow
 from memforensics.render.heap import render_heap
 from memforensics.render.heap_sort import SortKey
 from memforensics.render.parse import gate_line, parse_document, series_table

@@ -23,11 +23,13 @@ from memforensics.cli.options import (
     verbose_option,
 )
 from memforensics.cli.output import emit_json, stderr_console, stdout_console
-from memforensics.entry.live import resolve_pids
-from memforensics.entry.reporting import Report, process_report
-from memforensics.entry.watching import Watch, WatchedProcess, WatchSettings, overhead_words
+from memforensics.entry.reporting import process_report
+from memforensics.entry.trim import resolve_pids
+from memforensics.entry.watching import Watch, WatchSettings, overhead_words
 from memforensics.errors import EXIT_TIMEOUT
+from memforensics.model.report import Report
 from memforensics.model.series import Sample, Series, SeriesEvent
+from memforensics.model.watch import WatchedProcess
 from memforensics.render.report_json import report_json
 from memforensics.render.sample_json import event_line, sample_line
 from memforensics.render.watch_view import progress_line, render_watch

@@ -157,7 +157,7 @@ def inspect_target(
     identity = read_container_identity(pid)
     started = time.monotonic()
     try:
-        from memforensics.entry.readonly import inspect_live, inspect_method
+        from memforensics.entry.inspect import inspect_live, inspect_method
 
         inspection = inspect_live(
             pid,

@@ -114,7 +114,7 @@ def malloc_info_xml(scan: HeapScan, release: str | None) -> bytes:
         why = f" (locked at every stop: {', '.join(locked)})" if locked else ""
         raise ReadOnlyRefusedError(
             f"arena {', '.join(missing)} could not be read consistently{why}",
-            hint="try again, or use the gdb path: inspect --gdb gdb PID",
+            hint="try again, or read it through the gdb path (gdb calls malloc_info)",
             pid=scan.pid,
         )
     if params is None:
