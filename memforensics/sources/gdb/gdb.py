@@ -35,6 +35,7 @@ from memforensics.sources.gdb.gdb_setup import (
     private_sysroot,
     write_signal_handling,
 )
+from memforensics.sources.gdb.gdb_probe import check_call_restores
 from memforensics.sources.gdb.gdb_spawn import GdbProcess, find_gdb, take_gdb
 from memforensics.sources.gdb.gdb_threads import CLEANUP_SECONDS, ThreadControl
 from memforensics.sources.gdb.gdbmi import MiError, MiGdbExited, MiResult, MiTimeout, MiTransport
@@ -197,6 +198,7 @@ class GdbSession(ThreadControl):
 
     def _start(self) -> None:
         gdb = find_gdb(self.gdb_path)
+        check_call_restores(gdb)  # before the target is touched
         facts = procfs.check_target(self.pid, allow_stopped=self.allow_stopped)
         self._was_running = facts.state not in ("T", "t")
         self.non_stop = self._was_running
