@@ -229,17 +229,17 @@ def test_no_hint_outside_cli_names_a_flag() -> None:
         if _layer(module) == "cli":
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            texts: list[str] = []
-            if isinstance(node, ast.keyword) and node.arg == "hint":
-                texts = [c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant)]
-            elif isinstance(node, ast.Assign) and any(
+            is_hint = isinstance(node, ast.keyword) and node.arg == "hint"
+            is_default = isinstance(node, ast.Assign) and any(
                 isinstance(t, ast.Name) and t.id == "default_hint" for t in node.targets
-            ):
-                texts = [c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant)]
-            for text in texts:
-                if isinstance(text, str):
+            )
+            value = getattr(node, "value", None)
+            if not (is_hint or is_default) or value is None:
+                continue
+            for piece in ast.walk(value):
+                if isinstance(piece, ast.Constant) and isinstance(piece.value, str):
                     # a `quoted` command line is another tool's (journalctl --file FILE)
-                    text = re.sub(r"`[^`]*`", "", text)
+                    text = re.sub(r"`[^`]*`", "", piece.value)
                     named = [f for f in flags if re.search(rf"{re.escape(f)}\b", text)]
                     if named:
                         offenders.append(f"{module}: {named} in {text!r}")

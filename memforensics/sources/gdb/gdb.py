@@ -27,6 +27,7 @@ from memforensics.errors import (
     ThreadVanishedError,
     ToolingError,
 )
+from memforensics.sources.gdb.gdb_probe import check_call_restores
 from memforensics.sources.gdb.gdb_setup import (
     gdb_error,
     gdb_failures,
@@ -35,7 +36,6 @@ from memforensics.sources.gdb.gdb_setup import (
     private_sysroot,
     write_signal_handling,
 )
-from memforensics.sources.gdb.gdb_probe import check_call_restores
 from memforensics.sources.gdb.gdb_spawn import GdbProcess, find_gdb, take_gdb
 from memforensics.sources.gdb.gdb_threads import CLEANUP_SECONDS, ThreadControl
 from memforensics.sources.gdb.gdbmi import MiError, MiGdbExited, MiResult, MiTimeout, MiTransport

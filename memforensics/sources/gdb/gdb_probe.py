@@ -36,9 +36,7 @@ def cpu_has_amx(cpuinfo: str = "/proc/cpuinfo") -> bool:
 
 def _probe(gdb: str) -> str | None:
     """Call getpid() through ``gdb`` in a child of ours; why that failed, or None."""
-    child = subprocess.Popen(
-        ["sleep", "60"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
-    )
+    child = subprocess.Popen(["sleep", "60"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     try:
         try:
             done = subprocess.run(
