@@ -179,6 +179,9 @@ def command(
             pids, names, read_only, timeout_seconds, gdb_path, allow_stopped, verbose
         ),
         as_json=as_json,
+        # The JSON's shape follows the command line, never what happened to be running:
+        # one PID gives an object, several PIDs or --name an array (even of one).
+        as_array=len(pids) > 1 or bool(names),
         save_xml=save_xml,
         top=top,
         sort=sort,
@@ -269,12 +272,14 @@ def _report_targets(
     inspect_one: Callable[[int], Inspection],
     *,
     as_json: bool,
+    as_array: bool,
     save_xml: str | None,
     top: int,
     sort: SortKey,
 ) -> None:
-    """Inspect each target, print its report (or collect its JSON), and exit with the worst
-    code of those that failed; one failure does not stop the others."""
+    """Inspect each target, print its report (or collect its JSON: an array when
+    ``as_array``, else the one object), and exit with the worst code of those that failed;
+    one failure does not stop the others."""
     several = len(targets) > 1
     documents: list[dict[str, Any]] = []
     worst = 0
@@ -306,9 +311,9 @@ def _report_targets(
             documents.append(_document(result))
         else:
             _print_report(result, top=top, sort=sort)
-    if as_json and documents:
+    if as_json and (as_array or documents):
         from memforensics.cli.output import emit_json
 
-        emit_json(documents[0] if not several else documents)
+        emit_json(documents if as_array else documents[0])
     if worst:
         click.get_current_context().exit(worst)

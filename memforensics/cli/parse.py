@@ -166,7 +166,8 @@ def command(
             out.print(render_heap(result.last, top=top, sort=sort, title=title))
     if as_json:
         documents = [parse_document(r.name, r.last, r.series, r.violations) for r in results]
-        emit_json(documents[0] if len(documents) == 1 else documents)
+        # The shape follows the command line: one FILE an object, several an array.
+        emit_json(documents if len(files) > 1 else documents[0])
     failed = False
     for result in results:
         for sequence, violation in result.violations:

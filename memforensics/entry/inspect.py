@@ -57,6 +57,10 @@ def inspect_live(
     ``scan``: a residency scan already started for ``pid``, which gdb's way takes over.
     The target's facts are read once, here, and handed to the way that reads it; a target
     no way can read is refused before any gdb is started."""
+    if method == "gdb":
+        from memforensics.sources.gdb.gdb_spawn import find_gdb
+
+        find_gdb(gdb_path)  # no gdb to use: say so before the target is looked at
     facts = procfs.check_target(pid, allow_stopped=allow_stopped, foreign_ok=True)
     foreign = facts.allocator.foreign
     if foreign is not None and foreign.serves_malloc:
