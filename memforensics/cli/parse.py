@@ -15,7 +15,7 @@ from memforensics.cli.options import (
     exit_codes_epilog,
     heap_view_options,
     json_option,
-    verbose_option,
+    verbose_files_option,
 )
 from memforensics.cli.output import emit_json, stderr_console, stdout_console
 from memforensics.errors import EXIT_GATE
@@ -130,7 +130,7 @@ def _power_of_two(ctx: click.Context, param: click.Parameter, value: int | None)
     help="Page size of the machine the dumps come from, for the trim estimate "
     "(default: this machine's, e.g. 4KiB; 16KiB or 64KiB on some arm64 kernels).",
 )
-@verbose_option
+@verbose_files_option
 def command(
     files: tuple[str, ...],
     as_json: bool,

@@ -12,9 +12,9 @@ from memforensics.cli.options import (
     DURATION,
     SIZE,
     exit_codes_epilog,
-    gdb_option,
     json_option,
     timeout_option,
+    trim_gdb_option,
     verbose_option,
 )
 
@@ -62,7 +62,7 @@ from memforensics.cli.options import (
 )
 @json_option
 @timeout_option("10s")
-@gdb_option
+@trim_gdb_option
 @verbose_option
 def command(
     *,

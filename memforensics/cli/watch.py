@@ -43,7 +43,7 @@ Examples:
   memforensics watch 4242 --interval 1s --count 6 --record f.jsonl && memforensics report f.jsonl
   memforensics watch 4242 --count 10 --json | jq .trend.verdict
 \b
-A heap sample attaches at a safe point as `inspect` does (the pause is shown);
+A heap sample is read as `inspect` reads it (its pause is shown);
 an RSS sample only reads /proc. A recording is appended to and flushed sample by
 sample: run the same command again to resume it, and read it with `memforensics
 report` while it is being written. A heap sample is skipped (and the gap recorded)
@@ -106,7 +106,7 @@ def _final_report(processes: list[WatchedProcess]) -> Report:
     type=DURATION,
     default="60s",
     show_default=True,
-    help="Time between heap samples (each attaches briefly at a safe point).",
+    help="Time between heap samples (each holds the target a few ms, as inspect does).",
 )
 @click.option(
     "--rss-interval",
