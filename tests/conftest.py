@@ -1,15 +1,29 @@
-"""The whole suite's setting: the test interpreter's scripts come first on PATH, as in a nox
-session, so that `gdb` is the one the test extra installs (pyproject.toml says why) whether
-the suite runs through nox or straight through this interpreter's pytest."""
+"""The whole suite's setting: `gdb` on PATH is the one the test extra installs (pyproject.toml
+says why), its own binary rather than the package's Python wrapper (which adds a Python
+start to every gdb start), whether the suite runs through nox or straight through pytest;
+and under CI a skipped test is a failure."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 
 import pytest
 
-_BIN = os.path.dirname(sys.executable)
+
+def _test_gdb_directory() -> str:
+    """The folder of the test extra's gdb binary; this interpreter's scripts where the
+    package is not there (not x86-64)."""
+    spec = importlib.util.find_spec("gdb_for_pwndbg")
+    if spec is not None and spec.origin is not None:
+        vendored = os.path.join(os.path.dirname(spec.origin), "_vendor", "bin")
+        if os.path.isfile(os.path.join(vendored, "gdb")):
+            return vendored
+    return os.path.dirname(sys.executable)
+
+
+_BIN = _test_gdb_directory()
 if os.environ.get("PATH", "").split(os.pathsep)[:1] != [_BIN]:
     os.environ["PATH"] = _BIN + os.pathsep + os.environ.get("PATH", "")
 

@@ -267,6 +267,14 @@ def _inspect_core(
         _print_report(result, top=top, sort=sort)
 
 
+def _keep_xml(result: Inspection, template: str, pid: int, *, several: bool) -> None:
+    """--save-xml for one target: its malloc_info document, or a note where it has none."""
+    if result.foreign is not None:
+        _say(f"note: PID {pid} runs on {result.foreign.kind}: no malloc_info to save")
+    else:
+        _save_xml(save_xml_path(template, pid, several=several), result.capture.xml, pid)
+
+
 def _report_targets(
     targets: list[tuple[int, bool]],
     inspect_one: Callable[[int], Inspection],
@@ -288,24 +296,17 @@ def _report_targets(
             resume_collector()  # the first report is done: a long list of targets is not
         try:
             result = inspect_one(pid)
-            if save_xml is not None and result.foreign is not None:
-                _say(f"note: PID {pid} runs on {result.foreign.kind}: no malloc_info to save")
-            elif save_xml is not None:
-                _save_xml(save_xml_path(save_xml, pid, several=several), result.capture.xml, pid)
-        except NoSuchProcessError as exc:
-            if explicit:
-                if not several:
-                    raise
+            if save_xml is not None:
+                _keep_xml(result, save_xml, pid, several=several)
+        except MemforensicsError as exc:
+            gone_by_itself = isinstance(exc, NoSuchProcessError) and not explicit
+            if not several and not gone_by_itself:
+                raise
+            if gone_by_itself:  # a --name match that came and went: the others are the report
+                click.echo(f"note: PID {pid} (matched by --name) exited; skipped", err=True)
+            else:
                 report_failure(exc, prefix=f"PID {pid}: ")
                 worst = worst_exit_code((worst, exit_code_for(exc)))
-            else:  # a --name match that came and went: the others are the report
-                click.echo(f"note: PID {pid} (matched by --name) exited; skipped", err=True)
-            continue
-        except MemforensicsError as exc:
-            if not several:
-                raise
-            report_failure(exc, prefix=f"PID {pid}: ")
-            worst = worst_exit_code((worst, exit_code_for(exc)))
             continue
         if as_json:
             documents.append(_document(result))
