@@ -5,27 +5,13 @@ and under CI a skipped test is a failure."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 
 import pytest
 
+from tests.support.gdb_binary import use_test_gdb
 
-def _test_gdb_directory() -> str:
-    """The folder of the test extra's gdb binary; this interpreter's scripts where the
-    package is not there (not x86-64)."""
-    spec = importlib.util.find_spec("gdb_for_pwndbg")
-    if spec is not None and spec.origin is not None:
-        vendored = os.path.join(os.path.dirname(spec.origin), "_vendor", "bin")
-        if os.path.isfile(os.path.join(vendored, "gdb")):
-            return vendored
-    return os.path.dirname(sys.executable)
-
-
-_BIN = _test_gdb_directory()
-if os.environ.get("PATH", "").split(os.pathsep)[:1] != [_BIN]:
-    os.environ["PATH"] = _BIN + os.pathsep + os.environ.get("PATH", "")
+use_test_gdb()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -19,6 +19,7 @@ def _run(tmp_path: Path, ci: bool) -> int:
         "def test_passes():\n    pass\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "CI"}
+    env["PYTHONPATH"] = str(CONFTEST.parents[1])  # the conftest imports tests.support
     if ci:
         env["CI"] = "true"
     return subprocess.run(
