@@ -99,6 +99,21 @@ class ReadOnlyRefusedError(GdbMayHelpError):
     default_hint = "the gdb path (gdb calls malloc_info) may read it"
 
 
+class DeadlineError(MemforensicsError, TimeoutError):
+    """No safe point was reached, or a call did not return in time; target left running."""
+
+    exit_code = EXIT_TIMEOUT
+    default_hint = "retry with a longer deadline; the target was detached and left running"
+
+
+class ArenaLockedError(ReadOnlyRefusedError, DeadlineError):
+    """Every arena left unread was locked (its mutex held) at every stop of the read, until
+    the retries or the deadline ran out: no moment came to read it, as no safe point comes
+    for a call (exit 6). The target was left running and intact."""
+
+    exit_code = EXIT_TIMEOUT
+
+
 class StatisticsOnlyError(TargetError):
     """A read-only inspection was asked of a process whose allocator (jemalloc, tcmalloc,
     mimalloc) is described only by its own statistics calls."""
@@ -138,13 +153,6 @@ class GdbUnavailableError(ToolingError):
     """gdb is missing, too old, or cannot run."""
 
     default_hint = "install gdb (apt-get install gdb), or name a working gdb binary"
-
-
-class DeadlineError(MemforensicsError, TimeoutError):
-    """No safe point was reached, or a call did not return in time; target left running."""
-
-    exit_code = EXIT_TIMEOUT
-    default_hint = "retry with a longer deadline; the target was detached and left running"
 
 
 class InputDataError(MemforensicsError, ValueError):

@@ -14,7 +14,7 @@ from memforensics.cli.options import (
     exit_codes_epilog,
     gdb_option,
     json_option,
-    read_only_option,
+    sample_read_only_option,
     verbose_option,
 )
 from memforensics.cli.output import emit_json
@@ -140,7 +140,7 @@ def _mi_logger(line: str) -> None:
     "running and reported down with reason=timeout).",
 )
 @gdb_option
-@read_only_option
+@sample_read_only_option
 @json_option
 @verbose_option
 def command(

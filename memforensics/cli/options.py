@@ -152,15 +152,20 @@ trim_gdb_option = gdb_option_with(
 )
 
 
-def read_only_option(func: F) -> F:
+def read_only_option_with(help_text: str) -> Callable[[F], F]:
     """``--read-only``: heap figures read from the target's memory, with no gdb and no call."""
-    return click.option(
-        "--read-only",
-        "read_only",
-        is_flag=True,
-        help="Never gdb: where malloc_info cannot be rebuilt from the target's memory (glibc "
-        "2.26+, 64-bit; docs/inspect.md), fail instead of calling it through gdb.",
-    )(func)
+    return click.option("--read-only", "read_only", is_flag=True, help=help_text)
+
+
+read_only_option = read_only_option_with(
+    "Never gdb: where malloc_info cannot be rebuilt from the target's memory (glibc 2.26+, "
+    "64-bit; docs/inspect.md), fail instead of calling it through gdb."
+)
+# watch and collect: their samples never fall back to gdb (entry.inspect.sample_method).
+sample_read_only_option = read_only_option_with(
+    "Read each sample from the target's memory, with no gdb: the default here (a refused "
+    "read is a gap, never a gdb session); kept for scripts that pass it."
+)
 
 
 def heap_view_options(func: F) -> F:

@@ -18,7 +18,7 @@ from memforensics.cli.options import (
     exit_codes_epilog,
     gdb_option,
     json_option,
-    read_only_option,
+    sample_read_only_option,
     timeout_option,
     verbose_option,
 )
@@ -140,7 +140,7 @@ def _final_report(processes: list[WatchedProcess]) -> Report:
     "point or a call takes longer.",
 )
 @gdb_option
-@read_only_option
+@sample_read_only_option
 @verbose_option
 def command(
     *,

@@ -8,7 +8,10 @@ read as memory is (``inspect_core``). The policy, here and nowhere else:
   only (``read-only``) and gdb's way are refused for it, saying why;
 - ``gdb`` always uses gdb; ``read-only`` never does;
 - ``auto`` reads memory, and falls back to gdb's way only when that read was refused as
-  impossible for this target (ReadOnlyRefusedError), saying so in ``gdb_fallback``.
+  impossible for this target (ReadOnlyRefusedError), saying so in ``gdb_fallback``;
+- samples taken without a person watching (``watch``, ``collect``: the fleet, where pods are
+  deleted with everything in them) never fall back: gdb's way is the one that a SIGKILL of
+  our whole side can leave half-done (``sample_method``).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ if TYPE_CHECKING:
 
 InspectMethod = Literal["auto", "read-only", "gdb"]
 
-__all__ = ["InspectMethod", "inspect_core", "inspect_live", "inspect_method"]
+__all__ = ["InspectMethod", "inspect_core", "inspect_live", "inspect_method", "sample_method"]
 
 
 def inspect_method(*, read_only: bool, gdb_path: str | None) -> InspectMethod:
@@ -41,6 +44,12 @@ def inspect_method(*, read_only: bool, gdb_path: str | None) -> InspectMethod:
     if read_only:
         return "read-only"
     return "gdb" if gdb_path is not None else "auto"
+
+
+def sample_method(*, gdb_path: str | None) -> InspectMethod:
+    """The way `watch` and `collect` read each sample: through gdb where asked for, else from
+    memory with no fallback (a refused read is a gap in the series, never a gdb session)."""
+    return "gdb" if gdb_path is not None else "read-only"
 
 
 def inspect_live(

@@ -22,7 +22,7 @@ from memforensics.analysis.residency import residency_figures
 from memforensics.analysis.samples import heap_sample, rss_sample
 from memforensics.analysis.trend import compute_trend
 from memforensics.entry.common import now_utc
-from memforensics.entry.inspect import inspect_live, inspect_method
+from memforensics.entry.inspect import inspect_live, sample_method
 from memforensics.errors import (
     DeadlineError,
     MemforensicsError,
@@ -57,7 +57,7 @@ class WatchSettings:
     timeout_seconds: float = 10.0
     gdb_path: str | None = None
     log: Any = None
-    read_only: bool = False  # heap samples read from memory, no gdb (entry.readers.memory)
+    read_only: bool = False  # kept for callers: samples are read from memory unless gdb_path
 
 
 Record = Sample | SeriesEvent
@@ -128,7 +128,7 @@ class Watch:
         self.oom_lookup = oom_lookup
         if inspect is None:
             # `inspect`'s own policy (entry.inspect): the settings say which way, nothing else.
-            method = inspect_method(read_only=settings.read_only, gdb_path=settings.gdb_path)
+            method = sample_method(gdb_path=settings.gdb_path)
             inspect = functools.partial(inspect_live, method=method)
         self.inspect = inspect
         started = now_utc()

@@ -225,7 +225,8 @@ def test_a_target_busy_beyond_the_deadline_leaves_gaps(tmp_path: Path) -> None:
                 str(record),
             ],
         )
-        assert target.alive() and target.state() == "S", "left stopped or killed"
+        # Running or asleep in its write (a seize's interrupt restarts it): never stopped.
+        assert target.alive() and target.state() in ("S", "R"), "left stopped or killed"
     assert result.exit_code == 6, result.output
     assert "heap sample skipped" in result.stdout
     recording = read_recording(record)
