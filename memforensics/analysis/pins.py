@@ -13,8 +13,11 @@ from array import array
 
 import numpy as np
 
+
+from memforensics.model.advice import Advice
 from memforensics.model.chunks import ChunkState, HeapChunks
 from memforensics.model.pins import HeapMap, HeapPins, Pin, ResidentPages
+from memforensics.units import format_bytes
 
 MIB = 1024 * 1024
 # A pin is listed when it holds at least 1 MiB, or 1% of its heap where that is less (a
@@ -214,3 +217,69 @@ def content_kind(data: bytes) -> tuple[str, str | None]:
         shown = text[:40].decode("ascii").replace("\n", "\\n").replace("\r", "\\r")
         return "text", shown.replace("\t", "\\t") + ("…" if len(text) > 40 else "")
     return "binary", None
+
+
+def heap_name(arena: int, heap: int) -> str:
+    """How a report names a heap: "the main heap", "arena 2's heap", "arena 2's heap 1"."""
+    if arena == 0:
+        return "the main heap" if heap == 0 else f"the main arena's segment {heap}"
+    return f"arena {arena}'s heap" if heap == 0 else f"arena {arena}'s heap {heap}"
+
+
+def pin_sentence(pin: Pin) -> str:
+    """One sentence naming a pin, what it is, what it holds and what can be done about it."""
+    what = pin.type or {"text": "text", "zeros": "zeros", "binary": "binary data"}.get(
+        pin.kind or "", "contents unread"
+    )
+    if pin.kind == "text" and pin.preview is not None and pin.type is None:
+        what = f'text "{pin.preview}"'
+    sentence = (
+        f"one live {format_bytes(pin.chunk_bytes)} chunk at {pin.address:#x}, {what}, keeps "
+        f"{format_bytes(pin.pinned_free_bytes)} of free memory in "
+        f"{heap_name(pin.arena, pin.heap)} below it: free() cannot return it"
+    )
+    if pin.resident_bytes is None:
+        return sentence + " (which of its pages are resident is unknown)"
+    if pin.resident_bytes >= 4096:
+        return (
+            sentence + f"; `memforensics trim` can release its "
+            f"{format_bytes(pin.resident_bytes)} of resident pages"
+        )
+    return sentence + "; its pages are already released (the address space stays)"
+
+
+def pin_advice(heaps: tuple[HeapPins, ...]) -> tuple[Advice, ...]:
+    """Advice from the pins found: what to change so freed memory can go back."""
+    pins = [pin for heap in heaps for pin in heap.pins]
+    if not pins:
+        return ()
+    pinned = sum(pin.pinned_free_bytes for pin in pins)
+    resident = sum(pin.resident_bytes or 0 for pin in pins)
+    biggest = max(pins, key=lambda pin: pin.pinned_free_bytes)
+    steps = [
+        "allocate long-lived objects before short-lived bursts (or from a pool of their own) "
+        "so that none sits above memory freed later"
+    ]
+    if any(pin.arena != 0 for pin in pins):
+        steps.append(
+            "cap the thread arenas (MALLOC_ARENA_MAX=2 or GLIBC_TUNABLES=glibc.malloc.arena_max=2)"
+        )
+    if resident >= 4096:
+        steps.append(
+            f"a periodic `memforensics trim` releases the {format_bytes(resident)} of their "
+            "pages still resident (the address space stays)"
+        )
+    steps.append("or an allocator that returns memory page by page (jemalloc, tcmalloc, mimalloc)")
+    count = f"{len(pins)} live chunk{'s' if len(pins) != 1 else ''}"
+    return (
+        Advice(
+            "pinned-free",
+            f"{count} hold{'s' if len(pins) == 1 else ''} {format_bytes(pinned)} of free memory "
+            f"below {'it' if len(pins) == 1 else 'them'} (the largest: "
+            f"{format_bytes(biggest.pinned_free_bytes)} in {heap_name(biggest.arena, biggest.heap)}, "
+            f"under the chunk at {biggest.address:#x}); a heap shrinks only from its top: "
+            + "; ".join(steps)
+            + ".",
+            "warn",
+        ),
+    )

@@ -80,6 +80,25 @@ def _save_xml(path: Path, xml: bytes, pid: int) -> None:
     stderr_console().print(f"saved malloc_info XML of PID {pid} to {path}")
 
 
+def _save_html(path: Path, result: Inspection) -> None:
+    from memforensics.cli.output import stderr_console
+    from memforensics.render.heap_picture import picture_page
+    from memforensics.sources.files.atomic_file import write_atomically
+
+    pid = result.facts.pid
+    if result.picture is None:
+        _say(f"note: PID {pid}: no heap picture ({result.pins_error})")
+        return
+    page = picture_page(
+        f"The heaps of PID {pid} ({result.facts.name})",
+        "live, free and released memory page by page, and the live chunks that pin it; "
+        "read from memory, nothing run in the target",
+        result.picture,
+    )
+    write_atomically(path, page.encode(), hint="choose a writable --html path")
+    stderr_console().print(f"saved the heap picture of PID {pid} to {path}")
+
+
 def _mi_logger(line: str) -> None:
     sys.stderr.write(f"gdb {line}\n")
     sys.stderr.flush()
@@ -136,6 +155,23 @@ def _mi_logger(line: str) -> None:
     metavar="DIR",
     help="With --core: where the dead machine's files are (its libc is found under DIR).",
 )
+@click.option(
+    "--pins/--no-pins",
+    "pins",
+    default=False,
+    help="Also walk every heap's chunks for the live ones that keep free memory from going "
+    "back (the pins), after the figures' stops; --json lists them in pins[].",
+)
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="Also write a picture of each heap (its pages, the pins marked) to FILE, one offline "
+    "HTML page; implies --pins. With several targets, {pid} in FILE is replaced (else .PID "
+    "is added).",
+)
 @heap_view_options
 @verbose_option
 # The collector is off until the first report is out (early.pause_collector says why), and on
@@ -154,6 +190,8 @@ def command(
     core_path: str | None,
     exe_path: str | None,
     sysroot: str | None,
+    pins: bool,
+    html_path: str | None,
     top: int,
     sort: SortKey,
     verbose: bool,
@@ -174,12 +212,22 @@ def command(
         raise click.UsageError("give at least one PID or --name PATTERN")
     if read_only and gdb_path is not None:
         raise click.UsageError("--read-only runs no gdb: drop --gdb")
+    if (pins or html_path is not None) and gdb_path is not None:
+        raise click.UsageError("--pins and --html read the heap from memory: drop --gdb")
     _report_targets(
         *_targets_and_reader(
-            pids, names, read_only, timeout_seconds, gdb_path, allow_stopped, verbose
+            pids,
+            names,
+            read_only,
+            timeout_seconds,
+            gdb_path,
+            allow_stopped,
+            verbose,
+            pins=pins or html_path is not None,
         ),
         as_json=as_json,
         save_xml=save_xml,
+        html_path=html_path,
         top=top,
         sort=sort,
     )
@@ -193,6 +241,8 @@ def _targets_and_reader(
     gdb_path: str | None,
     allow_stopped: bool,
     verbose: bool,
+    *,
+    pins: bool = False,
 ) -> tuple[list[tuple[int, bool]], Callable[[int], Inspection]]:
     """The targets, and how each is inspected: from its memory (gdb only where that read is
     refused), from its memory only (--read-only), or through gdb (--gdb PATH)."""
@@ -209,6 +259,7 @@ def _targets_and_reader(
                 timeout_seconds=timeout_seconds,
                 allow_stopped=allow_stopped,
                 log=_mi_logger if verbose else None,
+                pins=pins,
             )
             if inspection.gdb_fallback is not None:
                 _say_fallback(pid, inspection.gdb_fallback)
@@ -284,6 +335,7 @@ def _report_targets(
     *,
     as_json: bool,
     save_xml: str | None,
+    html_path: str | None = None,
     top: int,
     sort: SortKey,
 ) -> None:
@@ -301,6 +353,8 @@ def _report_targets(
                 _say(f"note: PID {pid} runs on {result.foreign.kind}: no malloc_info to save")
             elif save_xml is not None:
                 _save_xml(save_xml_path(save_xml, pid, several=several), result.capture.xml, pid)
+            if html_path is not None:
+                _save_html(save_xml_path(html_path, pid, several=several), result)
         except NoSuchProcessError as exc:
             if explicit:
                 if not several:

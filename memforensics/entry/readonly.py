@@ -126,17 +126,19 @@ def inspect_read_only(
     allow_stopped: bool = False,
     pad_bytes: int = 0,
     facts: ProcessFacts | None = None,
+    pins: bool = False,
 ) -> Inspection:
     """The heap report of ``pid`` read from its memory (see the module). Refuses what the gdb
     path refuses (procfs.check_target), and a heap it cannot read consistently (TargetError,
     exit 3, with a hint to use the gdb path). The target is left running (or stopped, if
     someone else had stopped it). Trimmable figures are for malloc_trim(``pad_bytes``).
     ``facts``: what procfs.check_target already gave for ``pid`` (its glibc refusals still
-    apply), so that /proc and the executable are not read twice."""
+    apply), so that /proc and the executable are not read twice. ``pins``: also walk every
+    heap's chunks for its pins and map (entry/pins.py), after the figures' stops."""
     if facts is None or not facts.allocator.is_glibc_malloc:
         facts = procfs.check_target(pid, allow_stopped=allow_stopped)
     try:
-        return _inspect(pid, facts, timeout_seconds, pad_bytes)
+        return _inspect(pid, facts, timeout_seconds, pad_bytes, pins)
     except MemforensicsError as exc:
         if isinstance(exc, NoSuchProcessError) or not pid_alive(pid):
             # One message whichever step noticed (the hold says "while its threads were
@@ -165,8 +167,10 @@ def inspect_live(
     allow_stopped: bool = False,
     gdb_path: str | None = None,
     log: Any = None,
+    pins: bool = False,
 ) -> Inspection:
-    """One live inspection by ``method``. "auto" gives the read-only report, or, when the
+    """One live inspection by ``method`` (``pins``: see inspect_read_only; the gdb path
+    reads none). "auto" gives the read-only report, or, when the
     read is refused, gdb's with ``gdb_fallback`` saying why; the refusal comes before any
     gdb is started, so a target gdb cannot inspect is refused as the gdb path refuses it."""
     facts = procfs.check_target(pid, allow_stopped=allow_stopped, foreign_ok=True)
@@ -177,7 +181,11 @@ def inspect_live(
     if method != "gdb":
         try:
             return inspect_read_only(
-                pid, timeout_seconds=timeout_seconds, allow_stopped=allow_stopped, facts=facts
+                pid,
+                timeout_seconds=timeout_seconds,
+                allow_stopped=allow_stopped,
+                facts=facts,
+                pins=pins,
             )
         except ReadOnlyRefusedError as exc:
             if method == "read-only":
@@ -250,7 +258,7 @@ def inspector(method: InspectMethod) -> Callable[..., Inspection]:
 
 
 def _inspect(
-    pid: int, facts: ProcessFacts, timeout_seconds: float, pad_bytes: int = 0
+    pid: int, facts: ProcessFacts, timeout_seconds: float, pad_bytes: int = 0, pins: bool = False
 ) -> Inspection:
     libc_path = facts.libc_path
     libc = load_libc_image(pid, libc_path) if libc_path else None
@@ -281,6 +289,17 @@ def _inspect(
         heap_info, tcache = layout_evidence(scan, mem)
     memory = procfs.read_memory(pid)
     analysis, residency, flow, residency_error = report_parts(dump, scan, memory, pad_bytes)
+    picture, pins_error = None, "not read (ask with --pins or --html)"
+    if pins:
+        from memforensics.entry.pins import read_picture
+
+        picture, pins_error = read_picture(pid)
+    if picture is not None:
+        from memforensics.analysis.pins import pin_advice
+
+        extra_advice = pin_advice(picture.heaps)
+    else:
+        extra_advice = ()
     stops = batches.stops_seconds
     read = ReadOnlyRead(
         source="live",
@@ -310,9 +329,11 @@ def _inspect(
         analysis=analysis,
         residency=residency,
         waterfall=flow,
-        extra_advice=(),
+        extra_advice=extra_advice,
         residency_error=residency_error,
         read_only=read,
+        picture=picture,
+        pins_error=pins_error,
     )
 
 

@@ -84,3 +84,17 @@ class HeapMap:
     @property
     def cells(self) -> int:
         return len(self.live)
+
+
+@dataclass(frozen=True, slots=True)
+class HeapPicture:
+    """Every heap's pins and map, in the walk's order."""
+
+    heaps: tuple[HeapPins, ...]
+    maps: tuple[HeapMap, ...]
+    resident_known: bool
+
+    @property
+    def pins(self) -> tuple[Pin, ...]:
+        """Every heap's pins, heap by heap, each heap's from the top down."""
+        return tuple(pin for heap in self.heaps for pin in heap.pins)

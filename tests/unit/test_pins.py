@@ -20,7 +20,9 @@ MIB = 1024 * 1024
 START = 0x55550000_0000
 
 
-def build(layout: list[tuple[ChunkState, int]], *, arena: int = 0, mapped_end: int | None = None) -> HeapChunks:
+def build(
+    layout: list[tuple[ChunkState, int]], *, arena: int = 0, mapped_end: int | None = None
+) -> HeapChunks:
     addresses, sizes, states = array("Q"), array("Q"), bytearray()
     address = START
     for state, size in layout:

@@ -1,0 +1,74 @@
+"""The pins and the map of every heap of a live process (or a core): the census's walk of
+each heap's chunks, each heap's resident pages, and the first bytes of each pin, read from
+memory (never by a call into the target), made into model.pins records."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from memforensics.analysis.pins import content_kind, heap_map, heap_pins
+from memforensics.errors import MemforensicsError
+from memforensics.model.chunks import ProcessChunks
+from memforensics.model.pins import HeapMap, HeapPicture, HeapPins, Pin, ResidentPages
+from memforensics.sources.proc.procmem import MemoryReader
+
+PREVIEW_BYTES = 64
+
+Walk = Callable[[int], ProcessChunks]
+
+
+def picture_of(
+    chunks: ProcessChunks, mem: MemoryReader, *, resident_known: bool = True
+) -> HeapPicture:
+    """The pins and maps of ``chunks``' heaps: resident pages from ``mem``'s pagemap (unknown
+    for a core: ``resident_known`` False), each pin's kind and text from its first bytes."""
+    heaps: list[HeapPins] = []
+    maps: list[HeapMap] = []
+    for heap in chunks.heaps:
+        page = chunks.page_bytes
+        base = heap.start - heap.start % page
+        end = max(heap.mapped_end, heap.walked_end)
+        pages: ResidentPages | None = None
+        if resident_known:
+            present = mem.pagemap(base, -(-end // page) * page).present
+            pages = ResidentPages(base, page, bytes(present))
+        found = heap_pins(heap, pages)
+        named = tuple(_named(pin, mem) for pin in found.pins)
+        heaps.append(replace(found, pins=named))
+        maps.append(heap_map(heap, pages))
+    return HeapPicture(heaps=tuple(heaps), maps=tuple(maps), resident_known=resident_known)
+
+
+def _named(pin: Pin, mem: MemoryReader) -> Pin:
+    data = mem.read(pin.address, min(PREVIEW_BYTES, pin.chunk_bytes - 16))
+    if data is None:
+        return pin
+    kind, preview = content_kind(data)
+    return replace(pin, kind=kind, preview=preview)
+
+
+def default_walk() -> Walk | None:
+    """The census's walk of a live process's chunks, or None where this build has none."""
+    try:
+        from memforensics.sources.glibc import heap_chunks
+    except ImportError:
+        return None
+    walk: Walk = heap_chunks.walk_process_chunks
+    return walk
+
+
+def read_picture(pid: int, *, walk: Walk | None = None) -> tuple[HeapPicture | None, str | None]:
+    """(the picture of ``pid``'s heaps, None) or (None, why it could not be read); the
+    walk's own errors become the reason, the rest of the report stands without pins."""
+    from memforensics.sources.proc.procmem import ProcessMemoryReader
+
+    walk = walk or default_walk()
+    if walk is None:
+        return None, "this build has no walk of the heap's chunks (the census's)"
+    try:
+        chunks = walk(pid)
+        with ProcessMemoryReader(pid) as mem:
+            return picture_of(chunks, mem), None
+    except MemforensicsError as exc:
+        return None, exc.message
