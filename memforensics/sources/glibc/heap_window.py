@@ -1,0 +1,249 @@
+"""One heap's chunks walked window by window, each window a copy read at one moment (in a
+stop of the target, or from a core), with every header validated and each chunk's state
+decided from the next chunk's PREV_INUSE bit and the free lists (sources.glibc.heap_chunks
+drives it; the module there describes the walk).
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from memforensics.model import glibc
+from memforensics.model.chunks import ChunkState, HeapChunks
+from memforensics.sources.glibc.heap_lists import TCACHE_LAYOUTS, Tcache, learn_key, tcache_struct
+from memforensics.sources.proc.procmem import MemoryReader, PageMap
+
+WINDOW_BYTES = 1 << 20  # one stop reads this much of a heap (plus the tail)
+WINDOW_TAIL_BYTES = 4096  # read past a window's end, so a chunk near it shows its first bytes
+_PREV_INUSE = 0x1
+_FENCEPOST_BYTES = 16  # CHUNK_HDR_SZ: sysmalloc closes a sub-heap it leaves with two
+_TCACHE_MAX_CHUNK = 0x410  # the largest chunk tcache holds (64 bins of 16 bytes from 32)
+
+
+@dataclass(frozen=True)
+class ChunkRef:
+    """Which heap a visited batch of chunks belongs to."""
+
+    arena: int  # malloc_info's arena index; MMAPPED_ARENA for mmapped chunks
+    heap: int
+    pages: PageMap | None  # the heap's residency (None: every byte given was read)
+
+
+class Visit(Protocol):
+    def __call__(
+        self,
+        ref: ChunkRef,
+        view: memoryview,
+        base: int,
+        addresses: Sequence[int],
+        sizes: Sequence[int],
+        states: bytes | bytearray,
+    ) -> None: ...
+
+
+class HeapWalk:
+    """One heap walked window by window (see the module)."""
+
+    def __init__(
+        self,
+        mem: MemoryReader,
+        ref: ChunkRef,
+        start: int,
+        limit: int,
+        top: Callable[[], int | None],
+        fast: set[int],
+        tcache: Tcache,
+        visit: Visit | None,
+        keep: bool,
+    ) -> None:
+        self.mem, self.ref, self.start, self.limit = mem, ref, start, limit
+        self.top, self.fast, self.tcache, self.visit, self.keep = top, fast, tcache, visit, keep
+        self.addresses: array[int] = array("Q")
+        self.sizes: array[int] = array("Q")
+        self.states = bytearray()
+        self.count = 0
+        self.at = start  # the next header to read
+        self.pending: tuple[int, int, bytes] | None = None  # a chunk waiting for its state
+        self.done = False
+        self.complete = True
+        self.stop_reason: str | None = None
+        self.stopped_at: int | None = None
+
+    def _stop(self, reason: str) -> None:
+        self.done, self.complete, self.stopped_at, self.stop_reason = True, False, self.at, reason
+
+    def read_window(self) -> tuple[int, bytes, int | None] | None:
+        """The next window's bytes (inside a stop) and the arena's top at that moment."""
+        if self.done:
+            return None
+        base = self.at // glibc.MALLOC_ALIGNMENT * glibc.MALLOC_ALIGNMENT
+        end = min(self.limit, base + WINDOW_BYTES + WINDOW_TAIL_BYTES)
+        pages = self.ref.pages
+        if pages is not None:
+            page = pages.page_bytes
+            first = (base - pages.start) // page
+            last = (end - 1 - pages.start) // page + 1
+            data = self.mem.read_present(base, end - base, pages.present[first:last])
+        else:
+            data = self.mem.read_present(base, end - base)
+        return base, data, self.top()
+
+    def _present(self, address: int) -> bool:
+        pages = self.ref.pages
+        if pages is None:
+            return True
+        index = (address - pages.start) // pages.page_bytes
+        return 0 <= index < len(pages.present) and pages.present[index] == 1
+
+    def walk_window(self, base: int, data: bytes, top: int | None) -> None:
+        """Walk the headers that lie in the window's first WINDOW_BYTES (after the stop)."""
+        view = memoryview(data)
+        words = view[: len(data) // 8 * 8].cast("Q")
+        stop_at = base + WINDOW_BYTES
+        window_end = base + len(data)
+        addresses: list[int] = []
+        sizes: list[int] = []
+        states = bytearray()
+        fast, keys, structs = self.fast, self.tcache.keys, self.tcache.structs
+        at = self.at
+        while at < stop_at and at + 16 <= window_end:
+            if not self._present(at + 8):
+                self.at = at
+                self._stop("chunk header on a page not in memory (swapped out or not saved)")
+                break
+            field = words[(at - base) // 8 + 1]
+            size = field & ~glibc.SIZE_FLAGS
+            if self.pending is not None:
+                p_at, p_size, p_bytes = self.pending
+                self.pending = None
+                state = ChunkState.LIVE if field & _PREV_INUSE else ChunkState.FREE
+                state = self._refine(p_at, p_size, state, p_bytes, fast, keys, structs)
+                self._emit_one(p_at, p_size, state, p_bytes)
+            if top is not None and at == top:
+                self._record(addresses, sizes, states, at, size, ChunkState.TOP)
+                at += size
+                self.done = True
+                break
+            if size == _FENCEPOST_BYTES and at + 32 <= window_end:
+                after = words[(at - base) // 8 + 3] & ~glibc.SIZE_FLAGS
+                if after == 0:  # sysmalloc's closing fenceposts of a sub-heap it left
+                    self._record(addresses, sizes, states, at, 16, ChunkState.BOOKKEEPING)
+                    self._record(addresses, sizes, states, at + 16, 16, ChunkState.BOOKKEEPING)
+                    at += 32
+                    self.done = True
+                    break
+            if size < glibc.MINSIZE or size % glibc.MALLOC_ALIGNMENT:
+                self.at = at
+                self._stop(f"malloc(): invalid size (unsorted) at {at:#x}: size field {field:#x}")
+                break
+            if at + size > self.limit:
+                self.at = at
+                self._stop(
+                    f"corrupted size vs. prev_size: chunk at {at:#x} of {size:#x} bytes "
+                    f"runs past the heap's end {self.limit:#x}"
+                )
+                break
+            following = at + size
+            if following + 16 <= window_end:
+                nxt = words[(following - base) // 8 + 1]
+                state = ChunkState.LIVE if nxt & _PREV_INUSE else ChunkState.FREE
+                state = self._refine(at, size, state, view[at - base :], fast, keys, structs)
+                self._record(addresses, sizes, states, at, size, state)
+            else:
+                # Its state is the next window's: keep its first bytes until then.
+                self.pending = (at, size, bytes(view[at - base : at - base + WINDOW_TAIL_BYTES]))
+            at = following
+        if self.complete:  # a failed header left self.at at itself
+            self.at = at
+        if not self.done and at >= self.limit:
+            self.done = True
+            if self.pending is not None:  # the heap's last chunk: nothing follows
+                p_at, p_size, p_bytes = self.pending
+                self.pending = None
+                self._emit_one(p_at, p_size, ChunkState.LIVE, p_bytes)
+        self._emit(view, base, addresses, sizes, states)
+
+    def _refine(
+        self,
+        at: int,
+        size: int,
+        state: ChunkState,
+        body: bytes | memoryview,
+        fast: set[int],
+        keys: set[int],
+        structs: set[int],
+    ) -> ChunkState:
+        if state != ChunkState.LIVE:
+            return state
+        if at in fast:
+            return ChunkState.FAST
+        if size <= _TCACHE_MAX_CHUNK and len(body) >= 32:
+            if keys and int.from_bytes(body[24:32], "little") in keys:
+                return ChunkState.TCACHE
+            if size in TCACHE_LAYOUTS:
+                if at in structs:
+                    return ChunkState.BOOKKEEPING
+                entries = tcache_struct(body, size)
+                if entries is not None:
+                    learn_key(self.mem, self.tcache, at, entries)
+                    return ChunkState.BOOKKEEPING
+        return state
+
+    def _record(
+        self,
+        addresses: list[int],
+        sizes: list[int],
+        states: bytearray,
+        at: int,
+        size: int,
+        state: ChunkState,
+    ) -> None:
+        addresses.append(at)
+        sizes.append(size)
+        states.append(state)
+
+    def _emit_one(self, at: int, size: int, state: ChunkState, data: bytes) -> None:
+        self._emit(memoryview(data), at, [at], [size], bytearray((state,)))
+
+    def _emit(
+        self,
+        view: memoryview,
+        base: int,
+        addresses: list[int],
+        sizes: list[int],
+        states: bytearray,
+    ) -> None:
+        if not addresses:
+            return
+        self.count += len(addresses)
+        if self.keep:
+            self.addresses.extend(addresses)
+            self.sizes.extend(sizes)
+            self.states.extend(states)
+        if self.visit is not None:
+            self.visit(self.ref, view, base, addresses, sizes, states)
+
+    def result(self, mapped_end: int) -> HeapChunks:
+        if self.pending is not None:  # a walk cut short: its last chunk's state is unknown
+            p_at, p_size, p_bytes = self.pending
+            self.pending = None
+            self._emit_one(p_at, p_size, ChunkState.LIVE, p_bytes)
+        if not self.done:
+            self._stop("walk not finished")
+        return HeapChunks(
+            arena=self.ref.arena,
+            heap=self.ref.heap,
+            start=self.start,
+            mapped_end=mapped_end,
+            addresses=self.addresses,
+            sizes=self.sizes,
+            states=bytes(self.states),
+            complete=self.complete,
+            stopped_at=self.stopped_at,
+            stop_reason=self.stop_reason,
+            chunk_count=self.count,
+            walked_to=self.at,
+        )
