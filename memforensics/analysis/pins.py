@@ -13,7 +13,6 @@ from array import array
 
 import numpy as np
 
-
 from memforensics.model.advice import Advice
 from memforensics.model.chunks import ChunkState, HeapChunks
 from memforensics.model.pins import HeapMap, HeapPins, Pin, ResidentPages

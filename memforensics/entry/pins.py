@@ -15,7 +15,7 @@ from memforensics.sources.proc.procmem import MemoryReader
 
 PREVIEW_BYTES = 64
 
-Walk = Callable[[int], ProcessChunks]
+Walk = Callable[..., ProcessChunks]
 
 
 def picture_of(
@@ -58,16 +58,23 @@ def default_walk() -> Walk | None:
     return walk
 
 
-def read_picture(pid: int, *, walk: Walk | None = None) -> tuple[HeapPicture | None, str | None]:
+def read_picture(
+    pid: int,
+    *,
+    walk: Walk | None = None,
+    timeout_seconds: float = 1.0,
+    stops_seconds: list[float] | None = None,
+) -> tuple[HeapPicture | None, str | None]:
     """(the picture of ``pid``'s heaps, None) or (None, why it could not be read); the
-    walk's own errors become the reason, the rest of the report stands without pins."""
+    walk's own errors become the reason, the rest of the report stands without pins.
+    ``stops_seconds`` receives the length of every stop the walk made."""
     from memforensics.sources.proc.procmem import ProcessMemoryReader
 
     walk = walk or default_walk()
     if walk is None:
         return None, "this build has no walk of the heap's chunks (the census's)"
     try:
-        chunks = walk(pid)
+        chunks = walk(pid, timeout_seconds=timeout_seconds, stops_seconds=stops_seconds)
         with ProcessMemoryReader(pid) as mem:
             return picture_of(chunks, mem), None
     except MemforensicsError as exc:

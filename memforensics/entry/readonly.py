@@ -290,17 +290,21 @@ def _inspect(
     memory = procfs.read_memory(pid)
     analysis, residency, flow, residency_error = report_parts(dump, scan, memory, pad_bytes)
     picture, pins_error = None, "not read (ask with --pins or --html)"
+    stops = list(batches.stops_seconds)
     if pins:
         from memforensics.entry.pins import read_picture
 
-        picture, pins_error = read_picture(pid)
+        # After the figures' stops: the walk holds the threads in stops of its own, counted
+        # in the pause the report gives.
+        picture, pins_error = read_picture(
+            pid, timeout_seconds=timeout_seconds, stops_seconds=stops
+        )
     if picture is not None:
         from memforensics.analysis.pins import pin_advice
 
         extra_advice = pin_advice(picture.heaps)
     else:
         extra_advice = ()
-    stops = batches.stops_seconds
     read = ReadOnlyRead(
         source="live",
         stops=len(stops),

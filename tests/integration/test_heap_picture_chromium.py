@@ -10,12 +10,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from memforensics.render.heap_picture import KINDS, PIN_COLOUR, picture_page
 from tests.integration.test_report_html import chromium, hex_rgb
 from tests.support.heap_pictures import known_picture
 from tests.support.png import Image, decode
-
-import pytest
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -10,7 +10,7 @@
  * (chunk bytes by glibc's own malloc_usable_size + 8), with no malloc before the shape is
  * built (the line is written with write(2) from a stack buffer). Reads commands on stdin:
  * "release" frees every pin, then frees one more block (a later free()), and prints
- * "released"; "quit" exits. */
+ * "released"; "quit" exits; at the end of stdin it stays as it is until killed. */
 #include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -147,5 +147,5 @@ int main(int argc, char **argv) {
             return 0;
         }
     }
-    return 0;
+    for (;;) pause();  /* no command pipe (stdin at EOF): stay as built until killed */
 }
