@@ -2,8 +2,8 @@
 writes where each pin marker landed on the screen, and the screenshot has the pin's colour at
 exactly those places, and the cells' colours over many pixels (not a blank page).
 
-The page here is drawn from a picture whose figures are known (tests/support/heap_pictures.py);
-tests/integration/test_pins_live.py draws one from a real target through the CLI."""
+One page is drawn from a picture whose figures are known (tests/support/heap_pictures.py),
+one by the real CLI (`inspect --html`) from a real target whose pins are printed by it."""
 
 from __future__ import annotations
 
@@ -11,11 +11,14 @@ import re
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from memforensics.cli import cli
 from memforensics.render.heap_picture import KINDS, PIN_COLOUR, picture_page
 from tests.integration.test_report_html import chromium, hex_rgb
 from tests.support.heap_pictures import known_picture
 from tests.support.png import Image, decode
+from tests.support.targets import compile_target, ptrace_skip_reason, running
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -80,3 +83,21 @@ def test_picture_of_known_heaps(tmp_path: Path) -> None:
             # Every cell mostly of that kind is drawn in its colour (at least 80% of them:
             # pin markers and labels cover a few).
             assert drawn >= 0.8 * cells * cell_pixels, (kind, drawn, cells)
+
+
+@pytest.mark.skipif(ptrace_skip_reason() is not None, reason=str(ptrace_skip_reason()))
+def test_inspect_html_of_a_real_target_marks_its_pins(tmp_path: Path) -> None:
+    """Four thread arenas, each pinned by a buffer the target names: the page the CLI writes
+    marks each at the place its address falls, and the screenshot shows them there."""
+    with running([str(compile_target("pin_shapes")), "arenas", "4", "120"]) as target:
+        printed = re.findall(r"pin=(0x[0-9a-f]+):", target.ready_line)
+        page = tmp_path / "heaps.html"
+        result = CliRunner().invoke(cli, ["inspect", "--html", str(page), str(target.pid)])
+        assert result.exit_code == 0, result.output + result.stderr
+    html = page.read_text()
+    assert re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html) is None
+    marked = set(re.findall(r'class="hp-pin" data-address="(0x[0-9a-f]+)"', html))
+    assert {f"{int(a, 16):#x}" for a in printed} <= marked
+    assert html.count('class="hp-heap"') >= 5  # the main heap and four arenas' heaps
+    image = check_picture(page, tmp_path, marked)
+    assert sum(n for c, n in image.colours().items() if near(c, hex_rgb(KINDS[1][1]), 4)) > 500
