@@ -239,7 +239,7 @@ def pin_sentence(pin: Pin) -> str:
     )
     if pin.resident_bytes is None:
         return sentence + " (which of its pages are resident is unknown)"
-    if pin.resident_bytes >= 4096:
+    if pin.resident_bytes >= max(PIN_FLOOR_BYTES, pin.pinned_free_bytes // 100):
         return (
             sentence + f"; `memforensics trim` can release its "
             f"{format_bytes(pin.resident_bytes)} of resident pages"
@@ -263,7 +263,7 @@ def pin_advice(heaps: tuple[HeapPins, ...]) -> tuple[Advice, ...]:
         steps.append(
             "cap the thread arenas (MALLOC_ARENA_MAX=2 or GLIBC_TUNABLES=glibc.malloc.arena_max=2)"
         )
-    if resident >= 4096:
+    if resident >= max(PIN_FLOOR_BYTES, pinned // 100):
         steps.append(
             f"a periodic `memforensics trim` releases the {format_bytes(resident)} of their "
             "pages still resident (the address space stays)"
