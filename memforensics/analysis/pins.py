@@ -135,8 +135,8 @@ def heap_pins(
     )
 
 
-def _to_array(values: np.ndarray) -> array:
-    out = array("Q")
+def _to_array(values: np.ndarray) -> array[int]:
+    out: array[int] = array("Q")
     out.frombytes(values.astype(np.uint64).tobytes())
     return out
 
@@ -185,7 +185,7 @@ def heap_map(
             present[lo:hi] = known[lo + offset : hi + offset]
     cells = -(-page_count // per_cell)
 
-    def to_cells(values: np.ndarray) -> array:
+    def to_cells(values: np.ndarray) -> array[int]:
         padded = np.zeros(cells * per_cell, dtype=np.int64)
         padded[:page_count] = values
         return _to_array(padded.reshape(cells, per_cell).sum(axis=1))
@@ -275,7 +275,8 @@ def pin_advice(heaps: tuple[HeapPins, ...]) -> tuple[Advice, ...]:
             "pinned-free",
             f"{count} hold{'s' if len(pins) == 1 else ''} {format_bytes(pinned)} of free memory "
             f"below {'it' if len(pins) == 1 else 'them'} (the largest: "
-            f"{format_bytes(biggest.pinned_free_bytes)} in {heap_name(biggest.arena, biggest.heap)}, "
+            f"{format_bytes(biggest.pinned_free_bytes)} in "
+            f"{heap_name(biggest.arena, biggest.heap)}, "
             f"under the chunk at {biggest.address:#x}); a heap shrinks only from its top: "
             + "; ".join(steps)
             + ".",

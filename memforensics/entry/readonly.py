@@ -30,6 +30,7 @@ from memforensics.errors import (
 from memforensics.model.capture import Capture
 from memforensics.model.heap import HeapDump, process_source
 from memforensics.model.heapscan import HeapScan, ReadOnlyRead
+from memforensics.model.pins import HeapPicture
 from memforensics.model.process import (
     AllocatorInfo,
     HeapResidency,
@@ -289,7 +290,8 @@ def _inspect(
         heap_info, tcache = layout_evidence(scan, mem)
     memory = procfs.read_memory(pid)
     analysis, residency, flow, residency_error = report_parts(dump, scan, memory, pad_bytes)
-    picture, pins_error = None, "not read (ask with --pins or --html)"
+    picture: HeapPicture | None = None
+    pins_error: str | None = "not read (ask with --pins or --html)"
     stops = list(batches.stops_seconds)
     if pins:
         from memforensics.entry.pins import read_picture

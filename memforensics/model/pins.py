@@ -71,11 +71,11 @@ class HeapMap:
     end: int  # the heap's mapped end
     page_bytes: int
     pages_per_cell: int
-    live: array  # live chunks' bytes
-    free_resident: array  # free chunks' bytes on resident pages (trim can cut those pages)
-    free_released: array  # free chunks' bytes on pages not resident (already given back)
-    top: array  # the top chunk's bytes
-    other: array  # glibc's bookkeeping, and bytes the walk did not reach
+    live: array[int]  # live chunks' bytes
+    free_resident: array[int]  # free chunks' bytes on resident pages (trim can cut those pages)
+    free_released: array[int]  # free chunks' bytes on pages not resident (already given back)
+    top: array[int]  # the top chunk's bytes
+    other: array[int]  # glibc's bookkeeping, and bytes the walk did not reach
 
     @property
     def cell_bytes(self) -> int:

@@ -56,7 +56,8 @@ def test_page_is_offline_and_marks_each_pin_in_its_cell() -> None:
     assert re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page) is None
     assert "url(" not in page and "fetch(" not in page and "@import" not in page
     markers = re.findall(
-        r'<rect class="hp-pin" data-address="(0x[0-9a-f]+)" data-rank="(\d)" data-cell="(\d+)" x="(-?\d+)" y="(-?\d+)"',
+        r'<rect class="hp-pin" data-address="(0x[0-9a-f]+)" data-rank="(\d)" '
+        r'data-cell="(\d+)" x="(-?\d+)" y="(-?\d+)"',
         page,
     )
     assert len(markers) == 3
