@@ -41,8 +41,8 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TypeVar
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, TypeVar
 
 from memforensics.model import glibc
 from memforensics.model.chunks import ChunkState, HeapChunks, ProcessChunks
@@ -77,6 +77,9 @@ MMAP_SEARCH_SECONDS = 1.0
 MMAPPED_ARENA = -1
 _MAX_ARENAS = 1 << 16
 _T = TypeVar("_T")
+
+if TYPE_CHECKING:
+    from memforensics.sources.core.corefile import CoreFile
 
 
 @dataclass
@@ -221,9 +224,12 @@ def walk_memory_chunks(
             tcache,
             visit,
             keep,
+            retry=hold is not None,
         )
         while not walk.done:
             window = _held(hold, mem, heap.state_address, walk.read_window, WINDOW_BYTES)
+            if hold is not None:
+                hold.release()  # the walk of the copy is made with the target running
             if window is None:
                 break
             walk.walk_window(*window)
@@ -321,30 +327,28 @@ def walk_process_chunks(
                 stops_seconds.extend(hold.stops_seconds)
 
 
+def core_mappings(core: CoreFile, mem: MemoryReader) -> list[Mapping]:
+    """A core's mappings as /proc's readers expect them: the likely [heap] named so, and
+    each mapping's bytes held in the core as its "resident" bytes (what can be read)."""
+    hint = core.heap_range_hint
+    mappings = []
+    for mapping in core.mappings():
+        held = mem.pagemap(mapping.start_address, mapping.end_address).total_resident_bytes
+        span = (mapping.start_address, mapping.end_address)
+        named = "[heap]" if hint is not None and span == hint else mapping.path
+        anon = held if mapping.inode == 0 else 0
+        mappings.append(replace(mapping, path=named, rss_bytes=held, anon_bytes=anon))
+    return mappings
+
+
 def walk_core_chunks(path: str, *, visit: Visit | None = None, keep: bool = True) -> ProcessChunks:
     """Every heap's chunks of the process a core file saved."""
-    from dataclasses import replace
-
     from memforensics.sources.core.corefile import CoreFile
 
     with CoreFile(path) as core:
         mem = core.memory()
         try:
-            hint = core.heap_range_hint
-            mappings = []
-            for mapping in core.mappings():
-                held = mem.pagemap(mapping.start_address, mapping.end_address)
-                named = (
-                    "[heap]"
-                    if hint and (mapping.start_address, mapping.end_address) == hint
-                    else mapping.path
-                )
-                anon = held.total_resident_bytes if mapping.inode == 0 else 0
-                mappings.append(
-                    replace(
-                        mapping, path=named, rss_bytes=held.total_resident_bytes, anon_bytes=anon
-                    )
-                )
+            mappings = core_mappings(core, mem)
             libc_path = next(
                 (m.path for m in mappings if os.path.basename(m.path).startswith("libc.so")), None
             )

@@ -16,7 +16,7 @@ from memforensics.model.chunks import ChunkState, HeapChunks
 from memforensics.sources.glibc.heap_lists import TCACHE_LAYOUTS, Tcache, learn_key, tcache_struct
 from memforensics.sources.proc.procmem import MemoryReader, PageMap
 
-WINDOW_BYTES = 1 << 20  # one stop reads this much of a heap (plus the tail)
+WINDOW_BYTES = 4 << 20  # one stop reads this much of a heap (plus the tail)
 WINDOW_TAIL_BYTES = 4096  # read past a window's end, so a chunk near it shows its first bytes
 _PREV_INUSE = 0x1
 _FENCEPOST_BYTES = 16  # CHUNK_HDR_SZ: sysmalloc closes a sub-heap it leaves with two
@@ -58,6 +58,7 @@ class HeapWalk:
         tcache: Tcache,
         visit: Visit | None,
         keep: bool,
+        retry: bool = False,
     ) -> None:
         self.mem, self.ref, self.start, self.limit = mem, ref, start, limit
         self.top, self.fast, self.tcache, self.visit, self.keep = top, fast, tcache, visit, keep
@@ -71,6 +72,13 @@ class HeapWalk:
         self.complete = True
         self.stop_reason: str | None = None
         self.stopped_at: int | None = None
+        # A live walk whose window fails a header walks again once from the previous
+        # window's first header (trusted in its own stop), in one stop: a chunk at a window's
+        # edge may have been merged or reused between the two stops.
+        self.retry = retry
+        self.window_start: int | None = None
+        self.resync: tuple[int, int] | None = None  # (walk again from, already emitted to)
+        self.resyncs = 0
 
     def _stop(self, reason: str) -> None:
         self.done, self.complete, self.stopped_at, self.stop_reason = True, False, self.at, reason
@@ -81,6 +89,9 @@ class HeapWalk:
             return None
         base = self.at // glibc.MALLOC_ALIGNMENT * glibc.MALLOC_ALIGNMENT
         end = min(self.limit, base + WINDOW_BYTES + WINDOW_TAIL_BYTES)
+        if self.resync is not None:
+            base = self.resync[0]
+            end = min(self.limit, self.resync[1] + WINDOW_BYTES + WINDOW_TAIL_BYTES)
         pages = self.ref.pages
         if pages is not None:
             page = pages.page_bytes
@@ -102,8 +113,14 @@ class HeapWalk:
         """Walk the headers that lie in the window's first WINDOW_BYTES (after the stop)."""
         view = memoryview(data)
         words = view[: len(data) // 8 * 8].cast("Q")
-        stop_at = base + WINDOW_BYTES
         window_end = base + len(data)
+        stop_at = window_end if window_end >= self.limit else window_end - WINDOW_TAIL_BYTES
+        resync, self.resync = self.resync, None
+        skip_until = 0
+        if resync is not None:
+            self.at, skip_until = resync
+            self.pending = None
+        entry_at = self.at
         addresses: list[int] = []
         sizes: list[int] = []
         states = bytearray()
@@ -135,6 +152,11 @@ class HeapWalk:
                     at += 32
                     self.done = True
                     break
+            bad = size < glibc.MINSIZE or size % glibc.MALLOC_ALIGNMENT or at + size > self.limit
+            if bad and resync is None and self.retry and self.window_start is not None:
+                self.resync = (self.window_start, entry_at)
+                self.resyncs += 1
+                return
             if size < glibc.MINSIZE or size % glibc.MALLOC_ALIGNMENT:
                 self.at = at
                 self._stop(f"malloc(): invalid size (unsorted) at {at:#x}: size field {field:#x}")
@@ -147,6 +169,9 @@ class HeapWalk:
                 )
                 break
             following = at + size
+            if following <= skip_until:  # emitted before the walk went back
+                at = following
+                continue
             if following + 16 <= window_end:
                 nxt = words[(following - base) // 8 + 1]
                 state = ChunkState.LIVE if nxt & _PREV_INUSE else ChunkState.FREE
@@ -158,6 +183,15 @@ class HeapWalk:
             at = following
         if self.complete:  # a failed header left self.at at itself
             self.at = at
+        if resync is not None and self.keep and addresses:
+            # The chunks kept from the window before that this walk saw again.
+            while self.addresses and self.addresses[-1] >= addresses[0]:
+                self.addresses.pop()
+                self.sizes.pop()
+                self.states.pop()
+                self.count -= 1
+        if self.complete:
+            self.window_start = entry_at
         if not self.done and at >= self.limit:
             self.done = True
             if self.pending is not None:  # the heap's last chunk: nothing follows

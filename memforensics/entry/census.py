@@ -1,0 +1,232 @@
+"""Library entry point of `memforensics census`: every live chunk of a live process (or of a
+core) classified by type, read from memory with no gdb and no call into the target.
+
+The heap walk (sources.glibc.heap_chunks) hands each window of chunks here while its bytes
+are at hand, so the census costs one read of the heap; each live chunk is named by the first
+rule that holds: a C++ object by RTTI (sources.census.rtti; also behind an array cookie), a
+CPython object by its type (sources.census.pyobjects), then by its bytes alone (text, zeros,
+pointers, unknown by size class: analysis.census). CPython's small objects live in
+pymalloc's pools, outside malloc's chunks: those pools are found and their blocks in use
+classified the same way (sources.census.pymalloc).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from memforensics.analysis.census import HeapRanges, Tally, build_census, classify_bytes
+from memforensics.errors import InputDataError
+from memforensics.model.census import Census, CensusRead
+from memforensics.model.chunks import ChunkState, ProcessChunks
+from memforensics.sources.census.pymalloc import scan_pools
+from memforensics.sources.census.pyobjects import PythonTypes
+from memforensics.sources.census.rtti import RttiResolver
+from memforensics.sources.glibc.heap_window import ChunkRef
+from memforensics.sources.proc.procmaps import Mapping
+from memforensics.sources.proc.procmem import MemoryReader
+
+LOOK_BYTES = 512  # of a chunk's data, what its classification looks at
+_COOKIE_MAX = 1 << 24  # an array cookie (the element count) is below this
+_MAKE_SHARED = "std::_Sp_counted_ptr_inplace<"
+_SHARED_PTR = "std::_Sp_counted_ptr<"
+
+
+def _first_argument(name: str, prefix: str) -> str:
+    """The first template argument of ``prefix...>``."""
+    depth = 0
+    for index in range(len(prefix), len(name)):
+        char = name[index]
+        if char == "<":
+            depth += 1
+        elif char == ">":
+            depth -= 1
+        if depth < 0 or (char == "," and depth == 0):
+            return name[len(prefix) : index].strip()
+    return name[len(prefix) :]
+
+
+def cxx_name(name: str) -> str:
+    """A C++ type as the census shows it: a make_shared control block by its T."""
+    if name.startswith(_MAKE_SHARED):
+        return f"std::make_shared<{_first_argument(name, _MAKE_SHARED)}>"
+    if name.startswith(_SHARED_PTR):
+        pointee = _first_argument(name, _SHARED_PTR).rstrip("*").strip()
+        return f"std::shared_ptr<{pointee}> control block"
+    return name
+
+
+class Classifier:
+    """The heap walk's visitor: each live chunk named and tallied (see the module)."""
+
+    def __init__(
+        self,
+        mem: MemoryReader,
+        mappings: Sequence[Mapping],
+        files: dict[str, Path] | None = None,
+    ) -> None:
+        self.rtti = RttiResolver(mem, mappings, files=files)
+        self.python = PythonTypes(mem, mappings, files=files)
+        self.heap = HeapRanges(
+            [
+                (m.start_address, m.end_address)
+                for m in mappings
+                if m.perms.startswith("rw") and (m.anonymous or m.path == "[heap]")
+            ]
+        )
+        self.tally = Tally()
+
+    def name(self, data: bytes | memoryview, size: int) -> tuple[str, str]:
+        """(name, kind) of a chunk's (or block's) data."""
+        if len(data) >= 16:
+            if self.rtti.usable:
+                first = int.from_bytes(data[:8], "little")
+                found = self.rtti.name(first)
+                if found is not None:
+                    return cxx_name(found), "c++"
+                if 0 < first < _COOKIE_MAX:
+                    found = self.rtti.name(int.from_bytes(data[8:16], "little"))
+                    if found is not None:
+                        return cxx_name(found) + "[]", "c++"
+            if self.python.usable:
+                found = self.python.object_in(data)
+                if found is not None:
+                    return found, "python"
+        return classify_bytes(data, size, self.heap)
+
+    def __call__(
+        self,
+        ref: ChunkRef,
+        view: memoryview,
+        base: int,
+        addresses: Sequence[int],
+        sizes: Sequence[int],
+        states: bytes | bytearray,
+    ) -> None:
+        pages = ref.pages
+        tally = self.tally
+        for address, size, state in zip(addresses, sizes, states, strict=True):
+            if state != ChunkState.LIVE:
+                continue
+            data_at = address + 16
+            if pages is not None:
+                index = (data_at - pages.start) // pages.page_bytes
+                if not (0 <= index < len(pages.present) and pages.present[index]):
+                    tally.unread(size)
+                    continue
+            offset = data_at - base
+            data = view[offset : offset + min(size - 16, LOOK_BYTES)]
+            name, kind = self.name(data, size)
+            tally.add(name, kind, size)
+
+
+def _now() -> str:
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return now.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _read(
+    walked: ProcessChunks,
+    classifier: Classifier,
+    source: str,
+    started: float,
+    stops: Sequence[float],
+    pool_note: str | None,
+) -> CensusRead:
+    notes = list(walked.notes)
+    incomplete = [h for h in walked.heaps if not h.complete]
+    for heap in incomplete:
+        notes.append(
+            f"arena {heap.arena} heap {heap.heap}: walk stopped at "
+            f"{heap.stopped_at or 0:#x}: {heap.stop_reason}"
+        )
+    if not walked.tcache_keys:
+        notes.append("no tcache key found: chunks in a thread's tcache may count as live")
+    if not classifier.rtti.usable:
+        notes.append("no C++ runtime (libstdc++) mapped: C++ objects are not named")
+    if pool_note:
+        notes.append(pool_note)
+    return CensusRead(
+        source=source,
+        read_seconds=time.monotonic() - started,
+        stops=len(stops),
+        longest_stop_seconds=max(stops, default=0.0),
+        total_stop_seconds=sum(stops),
+        heaps=len(walked.heaps),
+        heaps_incomplete=len(incomplete),
+        unwalked_bytes=sum(max(h.mapped_end - h.walked_end, 0) for h in incomplete),
+        python_layout=classifier.python.layout if classifier.python.usable else None,
+        cxx_runtime=classifier.rtti.usable,
+        notes=tuple(notes),
+    )
+
+
+def census_live(pid: int, *, timeout_seconds: float = 1.0) -> Census:
+    """The census of live ``pid`` (see the module)."""
+    from memforensics.sources.glibc.heap_chunks import walk_process_chunks
+    from memforensics.sources.proc import procfs
+    from memforensics.sources.proc.procmaps import read_smaps
+    from memforensics.sources.proc.procmem import ProcessMemoryReader
+
+    started = time.monotonic()
+    facts = procfs.check_target(pid)
+    mappings = read_smaps(pid)
+    root = Path(f"/proc/{pid}/root")
+    files = {m.path: root / m.path.lstrip("/") for m in mappings if m.file_backed}
+    stops: list[float] = []
+    with ProcessMemoryReader(pid) as mem:
+        classifier = Classifier(mem, mappings, files)
+        walked = walk_process_chunks(
+            pid, visit=classifier, keep=False, timeout_seconds=timeout_seconds, stops_seconds=stops
+        )
+        pool_note = (
+            scan_pools(mem, mappings, walked, classifier) if classifier.python.usable else None
+        )
+    read = _read(walked, classifier, "live", started, stops, pool_note)
+    return build_census(classifier.tally, pid=pid, process_name=facts.name, time=_now(), read=read)
+
+
+def census_core(path: str, *, sysroot: str | None = None) -> tuple[Census, tuple[str, ...]]:
+    """The census of the process a core file saved, and the core's warnings."""
+    from memforensics.sources.core.corefile import CoreFile
+    from memforensics.sources.glibc.heap_chunks import core_mappings, walk_memory_chunks
+
+    started = time.monotonic()
+    with CoreFile(path) as core:
+        mem = core.memory()
+        try:
+            mappings = core_mappings(core, mem)
+            libc_path = next(
+                (m.path for m in mappings if os.path.basename(m.path).startswith("libc.so")),
+                None,
+            )
+            if libc_path is None:
+                raise InputDataError(
+                    f"{path}: the process mapped no glibc libc.so",
+                    hint="only processes on glibc's malloc are read from cores",
+                )
+            files: dict[str, Path] = {}
+            for mapping in mappings:
+                if mapping.file_backed and mapping.path not in files:
+                    found = core.file_for(mapping.path, sysroot)
+                    if found is not None:
+                        files[mapping.path] = found
+            classifier = Classifier(mem, mappings, files)
+            pid = core.pid or 0
+            walked = walk_memory_chunks(
+                mappings, mem, pid=pid, libc_path=libc_path, visit=classifier, keep=False
+            )
+            pool_note = (
+                scan_pools(mem, mappings, walked, classifier) if classifier.python.usable else None
+            )
+        finally:
+            mem.close()
+        info = core.process
+        name = info.fname if info is not None else os.path.basename(path)
+        warnings = tuple(warning.message for warning in core.warnings)
+    read = _read(walked, classifier, "core", started, (), pool_note)
+    census = build_census(classifier.tally, pid=pid, process_name=name, time=_now(), read=read)
+    return census, warnings
