@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from memforensics.model.census import CensusType
 
-
 _NAMED = frozenset(("c++", "python"))
 
 

@@ -22,6 +22,7 @@ from memforensics.analysis.census import HeapRanges, Tally, build_census, classi
 from memforensics.errors import InputDataError
 from memforensics.model.census import Census, CensusRead
 from memforensics.model.chunks import ChunkState, ProcessChunks
+from memforensics.sources.census.filemem import FileBackedReads
 from memforensics.sources.census.pymalloc import scan_pools
 from memforensics.sources.census.pyobjects import PythonTypes
 from memforensics.sources.census.rtti import RttiResolver
@@ -64,7 +65,7 @@ class Classifier:
 
     def __init__(
         self,
-        mem: MemoryReader,
+        mem: MemoryReader | FileBackedReads,
         mappings: Sequence[Mapping],
         files: dict[str, Path] | None = None,
     ) -> None:
@@ -134,7 +135,7 @@ def _read(
     source: str,
     started: float,
     stops: Sequence[float],
-    pool_note: str | None,
+    pools: tuple[str, int, int] | None,
 ) -> CensusRead:
     notes = list(walked.notes)
     incomplete = [h for h in walked.heaps if not h.complete]
@@ -147,8 +148,8 @@ def _read(
         notes.append("no tcache key found: chunks in a thread's tcache may count as live")
     if not classifier.rtti.usable:
         notes.append("no C++ runtime (libstdc++) mapped: C++ objects are not named")
-    if pool_note:
-        notes.append(pool_note)
+    if pools is not None:
+        notes.append(pools[0])
     return CensusRead(
         source=source,
         read_seconds=time.monotonic() - started,
@@ -161,6 +162,8 @@ def _read(
         python_layout=classifier.python.layout if classifier.python.usable else None,
         cxx_runtime=classifier.rtti.usable,
         notes=tuple(notes),
+        pymalloc_pools=pools[1] if pools else 0,
+        pymalloc_blocks=pools[2] if pools else 0,
     )
 
 
@@ -182,10 +185,8 @@ def census_live(pid: int, *, timeout_seconds: float = 1.0) -> Census:
         walked = walk_process_chunks(
             pid, visit=classifier, keep=False, timeout_seconds=timeout_seconds, stops_seconds=stops
         )
-        pool_note = (
-            scan_pools(mem, mappings, walked, classifier) if classifier.python.usable else None
-        )
-    read = _read(walked, classifier, "live", started, stops, pool_note)
+        pools = scan_pools(mem, mappings, walked, classifier) if classifier.python.usable else None
+    read = _read(walked, classifier, "live", started, stops, pools)
     return build_census(classifier.tally, pid=pid, process_name=facts.name, time=_now(), read=read)
 
 
@@ -214,19 +215,21 @@ def census_core(path: str, *, sysroot: str | None = None) -> tuple[Census, tuple
                     found = core.file_for(mapping.path, sysroot)
                     if found is not None:
                         files[mapping.path] = found
-            classifier = Classifier(mem, mappings, files)
+            names = FileBackedReads(mem, mappings, files)
+            classifier = Classifier(names, mappings, files)
             pid = core.pid or 0
             walked = walk_memory_chunks(
                 mappings, mem, pid=pid, libc_path=libc_path, visit=classifier, keep=False
             )
-            pool_note = (
+            pools = (
                 scan_pools(mem, mappings, walked, classifier) if classifier.python.usable else None
             )
+            names.close()
         finally:
             mem.close()
         info = core.process
         name = info.fname if info is not None else os.path.basename(path)
         warnings = tuple(warning.message for warning in core.warnings)
-    read = _read(walked, classifier, "core", started, (), pool_note)
+    read = _read(walked, classifier, "core", started, (), pools)
     census = build_census(classifier.tally, pid=pid, process_name=name, time=_now(), read=read)
     return census, warnings

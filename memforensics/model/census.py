@@ -32,6 +32,8 @@ class CensusRead:
     python_layout: str | None  # e.g. "cpython-3.11 (pymalloc pools 16 KiB)"; None: no CPython
     cxx_runtime: bool  # the C++ runtime's type_info vtables were found (C++ types nameable)
     notes: tuple[str, ...] = ()
+    pymalloc_pools: int = 0  # CPython's pools found (0: none, or no CPython)
+    pymalloc_blocks: int = 0  # their blocks in use, classified
 
 
 @dataclass(frozen=True, slots=True)

@@ -101,7 +101,7 @@ int main(int argc, char **argv) {
         churner = std::thread(churn);
     }
     printf("ready shop::Session=%d shop::Order=%d shop::Box<int>=%d "
-           "shop::Box<std::__cxx11::basic_string<char,std::char_traits<char>,std::allocator<char> > >=%d "
+           "box_string=%d "
            "make_shared=%d item_arrays=%d widget_arrays=%d text=%d zeros=%d\n",
            sessions, orders, boxes_int, boxes_str, carts, item_arrays, widget_arrays, texts, zeros);
     fflush(stdout);

@@ -112,8 +112,9 @@ def scan_pools(
     walked: ProcessChunks,
     sink: BlockSink,
     hold: Callable[[Callable[[], bytes]], bytes] | None = None,
-) -> str:
-    """Classify every block in use of every pymalloc pool; a sentence saying what was found.
+) -> tuple[str, int, int]:
+    """Classify every block in use of every pymalloc pool; (a sentence saying what was
+    found, pools, blocks in use classified).
     ``hold(read)`` runs a window's read in a stop of the target (None: read as it is)."""
     pools = blocks = inconsistent = 0
     tally = sink.tally
@@ -156,4 +157,4 @@ def scan_pools(
     note = f"pymalloc: {pools:,} pools, {blocks:,} blocks in use classified"
     if inconsistent:
         note += f"; {inconsistent:,} pools changed while read or are corrupt (counted unread)"
-    return note
+    return note, pools, blocks

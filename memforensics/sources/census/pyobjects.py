@@ -19,6 +19,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from memforensics.sources.census.filemem import FileBackedReads
 from memforensics.sources.census.symbols import mapped_symbols
 from memforensics.sources.proc.procmaps import Mapping
 from memforensics.sources.proc.procmem import MemoryReader
@@ -41,7 +42,7 @@ class PythonTypes:
 
     def __init__(
         self,
-        mem: MemoryReader,
+        mem: MemoryReader | FileBackedReads,
         mappings: Sequence[Mapping],
         *,
         files: dict[str, Path] | None = None,

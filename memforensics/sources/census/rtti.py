@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from memforensics.sources.census.demangle import demangle_type
+from memforensics.sources.census.filemem import FileBackedReads
 from memforensics.sources.census.symbols import mapped_symbols
 from memforensics.sources.proc.procmaps import Mapping
 from memforensics.sources.proc.procmem import MemoryReader
@@ -43,7 +44,7 @@ class RttiResolver:
 
     def __init__(
         self,
-        mem: MemoryReader,
+        mem: MemoryReader | FileBackedReads,
         mappings: Sequence[Mapping],
         *,
         files: dict[str, Path] | None = None,
