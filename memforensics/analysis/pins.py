@@ -227,10 +227,16 @@ def heap_name(arena: int, heap: int) -> str:
 
 def pin_sentence(pin: Pin) -> str:
     """One sentence naming a pin, what it is, what it holds and what can be done about it."""
-    what = pin.type or {"text": "text", "zeros": "zeros", "binary": "binary data"}.get(
-        pin.kind or "", "contents unread"
-    )
-    if pin.kind == "text" and pin.preview is not None and pin.type is None:
+    what = {
+        "text": "text",
+        "zeros": "zeros",
+        "binary": "binary data",
+        "pointers": "pointers",
+        "unknown": "of no type the census names",
+    }.get(pin.kind or "", "contents unread")
+    if pin.type is not None:
+        what = f"a {pin.type}"
+    elif pin.kind == "text" and pin.preview is not None:
         what = f'text "{pin.preview}"'
     sentence = (
         f"one live {format_bytes(pin.chunk_bytes)} chunk at {pin.address:#x}, {what}, keeps "

@@ -14,15 +14,26 @@ from memforensics.model.pins import HeapMap, HeapPicture, HeapPins, Pin, Residen
 from memforensics.sources.proc.procmem import MemoryReader
 
 PREVIEW_BYTES = 64
+# Of a pin's data, what the census's classifier looks at (entry.census.LOOK_BYTES).
+NAME_BYTES = 512
 
 Walk = Callable[..., ProcessChunks]
+# The census's naming of a chunk's data: (name, kind), kind "c++", "python", "text", "zeros",
+# "pointers" or "unknown" (entry.census.Classifier.name).
+Namer = Callable[[bytes, int], tuple[str, str]]
+_NAMED_KINDS = ("c++", "python")
 
 
 def picture_of(
-    chunks: ProcessChunks, mem: MemoryReader, *, resident_known: bool = True
+    chunks: ProcessChunks,
+    mem: MemoryReader,
+    *,
+    resident_known: bool = True,
+    namer: Namer | None = None,
 ) -> HeapPicture:
     """The pins and maps of ``chunks``' heaps: resident pages from ``mem``'s pagemap (unknown
-    for a core: ``resident_known`` False), each pin's kind and text from its first bytes."""
+    for a core: ``resident_known`` False), each pin's kind and text from its first bytes, and
+    its type by ``namer`` (the census's) where that names one."""
     heaps: list[HeapPins] = []
     maps: list[HeapMap] = []
     for heap in chunks.heaps:
@@ -34,18 +45,45 @@ def picture_of(
             present = mem.pagemap(base, -(-end // page) * page).present
             pages = ResidentPages(base, page, bytes(present))
         found = heap_pins(heap, pages)
-        named = tuple(_named(pin, mem) for pin in found.pins)
+        named = tuple(_named(pin, mem, namer) for pin in found.pins)
         heaps.append(replace(found, pins=named))
         maps.append(heap_map(heap, pages))
     return HeapPicture(heaps=tuple(heaps), maps=tuple(maps), resident_known=resident_known)
 
 
-def _named(pin: Pin, mem: MemoryReader) -> Pin:
-    data = mem.read(pin.address, min(PREVIEW_BYTES, pin.chunk_bytes - 16))
+def _named(pin: Pin, mem: MemoryReader, namer: Namer | None) -> Pin:
+    data = mem.read(pin.address, min(NAME_BYTES, pin.chunk_bytes - 16))
     if data is None:
         return pin
-    kind, preview = content_kind(data)
-    return replace(pin, kind=kind, preview=preview)
+    kind, preview = content_kind(data[:PREVIEW_BYTES])
+    if namer is None:
+        return replace(pin, kind=kind, preview=preview)
+    name, census_kind = namer(data, pin.chunk_bytes)
+    return replace(
+        pin,
+        type=name if census_kind in _NAMED_KINDS else None,
+        kind=census_kind,
+        preview=preview if census_kind == "text" else None,
+    )
+
+
+def census_namer(pid: int, mem: MemoryReader) -> Namer:
+    """The census's classifier of ``pid``'s chunks (C++ by RTTI, CPython by type, then by
+    content), reading through ``mem``."""
+    from pathlib import Path
+
+    from memforensics.entry.census import Classifier
+    from memforensics.sources.proc.procmaps import read_smaps
+
+    mappings = read_smaps(pid)
+    root = Path(f"/proc/{pid}/root")
+    files = {m.path: root / m.path.lstrip("/") for m in mappings if m.file_backed}
+    classifier = Classifier(mem, mappings, files)
+
+    def name(data: bytes, size: int) -> tuple[str, str]:
+        return classifier.name(data, size)
+
+    return name
 
 
 def default_walk() -> Walk | None:
@@ -76,6 +114,6 @@ def read_picture(
     try:
         chunks = walk(pid, timeout_seconds=timeout_seconds, stops_seconds=stops_seconds)
         with ProcessMemoryReader(pid) as mem:
-            return picture_of(chunks, mem), None
+            return picture_of(chunks, mem, namer=census_namer(pid, mem)), None
     except MemforensicsError as exc:
         return None, exc.message

@@ -171,3 +171,17 @@ def test_kernel_trim_keeps_the_address_space_and_the_freed_pin_lets_it_shrink() 
         target.proc.stdin.flush()
         wait_line(target, "released")
         assert heap_mapping_bytes(target.pid) <= heap_before - 0.9 * user
+
+
+def test_a_cxx_pin_is_named_by_its_type() -> None:
+    """A stripped C++ program's pin is a shop::Cart: the census's RTTI names it, and the
+    sentence says so."""
+    from tests.support.census_targets import compile_cxx
+
+    with running([str(compile_cxx("pin_cxx"))]) as target:
+        expected = printed_pins(target)
+        document = inspect_pins(target.pid)
+        check_pins_found(document, expected)
+        pin = next(p for p in document["pins"] if p["address"] == expected[0][0])
+        assert pin["type"] == "shop::Cart" and pin["kind"] == "c++"
+        assert f"chunk at {expected[0][0]:#x}, a shop::Cart, keeps" in pin["sentence"]

@@ -30,9 +30,10 @@ static pthread_mutex_t record = PTHREAD_MUTEX_INITIALIZER;
 static const char REQUEST[] = "GET /api/v1/orders?page=7 HTTP/1.1\r\nHost: shop.example\r\n";
 
 static void fill(void *block, size_t bytes, int text) {
-    if (text) {
-        memset(block, 'x', bytes);
-        memcpy(block, REQUEST, sizeof REQUEST);
+    if (text) {  /* the request over and over, as a log buffer holds it; NUL-terminated */
+        char *at = block;
+        for (size_t i = 0; i + 1 < bytes; i++) at[i] = REQUEST[i % (sizeof REQUEST - 1)];
+        at[bytes - 1] = 0;
     } else {
         memset(block, 0x5a, bytes);
     }
