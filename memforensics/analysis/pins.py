@@ -289,3 +289,32 @@ def pin_advice(heaps: tuple[HeapPins, ...]) -> tuple[Advice, ...]:
             "warn",
         ),
     )
+
+
+def coarser(cells: HeapMap, max_cells: int) -> HeapMap:
+    """The same map with cells of twice the pages, again, until at most ``max_cells``."""
+    per_cell = cells.pages_per_cell
+    factor = 1
+    while -(-cells.cells // factor) > max_cells:
+        factor *= 2
+    if factor == 1:
+        return cells
+
+    def merged(values: array[int]) -> array[int]:
+        padded = np.zeros(-(-len(values) // factor) * factor, dtype=np.int64)
+        padded[: len(values)] = np.frombuffer(values, dtype=np.uint64).astype(np.int64)
+        return _to_array(padded.reshape(-1, factor).sum(axis=1))
+
+    return HeapMap(
+        arena=cells.arena,
+        heap=cells.heap,
+        start=cells.start,
+        end=cells.end,
+        page_bytes=cells.page_bytes,
+        pages_per_cell=per_cell * factor,
+        live=merged(cells.live),
+        free_resident=merged(cells.free_resident),
+        free_released=merged(cells.free_released),
+        top=merged(cells.top),
+        other=merged(cells.other),
+    )

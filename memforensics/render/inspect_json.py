@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from memforensics.render.foreign_json import allocator_json
 from memforensics.render.heap_json import heap_document
-from memforensics.render.pins_json import pin_heaps_json, pins_json
+from memforensics.render.pins_json import heap_maps_json, pin_heaps_json, pins_json
 from memforensics.render.process_json import process_json, residency_json, waterfall_json
 
 if TYPE_CHECKING:
@@ -29,6 +29,7 @@ def inspection_document(result: Inspection) -> dict[str, Any]:
     document["pins"] = pins_json(picture) if picture is not None else None
     document["pin_heaps"] = pin_heaps_json(picture) if picture is not None else None
     document["pins_error"] = result.pins_error if picture is None else None
+    document["heap_maps"] = heap_maps_json(picture) if picture is not None else None
     read = result.read_only
     document["read_only"] = (
         None

@@ -9,6 +9,9 @@ from memforensics.analysis.trend import RUNTIME_NAMES, Fit
 from memforensics.entry.reporting import ProcessReport, Report
 from memforensics.model.process import Waterfall
 from memforensics.model.series import Sample
+from memforensics.render.heap_picture import CSS as PICTURE_CSS
+from memforensics.render.heap_picture import SCRIPT as PICTURE_SCRIPT
+from memforensics.render.heap_picture import picture_html
 from memforensics.render.sample_json import iso_time
 from memforensics.render.svg_chart import histogram_svg, script_json, time_chart
 from memforensics.units import format_bytes, format_duration
@@ -238,6 +241,7 @@ skipped samples and exits (dashed).</p>
 {histogram_svg(latest.histogram if latest else ())}
 <h3>Advice</h3>
 {f"<ul>{advice}</ul>" if advice else '<p class="muted">nothing stands out</p>'}
+{picture_html(latest.picture) if latest is not None and latest.picture is not None else ""}
 </section>"""
 
 
@@ -250,7 +254,7 @@ def report_html(report: Report, *, now: datetime | None = None) -> str:
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>memforensics report</title><style>{_CSS}</style></head>
+<title>memforensics report</title><style>{_CSS}{PICTURE_CSS}</style></head>
 <body>
 <h1>memforensics report</h1>
 <p class="muted">from {inputs}; made {escape(generated or "")}</p>
@@ -261,5 +265,6 @@ give back); <b>free, released</b> = free chunks whose pages are already gone.</p
 {sections or '<p class="muted">No samples in the inputs.</p>'}
 {f"<h2>Notes</h2><ul>{notes}</ul>" if notes else ""}
 <script>{_JS}</script>
+<script>{PICTURE_SCRIPT}</script>
 </body></html>
 """

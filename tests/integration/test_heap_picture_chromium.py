@@ -45,9 +45,11 @@ def pin_positions(page: Path, profile: Path) -> list[tuple[str, int, int]]:
     return found
 
 
-def screenshot(page: Path, tmp_path: Path) -> Image:
+def screenshot(page: Path, tmp_path: Path, height: int = 1400) -> Image:
+    """The page at WINDOW's width, ``height`` pixels tall (the width decides the layout)."""
     shot = tmp_path / "picture.png"
-    result = chromium(WINDOW, f"--screenshot={shot}", page.as_uri(), profile=tmp_path / "shot")
+    window = f"--window-size=1280,{height}"
+    result = chromium(window, f"--screenshot={shot}", page.as_uri(), profile=tmp_path / "shot")
     assert result.returncode == 0, result.stderr[-2000:]
     return decode(shot.read_bytes())
 
@@ -56,7 +58,7 @@ def check_picture(page: Path, tmp_path: Path, pin_addresses: set[str]) -> Image:
     """The checks every picture passes; returns the screenshot for more."""
     positions = pin_positions(page, tmp_path / "dom")
     assert {address for address, _, _ in positions} == pin_addresses
-    image = screenshot(page, tmp_path)
+    image = screenshot(page, tmp_path, max(1400, max((y for _, _, y in positions), default=0) + 60))
     colours = image.colours()
     assert len(colours) > 20, "a blank or single-colour page"
     pin = hex_rgb(PIN_COLOUR)
@@ -101,3 +103,21 @@ def test_inspect_html_of_a_real_target_marks_its_pins(tmp_path: Path) -> None:
     assert html.count('class="hp-heap"') >= 5  # the main heap and four arenas' heaps
     image = check_picture(page, tmp_path, marked)
     assert sum(n for c, n in image.colours().items() if near(c, hex_rgb(KINDS[1][1]), 4)) > 500
+
+
+@pytest.mark.skipif(ptrace_skip_reason() is not None, reason=str(ptrace_skip_reason()))
+def test_report_html_of_a_saved_inspection_marks_its_pins(tmp_path: Path) -> None:
+    """`inspect --json --pins` saved, then `report --html` of it: the report's page draws the
+    heaps with the target's pins where its script measured them."""
+    with running([str(compile_target("pin_shapes")), "thread", "300"]) as target:
+        printed = re.findall(r"pin=(0x[0-9a-f]+):", target.ready_line)
+        saved = tmp_path / "inspect.json"
+        result = CliRunner().invoke(cli, ["inspect", "--json", "--pins", str(target.pid)])
+        assert result.exit_code == 0, result.output + result.stderr
+        saved.write_text(result.stdout)
+    page = tmp_path / "report.html"
+    made = CliRunner().invoke(cli, ["report", str(saved), "--html", str(page)])
+    assert made.exit_code == 0, made.output + made.stderr
+    marked = set(re.findall(r'class="hp-pin" data-address="(0x[0-9a-f]+)"', page.read_text()))
+    assert {f"{int(a, 16):#x}" for a in printed} <= marked
+    check_picture(page, tmp_path, marked)
