@@ -203,7 +203,15 @@ def command(
         if pids or names:
             raise click.UsageError("--core reads a core file: give no PID or --name with it")
         _inspect_core(
-            core_path, exe_path, sysroot, as_json=as_json, save_xml=save_xml, top=top, sort=sort
+            core_path,
+            exe_path,
+            sysroot,
+            as_json=as_json,
+            save_xml=save_xml,
+            top=top,
+            sort=sort,
+            pins=pins or html_path is not None,
+            html_path=html_path,
         )
         return
     if exe_path is not None or sysroot is not None:
@@ -313,16 +321,20 @@ def _inspect_core(
     save_xml: str | None,
     top: int,
     sort: SortKey,
+    pins: bool = False,
+    html_path: str | None = None,
 ) -> None:
     from memforensics.cli.output import emit_json, stderr_console
     from memforensics.entry.readonly import inspect_core
     from memforensics.sources.files.atomic_file import write_atomically
 
-    result, warnings = inspect_core(core_path, exe=exe_path, sysroot=sysroot)
+    result, warnings = inspect_core(core_path, exe=exe_path, sysroot=sysroot, pins=pins)
     for warning in warnings:
         stderr_console().print(f"warning: {warning}", markup=False, highlight=False)
     if save_xml is not None:
         write_atomically(Path(save_xml), result.capture.xml, hint=SAVE_XML_HINT)
+    if html_path is not None:
+        _save_html(Path(html_path), result)
     if as_json:
         emit_json(_document(result))
     else:

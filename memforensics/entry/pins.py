@@ -117,3 +117,21 @@ def read_picture(
             return picture_of(chunks, mem, namer=census_namer(pid, mem)), None
     except MemforensicsError as exc:
         return None, exc.message
+
+
+def read_core_picture(path: str) -> tuple[HeapPicture | None, str | None]:
+    """(the picture of the heaps a core file saved, None) or (None, why not): residency is
+    unknown (a core has no page tables), each pin's kind read from the core's memory."""
+    from memforensics.sources.core.corefile import CoreFile
+    from memforensics.sources.glibc.heap_chunks import walk_core_chunks
+
+    try:
+        chunks = walk_core_chunks(path)
+        with CoreFile(path) as core:
+            mem = core.memory()
+            try:
+                return picture_of(chunks, mem, resident_known=False), None
+            finally:
+                mem.close()
+    except MemforensicsError as exc:
+        return None, exc.message

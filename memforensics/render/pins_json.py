@@ -26,7 +26,7 @@ def pin_heaps_json(picture: HeapPicture) -> list[dict[str, Any]]:
 
 def heap_maps_json(picture: HeapPicture) -> dict[str, Any]:
     """``heap_maps``: whether residency was known, and each heap's map in cells of
-    ``pages_per_cell`` pages, one list of bytes per layer."""
+    ``pages_per_cell`` pages, one list of each cell's bytes per layer."""
     heaps = []
     for cells in picture.maps:
         small = coarser(cells, JSON_MAP_CELLS)
@@ -38,7 +38,8 @@ def heap_maps_json(picture: HeapPicture) -> dict[str, Any]:
                 "end": small.end,
                 "page_bytes": small.page_bytes,
                 "pages_per_cell": small.pages_per_cell,
-                **{f"{layer}_bytes": list(getattr(small, layer)) for layer in MAP_LAYERS},
+                # Lists of bytes, one per cell (not `*_bytes` keys: those are single counts).
+                "cells": {layer: list(getattr(small, layer)) for layer in MAP_LAYERS},
             }
         )
     return {"resident_known": picture.resident_known, "heaps": heaps}

@@ -55,7 +55,7 @@ def test_report_without_pins_draws_no_picture(tmp_path: Path) -> None:
 
 def test_hostile_maps_are_refused_with_exit_7(tmp_path: Path) -> None:
     document = heap_document_with_pins(tmp_path)
-    document["heap_maps"]["heaps"][0]["live_bytes"] = [-1]
+    document["heap_maps"]["heaps"][0]["cells"]["live"] = [-1]
     saved = tmp_path / "hostile.json"
     saved.write_text(json.dumps(document))
     result = CliRunner().invoke(cli, ["report", str(saved), "--html", str(tmp_path / "x.html")])

@@ -185,3 +185,24 @@ def test_a_cxx_pin_is_named_by_its_type() -> None:
         pin = next(p for p in document["pins"] if p["address"] == expected[0][0])
         assert pin["type"] == "shop::Cart" and pin["kind"] == "c++"
         assert f"chunk at {expected[0][0]:#x}, a shop::Cart, keeps" in pin["sentence"]
+
+
+def test_a_core_names_the_same_pin(tmp_path: Path) -> None:
+    """gdb's gcore of a pinned target (the test's tool): `inspect --core --pins` names the
+    pin at the target's address with the same bytes; residency is unknown (null)."""
+    import shutil
+
+    from tests.support.gcore import gcore
+
+    if shutil.which("gdb") is None:
+        pytest.skip("gdb is not installed (the test writes the core with gcore)")
+    core = tmp_path / "core"
+    with shape("thread", "200") as target:
+        expected = printed_pins(target)
+        gcore(target.pid, core)
+    result = CliRunner().invoke(cli, ["inspect", "--core", str(core), "--json", "--pins"])
+    assert result.exit_code == 0, result.output + result.stderr
+    document = json.loads(result.stdout)
+    check_pins_found(document, expected)
+    assert all(pin["resident_bytes"] is None for pin in document["pins"])
+    assert document["heap_maps"]["resident_known"] is False

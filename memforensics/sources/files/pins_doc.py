@@ -46,12 +46,13 @@ def _pin(item: Any, source: str) -> Pin:
 
 
 def _cells(item: dict[str, Any], layer: str, source: str) -> array[int]:
-    values = item.get(f"{layer}_bytes")
+    cells = item.get("cells")
+    values = cells.get(layer) if isinstance(cells, dict) else None
     if not isinstance(values, list) or len(values) > _MAX_CELLS:
-        raise InputDataError(f"heap_maps.heaps[].{layer}_bytes: not a list of cells", source=source)
+        raise InputDataError(f"heap_maps.heaps[].cells.{layer}: not a list of cells", source=source)
     out: array[int] = array("Q")
     for value in values:
-        out.append(_int(value, f"heap_maps.heaps[].{layer}_bytes[]", source))
+        out.append(_int(value, f"heap_maps.heaps[].cells.{layer}[]", source))
     return out
 
 
