@@ -33,10 +33,25 @@ def render_pins(picture: HeapPicture) -> list[RenderableType]:
             style="bold",
         )
     ]
-    if not pins:
-        lines.append(Text("no single live chunk holds 1 MiB (or 1% of its heap) of it"))
+    if not pins and held:
+        lines.append(
+            Text(
+                "no single live chunk holds 1 MiB (or 1% of its heap) of it: many small live "
+                "chunks hold it between them (fragmentation); malloc_trim can cut its whole "
+                "free pages, free() cannot return it"
+            )
+        )
     for pin in pins[:SHOWN_PINS]:
         lines.append(Text(pin_sentence(pin)))
+    partial = [heap for heap in picture.heaps if not heap.complete]
+    if partial:
+        lines.append(
+            Text(
+                f"{len(partial)} heap walk{'s' if len(partial) != 1 else ''} stopped early "
+                "(a header it could not trust): pins above that point are not known",
+                style="dim",
+            )
+        )
     if len(pins) > SHOWN_PINS:
         lines.append(Text(f"… and {len(pins) - SHOWN_PINS} more (--json lists them)", style="dim"))
     return lines

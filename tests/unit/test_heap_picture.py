@@ -67,3 +67,23 @@ def test_page_is_offline_and_marks_each_pin_in_its_cell() -> None:
         assert int(cell) == expected
         assert (int(x) + 2, int(y) + 2) == ((expected % COLUMNS) * 5, (expected // COLUMNS) * 5)
     assert "free, resident (malloc_trim can release)" in page
+
+
+def test_terminal_pins_section_names_each_pin_in_one_sentence() -> None:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from memforensics.render.inspect import render_pins
+
+    out = StringIO()
+    console = Console(file=out, width=400, color_system=None)
+    for part in render_pins(known_picture()):
+        console.print(part)
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("Pins: 265.0 MiB of free memory lies below the topmost live chunk")
+    # The biggest first, one line each.
+    assert lines[1].startswith("one live 4.0 KiB chunk at 0x")
+    assert 'text "GET /api/v1/orders?page=7' in lines[1]
+    assert "keeps 195.0 MiB of free memory in the main heap below it" in lines[1]
+    assert "arena 1's heap" in lines[3]
