@@ -87,7 +87,8 @@ def _save_html(path: Path, result: Inspection) -> None:
 
     pid = result.facts.pid
     if result.picture is None:
-        _say(f"note: PID {pid}: no heap picture ({result.pins_error})")
+        why = result.pins_error or "read through gdb, which walks no chunks"
+        _say(f"note: PID {pid}: no heap picture ({why})")
         return
     page = picture_page(
         f"The heaps of PID {pid} ({result.facts.name})",

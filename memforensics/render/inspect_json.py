@@ -28,7 +28,11 @@ def inspection_document(result: Inspection) -> dict[str, Any]:
     picture = result.picture
     document["pins"] = pins_json(picture) if picture is not None else None
     document["pin_heaps"] = pin_heaps_json(picture) if picture is not None else None
-    document["pins_error"] = result.pins_error if picture is None else None
+    document["pins_error"] = (
+        (result.pins_error or "read through gdb, which walks no chunks")
+        if picture is None
+        else None
+    )
     document["heap_maps"] = heap_maps_json(picture) if picture is not None else None
     read = result.read_only
     document["read_only"] = (
