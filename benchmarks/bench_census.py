@@ -114,9 +114,8 @@ def main() -> None:
     goal = 3 * bare_s + 0.5
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"  bare read {bare_s:.2f} s, census {census_s:.2f} s: {census_s / bare_s:.1f}x")
-    print(
-        f"  goal census <= 3 x bare + 0.5 s = {goal:.2f} s: {'met' if census_s <= goal else 'NOT met'}"
-    )
+    verdict = "met" if census_s <= goal else "NOT met"
+    print(f"  goal census <= 3 x bare + 0.5 s = {goal:.2f} s: {verdict}")
     print(
         f"  longest stall {max(stalls) * 1000:.1f} ms (goal <= 20 ms: "
         f"{'met' if max(stalls) <= 0.020 else 'NOT met'}); memforensics peak RSS {peak_mib:.0f} MiB"

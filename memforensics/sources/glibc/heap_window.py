@@ -6,6 +6,7 @@ drives it; the module there describes the walk).
 
 from __future__ import annotations
 
+import time
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -16,7 +17,9 @@ from memforensics.model.chunks import ChunkState, HeapChunks
 from memforensics.sources.glibc.heap_lists import TCACHE_LAYOUTS, Tcache, learn_key, tcache_struct
 from memforensics.sources.proc.procmem import MemoryReader, PageMap
 
-WINDOW_BYTES = 4 << 20  # one stop reads this much of a heap (plus the tail)
+WINDOW_BYTES = 1 << 20  # one stop reads this much of a heap (plus the tail): ~1 ms
+WINDOW_MAX_BYTES = 16 << 20  # a stop reads at most this much (memforensics' memory bound)
+WINDOW_SECONDS = 0.002  # a stop reads more pieces while it has lasted less than this
 WINDOW_TAIL_BYTES = 4096  # read past a window's end, so a chunk near it shows its first bytes
 _PREV_INUSE = 0x1
 _FENCEPOST_BYTES = 16  # CHUNK_HDR_SZ: sysmalloc closes a sub-heap it leaves with two
@@ -86,24 +89,40 @@ class HeapWalk:
     def _stop(self, reason: str) -> None:
         self.done, self.complete, self.stopped_at, self.stop_reason = True, False, self.at, reason
 
+    def _read(self, base: int, end: int) -> bytes:
+        pages = self.ref.pages
+        if pages is None:
+            return self.mem.read_present(base, end - base)
+        page = pages.page_bytes
+        first = (base - pages.start) // page
+        last = (end - 1 - pages.start) // page + 1
+        return self.mem.read_present(base, end - base, pages.present[first:last])
+
     def read_window(self) -> tuple[int, bytes, int | None] | None:
-        """The next window's bytes (inside a stop) and the arena's top at that moment."""
+        """The next window's bytes (inside a stop) and the arena's top at that moment: a
+        WINDOW_BYTES piece, then more while the stop has lasted less than WINDOW_SECONDS (a
+        stop of many threads costs more to make than a piece's read), up to WINDOW_MAX_BYTES."""
         if self.done:
             return None
+        began = time.monotonic()
         base = self.at // glibc.MALLOC_ALIGNMENT * glibc.MALLOC_ALIGNMENT
-        end = min(self.limit, base + WINDOW_BYTES + WINDOW_TAIL_BYTES)
+        end = min(self.limit, base + WINDOW_BYTES)
         if self.resync is not None:
             base = self.resync[0]
-            end = min(self.limit, self.resync[1] + WINDOW_BYTES + WINDOW_TAIL_BYTES)
-        pages = self.ref.pages
-        if pages is not None:
-            page = pages.page_bytes
-            first = (base - pages.start) // page
-            last = (end - 1 - pages.start) // page + 1
-            data = self.mem.read_present(base, end - base, pages.present[first:last])
-        else:
-            data = self.mem.read_present(base, end - base)
-        return base, data, self.top()
+            end = min(self.limit, self.resync[1] + WINDOW_BYTES)
+        pieces = [self._read(base, end)]
+        while (
+            end < self.limit
+            and end - base < WINDOW_MAX_BYTES
+            and time.monotonic() - began < WINDOW_SECONDS
+        ):
+            more = min(self.limit, end + WINDOW_BYTES)
+            pieces.append(self._read(end, more))
+            end = more
+        tail = min(self.limit, end + WINDOW_TAIL_BYTES)
+        if tail > end:
+            pieces.append(self._read(end, tail))
+        return base, b"".join(pieces) if len(pieces) > 1 else pieces[0], self.top()
 
     def _present(self, address: int) -> bool:
         pages = self.ref.pages
