@@ -149,7 +149,7 @@ class Classifier:
 
 def _now() -> str:
     now = datetime.datetime.now(datetime.timezone.utc)
-    return now.isoformat(timespec="seconds").replace("+00:00", "Z")
+    return now.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _read(
