@@ -51,3 +51,30 @@ class Census:
     unread_chunks: int  # chunks whose first bytes were on pages not in memory
     unread_bytes: int
     read: CensusRead
+
+
+@dataclass(frozen=True, slots=True)
+class CensusSample:
+    """One census taken by ``watch --census``, as a recording keeps it (its biggest types
+    and one ``other`` line)."""
+
+    time: str  # ISO-8601 UTC
+    pid: int
+    process: str
+    types: tuple[CensusType, ...]
+    live_chunks: int
+    live_bytes: int
+    pause_seconds: float  # the census's stops, summed
+
+
+@dataclass(frozen=True, slots=True)
+class TypeGrowth:
+    """A type that grew over a process's census samples, and how fast."""
+
+    name: str
+    kind: str
+    first_count: int
+    last_count: int
+    count_per_hour: float
+    bytes_per_hour: float
+    samples: int

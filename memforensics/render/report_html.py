@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from html import escape
 
+from memforensics.analysis.census_growth import growth_sentence
 from memforensics.analysis.trend import RUNTIME_NAMES, Fit
 from memforensics.entry.reporting import ProcessReport, Report
 from memforensics.model.process import Waterfall
@@ -211,6 +212,11 @@ def _process_section(report: ProcessReport, number: int) -> str:
         f"<li>{escape(a.message)} <code>{escape(a.code)}</code></li>"
         for a in (latest.advice if latest else ())
     )
+    growing = (
+        f'<p class="growing"><b>{escape(growth_sentence(report.growing_types))}</b></p>'
+        if report.growing_types
+        else ""
+    )
     kills = "".join(
         f'<p class="kill"><b>OOM kill</b> '
         f"{escape(k.time.strftime('%Y-%m-%d %H:%M:%S') if k.time else '')}: "
@@ -223,7 +229,7 @@ def _process_section(report: ProcessReport, number: int) -> str:
 <h2>{escape(title)} <span class="verdict v-{trend.verdict}">{trend.verdict}</span></h2>
 <p class="muted">{runtime}{trend.heap_samples} heap samples, {trend.rss_samples} RSS readings;
 {window}{pause}.</p>
-<ul class="evidence">{evidence}</ul>
+{growing}<ul class="evidence">{evidence}</ul>
 {kills}
 <h3>Memory over time</h3>
 <div class="chart-box">{svg}<div class="tip"></div></div>

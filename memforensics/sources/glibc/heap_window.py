@@ -6,6 +6,7 @@ drives it; the module there describes the walk).
 
 from __future__ import annotations
 
+import time
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -16,11 +17,16 @@ from memforensics.model.chunks import ChunkState, HeapChunks
 from memforensics.sources.glibc.heap_lists import TCACHE_LAYOUTS, Tcache, learn_key, tcache_struct
 from memforensics.sources.proc.procmem import MemoryReader, PageMap
 
-WINDOW_BYTES = 4 << 20  # one stop reads this much of a heap (plus the tail)
+WINDOW_BYTES = 1 << 20  # one stop reads this much of a heap (plus the tail): ~1 ms
+WINDOW_MAX_BYTES = 16 << 20  # a stop reads at most this much (memforensics' memory bound)
+WINDOW_SECONDS = 0.002  # a stop reads more pieces while it has lasted less than this
 WINDOW_TAIL_BYTES = 4096  # read past a window's end, so a chunk near it shows its first bytes
 _PREV_INUSE = 0x1
 _FENCEPOST_BYTES = 16  # CHUNK_HDR_SZ: sysmalloc closes a sub-heap it leaves with two
 _TCACHE_MAX_CHUNK = 0x410  # the largest chunk tcache holds (64 bins of 16 bytes from 32)
+_LIVE, _FREE, _FAST, _TCACHE = (
+    int(s) for s in (ChunkState.LIVE, ChunkState.FREE, ChunkState.FAST, ChunkState.TCACHE)
+)
 
 
 @dataclass(frozen=True)
@@ -83,24 +89,40 @@ class HeapWalk:
     def _stop(self, reason: str) -> None:
         self.done, self.complete, self.stopped_at, self.stop_reason = True, False, self.at, reason
 
+    def _read(self, base: int, end: int) -> bytes:
+        pages = self.ref.pages
+        if pages is None:
+            return self.mem.read_present(base, end - base)
+        page = pages.page_bytes
+        first = (base - pages.start) // page
+        last = (end - 1 - pages.start) // page + 1
+        return self.mem.read_present(base, end - base, pages.present[first:last])
+
     def read_window(self) -> tuple[int, bytes, int | None] | None:
-        """The next window's bytes (inside a stop) and the arena's top at that moment."""
+        """The next window's bytes (inside a stop) and the arena's top at that moment: a
+        WINDOW_BYTES piece, then more while the stop has lasted less than WINDOW_SECONDS (a
+        stop of many threads costs more to make than a piece's read), up to WINDOW_MAX_BYTES."""
         if self.done:
             return None
+        began = time.monotonic()
         base = self.at // glibc.MALLOC_ALIGNMENT * glibc.MALLOC_ALIGNMENT
-        end = min(self.limit, base + WINDOW_BYTES + WINDOW_TAIL_BYTES)
+        end = min(self.limit, base + WINDOW_BYTES)
         if self.resync is not None:
             base = self.resync[0]
-            end = min(self.limit, self.resync[1] + WINDOW_BYTES + WINDOW_TAIL_BYTES)
-        pages = self.ref.pages
-        if pages is not None:
-            page = pages.page_bytes
-            first = (base - pages.start) // page
-            last = (end - 1 - pages.start) // page + 1
-            data = self.mem.read_present(base, end - base, pages.present[first:last])
-        else:
-            data = self.mem.read_present(base, end - base)
-        return base, data, self.top()
+            end = min(self.limit, self.resync[1] + WINDOW_BYTES)
+        pieces = [self._read(base, end)]
+        while (
+            end < self.limit
+            and end - base < WINDOW_MAX_BYTES
+            and time.monotonic() - began < WINDOW_SECONDS
+        ):
+            more = min(self.limit, end + WINDOW_BYTES)
+            pieces.append(self._read(end, more))
+            end = more
+        tail = min(self.limit, end + WINDOW_TAIL_BYTES)
+        if tail > end:
+            pieces.append(self._read(end, tail))
+        return base, b"".join(pieces) if len(pieces) > 1 else pieces[0], self.top()
 
     def _present(self, address: int) -> bool:
         pages = self.ref.pages
@@ -125,21 +147,27 @@ class HeapWalk:
         sizes: list[int] = []
         states = bytearray()
         fast, keys, structs = self.fast, self.tcache.keys, self.tcache.structs
+        pages = self.ref.pages
+        all_present = pages is None or pages.all_resident
+        top_at = -1 if top is None else top
+        limit = self.limit
+        add_address, add_size, add_state = addresses.append, sizes.append, states.append
         at = self.at
         while at < stop_at and at + 16 <= window_end:
-            if not self._present(at + 8):
+            if not all_present and not self._present(at + 8):
                 self.at = at
                 self._stop("chunk header on a page not in memory (swapped out or not saved)")
                 break
-            field = words[(at - base) // 8 + 1]
-            size = field & ~glibc.SIZE_FLAGS
+            index = (at - base) >> 3
+            field = words[index + 1]
+            size = field & ~7
             if self.pending is not None:
                 p_at, p_size, p_bytes = self.pending
                 self.pending = None
-                state = ChunkState.LIVE if field & _PREV_INUSE else ChunkState.FREE
-                state = self._refine(p_at, p_size, state, p_bytes, fast, keys, structs)
-                self._emit_one(p_at, p_size, state, p_bytes)
-            if top is not None and at == top:
+                seen = ChunkState.LIVE if field & _PREV_INUSE else ChunkState.FREE
+                seen = self._refine(p_at, p_size, seen, p_bytes, fast, keys, structs)
+                self._emit_one(p_at, p_size, seen, p_bytes)
+            if at == top_at:
                 self._record(addresses, sizes, states, at, size, ChunkState.TOP)
                 at += size
                 self.done = True
@@ -152,31 +180,43 @@ class HeapWalk:
                     at += 32
                     self.done = True
                     break
-            bad = size < glibc.MINSIZE or size % glibc.MALLOC_ALIGNMENT or at + size > self.limit
+            following = at + size
+            bad = size < 32 or size & 15 or following > limit
             if bad and resync is None and self.retry and self.window_start is not None:
                 self.resync = (self.window_start, entry_at)
                 self.resyncs += 1
                 return
-            if size < glibc.MINSIZE or size % glibc.MALLOC_ALIGNMENT:
+            if bad and (size < glibc.MINSIZE or size % glibc.MALLOC_ALIGNMENT):
                 self.at = at
                 self._stop(f"malloc(): invalid size (unsorted) at {at:#x}: size field {field:#x}")
                 break
-            if at + size > self.limit:
+            if bad:
                 self.at = at
                 self._stop(
                     f"corrupted size vs. prev_size: chunk at {at:#x} of {size:#x} bytes "
                     f"runs past the heap's end {self.limit:#x}"
                 )
                 break
-            following = at + size
             if following <= skip_until:  # emitted before the walk went back
                 at = following
                 continue
             if following + 16 <= window_end:
-                nxt = words[(following - base) // 8 + 1]
-                state = ChunkState.LIVE if nxt & _PREV_INUSE else ChunkState.FREE
-                state = self._refine(at, size, state, view[at - base :], fast, keys, structs)
-                self._record(addresses, sizes, states, at, size, state)
+                state: int
+                if not words[index + (size >> 3) + 1] & _PREV_INUSE:
+                    state = _FREE
+                elif at in fast:
+                    state = _FAST
+                elif size <= _TCACHE_MAX_CHUNK and words[index + 3] in keys:
+                    state = _TCACHE
+                elif size in TCACHE_LAYOUTS:
+                    state = self._refine(
+                        at, size, ChunkState.LIVE, view[at - base :], fast, keys, structs
+                    )
+                else:
+                    state = _LIVE
+                add_address(at)
+                add_size(size)
+                add_state(state)
             else:
                 # Its state is the next window's: keep its first bytes until then.
                 self.pending = (at, size, bytes(view[at - base : at - base + WINDOW_TAIL_BYTES]))
