@@ -70,3 +70,14 @@ def test_python_instances_counted_as_built(python: str) -> None:
     blocks = _blocks_in_use(stderr.decode())
     assert blocks > 100_000
     assert abs(document["read"]["pymalloc_blocks"] - blocks) <= 0.02 * blocks
+
+
+def test_python_instances_hold_while_a_thread_churns() -> None:
+    script = str(TARGETS_DIR / "py_census.py")
+    with running([PYTHONS[0], script, "churn"], stdin=subprocess.PIPE) as target:
+        documents = [_census(target.pid) for _ in range(2)]
+    oracle = ready_json(target)
+    for document in documents:
+        counts = {t["name"]: t["count"] for t in document["types"] if t["kind"] == "python"}
+        for name in ("Plain", "Slotted"):
+            assert abs(counts[name] - oracle["built"][name]) <= 0.02 * oracle["built"][name]
