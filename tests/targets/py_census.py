@@ -1,8 +1,8 @@
 """The oracle of the CPython census (tests/integration/test_census_python.py): a known
 population of class instances (with and without __slots__), bytes, dicts and lists, counted
 by the program itself and by gc.get_objects(), printed on the "ready" line as JSON.
-With the argument "churn", a thread allocates and drops
-unrelated lists and dicts without pause. Commands on stdin: "grow N" makes N more Leaky instances (then prints "grown N");
+With the argument "churn", a thread allocates and drops unrelated lists and dicts without
+pause. Commands on stdin: "grow N" makes N more Leaky instances (then prints "grown N");
 "stats" writes sys._debugmallocstats() to stderr (then prints "stats")."""
 
 import gc
