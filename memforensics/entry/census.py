@@ -216,17 +216,18 @@ def census_live(pid: int, *, timeout_seconds: float = 1.0) -> Census:
 def census_core(path: str, *, sysroot: str | None = None) -> tuple[Census, tuple[str, ...]]:
     """The census of the process a core file saved, and the core's warnings."""
     from memforensics.sources.core.corefile import CoreFile
-    from memforensics.sources.glibc.heap_chunks import core_mappings, walk_memory_chunks
+    from memforensics.sources.glibc.heap_chunks import (
+        core_mappings,
+        libc_of,
+        walk_memory_chunks,
+    )
 
     started = time.monotonic()
     with CoreFile(path) as core:
         mem = core.memory()
         try:
             mappings = core_mappings(core, mem)
-            libc_path = next(
-                (m.path for m in mappings if os.path.basename(m.path).startswith("libc.so")),
-                None,
-            )
+            libc_path = libc_of(mappings)
             if libc_path is None:
                 raise InputDataError(
                     f"{path}: the process mapped no glibc libc.so",

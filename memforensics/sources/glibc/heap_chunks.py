@@ -39,6 +39,7 @@ entry is) and a sub-heap's closing fenceposts; TOP for the arena's top.
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -308,7 +309,7 @@ def walk_process_chunks(
     from memforensics.sources.glibc.libc_elf import load_libc_image
 
     mappings = read_smaps(pid)
-    libc_path = next((m.path for m in mappings if "libc.so" in os.path.basename(m.path)), None)
+    libc_path = libc_of(mappings)
     hold: StopBatches | None = None
     if held:
         libc = load_libc_image(pid, libc_path) if libc_path else None
@@ -325,6 +326,18 @@ def walk_process_chunks(
             hold.close()
             if stops_seconds is not None:
                 stops_seconds.extend(hold.stops_seconds)
+
+
+_OLD_LIBC_NAME = re.compile(r"libc-\d+\.\d+(?:\.\d+)?\.so$")
+
+
+def libc_of(mappings: Sequence[Mapping]) -> str | None:
+    """The path of glibc's libc among ``mappings`` (libc.so.6, or libc-2.NN.so before 2.34)."""
+    for mapping in mappings:
+        base = os.path.basename(mapping.path)
+        if base.startswith("libc.so") or _OLD_LIBC_NAME.match(base):
+            return mapping.path
+    return None
 
 
 def core_mappings(core: CoreFile, mem: MemoryReader) -> list[Mapping]:
@@ -349,9 +362,7 @@ def walk_core_chunks(path: str, *, visit: Visit | None = None, keep: bool = True
         mem = core.memory()
         try:
             mappings = core_mappings(core, mem)
-            libc_path = next(
-                (m.path for m in mappings if os.path.basename(m.path).startswith("libc.so")), None
-            )
+            libc_path = libc_of(mappings)
             return walk_memory_chunks(
                 mappings, mem, pid=core.pid or 0, libc_path=libc_path, visit=visit, keep=keep
             )

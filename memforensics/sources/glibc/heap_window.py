@@ -197,7 +197,7 @@ class HeapWalk:
                     f"runs past the heap's end {self.limit:#x}"
                 )
                 break
-            if following <= skip_until:  # emitted before the walk went back
+            if following < skip_until:  # emitted before the walk went back
                 at = following
                 continue
             if following + 16 <= window_end:
