@@ -34,7 +34,7 @@ _TP_FLAGS = 168
 _NAME_MAX = 256
 _WANTED = frozenset(("PyType_Type", "Py_Version"))
 _VERSION_RE = re.compile(r"(?:python|libpython)(3\.\d+)")
-_CACHE_MAX = 1 << 20
+_CACHE_MAX = 1 << 18  # distinct words remembered (beyond, non-types are re-checked)
 _NAME_BYTES = frozenset(range(0x21, 0x7F))
 _SIX_WORDS = struct.Struct("<6Q")
 # Reference counts stay far below this; 3.12 and 3.13 mark immortal objects with UINT_MAX.

@@ -15,11 +15,12 @@ from typing import Protocol
 from memforensics.model import glibc
 from memforensics.model.chunks import ChunkState, HeapChunks
 from memforensics.sources.glibc.heap_lists import TCACHE_LAYOUTS, Tcache, learn_key, tcache_struct
-from memforensics.sources.proc.procmem import MemoryReader, PageMap
+from memforensics.sources.glibc.heapcopy import native_loop
+from memforensics.sources.proc.procmem import MemoryReader, PageMap, ProcessMemoryReader
 
 WINDOW_BYTES = 1 << 20  # one stop reads this much of a heap (plus the tail): ~1 ms
 WINDOW_MAX_BYTES = 16 << 20  # a stop reads at most this much (memforensics' memory bound)
-WINDOW_SECONDS = 0.002  # a stop reads more pieces while it has lasted less than this
+WINDOW_SECONDS = 0.003  # a stop reads more pieces while it has lasted less than this
 WINDOW_TAIL_BYTES = 4096  # read past a window's end, so a chunk near it shows its first bytes
 _PREV_INUSE = 0x1
 _FENCEPOST_BYTES = 16  # CHUNK_HDR_SZ: sysmalloc closes a sub-heap it leaves with two
@@ -90,13 +91,35 @@ class HeapWalk:
         self.done, self.complete, self.stopped_at, self.stop_reason = True, False, self.at, reason
 
     def _read(self, base: int, end: int) -> bytes:
+        """[base, end) (``base`` page-aligned): its present pages read, the others zeros;
+        with process_vm_readv through the optional C copy where it is built (six times
+        /proc/PID/mem's speed here: the stop is that much shorter)."""
         pages = self.ref.pages
         if pages is None:
             return self.mem.read_present(base, end - base)
         page = pages.page_bytes
         first = (base - pages.start) // page
         last = (end - 1 - pages.start) // page + 1
-        return self.mem.read_present(base, end - base, pages.present[first:last])
+        present = pages.present[first:last]
+        mem = self.mem
+        native = native_loop()
+        if native is not None and isinstance(mem, ProcessMemoryReader) and base % page == 0:
+            buffer = bytearray(end - base)
+            _, usable = native.copy(
+                mem.pid,
+                mem.mem_fd,
+                memoryview(buffer),
+                base,
+                memoryview(present),
+                page,
+                mem.vm_readv_usable,
+                True,
+                1,
+            )
+            if not usable:
+                mem.vm_readv_usable = False
+            return bytes(buffer)
+        return mem.read_present(base, end - base, present)
 
     def read_window(self) -> tuple[int, bytes, int | None] | None:
         """The next window's bytes (inside a stop) and the arena's top at that moment: a
@@ -105,10 +128,13 @@ class HeapWalk:
         if self.done:
             return None
         began = time.monotonic()
-        base = self.at // glibc.MALLOC_ALIGNMENT * glibc.MALLOC_ALIGNMENT
+        page = self.mem.page_bytes
+        # From a page boundary (the C copy reads whole pages), not before the heap's pages.
+        floor = self.ref.pages.start if self.ref.pages is not None else self.start
+        base = max(self.at // page * page, floor)
         end = min(self.limit, base + WINDOW_BYTES)
         if self.resync is not None:
-            base = self.resync[0]
+            base = max(self.resync[0] // page * page, floor)
             end = min(self.limit, self.resync[1] + WINDOW_BYTES)
         pieces = [self._read(base, end)]
         while (
