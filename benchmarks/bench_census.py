@@ -147,7 +147,8 @@ def main() -> None:
     if vm:
         vm_s = statistics.median(vm)
         print(
-            f"  (the same bytes through process_vm_readv: {vm_s:.2f} s; census {census_s / vm_s:.1f}x)"
+            f"  (the same bytes through process_vm_readv: {vm_s:.2f} s; "
+            f"census {census_s / vm_s:.1f}x)"
         )
     verdict = "met" if census_s <= goal else "NOT met"
     print(f"  goal census <= 3 x bare + 0.5 s = {goal:.2f} s: {verdict}")
