@@ -86,17 +86,19 @@ class HeapWalk:
         self.window_start: int | None = None
         self.resync: tuple[int, int] | None = None  # (walk again from, already emitted to)
         self.resyncs = 0
+        self._buffer = bytearray(0)  # the window's copy, reused from window to window
 
     def _stop(self, reason: str) -> None:
         self.done, self.complete, self.stopped_at, self.stop_reason = True, False, self.at, reason
 
-    def _read(self, base: int, end: int) -> bytes:
-        """[base, end) (``base`` page-aligned): its present pages read, the others zeros;
-        with process_vm_readv through the optional C copy where it is built (six times
-        /proc/PID/mem's speed here: the stop is that much shorter)."""
+    def _read(self, into: memoryview, base: int, end: int) -> None:
+        """[base, end) into ``into`` (``base`` page-aligned): its present pages read, the
+        others zeros; with process_vm_readv through the optional C copy where it is built
+        (six times /proc/PID/mem's speed here: the stop is that much shorter)."""
         pages = self.ref.pages
         if pages is None:
-            return self.mem.read_present(base, end - base)
+            into[:] = self.mem.read_present(base, end - base)
+            return
         page = pages.page_bytes
         first = (base - pages.start) // page
         last = (end - 1 - pages.start) // page + 1
@@ -104,11 +106,10 @@ class HeapWalk:
         mem = self.mem
         native = native_loop()
         if native is not None and isinstance(mem, ProcessMemoryReader) and base % page == 0:
-            buffer = bytearray(end - base)
             _, usable = native.copy(
                 mem.pid,
                 mem.mem_fd,
-                memoryview(buffer),
+                into,
                 base,
                 memoryview(present),
                 page,
@@ -118,13 +119,14 @@ class HeapWalk:
             )
             if not usable:
                 mem.vm_readv_usable = False
-            return bytes(buffer)
-        return mem.read_present(base, end - base, present)
+            return
+        into[:] = mem.read_present(base, end - base, present)
 
-    def read_window(self) -> tuple[int, bytes, int | None] | None:
+    def read_window(self) -> tuple[int, memoryview, int | None] | None:
         """The next window's bytes (inside a stop) and the arena's top at that moment: a
         WINDOW_BYTES piece, then more while the stop has lasted less than WINDOW_SECONDS (a
-        stop of many threads costs more to make than a piece's read), up to WINDOW_MAX_BYTES."""
+        stop of many threads costs more to make than a piece's read), up to WINDOW_MAX_BYTES.
+        The bytes are a view of this walk's one buffer: valid until the next window."""
         if self.done:
             return None
         began = time.monotonic()
@@ -136,19 +138,23 @@ class HeapWalk:
         if self.resync is not None:
             base = max(self.resync[0] // page * page, floor)
             end = min(self.limit, self.resync[1] + WINDOW_BYTES)
-        pieces = [self._read(base, end)]
+        need = max(end - base, WINDOW_MAX_BYTES) + WINDOW_BYTES + WINDOW_TAIL_BYTES
+        if len(self._buffer) < need:
+            self._buffer = bytearray(need)
+        view = memoryview(self._buffer)
+        self._read(view[: end - base], base, end)
         while (
             end < self.limit
             and end - base < WINDOW_MAX_BYTES
             and time.monotonic() - began < WINDOW_SECONDS
         ):
             more = min(self.limit, end + WINDOW_BYTES)
-            pieces.append(self._read(end, more))
+            self._read(view[end - base : more - base], end, more)
             end = more
         tail = min(self.limit, end + WINDOW_TAIL_BYTES)
         if tail > end:
-            pieces.append(self._read(end, tail))
-        return base, b"".join(pieces) if len(pieces) > 1 else pieces[0], self.top()
+            self._read(view[end - base : tail - base], end, tail)
+        return base, view[: tail - base], self.top()
 
     def _present(self, address: int) -> bool:
         pages = self.ref.pages
@@ -157,7 +163,7 @@ class HeapWalk:
         index = (address - pages.start) // pages.page_bytes
         return 0 <= index < len(pages.present) and pages.present[index] == 1
 
-    def walk_window(self, base: int, data: bytes, top: int | None) -> None:
+    def walk_window(self, base: int, data: bytes | memoryview, top: int | None) -> None:
         """Walk the headers that lie in the window's first WINDOW_BYTES (after the stop)."""
         view = memoryview(data)
         words = view[: len(data) // 8 * 8].cast("Q")
