@@ -185,54 +185,61 @@ class HeapWalk:
         limit = self.limit
         add_address, add_size, add_state = addresses.append, sizes.append, states.append
         at = self.at
-        while at < stop_at and at + 16 <= window_end:
+        # The chunk the window before left: its state is this first header's PREV_INUSE.
+        if (
+            self.pending is not None
+            and at + 16 <= window_end
+            and (all_present or self._present(at + 8))
+        ):
+            p_at, p_size, p_bytes = self.pending
+            self.pending = None
+            seen = ChunkState.LIVE if words[(at - base) // 8 + 1] & 1 else ChunkState.FREE
+            seen = self._refine(p_at, p_size, seen, p_bytes, fast, keys, structs)
+            self._emit_one(p_at, p_size, seen, p_bytes)
+        high = min(stop_at, window_end - 15)  # at < high: the header lies in the window
+        last_header = window_end - 16
+        while at < high:
             if not all_present and not self._present(at + 8):
                 self.at = at
                 self._stop("chunk header on a page not in memory (swapped out or not saved)")
                 break
             index = (at - base) >> 3
-            field = words[index + 1]
-            size = field & ~7
-            if self.pending is not None:
-                p_at, p_size, p_bytes = self.pending
-                self.pending = None
-                seen = ChunkState.LIVE if field & _PREV_INUSE else ChunkState.FREE
-                seen = self._refine(p_at, p_size, seen, p_bytes, fast, keys, structs)
-                self._emit_one(p_at, p_size, seen, p_bytes)
-            if at == top_at:
-                self._record(addresses, sizes, states, at, size, ChunkState.TOP)
-                at += size
-                self.done = True
-                break
-            if size == _FENCEPOST_BYTES and at + 32 <= window_end:
-                after = words[(at - base) // 8 + 3] & ~glibc.SIZE_FLAGS
-                if after == 0:  # sysmalloc's closing fenceposts of a sub-heap it left
+            size = words[index + 1] & ~7
+            following = at + size
+            if size < 32 or size & 15 or following > limit or at == top_at:
+                # The rare cases: the top, a sub-heap's fenceposts, a header that fails.
+                if at == top_at:
+                    self._record(addresses, sizes, states, at, size, ChunkState.TOP)
+                    at += size
+                    self.done = True
+                    break
+                if size == _FENCEPOST_BYTES and at + 32 <= window_end and not words[index + 3] & ~7:
+                    # sysmalloc's closing fenceposts of a sub-heap it left
                     self._record(addresses, sizes, states, at, 16, ChunkState.BOOKKEEPING)
                     self._record(addresses, sizes, states, at + 16, 16, ChunkState.BOOKKEEPING)
                     at += 32
                     self.done = True
                     break
-            following = at + size
-            bad = size < 32 or size & 15 or following > limit
-            if bad and resync is None and self.retry and self.window_start is not None:
-                self.resync = (self.window_start, entry_at)
-                self.resyncs += 1
-                return
-            if bad and (size < glibc.MINSIZE or size % glibc.MALLOC_ALIGNMENT):
+                if resync is None and self.retry and self.window_start is not None:
+                    self.resync = (self.window_start, entry_at)
+                    self.resyncs += 1
+                    return
                 self.at = at
-                self._stop(f"malloc(): invalid size (unsorted) at {at:#x}: size field {field:#x}")
-                break
-            if bad:
-                self.at = at
-                self._stop(
-                    f"corrupted size vs. prev_size: chunk at {at:#x} of {size:#x} bytes "
-                    f"runs past the heap's end {self.limit:#x}"
-                )
+                if size < glibc.MINSIZE or size % glibc.MALLOC_ALIGNMENT:
+                    field = words[index + 1]
+                    self._stop(
+                        f"malloc(): invalid size (unsorted) at {at:#x}: size field {field:#x}"
+                    )
+                else:
+                    self._stop(
+                        f"corrupted size vs. prev_size: chunk at {at:#x} of {size:#x} bytes "
+                        f"runs past the heap's end {self.limit:#x}"
+                    )
                 break
             if following < skip_until:  # emitted before the walk went back
                 at = following
                 continue
-            if following + 16 <= window_end:
+            if following <= last_header:
                 state: int
                 if not words[index + (size >> 3) + 1] & _PREV_INUSE:
                     state = _FREE
