@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 import os
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from memforensics.sources.census.filemem import FileBackedReads
 from memforensics.sources.census.pymalloc import scan_pools
 from memforensics.sources.census.pyobjects import PythonTypes
 from memforensics.sources.census.rtti import RttiResolver
-from memforensics.sources.glibc.heap_window import ChunkRef
+from memforensics.sources.glibc.heap_window import ChunkRef, first_words
 from memforensics.sources.proc.procmaps import Mapping
 from memforensics.sources.proc.procmem import MemoryReader
 
@@ -110,41 +111,67 @@ class Classifier:
         states: bytes | bytearray,
     ) -> None:
         pages = ref.pages
-        all_present = pages is None or pages.all_resident
+        if pages is not None and not pages.all_resident:
+            self._one_by_one(ref, view, base, addresses, sizes, states)
+            return
         tally = self.tally
         lines = tally.lines
         known = self._known
-        words = view[: len(view) // 8 * 8].cast("Q")
-        nwords = len(words)
-        live = bytes_total = 0
-        for address, size, state in zip(addresses, sizes, states, strict=True):
+        firsts = first_words(view, base, addresses)
+        # Chunks grouped by (first word, size, state) at C speed: a vptr seen before names a
+        # whole group by one look-up; only the other chunks are looked at one by one.
+        unknown: set[int] = set()
+        live = total = 0
+        for (word, size, state), count in Counter(zip(firsts, sizes, states, strict=True)).items():
             if state:  # only LIVE (0) chunks are counted
                 continue
-            data_at = address + 16
-            if not all_present and pages is not None:
-                page = (data_at - pages.start) // pages.page_bytes
-                if not (0 <= page < len(pages.present) and pages.present[page]):
-                    tally.unread(size)
-                    continue
-            index = (data_at - base) >> 3
-            # A vptr seen before names its chunk at the cost of one dictionary look-up.
-            key = known.get(words[index]) if index < nwords else None
+            key = known.get(word)
             if key is None:
-                offset = data_at - base
-                data = view[offset : offset + min(size - 16, LOOK_BYTES)]
-                key = self.name(data, size)
-                if key[1] == "c++" and not key[0].endswith("[]") and len(known) < _KNOWN_MAX:
-                    known[words[index]] = key
+                unknown.add(word)
+                continue
             line = lines.get(key)
             if line is None:
-                lines[key] = [1, size]
+                lines[key] = [count, count * size]
             else:
-                line[0] += 1
-                line[1] += size
-            live += 1
-            bytes_total += size
+                line[0] += count
+                line[1] += count * size
+            live += count
+            total += count * size
         tally.live_chunks += live
-        tally.live_bytes += bytes_total
+        tally.live_bytes += total
+        if unknown:
+            for address, size, state, word in zip(addresses, sizes, states, firsts, strict=True):
+                if state or word not in unknown:
+                    continue
+                offset = address + 16 - base
+                key = self.name(view[offset : offset + min(size - 16, LOOK_BYTES)], size)
+                if key[1] == "c++" and not key[0].endswith("[]") and len(known) < _KNOWN_MAX:
+                    known[word] = key
+                tally.add(key[0], key[1], size)
+
+    def _one_by_one(
+        self,
+        ref: ChunkRef,
+        view: memoryview,
+        base: int,
+        addresses: Sequence[int],
+        sizes: Sequence[int],
+        states: bytes | bytearray,
+    ) -> None:
+        """Chunks of a heap with pages not in memory: each checked for its page first."""
+        pages = ref.pages
+        assert pages is not None
+        for address, size, state in zip(addresses, sizes, states, strict=True):
+            if state:
+                continue
+            data_at = address + 16
+            page = (data_at - pages.start) // pages.page_bytes
+            if not (0 <= page < len(pages.present) and pages.present[page]):
+                self.tally.unread(size)
+                continue
+            offset = data_at - base
+            key = self.name(view[offset : offset + min(size - 16, LOOK_BYTES)], size)
+            self.tally.add(key[0], key[1], size)
 
 
 def _now() -> str:

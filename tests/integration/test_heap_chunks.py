@@ -163,3 +163,18 @@ def test_walk_on_each_glibc_release(tmp_path: Path, version: str) -> None:
     _check_tiling(walked)
     seen = _check_against(walked, oracle)
     assert seen["TCACHE"] > 0 and seen["FREE"] > 0, seen
+
+
+def test_c_and_python_window_walks_agree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The optional C loop (_heapwindow.c) and the Python one walk the same chunks."""
+    from memforensics.sources.glibc import heap_window
+
+    assert heap_window._native is not None, "the C loop is not built (setup.py build_ext)"
+    oracle = tmp_path / "pointers.txt"
+    with c_target("chunk_oracle", str(oracle)) as target:
+        in_c = walk_process_chunks(target.pid)
+        monkeypatch.setattr(heap_window, "_native", None)
+        in_python = walk_process_chunks(target.pid)
+    for a, b in zip(in_c.heaps, in_python.heaps, strict=True):
+        assert (a.addresses, a.sizes, a.states) == (b.addresses, b.sizes, b.states)
+    _check_against(in_c, oracle)

@@ -14,6 +14,7 @@ from typing import Protocol
 
 from memforensics.model import glibc
 from memforensics.model.chunks import ChunkState, HeapChunks
+from memforensics.sources import optional_native
 from memforensics.sources.glibc.heap_lists import TCACHE_LAYOUTS, Tcache, learn_key, tcache_struct
 from memforensics.sources.glibc.heapcopy import native_loop
 from memforensics.sources.proc.procmem import MemoryReader, PageMap, ProcessMemoryReader
@@ -25,6 +26,7 @@ WINDOW_TAIL_BYTES = 4096  # read past a window's end, so a chunk near it shows i
 _PREV_INUSE = 0x1
 _FENCEPOST_BYTES = 16  # CHUNK_HDR_SZ: sysmalloc closes a sub-heap it leaves with two
 _TCACHE_MAX_CHUNK = 0x410  # the largest chunk tcache holds (64 bins of 16 bytes from 32)
+_native = optional_native("memforensics.sources.glibc._heapwindow")
 _LIVE, _FREE, _FAST, _TCACHE = (
     int(s) for s in (ChunkState.LIVE, ChunkState.FREE, ChunkState.FAST, ChunkState.TCACHE)
 )
@@ -37,6 +39,22 @@ class ChunkRef:
     arena: int  # malloc_info's arena index; MMAPPED_ARENA for mmapped chunks
     heap: int
     pages: PageMap | None  # the heap's residency (None: every byte given was read)
+
+
+def first_words(view: memoryview, base: int, addresses: Sequence[int]) -> array[int]:
+    """Each chunk's first data word (at its address + 16) out of ``view`` (the window copy
+    starting at ``base``), 0 where it lies outside: one C pass where built."""
+    wanted = addresses if isinstance(addresses, array) else array("Q", addresses)
+    out: array[int] = array("Q", bytes(8 * len(wanted)))
+    if _native is not None:
+        _native.first_words(view, base, wanted, out)
+        return out
+    size = len(view)
+    for i, address in enumerate(wanted):
+        offset = address + 16 - base
+        if offset >= 0 and offset + 8 <= size:
+            out[i] = int.from_bytes(view[offset : offset + 8], "little")
+    return out
 
 
 class Visit(Protocol):
@@ -87,6 +105,7 @@ class HeapWalk:
         self.resync: tuple[int, int] | None = None  # (walk again from, already emitted to)
         self.resyncs = 0
         self._buffer = bytearray(0)  # the window's copy, reused from window to window
+        self._out: tuple[array[int], array[int], bytearray] | None = None
 
     def _stop(self, reason: str) -> None:
         self.done, self.complete, self.stopped_at, self.stop_reason = True, False, self.at, reason
@@ -175,8 +194,8 @@ class HeapWalk:
             self.at, skip_until = resync
             self.pending = None
         entry_at = self.at
-        addresses: list[int] = []
-        sizes: list[int] = []
+        addresses: array[int] = array("Q")
+        sizes: array[int] = array("Q")
         states = bytearray()
         fast, keys, structs = self.fast, self.tcache.keys, self.tcache.structs
         pages = self.ref.pages
@@ -198,7 +217,50 @@ class HeapWalk:
             self._emit_one(p_at, p_size, seen, p_bytes)
         high = min(stop_at, window_end - 15)  # at < high: the header lies in the window
         last_header = window_end - 16
+        native = _native if all_present and len(data) >= 64 else None
+        if native is not None:
+            out = self._native_out(len(data))
+            fast_arg = fast if fast else None
+            keys_arg = tuple(keys)
+            top_arg = top_at if top_at >= 0 else (1 << 64) - 1
         while at < high:
+            if native is not None:
+                # The common chunks in C; the rare one it stops at is the Python code's.
+                at, count, stopped = native.headers(
+                    data,
+                    base,
+                    at,
+                    high,
+                    last_header,
+                    limit,
+                    top_arg,
+                    skip_until,
+                    fast_arg,
+                    keys_arg,
+                    *out,
+                )
+                if count:
+                    found = out[2][:count]
+                    if 255 in found:  # a tcache_perthread_struct candidate: checked here
+                        for i in range(count):
+                            if found[i] == 255:
+                                chunk, size = out[0][i], out[1][i]
+                                found[i] = self._refine(
+                                    chunk,
+                                    size,
+                                    ChunkState.LIVE,
+                                    view[chunk - base :],
+                                    fast,
+                                    keys,
+                                    structs,
+                                )
+                    addresses.extend(out[0][:count])
+                    sizes.extend(out[1][:count])
+                    states.extend(found)
+                if stopped == 0 or at >= high:
+                    break
+                if stopped == 3:
+                    continue
             if not all_present and not self._present(at + 8):
                 self.at = at
                 self._stop("chunk header on a page not in memory (swapped out or not saved)")
@@ -279,6 +341,13 @@ class HeapWalk:
                 self._emit_one(p_at, p_size, ChunkState.LIVE, p_bytes)
         self._emit(view, base, addresses, sizes, states)
 
+    def _native_out(self, window_bytes: int) -> tuple[array[int], array[int], bytearray]:
+        """The C walk's output buffers, big enough for a window of ``window_bytes``."""
+        need = window_bytes // glibc.MINSIZE + 1
+        if self._out is None or len(self._out[2]) < need:
+            self._out = (array("Q", bytes(8 * need)), array("Q", bytes(8 * need)), bytearray(need))
+        return self._out
+
     def _refine(
         self,
         at: int,
@@ -307,8 +376,8 @@ class HeapWalk:
 
     def _record(
         self,
-        addresses: list[int],
-        sizes: list[int],
+        addresses: array[int],
+        sizes: array[int],
         states: bytearray,
         at: int,
         size: int,
@@ -325,8 +394,8 @@ class HeapWalk:
         self,
         view: memoryview,
         base: int,
-        addresses: list[int],
-        sizes: list[int],
+        addresses: Sequence[int],
+        sizes: Sequence[int],
         states: bytearray,
     ) -> None:
         if not addresses:
