@@ -261,8 +261,11 @@ def census_core(path: str, *, sysroot: str | None = None) -> tuple[Census, tuple
                     hint="only processes on glibc's malloc are read from cores",
                 )
             files: dict[str, Path] = {}
+            # Only code objects (a mapping of theirs executable): type names live in ELF
+            # files, and data files (locales) have no build-id to check the core against.
+            elf_paths = {m.path for m in mappings if m.file_backed and "x" in m.perms}
             for mapping in mappings:
-                if mapping.file_backed and mapping.path not in files:
+                if mapping.path in elf_paths and mapping.path not in files:
                     found = core.file_for(mapping.path, sysroot)
                     if found is not None:
                         files[mapping.path] = found
