@@ -157,6 +157,34 @@ def _plan(
     return planned, subheaps, notes
 
 
+def _chunk_reader(
+    mem: MemoryReader, heaps: Sequence[_PlannedHeap]
+) -> Callable[[int], bytes | None] | None:
+    """A chunk's first 24 bytes in one pread of /proc/PID/mem, its page's presence taken from
+    the heaps' page maps (MemoryReader.read reads the pagemap again each time); None for a
+    memory that is not a live process's."""
+    if not isinstance(mem, ProcessMemoryReader):
+        return None
+    fd = mem.mem_fd
+
+    def read(address: int) -> bytes | None:
+        for heap in heaps:
+            pages = heap.pages
+            if pages.start <= address and address + 24 <= pages.end:
+                first = (address - pages.start) // pages.page_bytes
+                last = (address + 23 - pages.start) // pages.page_bytes
+                if not all(pages.present[first : last + 1]):
+                    return None
+                try:
+                    data = os.pread(fd, 24, address)
+                except OSError:
+                    return None
+                return data if len(data) == 24 else None
+        return None
+
+    return read
+
+
 def _top_reader(mem: MemoryReader, state_address: int | None) -> Callable[[], int | None]:
     def top() -> int | None:
         if state_address is None:
@@ -209,10 +237,17 @@ def walk_memory_chunks(
                 low = min(h.heap_start for h in arena_heaps)
                 high = max(h.limit for h in arena_heaps)
 
-                def read_fast(heap: _PlannedHeap = heap, low: int = low, high: int = high) -> None:
+                reader = _chunk_reader(mem, arena_heaps)
+
+                def read_fast(
+                    heap: _PlannedHeap = heap,
+                    low: int = low,
+                    high: int = high,
+                    reader: Callable[[int], bytes | None] | None = reader,
+                ) -> None:
                     state = read_state(mem, heap.state_address or 0)
                     if state is not None:
-                        fast_by_arena[heap.arena] = fast_chunks(mem, state, low, high)
+                        fast_by_arena[heap.arena] = fast_chunks(mem, state, low, high, read=reader)
 
                 _held(hold, mem, heap.state_address, read_fast)
         walk = HeapWalk(
