@@ -4,32 +4,38 @@ or a core: what the census classifies and what the pins read (model.chunks).
 API (stable; the pins build on it):
 
 - ``walk_process_chunks(pid, *, visit=None, keep=True, timeout_seconds=1.0,
-  held=True) -> ProcessChunks``: a live process, read in short stops of every thread
-  (sources.glibc.arena_hold.StopBatches) unless ``held`` is False.
+  held=True, stops_seconds=None) -> ProcessChunks``: a live process, read in short stops of
+  every thread (sources.glibc.arena_hold.StopBatches) unless ``held`` is False;
+  ``stops_seconds``, a list, receives every stop's length.
 - ``walk_core_chunks(path, *, visit=None, keep=True) -> ProcessChunks``: a core file.
 - ``walk_memory_chunks(mappings, mem, *, pid, libc_path, hold=None, visit=None,
-  keep=True) -> ProcessChunks``: any MemoryReader (both above end here).
+  keep=True) -> ProcessChunks``: any MemoryReader (both above end here);
+  ``core_mappings(core, mem)`` and ``libc_of(mappings)`` give a core's arguments.
 
 ``visit(ref, view, base, addresses, sizes, states)`` is called as chunks are walked, while
 their bytes are at hand: chunk ``i``'s bytes are ``view[addresses[i] - base:]`` (clipped to
-the view: the first WINDOW_TAIL_BYTES of a chunk at least, unless the heap ends first);
-``ref`` is a ChunkRef (arena, heap, the heap's PageMap: a chunk whose page is not present
-read as zeros). Mmapped chunks are visited with ``ref.arena == MMAPPED_ARENA``. ``keep=False``
-keeps no per-chunk arrays (a census of a GB heap needs none): each HeapChunks then has empty
-arrays and says how far it walked and how many chunks it saw.
+the view: the first WINDOW_TAIL_BYTES of a chunk at least, unless the heap ends first); the
+view is valid during the call only (the next window reuses its buffer). ``ref`` is a
+ChunkRef (arena, heap, the heap's PageMap: a chunk whose page is not present read as zeros).
+Mmapped chunks are visited with ``ref.arena == MMAPPED_ARENA``. ``keep=False`` keeps no
+per-chunk arrays (a census of a GB heap needs none): each HeapChunks then has empty arrays,
+``chunk_count`` and ``walked_to``. With ``keep=True`` the arrays cost 17 bytes a chunk.
 
-How a live read stays consistent: each heap is read in fixed windows of WINDOW_BYTES (plus a
-tail), each window in a stop of every thread at a moment its arena's mutex is free (a
-single-threaded target: no thread inside the allocator); the stops are batched by
-StopBatches (a few ms each), so the target's longest stall does not grow with the heap. The
-chunks are walked after the stop, from the copy. A chunk crossing a window's end is
+How a live read stays consistent: each heap is read in windows (1 MiB pieces for about 3 ms,
+at most 16 MiB, plus a tail: sources.glibc.heap_window), each window in a stop of every
+thread at a moment its arena's mutex is free (a single-threaded target: no thread inside the
+allocator), copied with process_vm_readv where the optional C copy is built; the stop ends
+as soon as the window is copied, so the target's longest stall does not grow with the heap.
+The chunks are walked after the stop, from the copy. A chunk crossing a window's end is
 continued from the next window (another moment): every header is validated (aligned, at
-least MINSIZE, within the heap), and a header that fails ends that heap's walk
+least MINSIZE, within the heap); a window that fails one is walked again once from the
+previous window's start in one stop, and a header that still fails ends that heap's walk
 (``complete=False``, ``stop_reason`` in glibc's words). Only pages present in the pagemap
 are read (nothing is faulted in); a header on a page not present ends the heap's walk too.
 
 States: LIVE unless the next chunk's PREV_INUSE bit is clear (FREE); FAST when on one of
-its arena's fastbin lists (read in a stop, at most FASTBIN_MAX_CHUNKS per arena); TCACHE
+its arena's fastbin lists (read in a stop, at most FASTBIN_MAX_CHUNKS and FASTBIN_SECONDS
+per arena); TCACHE
 when its second word is the process's tcache key (glibc 2.34+: ``tcache_key``, a random
 word; 2.29-2.33: the owning tcache_perthread_struct), the key taken from a non-empty tcache
 list; BOOKKEEPING for tcache_perthread_structs (validated: every count zero exactly when its
