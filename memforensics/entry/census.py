@@ -16,7 +16,7 @@ import datetime
 import os
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from memforensics.analysis.census import HeapRanges, Tally, build_census, classify_bytes
@@ -217,6 +217,35 @@ def _read(
     )
 
 
+def _scan_pools_held(
+    pid: int,
+    mem: MemoryReader,
+    mappings: Sequence[Mapping],
+    walked: ProcessChunks,
+    classifier: Classifier,
+    timeout_seconds: float,
+) -> tuple[str, int, int, list[float]]:
+    """pymalloc's pools read window by window in short stops of every thread (a pool whose
+    blocks disagree with its header changed mid-operation: read again after the target
+    ran); the stops' lengths last."""
+    from memforensics.sources.glibc.arena_hold import StopBatches
+
+    batches = StopBatches(pid, libc=None, single_threaded=False, timeout_seconds=timeout_seconds)
+
+    def hold(read: Callable[[], bytes]) -> bytes:
+        try:
+            with batches.arena():
+                return read()
+        finally:
+            batches.release()
+
+    try:
+        note, pools, blocks = scan_pools(mem, mappings, walked, classifier, hold)
+    finally:
+        batches.close()
+    return note, pools, blocks, batches.stops_seconds
+
+
 def census_live(pid: int, *, timeout_seconds: float = 1.0) -> Census:
     """The census of live ``pid`` (see the module)."""
     from memforensics.sources.glibc.heap_chunks import walk_process_chunks
@@ -235,8 +264,11 @@ def census_live(pid: int, *, timeout_seconds: float = 1.0) -> Census:
         walked = walk_process_chunks(
             pid, visit=classifier, keep=False, timeout_seconds=timeout_seconds, stops_seconds=stops
         )
-        pools = scan_pools(mem, mappings, walked, classifier) if classifier.python.usable else None
-    read = _read(walked, classifier, "live", started, stops, pools)
+        pools = None
+        if classifier.python.usable:
+            pools = _scan_pools_held(pid, mem, mappings, walked, classifier, timeout_seconds)
+            stops.extend(pools[3])
+    read = _read(walked, classifier, "live", started, stops, pools[:3] if pools else None)
     return build_census(classifier.tally, pid=pid, process_name=facts.name, time=_now(), read=read)
 
 
