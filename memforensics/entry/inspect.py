@@ -6,12 +6,13 @@ malloc_info at a safe point, a foreign allocator's own statistics calls; a core 
 read as memory is (``inspect_core``). The policy, here and nowhere else:
 - a process on jemalloc, tcmalloc or mimalloc is read by its allocator's statistics; memory
   only (``read-only``) and gdb's way are refused for it, saying why;
-- ``gdb`` always uses gdb; ``read-only`` never does;
+- ``gdb`` always uses gdb; ``read-only`` never does, nor makes any call;
 - ``auto`` reads memory, and falls back to gdb's way only when that read was refused as
   impossible for this target (ReadOnlyRefusedError), saying so in ``gdb_fallback``;
 - samples taken without a person watching (``watch``, ``collect``: the fleet, where pods are
   deleted with everything in them) never fall back: gdb's way is the one that a SIGKILL of
-  our whole side can leave half-done (``sample_method``).
+  our whole side can leave half-done (``sample_method``'s ``no-gdb``: memory, or a foreign
+  allocator's statistics, whose calls restore their thread themselves).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from memforensics.sources.proc import procfs
 if TYPE_CHECKING:
     from memforensics.entry.scanning import BackgroundScan
 
-InspectMethod = Literal["auto", "read-only", "gdb"]
+InspectMethod = Literal["auto", "read-only", "no-gdb", "gdb"]
 
 __all__ = ["InspectMethod", "inspect_core", "inspect_live", "inspect_method", "sample_method"]
 
@@ -48,8 +49,9 @@ def inspect_method(*, read_only: bool, gdb_path: str | None) -> InspectMethod:
 
 def sample_method(*, gdb_path: str | None) -> InspectMethod:
     """The way `watch` and `collect` read each sample: through gdb where asked for, else from
-    memory with no fallback (a refused read is a gap in the series, never a gdb session)."""
-    return "gdb" if gdb_path is not None else "read-only"
+    memory (or a foreign allocator's own statistics) with no fallback: a refused read is a
+    gap in the series, never a gdb session."""
+    return "gdb" if gdb_path is not None else "no-gdb"
 
 
 def inspect_live(
@@ -89,7 +91,7 @@ def inspect_live(
                 pins=pins,
             )
         except ReadOnlyRefusedError as exc:
-            if method == "read-only":
+            if method != "auto":
                 raise
             refused = exc.message
     from memforensics.entry.readers.gdb import inspect_process  # the gdb machinery: only now
