@@ -11,6 +11,7 @@ from types import FrameType
 from typing import Any
 
 import click
+from rich.console import Console
 from rich.live import Live
 
 from memforensics.cli.options import (
@@ -93,6 +94,42 @@ def _final_report(processes: list[WatchedProcess]) -> Report:
         )
         reports.append(process_report(series))
     return Report(processes=tuple(reports), inputs=(), notes=())
+
+
+def _census_taken(
+    record: CensusSample, writer: RecordingWriter | None, console: Console | None
+) -> None:
+    """A census taken while watching: recorded, and a line printed on ``console`` (None: the
+    live view is shown instead)."""
+    if writer is not None:
+        writer.write(census_line(record))
+    if console is not None:
+        top = record.types[0] if record.types else None
+        console.print(
+            f"census PID {record.pid}: {record.live_chunks:,} live chunks"
+            + (f", biggest {top.name} x {top.count:,}" if top else ""),
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+def _print_overheads(
+    status: Console, processes: list[WatchedProcess], elapsed: float, record_path: str | None
+) -> None:
+    """What watching cost each process, and where the recording is."""
+    for proc in processes:
+        status.print(
+            f"PID {proc.pid} {proc.process}: {overhead_words(proc, elapsed)}", highlight=False
+        )
+    if record_path:
+        status.print(f"recorded to {record_path}: `memforensics report {record_path} --html OUT`")
+
+
+def _json_document(processes: list[WatchedProcess], watched: dict[str, Any]) -> dict[str, Any]:
+    """--json's document: the final report of every process, and the watch's own figures."""
+    document: dict[str, Any] = report_json(_final_report(processes))
+    document["watch"] = watched
+    return document
 
 
 @click.command(name="watch", epilog=EXAMPLES + "\n" + exit_codes_epilog())
@@ -212,16 +249,7 @@ def command(
 
     def on_record(record: Sample | SeriesEvent | CensusSample, proc: WatchedProcess) -> None:
         if isinstance(record, CensusSample):
-            if writer is not None:
-                writer.write(census_line(record))
-            if not live_view:
-                top = record.types[0] if record.types else None
-                (status if as_json else out).print(
-                    f"census PID {record.pid}: {record.live_chunks:,} live chunks"
-                    + (f", biggest {top.name} x {top.count:,}" if top else ""),
-                    highlight=False,
-                    soft_wrap=True,
-                )
+            _census_taken(record, writer, None if live_view else status if as_json else out)
             return
         if writer is not None:
             writer.write(sample_line(record) if isinstance(record, Sample) else event_line(record))
@@ -244,21 +272,15 @@ def command(
         if writer is not None:
             writer.close()
     elapsed = watch.elapsed_seconds()
-    for proc in processes:
-        status.print(
-            f"PID {proc.pid} {proc.process}: {overhead_words(proc, elapsed)}", highlight=False
-        )
-    if record_path:
-        status.print(f"recorded to {record_path}: `memforensics report {record_path} --html OUT`")
+    _print_overheads(status, processes, elapsed, record_path)
     if as_json:
-        document: dict[str, Any] = report_json(_final_report(processes))
-        document["watch"] = {
+        watched = {
             "interval_seconds": interval_seconds,
             "rss_interval_seconds": rss_interval_seconds,
             "elapsed_seconds": round(elapsed, 3),
             "interrupted": stop.is_set(),
             "record": record_path,
         }
-        emit_json(document)
+        emit_json(_json_document(processes, watched))
     if all(not p.heap and p.gaps for p in processes):
         click.get_current_context().exit(EXIT_TIMEOUT)  # busy all along: no heap sample at all

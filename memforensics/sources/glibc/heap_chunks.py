@@ -220,65 +220,13 @@ def walk_memory_chunks(
 ) -> ProcessChunks:
     """Every heap's chunks of the memory ``mem`` (see the module), in stops of ``hold``."""
     planned, subheaps, notes = _plan(mappings, mem, libc_path)
-    tcache = Tcache(keys=set(), structs=set())
-    # The main thread's tcache is the main heap's first chunk; a thread arena's first
-    # thread's, its first chunk: their lists give the key before any window is walked.
-    for heap in planned:
-        if heap.index == 0:
-            header = mem.read(heap.start, 16)
-            size = int.from_bytes(header[8:], "little") & ~glibc.SIZE_FLAGS if header else 0
-            data = mem.read(heap.start, size) if size in TCACHE_LAYOUTS else None
-            entries = tcache_struct(data, size) if data else None
-            if entries:
-                learn_key(mem, tcache, heap.start, entries)
+    tcache = _first_tcache_keys(mem, planned)
     fast_by_arena: dict[int, set[int]] = {}
     heaps: list[HeapChunks] = []
-    unread_bytes = 0
     for heap in planned:
-        ref = ChunkRef(heap.arena, heap.index, heap.pages)
         if heap.arena not in fast_by_arena:
-            fast_by_arena[heap.arena] = set()
-            if heap.state_address is not None:
-                arena_heaps = [h for h in planned if h.arena == heap.arena]
-                low = min(h.heap_start for h in arena_heaps)
-                high = max(h.limit for h in arena_heaps)
-
-                reader = _chunk_reader(mem, arena_heaps)
-
-                def read_fast(
-                    heap: _PlannedHeap = heap,
-                    low: int = low,
-                    high: int = high,
-                    reader: Callable[[int], bytes | None] | None = reader,
-                ) -> None:
-                    state = read_state(mem, heap.state_address or 0)
-                    if state is not None:
-                        fast_by_arena[heap.arena] = fast_chunks(mem, state, low, high, read=reader)
-
-                _held(hold, mem, heap.state_address, read_fast)
-        walk = HeapWalk(
-            mem,
-            ref,
-            heap.start,
-            heap.limit,
-            _top_reader(mem, heap.state_address),
-            fast_by_arena[heap.arena],
-            tcache,
-            visit,
-            keep,
-            retry=hold is not None,
-        )
-        while not walk.done:
-            window = _held(hold, mem, heap.state_address, walk.read_window, WINDOW_BYTES)
-            if hold is not None:
-                hold.release()  # the walk of the copy is made with the target running
-            if window is None:
-                break
-            walk.walk_window(*window)
-        result = walk.result(heap.limit)
-        if not result.complete:
-            unread_bytes += max(heap.limit - result.walked_end, 0)
-        heaps.append(result)
+            fast_by_arena[heap.arena] = _arena_fast_chunks(mem, hold, heap, planned)
+        heaps.append(_walk_heap(mem, hold, heap, fast_by_arena[heap.arena], tcache, visit, keep))
     if hold is not None:
         hold.release()
     spans = anonymous_spans(mappings, subheaps)
@@ -286,17 +234,7 @@ def walk_memory_chunks(
     if not searched:
         notes.append("mmapped chunks: the search ran out of time; some were not looked at")
     if visit is not None:
-        for address, size in mmapped:
-            data = mem.read_present(address, min(size, WINDOW_TAIL_BYTES))
-            pages = mem.pagemap(address, address + mem.page_bytes)
-            visit(
-                ChunkRef(MMAPPED_ARENA, 0, pages),
-                memoryview(data),
-                address,
-                [address],
-                [size],
-                bytes((ChunkState.LIVE,)),
-            )
+        _visit_mmapped(mem, mmapped, visit)
     return ProcessChunks(
         pid=pid,
         page_bytes=mem.page_bytes,
@@ -305,6 +243,92 @@ def walk_memory_chunks(
         notes=tuple(notes),
         tcache_keys=len(tcache.keys),
     )
+
+
+def _first_tcache_keys(mem: MemoryReader, planned: Sequence[_PlannedHeap]) -> Tcache:
+    """The tcache key learnt before any window is walked: the main thread's tcache is the
+    main heap's first chunk; a thread arena's first thread's, its first chunk."""
+    tcache = Tcache(keys=set(), structs=set())
+    for heap in planned:
+        if heap.index == 0:
+            header = mem.read(heap.start, 16)
+            size = int.from_bytes(header[8:], "little") & ~glibc.SIZE_FLAGS if header else 0
+            data = mem.read(heap.start, size) if size in TCACHE_LAYOUTS else None
+            entries = tcache_struct(data, size) if data else None
+            if entries:
+                learn_key(mem, tcache, heap.start, entries)
+    return tcache
+
+
+def _arena_fast_chunks(
+    mem: MemoryReader,
+    hold: ArenaHold | None,
+    heap: _PlannedHeap,
+    planned: Sequence[_PlannedHeap],
+) -> set[int]:
+    """The chunks on the fastbin lists of ``heap``'s arena, read in a stop (none when its
+    malloc_state is unknown)."""
+    state_address = heap.state_address
+    if state_address is None:
+        return set()
+    arena_heaps = [h for h in planned if h.arena == heap.arena]
+    low = min(h.heap_start for h in arena_heaps)
+    high = max(h.limit for h in arena_heaps)
+    reader = _chunk_reader(mem, arena_heaps)
+
+    def read_fast() -> set[int]:
+        state = read_state(mem, state_address)
+        return set() if state is None else fast_chunks(mem, state, low, high, read=reader)
+
+    return _held(hold, mem, state_address, read_fast)
+
+
+def _walk_heap(
+    mem: MemoryReader,
+    hold: ArenaHold | None,
+    heap: _PlannedHeap,
+    fast: set[int],
+    tcache: Tcache,
+    visit: Visit | None,
+    keep: bool,
+) -> HeapChunks:
+    """One heap walked window by window, each window read in a stop of ``hold`` and walked
+    with the target running."""
+    walk = HeapWalk(
+        mem,
+        ChunkRef(heap.arena, heap.index, heap.pages),
+        heap.start,
+        heap.limit,
+        _top_reader(mem, heap.state_address),
+        fast,
+        tcache,
+        visit,
+        keep,
+        retry=hold is not None,
+    )
+    while not walk.done:
+        window = _held(hold, mem, heap.state_address, walk.read_window, WINDOW_BYTES)
+        if hold is not None:
+            hold.release()  # the walk of the copy is made with the target running
+        if window is None:
+            break
+        walk.walk_window(*window)
+    return walk.result(heap.limit)
+
+
+def _visit_mmapped(mem: MemoryReader, mmapped: Sequence[tuple[int, int]], visit: Visit) -> None:
+    """Each mmapped chunk visited with its first bytes (ref.arena == MMAPPED_ARENA)."""
+    for address, size in mmapped:
+        data = mem.read_present(address, min(size, WINDOW_TAIL_BYTES))
+        pages = mem.pagemap(address, address + mem.page_bytes)
+        visit(
+            ChunkRef(MMAPPED_ARENA, 0, pages),
+            memoryview(data),
+            address,
+            [address],
+            [size],
+            bytes((ChunkState.LIVE,)),
+        )
 
 
 def _held(

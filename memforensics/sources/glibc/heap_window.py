@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from array import array
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from memforensics.model import glibc
@@ -30,6 +30,10 @@ _native = optional_native("memforensics.sources.glibc._heapwindow")
 _LIVE, _FREE, _FAST, _TCACHE = (
     int(s) for s in (ChunkState.LIVE, ChunkState.FREE, ChunkState.FAST, ChunkState.TCACHE)
 )
+# Why a header loop stopped: native.headers' codes, and one of the Python loop's own.
+_DONE, _RARE, _PENDING, _FULL = 0, 1, 2, 3  # the window's headers walked; a rare chunk at
+# `at` (the top, fenceposts, a header that fails); a chunk ending past the window; output full
+_ABSENT = 4  # a header on a page not present (only the Python loop walks such a heap)
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,35 @@ def first_words(view: memoryview, base: int, addresses: Sequence[int]) -> array[
         if offset >= 0 and offset + 8 <= size:
             out[i] = int.from_bytes(view[offset : offset + 8], "little")
     return out
+
+
+@dataclass
+class _Window:
+    """One window's state while HeapWalk.walk_window walks it (the walk's own state, carried
+    from window to window, stays on HeapWalk): its bytes and bounds, and the chunks found in
+    it, emitted when it is done."""
+
+    data: bytes | memoryview  # the copy, as read (native.headers takes it)
+    view: memoryview
+    words: memoryview  # the copy as 8-byte words
+    base: int  # the copy's first byte's address
+    end: int  # the address after its last byte
+    high: int  # the headers below this are this window's
+    last_header: int  # a chunk whose next header lies above this waits for the next window
+    top_at: int  # the arena's top (-1: unknown)
+    all_present: bool  # every page of the heap is present (no header needs checking)
+    native: bool  # the common chunks are walked in C
+    skip_until: int  # a walk gone back: chunks ending below this were emitted before
+    resync: tuple[int, int] | None  # this is a walk gone back (from, emitted to)
+    entry_at: int  # the first header this window walks
+    addresses: array[int] = field(default_factory=lambda: array("Q"))
+    sizes: array[int] = field(default_factory=lambda: array("Q"))
+    states: bytearray = field(default_factory=bytearray)
+
+    def record(self, at: int, size: int, state: ChunkState) -> None:
+        self.addresses.append(at)
+        self.sizes.append(size)
+        self.states.append(state)
 
 
 class Visit(Protocol):
@@ -183,163 +216,224 @@ class HeapWalk:
         return 0 <= index < len(pages.present) and pages.present[index] == 1
 
     def walk_window(self, base: int, data: bytes | memoryview, top: int | None) -> None:
-        """Walk the headers that lie in the window's first WINDOW_BYTES (after the stop)."""
-        view = memoryview(data)
-        words = view[: len(data) // 8 * 8].cast("Q")
-        window_end = base + len(data)
-        stop_at = window_end if window_end >= self.limit else window_end - WINDOW_TAIL_BYTES
+        """Walk the headers that lie in the window's first WINDOW_BYTES (after the stop): the
+        chunk the window before left, the common chunks in one loop (C where built), the rare
+        one that loop stops at, then the window's chunks emitted."""
+        window = self._open_window(base, data, top)
+        self._carry_over(window)
+        at = self._walk_headers(window)
+        if at is None:  # a header failed: the window is read again from the one before
+            return
+        self._close_window(window, at)
+
+    def _open_window(self, base: int, data: bytes | memoryview, top: int | None) -> _Window:
+        """The window's fixed state; a walk gone back (resync) starts from where it went."""
         resync, self.resync = self.resync, None
         skip_until = 0
         if resync is not None:
             self.at, skip_until = resync
             self.pending = None
-        entry_at = self.at
-        addresses: array[int] = array("Q")
-        sizes: array[int] = array("Q")
-        states = bytearray()
-        fast, keys, structs = self.fast, self.tcache.keys, self.tcache.structs
+        view = memoryview(data)
+        window_end = base + len(data)
+        stop_at = window_end if window_end >= self.limit else window_end - WINDOW_TAIL_BYTES
         pages = self.ref.pages
         all_present = pages is None or pages.all_resident
-        top_at = -1 if top is None else top
-        limit = self.limit
-        add_address, add_size, add_state = addresses.append, sizes.append, states.append
+        return _Window(
+            data=data,
+            view=view,
+            words=view[: len(data) // 8 * 8].cast("Q"),
+            base=base,
+            end=window_end,
+            high=min(stop_at, window_end - 15),  # at < high: the header lies in the window
+            last_header=window_end - 16,
+            top_at=-1 if top is None else top,
+            all_present=all_present,
+            native=all_present and len(data) >= 64 and _native is not None,
+            skip_until=skip_until,
+            resync=resync,
+            entry_at=self.at,
+        )
+
+    def _carry_over(self, w: _Window) -> None:
+        """The chunk the window before left: its state is this first header's PREV_INUSE."""
         at = self.at
-        # The chunk the window before left: its state is this first header's PREV_INUSE.
-        if (
-            self.pending is not None
-            and at + 16 <= window_end
-            and (all_present or self._present(at + 8))
-        ):
-            p_at, p_size, p_bytes = self.pending
-            self.pending = None
-            seen = ChunkState.LIVE if words[(at - base) // 8 + 1] & 1 else ChunkState.FREE
-            seen = self._refine(p_at, p_size, seen, p_bytes, fast, keys, structs)
-            self._emit_one(p_at, p_size, seen, p_bytes)
-        high = min(stop_at, window_end - 15)  # at < high: the header lies in the window
-        last_header = window_end - 16
-        native = _native if all_present and len(data) >= 64 else None
-        if native is not None:
-            out = self._native_out(len(data))
-            fast_arg = fast if fast else None
-            keys_arg = tuple(keys)
-            top_arg = top_at if top_at >= 0 else (1 << 64) - 1
-        while at < high:
-            if native is not None:
-                # The common chunks in C; the rare one it stops at is the Python code's.
-                at, count, stopped = native.headers(
-                    data,
-                    base,
-                    at,
-                    high,
-                    last_header,
-                    limit,
-                    top_arg,
-                    skip_until,
-                    fast_arg,
-                    keys_arg,
-                    *out,
-                )
-                if count:
-                    found = out[2][:count]
-                    if 255 in found:  # a tcache_perthread_struct candidate: checked here
-                        for i in range(count):
-                            if found[i] == 255:
-                                chunk, size = out[0][i], out[1][i]
-                                found[i] = self._refine(
-                                    chunk,
-                                    size,
-                                    ChunkState.LIVE,
-                                    view[chunk - base :],
-                                    fast,
-                                    keys,
-                                    structs,
-                                )
-                    addresses.extend(out[0][:count])
-                    sizes.extend(out[1][:count])
-                    states.extend(found)
-                if stopped == 0 or at >= high:
-                    break
-                if stopped == 3:
-                    continue
-            if not all_present and not self._present(at + 8):
-                self.at = at
-                self._stop("chunk header on a page not in memory (swapped out or not saved)")
+        if self.pending is None or at + 16 > w.end or not (w.all_present or self._present(at + 8)):
+            return
+        p_at, p_size, p_bytes = self.pending
+        self.pending = None
+        seen = ChunkState.LIVE if w.words[(at - w.base) // 8 + 1] & 1 else ChunkState.FREE
+        seen = self._refine(
+            p_at, p_size, seen, p_bytes, self.fast, self.tcache.keys, self.tcache.structs
+        )
+        self._emit_one(p_at, p_size, seen, p_bytes)
+
+    def _walk_headers(self, w: _Window) -> int | None:
+        """The window's headers from ``self.at``: the common chunks recorded in ``w`` by the
+        loop (C or Python), the one it stopped at decided here. The address the walk got to;
+        None when the window is to be read again (see _rare_header)."""
+        if w.native:
+            at, stop = self._native_headers(w, self.at)
+        else:
+            at, stop = self._python_headers(w, self.at)
+        if stop == _PENDING:
+            # Its state is the next window's: keep its first bytes until then.
+            offset = at - w.base
+            size = w.words[(offset >> 3) + 1] & ~7
+            self.pending = (at, size, bytes(w.view[offset : offset + WINDOW_TAIL_BYTES]))
+            return at + size
+        if stop == _ABSENT:
+            self.at = at
+            self._stop("chunk header on a page not in memory (swapped out or not saved)")
+            return at
+        if stop == _RARE:
+            return self._rare_header(w, at)
+        return at
+
+    def _native_headers(self, w: _Window, at: int) -> tuple[int, int]:
+        """The common chunks from ``at`` in C (native.headers), batch after batch while its
+        output fills; a tcache_perthread_struct candidate it flags is checked here. (where
+        it stopped, why): _DONE, _RARE or _PENDING."""
+        assert _native is not None
+        out = self._native_out(len(w.data))
+        fast_arg = self.fast if self.fast else None
+        keys_arg = tuple(self.tcache.keys)
+        top_arg = w.top_at if w.top_at >= 0 else (1 << 64) - 1
+        while at < w.high:
+            at, count, stop = _native.headers(
+                w.data,
+                w.base,
+                at,
+                w.high,
+                w.last_header,
+                self.limit,
+                top_arg,
+                w.skip_until,
+                fast_arg,
+                keys_arg,
+                *out,
+            )
+            if count:
+                self._take_batch(w, out, count)
+            if stop == _DONE or at >= w.high:
                 break
+            if stop != _FULL:
+                return at, stop
+        return at, _DONE
+
+    def _take_batch(
+        self, w: _Window, out: tuple[array[int], array[int], bytearray], count: int
+    ) -> None:
+        """The C loop's ``count`` chunks into the window's arrays."""
+        found = out[2][:count]
+        if 255 in found:  # a tcache_perthread_struct candidate: checked here
+            fast, keys, structs = self.fast, self.tcache.keys, self.tcache.structs
+            for i in range(count):
+                if found[i] == 255:
+                    chunk, size = out[0][i], out[1][i]
+                    found[i] = self._refine(
+                        chunk, size, ChunkState.LIVE, w.view[chunk - w.base :], fast, keys, structs
+                    )
+        w.addresses.extend(out[0][:count])
+        w.sizes.extend(out[1][:count])
+        w.states.extend(found)
+
+    def _python_headers(self, w: _Window, at: int) -> tuple[int, int]:
+        """The common chunks from ``at`` in Python, as native.headers walks them (the tests
+        compare the two), each with its state: (where it stopped, why): _DONE, _RARE,
+        _PENDING, or _ABSENT (a header on a page not present: the C loop never sees one)."""
+        words, base, view = w.words, w.base, w.view
+        high, last_header, limit = w.high, w.last_header, self.limit
+        top_at, skip_until = w.top_at, w.skip_until
+        check_pages, present = not w.all_present, self._present
+        fast, keys, structs = self.fast, self.tcache.keys, self.tcache.structs
+        refine = self._refine
+        add_address, add_size, add_state = w.addresses.append, w.sizes.append, w.states.append
+        while at < high:
+            if check_pages and not present(at + 8):
+                return at, _ABSENT
             index = (at - base) >> 3
             size = words[index + 1] & ~7
             following = at + size
             if size < 32 or size & 15 or following > limit or at == top_at:
-                # The rare cases: the top, a sub-heap's fenceposts, a header that fails.
-                if at == top_at:
-                    self._record(addresses, sizes, states, at, size, ChunkState.TOP)
-                    at += size
-                    self.done = True
-                    break
-                if size == _FENCEPOST_BYTES and at + 32 <= window_end and not words[index + 3] & ~7:
-                    # sysmalloc's closing fenceposts of a sub-heap it left
-                    self._record(addresses, sizes, states, at, 16, ChunkState.BOOKKEEPING)
-                    self._record(addresses, sizes, states, at + 16, 16, ChunkState.BOOKKEEPING)
-                    at += 32
-                    self.done = True
-                    break
-                if resync is None and self.retry and self.window_start is not None:
-                    self.resync = (self.window_start, entry_at)
-                    self.resyncs += 1
-                    return
-                self.at = at
-                if size < glibc.MINSIZE or size % glibc.MALLOC_ALIGNMENT:
-                    field = words[index + 1]
-                    self._stop(
-                        f"malloc(): invalid size (unsorted) at {at:#x}: size field {field:#x}"
-                    )
-                else:
-                    self._stop(
-                        f"corrupted size vs. prev_size: chunk at {at:#x} of {size:#x} bytes "
-                        f"runs past the heap's end {self.limit:#x}"
-                    )
-                break
+                return at, _RARE  # the top, a sub-heap's fenceposts, a header that fails
             if following < skip_until:  # emitted before the walk went back
                 at = following
                 continue
-            if following <= last_header:
-                state: int
-                if not words[index + (size >> 3) + 1] & _PREV_INUSE:
-                    state = _FREE
-                elif at in fast:
-                    state = _FAST
-                elif size <= _TCACHE_MAX_CHUNK and words[index + 3] in keys:
-                    state = _TCACHE
-                elif size in TCACHE_LAYOUTS:
-                    state = self._refine(
-                        at, size, ChunkState.LIVE, view[at - base :], fast, keys, structs
-                    )
-                else:
-                    state = _LIVE
-                add_address(at)
-                add_size(size)
-                add_state(state)
+            if following > last_header:
+                return at, _PENDING
+            state: int
+            if not words[index + (size >> 3) + 1] & _PREV_INUSE:
+                state = _FREE
+            elif at in fast:
+                state = _FAST
+            elif size <= _TCACHE_MAX_CHUNK and words[index + 3] in keys:
+                state = _TCACHE
+            elif size in TCACHE_LAYOUTS:
+                state = refine(at, size, ChunkState.LIVE, view[at - base :], fast, keys, structs)
             else:
-                # Its state is the next window's: keep its first bytes until then.
-                self.pending = (at, size, bytes(view[at - base : at - base + WINDOW_TAIL_BYTES]))
+                state = _LIVE
+            add_address(at)
+            add_size(size)
+            add_state(state)
             at = following
+        return at, _DONE
+
+    def _rare_header(self, w: _Window, at: int) -> int | None:
+        """The chunk at ``at`` the loop stopped at: the arena's top or a sub-heap's closing
+        fenceposts (the heap's end: the address after them), else a header that fails. A
+        live walk's window that fails one is read again once from the previous window's
+        first header (None); else the failure ends the heap's walk (``at``)."""
+        index = (at - w.base) >> 3
+        size_field = w.words[index + 1]
+        size = size_field & ~7
+        if at == w.top_at:
+            w.record(at, size, ChunkState.TOP)
+            self.done = True
+            return at + size
+        if size == _FENCEPOST_BYTES and at + 32 <= w.end and not w.words[index + 3] & ~7:
+            # sysmalloc's closing fenceposts of a sub-heap it left
+            w.record(at, 16, ChunkState.BOOKKEEPING)
+            w.record(at + 16, 16, ChunkState.BOOKKEEPING)
+            self.done = True
+            return at + 32
+        if w.resync is None and self.retry and self.window_start is not None:
+            self.resync = (self.window_start, w.entry_at)
+            self.resyncs += 1
+            return None
+        self.at = at
+        if size < glibc.MINSIZE or size % glibc.MALLOC_ALIGNMENT:
+            self._stop(f"malloc(): invalid size (unsorted) at {at:#x}: size field {size_field:#x}")
+        else:
+            self._stop(
+                f"corrupted size vs. prev_size: chunk at {at:#x} of {size:#x} bytes "
+                f"runs past the heap's end {self.limit:#x}"
+            )
+        return at
+
+    def _close_window(self, w: _Window, at: int) -> None:
+        """The walk's position after the window, and the window's chunks emitted."""
         if self.complete:  # a failed header left self.at at itself
             self.at = at
-        if resync is not None and self.keep and addresses:
+            self.window_start = w.entry_at
+        if w.resync is not None and self.keep and w.addresses:
             # The chunks kept from the window before that this walk saw again.
-            while self.addresses and self.addresses[-1] >= addresses[0]:
+            first = w.addresses[0]
+            while self.addresses and self.addresses[-1] >= first:
                 self.addresses.pop()
                 self.sizes.pop()
                 self.states.pop()
                 self.count -= 1
-        if self.complete:
-            self.window_start = entry_at
         if not self.done and at >= self.limit:
             self.done = True
-            if self.pending is not None:  # the heap's last chunk: nothing follows
-                p_at, p_size, p_bytes = self.pending
-                self.pending = None
-                self._emit_one(p_at, p_size, ChunkState.LIVE, p_bytes)
-        self._emit(view, base, addresses, sizes, states)
+            self._flush_pending()  # the heap's last chunk: nothing follows
+        self._emit(w.view, w.base, w.addresses, w.sizes, w.states)
+
+    def _flush_pending(self) -> None:
+        """The chunk waiting for its state emitted LIVE: no chunk follows it."""
+        if self.pending is not None:
+            p_at, p_size, p_bytes = self.pending
+            self.pending = None
+            self._emit_one(p_at, p_size, ChunkState.LIVE, p_bytes)
 
     def _native_out(self, window_bytes: int) -> tuple[array[int], array[int], bytearray]:
         """The C walk's output buffers, big enough for a window of ``window_bytes``."""
@@ -374,19 +468,6 @@ class HeapWalk:
                     return ChunkState.BOOKKEEPING
         return state
 
-    def _record(
-        self,
-        addresses: array[int],
-        sizes: array[int],
-        states: bytearray,
-        at: int,
-        size: int,
-        state: ChunkState,
-    ) -> None:
-        addresses.append(at)
-        sizes.append(size)
-        states.append(state)
-
     def _emit_one(self, at: int, size: int, state: ChunkState, data: bytes) -> None:
         self._emit(memoryview(data), at, [at], [size], bytearray((state,)))
 
@@ -409,10 +490,7 @@ class HeapWalk:
             self.visit(self.ref, view, base, addresses, sizes, states)
 
     def result(self, mapped_end: int) -> HeapChunks:
-        if self.pending is not None:  # a walk cut short: its last chunk's state is unknown
-            p_at, p_size, p_bytes = self.pending
-            self.pending = None
-            self._emit_one(p_at, p_size, ChunkState.LIVE, p_bytes)
+        self._flush_pending()  # a walk cut short: its last chunk's state is unknown
         if not self.done:
             self._stop("walk not finished")
         return HeapChunks(
