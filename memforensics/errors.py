@@ -7,6 +7,11 @@ TimeoutError, bad input a ValueError. Errors about one process carry its ``pid``
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from memforensics.model.corruption import HeapCorruption
+
 # Exit codes: the contract in README.md and every command's --help epilog.
 EXIT_OK = 0
 EXIT_GATE = 1
@@ -16,6 +21,7 @@ EXIT_PERMISSION = 4
 EXIT_TOOLING = 5
 EXIT_TIMEOUT = 6
 EXIT_INPUT = 7
+EXIT_CORRUPT = 8
 
 EXIT_CODE_TABLE: tuple[tuple[int, str], ...] = (
     (EXIT_OK, "success"),
@@ -29,6 +35,7 @@ EXIT_CODE_TABLE: tuple[tuple[int, str], ...] = (
     (EXIT_TOOLING, "tooling problem (gdb or journalctl missing or unusable)"),
     (EXIT_TIMEOUT, "timeout (no safe point or a call did not return; target left running)"),
     (EXIT_INPUT, "invalid input data (malformed, truncated or hostile dump or log)"),
+    (EXIT_CORRUPT, "the heap is corrupt: reported as a finding, nothing called into it"),
 )
 
 
@@ -90,6 +97,33 @@ class ReadOnlyRefusedError(TargetError):
     gdb's call to malloc_info may. `inspect` without --read-only falls back to it."""
 
     default_hint = "use the gdb path: inspect --gdb gdb PID"
+
+
+class HeapCorruptionError(TargetError):
+    """The target's heap failed glibc's own checks in a read made while its threads were
+    held still: it is corrupt, not moving. A finding about the target, reported with each
+    failed check (``findings``); nothing is ever called into such a heap (no malloc_info,
+    no malloc_trim), on any path. ``partial``: what the read measured nonetheless (the
+    read's HeapScan, for a report of the bins that did read consistently), where known."""
+
+    exit_code = EXIT_CORRUPT
+    default_hint = (
+        "the process has corrupted its own heap (a use-after-free or an overflow into a chunk "
+        "header): its next malloc or free may crash or hang it; nothing was called into it"
+    )
+
+    def __init__(
+        self,
+        message: str,
+        findings: tuple[HeapCorruption, ...],
+        *,
+        hint: str | None = None,
+        pid: int | None = None,
+        partial: object = None,
+    ) -> None:
+        super().__init__(message, hint=hint, pid=pid)
+        self.findings = findings
+        self.partial = partial
 
 
 class TargetPermissionError(MemforensicsError, PermissionError):

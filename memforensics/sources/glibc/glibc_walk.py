@@ -22,10 +22,13 @@ from itertools import compress
 from operator import ne
 
 from memforensics.model import glibc
+from memforensics.model.corruption import HeapCorruption
+from memforensics.sources.glibc import heap_checks
 from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap, parse_state, read_state
 from memforensics.sources.glibc.heapcopy import (
     EMPTY_TALLY,
     BufferPool,
+    Fill,
     OutOfTime,
     Segment,
     Tally,
@@ -91,6 +94,9 @@ class ArenaWalk:
     # Main arena only: the top's resident pages as [start, end) runs (None: too fragmented
     # to list, or not the main arena); what systrim releases is decided from them.
     top_resident_runs: tuple[tuple[int, int], ...] | None = None
+    # What failed glibc's checks in a copy made while the target was held (heap_checks):
+    # those bins are corrupt, not moving, and are not read again.
+    corruption: list[HeapCorruption] = field(default_factory=list)
 
 
 def resident_runs(
@@ -370,6 +376,7 @@ class ArenaWalker:
                 pending = [_FASTBIN, *_nonempty_bins(state, 1)]
                 self._measure_top(state, walk)
             failed: list[int] = []
+            inconsistent: list[int] = []
             for position, index in enumerate(pending):
                 if clock() > self._deadline:
                     walk.budget_reached = clock() > deadline
@@ -392,6 +399,7 @@ class ArenaWalker:
                     break
                 if result is None:
                     failed.append(index)
+                    inconsistent.append(index)
                 else:
                     if lazy_round:
                         lazy_left -= result[0]
@@ -401,13 +409,122 @@ class ArenaWalker:
                         walk.fastbin_chunks = self._fastbin_chunks
                     else:
                         walk.bin_sizes[index] = (result[0], *result[4:7])
+            # A copy made while every thread was held cannot have moved: a list that fails
+            # there is corrupt (named by heap_checks), and is not read again.
+            stop_copy = self._held and (
+                (in_stop and not lazy_round) or (attempt == 0 and snapshot is not None)
+            )
+            if stop_copy and inconsistent:
+                corrupt = self._diagnose(state, inconsistent, walk)
+                failed = [index for index in failed if index not in corrupt]
+            if attempt == 0 and snapshot is not None and self._held:
+                self._check_unlisted(state, walk)
             pending = failed
             if not pending or walk.budget_reached:
                 break
             # What the lazy round leaves is read in the next: no retry (the target is held).
             walk.retries += not lazy_round and attempt < BIN_RETRIES + lazy
+        if in_stop:
+            self._check_unlisted(state, walk)
         walk.unmeasured_bins.extend(pending)
         return walk
+
+    def _check_fill(self) -> Fill | None:
+        """The checks' ``fill``: none over whole copies, else the walk's own."""
+        return None if all(segment.whole for segment in self._segments) else self._fill
+
+    def _diagnose(self, state: ArenaState, indexes: Sequence[int], walk: ArenaWalk) -> set[int]:
+        """The bins of ``indexes`` (read inconsistently from a copy made in a stop) in which
+        heap_checks finds a failed check, their findings added to ``walk.corruption``."""
+        corrupt: set[int] = set()
+        fill = self._check_fill()
+        for index in indexes:
+            try:
+                if index == _FASTBIN:
+                    findings = self._diagnose_fastbins(state, fill)
+                else:
+                    fd, bk = state.bins[2 * (index - 1)], state.bins[2 * (index - 1) + 1]
+                    found = heap_checks.diagnose_list(
+                        state.address,
+                        self._segments,
+                        index,
+                        _bin_head(state, index),
+                        fd,
+                        bk,
+                        self._page,
+                        self._deadline,
+                        fill=fill,
+                    )
+                    findings = [found] if found is not None else []
+            except (OutOfTime, heap_checks.OutOfCopy):
+                continue  # no finding: the bin is left unmeasured, as before
+            if findings:
+                corrupt.add(index)
+                walk.corruption.extend(findings)
+        return corrupt
+
+    def _diagnose_fastbins(
+        self, state: ArenaState, fill: Fill | None
+    ) -> list[HeapCorruption]:
+        """Each fastbin's first failed check. Read the way the arena's other fastbins
+        decided (safe-linked or not); undecided, both ways, and the way that follows the list
+        further names the fault (a pointer taken the wrong way fails at once)."""
+        findings: list[HeapCorruption] = []
+        for fast_index, head in enumerate(state.fastbins):
+            if not head:
+                continue
+            ways = (self._mangled,) if self._mangled is not None else (True, False)
+            results = [
+                heap_checks.diagnose_fastbin(
+                    state.address,
+                    self._segments,
+                    fast_index,
+                    head,
+                    self._page,
+                    mangled,
+                    self._deadline,
+                    fill=fill,
+                )
+                for mangled in ways
+            ]
+            if any(found is None for _count, found in results):
+                continue  # reads back one way: not this fastbin
+            found = max(results, key=lambda result: result[0])[1]
+            if found is not None:
+                findings.append(found)
+        return findings
+
+    def _check_unlisted(self, state: ArenaState, walk: ArenaWalk) -> None:
+        """What the list loops do not look at, checked in a copy made in a stop: the top
+        chunk's size, each large bin's nextsize ring."""
+        fill = self._check_fill()
+        try:
+            top = heap_checks.check_top(
+                state.address,
+                self._segments,
+                state.top,
+                state.system_bytes,
+                self._page,
+                fill=fill,
+            )
+            if top is not None:
+                walk.corruption.append(top)
+            for index, sizes in sorted(walk.bin_sizes.items()):
+                if index < 64 or not sizes[0]:
+                    continue
+                found = heap_checks.check_nextsize(
+                    state.address,
+                    self._segments,
+                    index,
+                    _bin_head(state, index),
+                    state.bins[2 * (index - 1)],
+                    self._page,
+                    fill=fill,
+                )
+                if found is not None:
+                    walk.corruption.append(found)
+        except OutOfTime:
+            return
 
     def _reread_heads(self, state: ArenaState, index: int) -> ArenaState:
         """``state`` with bin ``index``'s head (or the fastbin heads) read again just now."""
