@@ -7,10 +7,7 @@ TimeoutError, bad input a ValueError. Errors about one process carry its ``pid``
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from memforensics.model.corruption import HeapCorruption
+from typing import Any
 
 # Exit codes: the contract in README.md and every command's --help epilog.
 EXIT_OK = 0
@@ -115,7 +112,7 @@ class HeapCorruptionError(TargetError):
     def __init__(
         self,
         message: str,
-        findings: tuple[HeapCorruption, ...],
+        findings: tuple[Any, ...],  # model.corruption.HeapCorruption (errors sit below model)
         *,
         hint: str | None = None,
         pid: int | None = None,

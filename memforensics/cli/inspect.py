@@ -21,7 +21,7 @@ from memforensics.cli.options import (
     verbose_option,
 )
 from memforensics.entry.early import collector_paused, resume_collector, take_scan
-from memforensics.errors import MemforensicsError, NoSuchProcessError
+from memforensics.errors import HeapCorruptionError, MemforensicsError, NoSuchProcessError
 
 if TYPE_CHECKING:
     from memforensics.entry.inspection import Inspection
@@ -70,6 +70,19 @@ def _print_report(result: Inspection, *, top: int, sort: SortKey) -> None:
     from memforensics.render.inspect import render_inspection
 
     stdout_console().print(render_inspection(result, top=top, sort=sort))
+
+
+def _corruption_document(error: HeapCorruptionError) -> dict[str, Any]:
+    from memforensics.render.corruption import corruption_document
+
+    return corruption_document(error)
+
+
+def _print_corruption(error: HeapCorruptionError) -> None:
+    from memforensics.cli.output import stdout_console
+    from memforensics.render.corruption import render_corruption
+
+    stdout_console().print(render_corruption(error))
 
 
 def _save_xml(path: Path, xml: bytes, pid: int) -> None:
@@ -309,6 +322,15 @@ def _report_targets(
                 worst = worst_exit_code((worst, exit_code_for(exc)))
             else:  # a --name match that came and went: the others are the report
                 click.echo(f"note: PID {pid} (matched by --name) exited; skipped", err=True)
+            continue
+        except HeapCorruptionError as exc:
+            # A finding, not a failure to read: its report goes to stdout like any other.
+            if as_json:
+                documents.append(_corruption_document(exc))
+            else:
+                _print_corruption(exc)
+            report_failure(exc, prefix=f"PID {pid}: " if several else "")
+            worst = worst_exit_code((worst, exit_code_for(exc)))
             continue
         except MemforensicsError as exc:
             if not several:

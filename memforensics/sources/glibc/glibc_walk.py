@@ -24,6 +24,7 @@ from operator import ne
 from memforensics.model import glibc
 from memforensics.model.corruption import HeapCorruption
 from memforensics.sources.glibc import heap_checks
+from memforensics.sources.glibc.heap_checks import bin_head
 from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap, parse_state, read_state
 from memforensics.sources.glibc.heapcopy import (
     EMPTY_TALLY,
@@ -36,6 +37,7 @@ from memforensics.sources.glibc.heapcopy import (
     follow_fastbin,
     follow_list,
     walk_copies,
+    resident_runs,
     walk_fastbin_copies,
 )
 from memforensics.sources.proc.procmem import MemoryReader, PageMap
@@ -56,14 +58,9 @@ _COPY_SLICE_BYTES = 4 << 20  # ~1 ms of copying: the longest a pause waits for t
 _TOP_RUNS_MAX = 4096  # a top with more runs of resident pages is estimated, not listed
 
 
-def _bin_head(state: ArenaState, index: int) -> int:
-    """Address glibc's bin_at() gives bin ``index``: its fd/bk slots posing as a chunk's."""
-    return state.address + glibc.OFF_BINS + 16 * (index - 1) - 16
-
-
 def _nonempty_bins(state: ArenaState, first: int) -> list[int]:
     """Bins from ``first`` on whose fd does not point back at the bin itself."""
-    heads = range(_bin_head(state, 1), _bin_head(state, glibc.NBINS), 16)
+    heads = range(bin_head(state, 1), bin_head(state, glibc.NBINS), 16)
     # compress/map: the 127 comparisons in C (a held read makes one per arena, 1,500 of them
     # within a few stops).
     indexes = compress(range(1, glibc.NBINS), map(ne, state.bins[0::2], heads))
@@ -97,30 +94,6 @@ class ArenaWalk:
     # What failed glibc's checks in a copy made while the target was held (heap_checks):
     # those bins are corrupt, not moving, and are not read again.
     corruption: list[HeapCorruption] = field(default_factory=list)
-
-
-def resident_runs(
-    pages: PageMap, start: int, end: int, max_runs: int
-) -> tuple[tuple[int, int], ...] | None:
-    """The resident pages wholly inside [start, end) as sorted [start, end) address runs;
-    None when there are more than ``max_runs`` of them."""
-    size = pages.page_bytes
-    first = max((max(start, pages.start) - pages.start + size - 1) // size, 0)
-    last = (min(end, pages.end) - pages.start) // size
-    present = pages.present
-    runs: list[tuple[int, int]] = []
-    index = first
-    while index < last:
-        begin = present.find(1, index, last)
-        if begin < 0:
-            break
-        stop = present.find(0, begin, last)
-        stop = last if stop < 0 else stop
-        runs.append((pages.start + begin * size, pages.start + stop * size))
-        if len(runs) > max_runs:
-            return None
-        index = stop
-    return tuple(runs)
 
 
 class ArenaWalker:
@@ -344,6 +317,7 @@ class ArenaWalker:
         walk = ArenaWalk()
         clock = time.monotonic
         pending: list[int] = []
+        corrupt_bins: list[int] = []  # failed glibc's checks: unmeasured, never read again
         in_stop = self._held and snapshot is None
         lazy = in_stop and self._lazy_in_stop
         for attempt in range(BIN_RETRIES + 1 + lazy):
@@ -415,116 +389,38 @@ class ArenaWalker:
                 (in_stop and not lazy_round) or (attempt == 0 and snapshot is not None)
             )
             if stop_copy and inconsistent:
-                corrupt = self._diagnose(state, inconsistent, walk)
+                corrupt = self._check(state, walk, inconsistent)
                 failed = [index for index in failed if index not in corrupt]
+                corrupt_bins.extend(sorted(corrupt))
             if attempt == 0 and snapshot is not None and self._held:
-                self._check_unlisted(state, walk)
+                self._check(state, walk, ())
             pending = failed
             if not pending or walk.budget_reached:
                 break
             # What the lazy round leaves is read in the next: no retry (the target is held).
             walk.retries += not lazy_round and attempt < BIN_RETRIES + lazy
         if in_stop:
-            self._check_unlisted(state, walk)
-        walk.unmeasured_bins.extend(pending)
+            self._check(state, walk, ())
+        walk.unmeasured_bins.extend(sorted({*pending, *corrupt_bins}))
         return walk
 
-    def _check_fill(self) -> Fill | None:
-        """The checks' ``fill``: none over whole copies, else the walk's own."""
-        return None if all(segment.whole for segment in self._segments) else self._fill
-
-    def _diagnose(self, state: ArenaState, indexes: Sequence[int], walk: ArenaWalk) -> set[int]:
-        """The bins of ``indexes`` (read inconsistently from a copy made in a stop) in which
-        heap_checks finds a failed check, their findings added to ``walk.corruption``."""
-        corrupt: set[int] = set()
-        fill = self._check_fill()
-        for index in indexes:
-            try:
-                if index == _FASTBIN:
-                    findings = self._diagnose_fastbins(state, fill)
-                else:
-                    fd, bk = state.bins[2 * (index - 1)], state.bins[2 * (index - 1) + 1]
-                    found = heap_checks.diagnose_list(
-                        state.address,
-                        self._segments,
-                        index,
-                        _bin_head(state, index),
-                        fd,
-                        bk,
-                        self._page,
-                        self._deadline,
-                        fill=fill,
-                    )
-                    findings = [found] if found is not None else []
-            except (OutOfTime, heap_checks.OutOfCopy):
-                continue  # no finding: the bin is left unmeasured, as before
-            if findings:
-                corrupt.add(index)
-                walk.corruption.extend(findings)
-        return corrupt
-
-    def _diagnose_fastbins(
-        self, state: ArenaState, fill: Fill | None
-    ) -> list[HeapCorruption]:
-        """Each fastbin's first failed check. Read the way the arena's other fastbins
-        decided (safe-linked or not); undecided, both ways, and the way that follows the list
-        further names the fault (a pointer taken the wrong way fails at once)."""
-        findings: list[HeapCorruption] = []
-        for fast_index, head in enumerate(state.fastbins):
-            if not head:
-                continue
-            ways = (self._mangled,) if self._mangled is not None else (True, False)
-            results = [
-                heap_checks.diagnose_fastbin(
-                    state.address,
-                    self._segments,
-                    fast_index,
-                    head,
-                    self._page,
-                    mangled,
-                    self._deadline,
-                    fill=fill,
-                )
-                for mangled in ways
-            ]
-            if any(found is None for _count, found in results):
-                continue  # reads back one way: not this fastbin
-            found = max(results, key=lambda result: result[0])[1]
-            if found is not None:
-                findings.append(found)
-        return findings
-
-    def _check_unlisted(self, state: ArenaState, walk: ArenaWalk) -> None:
-        """What the list loops do not look at, checked in a copy made in a stop: the top
-        chunk's size, each large bin's nextsize ring."""
-        fill = self._check_fill()
-        try:
-            top = heap_checks.check_top(
-                state.address,
-                self._segments,
-                state.top,
-                state.system_bytes,
-                self._page,
-                fill=fill,
+    def _check(self, state: ArenaState, walk: ArenaWalk, indexes: Sequence[int]) -> set[int]:
+        """heap_checks over a copy made in a stop: the bins of ``indexes`` (read back
+        inconsistently) that fail one of glibc's checks, returned; without ``indexes``, the
+        top and the large bins' nextsize rings. Findings go to ``walk.corruption``."""
+        fill = None if all(segment.whole for segment in self._segments) else self._fill
+        if not indexes:
+            large = [i for i, sizes in sorted(walk.bin_sizes.items()) if i >= 64 and sizes[0]]
+            found = {
+                0: heap_checks.check_unlisted(state, self._segments, large, self._page, fill=fill)
+            }
+        else:
+            found = heap_checks.diagnose_bins(
+                state, self._segments, indexes, self._page, self._deadline, self._mangled, fill=fill
             )
-            if top is not None:
-                walk.corruption.append(top)
-            for index, sizes in sorted(walk.bin_sizes.items()):
-                if index < 64 or not sizes[0]:
-                    continue
-                found = heap_checks.check_nextsize(
-                    state.address,
-                    self._segments,
-                    index,
-                    _bin_head(state, index),
-                    state.bins[2 * (index - 1)],
-                    self._page,
-                    fill=fill,
-                )
-                if found is not None:
-                    walk.corruption.append(found)
-        except OutOfTime:
-            return
+        for findings in found.values():
+            walk.corruption.extend(findings)
+        return set(found)
 
     def _reread_heads(self, state: ArenaState, index: int) -> ArenaState:
         """``state`` with bin ``index``'s head (or the fastbin heads) read again just now."""
@@ -558,7 +454,7 @@ class ArenaWalker:
             self._fastbin_chunks = tuple(counts)
             return chunks, total, resident, 0, 0, 0, 0
         fd, bk = state.bins[2 * (index - 1)], state.bins[2 * (index - 1) + 1]
-        head = _bin_head(state, index)
+        head = bin_head(state, index)
         if fd == head and bk == head:
             return EMPTY_TALLY  # emptied meanwhile: measured, nothing in it
         low, high = glibc.bin_size_range(index)

@@ -22,9 +22,21 @@ from collections.abc import Sequence
 from memforensics.model import corruption as words
 from memforensics.model import glibc
 from memforensics.model.corruption import HeapCorruption, bin_name
-from memforensics.sources.glibc.heapcopy import CLOCK_EVERY_CHUNKS, Fill, Segment, chunk_limit
+from memforensics.sources.glibc.glibc_arenas import ArenaState
+from memforensics.sources.glibc.heapcopy import (
+    CLOCK_EVERY_CHUNKS,
+    Fill,
+    OutOfTime,
+    Segment,
+    chunk_limit,
+)
 
 _CHUNK_BYTES = 48  # a free chunk's words read here: prev_size … bk_nextsize
+
+
+def bin_head(state: ArenaState, index: int) -> int:
+    """Address glibc's bin_at() gives bin ``index``: its fd/bk slots posing as a chunk's."""
+    return state.address + glibc.OFF_BINS + 16 * (index - 1) - 16
 
 
 class OutOfCopy(Exception):
@@ -309,3 +321,102 @@ def check_top(
         f"size {raw:#x} runs past its heap (ends {copy.end_of(top):#x}; system_mem "
         f"{system_bytes:#x})",
     )
+
+
+def diagnose_bins(
+    state: ArenaState,
+    segments: Sequence[Segment],
+    indexes: Sequence[int],
+    page: int,
+    deadline: float,
+    mangled: bool | None,
+    *,
+    fill: Fill | None = None,
+) -> dict[int, list[HeapCorruption]]:
+    """Per bin of ``indexes`` (0: the fastbins) that fails a check, its findings. Fastbins
+    are read the way the arena's others decided (``mangled``: safe-linked or not); when
+    undecided, both ways, and the way that follows the list further names the fault (a
+    pointer taken the wrong way fails at once). A bin whose check ran out of time or copy
+    is left out (unmeasured, as before)."""
+    found: dict[int, list[HeapCorruption]] = {}
+    for index in indexes:
+        try:
+            if index == 0:
+                findings = _diagnose_fastbins(state, segments, page, deadline, mangled, fill)
+            else:
+                finding = diagnose_list(
+                    state.address,
+                    segments,
+                    index,
+                    bin_head(state, index),
+                    state.bins[2 * (index - 1)],
+                    state.bins[2 * (index - 1) + 1],
+                    page,
+                    deadline,
+                    fill=fill,
+                )
+                findings = [finding] if finding is not None else []
+        except (OutOfTime, OutOfCopy):
+            continue
+        if findings:
+            found[index] = findings
+    return found
+
+
+def _diagnose_fastbins(
+    state: ArenaState,
+    segments: Sequence[Segment],
+    page: int,
+    deadline: float,
+    mangled: bool | None,
+    fill: Fill | None,
+) -> list[HeapCorruption]:
+    findings: list[HeapCorruption] = []
+    ways = (mangled,) if mangled is not None else (True, False)
+    for fast_index, head in enumerate(state.fastbins):
+        if not head:
+            continue
+        results = [
+            diagnose_fastbin(
+                state.address, segments, fast_index, head, page, way, deadline, fill=fill
+            )
+            for way in ways
+        ]
+        if any(finding is None for _count, finding in results):
+            continue  # reads back one way: not this fastbin
+        finding = max(results, key=lambda result: result[0])[1]
+        if finding is not None:
+            findings.append(finding)
+    return findings
+
+
+def check_unlisted(
+    state: ArenaState,
+    segments: Sequence[Segment],
+    large_bins: Sequence[int],
+    page: int,
+    *,
+    fill: Fill | None = None,
+) -> list[HeapCorruption]:
+    """The top chunk's size and the nextsize ring of each of ``large_bins`` (read back
+    consistently through fd and bk): what the list loops do not look at."""
+    findings: list[HeapCorruption] = []
+    try:
+        top = check_top(state.address, segments, state.top, state.system_bytes, page, fill=fill)
+        if top is not None:
+            findings.append(top)
+        for index in large_bins:
+            found = check_nextsize(
+                state.address,
+                segments,
+                index,
+                bin_head(state, index),
+                state.bins[2 * (index - 1)],
+                page,
+                fill=fill,
+            )
+            if found is not None:
+                findings.append(found)
+    except (OutOfTime, OutOfCopy):
+        pass
+    return findings

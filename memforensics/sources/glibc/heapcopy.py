@@ -226,6 +226,30 @@ def _zero_hole(segment: Segment, start: int, stop: int, page: int) -> None:
         segment.view[start:stop] = bytes(stop - start)
 
 
+def resident_runs(
+    pages: PageMap, start: int, end: int, max_runs: int
+) -> tuple[tuple[int, int], ...] | None:
+    """The resident pages wholly inside [start, end) as sorted [start, end) address runs;
+    None when there are more than ``max_runs`` of them."""
+    size = pages.page_bytes
+    first = max((max(start, pages.start) - pages.start + size - 1) // size, 0)
+    last = (min(end, pages.end) - pages.start) // size
+    present = pages.present
+    runs: list[tuple[int, int]] = []
+    index = first
+    while index < last:
+        begin = present.find(1, index, last)
+        if begin < 0:
+            break
+        stop = present.find(0, begin, last)
+        stop = last if stop < 0 else stop
+        runs.append((pages.start + begin * size, pages.start + stop * size))
+        if len(runs) > max_runs:
+            return None
+        index = stop
+    return tuple(runs)
+
+
 # What a list loop measured: (chunks, chunk bytes, bytes on resident pages, bytes mtrim
 # would release from resident pages; fastbins release nothing to mtrim: 0, then the smallest
 # and largest size word with its flag bits and their sum: glibc's chunksize_nomask, which
