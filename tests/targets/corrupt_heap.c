@@ -15,11 +15,15 @@
  *   zerosize    a small-bin chunk's size 0
  * or a number, a seed: one free chunk's header field (size, fd, bk, fd_nextsize,
  * bk_nextsize) set to a random value, another chunk, a small integer or itself.
- * For each SPEC it prints one line "corrupted ARENA_INDEX SPEC chunk=0x... field=F
- * value=0x..." (or "intact ARENA_INDEX"), then "ready N" once every arena is set up, and
+ * For each SPEC it prints "arena INDEX 0x..." (its malloc_state, found from the unsorted bin)
+ * and "corrupted INDEX SPEC chunk=0x... field=F value=0x..." (or "intact INDEX"), then "ready N" once every arena is set up, and
  * sleeps in pause() for ever. */
+/* It reads and writes freed chunks on purpose: that is its job. */
+#pragma GCC diagnostic ignored "-Wpragmas"
+#pragma GCC diagnostic ignored "-Wuse-after-free"
 #include <gnu/libc-version.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,11 +41,33 @@ struct arena_set {
     uintptr_t unsorted;      /* in the unsorted bin (0x210 bytes) */
     uintptr_t guard;         /* an allocated chunk */
     uintptr_t top;           /* the arena's top chunk */
+    uintptr_t arena;         /* its malloc_state, from the unsorted chunk's fd */
 };
 
 static int safe_linking;
+static int small_bins_first; /* glibc >= 2.41: free puts small chunks in their bin */
 static pthread_barrier_t barrier;
 static pthread_mutex_t print_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Every line printed before "ready" is also appended to the ready line, after " ; ", for a
+ * test harness that keeps only that line. */
+static char records[1 << 15];
+static size_t records_used;
+
+static void say(const char *format, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *format, ...) {
+    char line[512];
+    va_list args;
+    va_start(args, format);
+    vsnprintf(line, sizeof line, format, args);
+    va_end(args);
+    pthread_mutex_lock(&print_lock);
+    printf("%s\n", line);
+    fflush(stdout);
+    records_used += (size_t)snprintf(records + records_used, sizeof records - records_used,
+                                     " ; %s", line);
+    if (records_used >= sizeof records) records_used = sizeof records - 1;
+    pthread_mutex_unlock(&print_lock);
+}
 
 #define CHUNK(p) ((uintptr_t)(p) - 16)
 #define WORD(chunk, n) (((uintptr_t *)(chunk))[n])
@@ -81,6 +107,11 @@ static void build(struct arena_set *set) {
     set->top = big + (WORD(big, W_SIZE) & ~(uintptr_t)7);
     for (int i = 0; i < NFAST; i++) free(fast[i]);
     free(unsorted);
+    /* Freed last, it heads its bin: its bk is bin_at(arena, bin), at the arena's bins (0x70)
+     * less 0x10 plus 16 per bin. That is the unsorted bin (1), but from glibc 2.41 on a
+     * freed small chunk goes straight to its small bin (0x210 bytes: bin 33). The test reads
+     * the arena's mutex (its first word) there itself. */
+    set->arena = WORD(set->unsorted, W_BK) - 0x60 - (small_bins_first ? 16 * 32 : 0);
 }
 
 static uintptr_t protect(uintptr_t position, uintptr_t pointer) {
@@ -95,11 +126,8 @@ static uint64_t next_random(uint64_t *state) { /* splitmix64 */
 }
 
 static void report(int index, const char *spec, uintptr_t chunk, const char *field, uintptr_t value) {
-    pthread_mutex_lock(&print_lock);
-    printf("corrupted %d %s chunk=0x%lx field=%s value=0x%lx\n", index, spec,
-           (unsigned long)chunk, field, (unsigned long)value);
-    fflush(stdout);
-    pthread_mutex_unlock(&print_lock);
+    say("corrupted %d %s chunk=0x%lx field=%s value=0x%lx", index, spec, (unsigned long)chunk,
+        field, (unsigned long)value);
 }
 
 static const char *FIELDS[] = {"prev_size", "size", "fd", "bk", "fd_nextsize", "bk_nextsize"};
@@ -142,11 +170,9 @@ static void seeded(struct arena_set *set, int index, const char *spec, uint64_t 
 
 static void corrupt(struct arena_set *set, int index, const char *spec) {
     uintptr_t a = set->small[0], b = set->small[1];
+    say("arena %d 0x%lx", index, (unsigned long)set->arena);
     if (strcmp(spec, "intact") == 0) {
-        pthread_mutex_lock(&print_lock);
-        printf("intact %d\n", index);
-        fflush(stdout);
-        pthread_mutex_unlock(&print_lock);
+        say("intact %d", index);
     } else if (strcmp(spec, "cycle") == 0) {
         /* small[0] and small[1] linked to each other, whichever order the bin has. */
         WORD(b, W_FD) = a;
@@ -209,6 +235,7 @@ int main(int argc, char **argv) {
     int major = 0, minor = 0;
     sscanf(gnu_get_libc_version(), "%d.%d", &major, &minor);
     safe_linking = major > 2 || (major == 2 && minor >= 32);
+    small_bins_first = major > 2 || (major == 2 && minor >= 41);
     int threads = argc - 2;
     pthread_barrier_init(&barrier, NULL, (unsigned)threads + 1);
     static struct job jobs[256];
@@ -224,7 +251,7 @@ int main(int argc, char **argv) {
     struct arena_set set;
     build(&set);
     corrupt(&set, 0, argv[1]);
-    printf("ready %d\n", threads + 1);
+    printf("ready %d%s\n", threads + 1, records);
     fflush(stdout);
     for (;;) pause();
 }
