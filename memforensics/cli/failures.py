@@ -11,11 +11,13 @@ from collections.abc import Iterable
 import click
 
 from memforensics.errors import (
+    EXIT_CORRUPT,
     EXIT_OK,
     EXIT_TIMEOUT,
     EXIT_TOOLING,
     DeadlineError,
     GdbUnavailableError,
+    HeapCorruptionError,
     MemforensicsError,
     NoSuchProcessError,
     TargetExitedError,
@@ -37,13 +39,22 @@ FLAG_HINTS: tuple[tuple[type[MemforensicsError], str | None, str], ...] = (
         "--read-only",
         "without --gdb the heap is read from memory, gdb only where that read is refused",
     ),
+    (
+        HeapCorruptionError,
+        "--accept-corrupt-heap-risk",
+        "--gdb gdb --accept-corrupt-heap-risk calls into it anyway, at the risk of hanging "
+        "or crashing the process",
+    ),
     (TargetStoppedError, "--allow-stopped", "or pass --allow-stopped to inspect it as it is"),
     (TargetExitedError, None, ""),
     (NoSuchProcessError, "--name", "or select processes by name with --name PATTERN"),
     (UnsafeDirectoryError, "--state-dir", "or pass --state-dir DIR"),
 )
 # The same for failures known only by their exit code (a trim target's recorded failure).
-_FLAG_HINTS_BY_EXIT_CODE = {EXIT_TIMEOUT: FLAG_HINTS[0]}
+_FLAG_HINTS_BY_EXIT_CODE = {
+    EXIT_TIMEOUT: FLAG_HINTS[0],
+    EXIT_CORRUPT: next(rule for rule in FLAG_HINTS if rule[0] is HeapCorruptionError),
+}
 
 
 def command_options(command: click.Command | None) -> frozenset[str]:

@@ -12,6 +12,7 @@ import click
 
 from memforensics.cli.failures import exit_code_for, report_failure, worst_exit_code
 from memforensics.cli.options import (
+    accept_corrupt_risk_option,
     exit_codes_epilog,
     gdb_option,
     heap_view_options,
@@ -119,6 +120,7 @@ def _mi_logger(line: str) -> None:
 )
 @timeout_option("10s")
 @gdb_option
+@accept_corrupt_risk_option
 @click.option(
     "--allow-stopped",
     is_flag=True,
@@ -162,6 +164,7 @@ def command(
     save_xml: str | None,
     timeout_seconds: float,
     gdb_path: str | None,
+    accept_corrupt_risk: bool,
     allow_stopped: bool,
     read_only: bool,
     core_path: str | None,
@@ -189,7 +192,14 @@ def command(
         raise click.UsageError("--read-only runs no gdb: drop --gdb")
     _report_targets(
         *_targets_and_reader(
-            pids, names, read_only, timeout_seconds, gdb_path, allow_stopped, verbose
+            pids,
+            names,
+            read_only,
+            timeout_seconds,
+            gdb_path,
+            allow_stopped,
+            verbose,
+            accept_corrupt_risk=accept_corrupt_risk,
         ),
         as_json=as_json,
         save_xml=save_xml,
@@ -206,10 +216,12 @@ def _targets_and_reader(
     gdb_path: str | None,
     allow_stopped: bool,
     verbose: bool,
+    *,
+    accept_corrupt_risk: bool = False,
 ) -> tuple[list[tuple[int, bool]], Callable[[int], Inspection]]:
     """The targets, and how each is inspected: from its memory (gdb only where that read is
     refused), from its memory only (--read-only), or through gdb (--gdb PATH)."""
-    from memforensics.entry.readonly import inspect_live, inspect_method
+    from memforensics.entry.readonly import inspect_live, inspect_method, refuse_if_corrupt
 
     method = inspect_method(read_only=read_only, gdb_path=gdb_path)
     if method != "gdb":
@@ -244,6 +256,13 @@ def _targets_and_reader(
     from memforensics.entry.targets import resolve_targets
 
     def inspect_one(pid: int) -> Inspection:
+        # malloc_info is never called into a heap found corrupt (unless the risk is accepted).
+        refuse_if_corrupt(
+            pid,
+            accept_risk=accept_corrupt_risk,
+            timeout_seconds=timeout_seconds,
+            allow_stopped=allow_stopped,
+        )
         return inspect_process(
             pid,
             timeout_seconds=timeout_seconds,

@@ -130,6 +130,19 @@ def gdb_option(func: F) -> F:
     )(func)
 
 
+def accept_corrupt_risk_option(func: F) -> F:
+    """``--accept-corrupt-heap-risk``: with ``--gdb``, call into a heap found corrupt."""
+    return click.option(
+        "--accept-corrupt-heap-risk",
+        "accept_corrupt_risk",
+        is_flag=True,
+        help="With --gdb: call malloc_info/malloc_trim even into a heap found corrupt. The "
+        "call follows the corrupt lists: it may hang the target for good or crash it, and "
+        "leave an arena's lock held. Without it a corrupt heap is reported (exit 8), never "
+        "called into.",
+    )(func)
+
+
 def read_only_option(func: F) -> F:
     """``--read-only``: heap figures read from the target's memory, with no gdb and no call."""
     return click.option(

@@ -74,6 +74,8 @@ class TrimSettings:
     # No gdb: the heap read from memory, malloc_trim called through a self-restoring signal
     # frame (entry.trim_direct), where the machine allows it; a --gdb given means gdb.
     direct: bool = True
+    # Call malloc_trim through gdb into a heap found corrupt (--accept-corrupt-heap-risk).
+    accept_corrupt_risk: bool = False
 
 
 def read_heap_residency(
@@ -326,6 +328,12 @@ def _trim_foreign(pid: int, facts: ProcessFacts, settings: TrimSettings) -> Trim
 
 
 def _trim(pid: int, facts: ProcessFacts, settings: TrimSettings) -> TrimResult:
+    from memforensics.entry.readonly import refuse_if_corrupt
+
+    # gdb calls malloc_info and malloc_trim: never into a heap found corrupt.
+    refuse_if_corrupt(
+        pid, accept_risk=settings.accept_corrupt_risk, timeout_seconds=settings.timeout_seconds
+    )
     started = now_utc()
     before = procfs.read_memory(pid)
     if before.rss_bytes is None:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from memforensics.entry.inspection import Inspection
 from memforensics.errors import (
+    HeapCorruptionError,
     MemforensicsError,
     NoSuchProcessError,
     NotGlibcMallocError,
@@ -145,6 +146,36 @@ def inspect_read_only(
         raise
 
 
+def refuse_if_corrupt(
+    pid: int, *, accept_risk: bool, timeout_seconds: float, allow_stopped: bool = False
+) -> None:
+    """The one policy on calling into a heap (malloc_info, malloc_trim, through gdb or not):
+    never into one found corrupt. Before a call that no read of this run has cleared (an
+    explicit ``--gdb``, or a fallback to gdb), the heap is read from memory, held still;
+    HeapCorruptionError when it fails glibc's checks, unless ``accept_risk`` (the user
+    accepts that the call may hang or crash the target, and that a hung call can leave an
+    arena's lock held). A read that fails for another reason says nothing about corruption
+    and does not refuse."""
+    if accept_risk:
+        return
+    try:
+        inspect_read_only(
+            pid, timeout_seconds=min(timeout_seconds, 1.0), allow_stopped=allow_stopped
+        )
+    except HeapCorruptionError as exc:
+        raise HeapCorruptionError(
+            f"{exc.message}; no call is made into a corrupt heap",
+            exc.findings,
+            hint=exc.hint,
+            pid=pid,
+            partial=exc.partial,
+        ) from exc
+    except NoSuchProcessError:
+        raise
+    except MemforensicsError:
+        return
+
+
 InspectMethod = Literal["auto", "read-only", "gdb"]
 
 
@@ -165,10 +196,13 @@ def inspect_live(
     allow_stopped: bool = False,
     gdb_path: str | None = None,
     log: Any = None,
+    accept_corrupt_risk: bool = False,
 ) -> Inspection:
     """One live inspection by ``method``. "auto" gives the read-only report, or, when the
     read is refused, gdb's with ``gdb_fallback`` saying why; the refusal comes before any
-    gdb is started, so a target gdb cannot inspect is refused as the gdb path refuses it."""
+    gdb is started, so a target gdb cannot inspect is refused as the gdb path refuses it.
+    A heap found corrupt is never called into (refuse_if_corrupt): HeapCorruptionError, on
+    every method, "gdb" too unless ``accept_corrupt_risk``."""
     facts = procfs.check_target(pid, allow_stopped=allow_stopped, foreign_ok=True)
     foreign = facts.allocator.foreign
     if foreign is not None and foreign.serves_malloc:
@@ -183,6 +217,13 @@ def inspect_live(
             if method == "read-only":
                 raise
             refused = exc.message
+    else:
+        refuse_if_corrupt(
+            pid,
+            accept_risk=accept_corrupt_risk,
+            timeout_seconds=timeout_seconds,
+            allow_stopped=allow_stopped,
+        )
     from memforensics.entry.live import inspect_process  # the gdb machinery: only now
 
     inspection = inspect_process(

@@ -156,7 +156,15 @@ static void seeded(struct arena_set *set, int index, const char *spec, uint64_t 
         case 2: value = (uintptr_t)(next_random(&state) % 65); break;
         default: value = chunk; break;
         }
-        if (is_fast && field == W_FD) value = protect(chunk, value);
+        if (is_fast && field == W_FD) {
+            /* A fastbin is singly linked (fast[2] -> fast[1] -> fast[0] -> NULL): an fd that
+             * skips ahead to a later chunk of its own list, or ends it early, leaves a valid
+             * shorter list, a leak no reader can see (glibc neither): drawn again. */
+            int valid = value == 0;
+            for (int j = 0; j < which; j++) valid |= value == set->fast[j];
+            if (valid) continue;
+            value = protect(chunk, value);
+        }
         /* The unsorted chunk is alone in its bin: its nextsize words mean nothing. */
         if (WORD(chunk, field) == value) continue; /* no change: draw again */
         /* Only the flag bits changed: glibc reads the same size, so does everyone. */

@@ -24,23 +24,22 @@ from operator import ne
 from memforensics.model import glibc
 from memforensics.model.corruption import HeapCorruption
 from memforensics.sources.glibc import heap_checks
-from memforensics.sources.glibc.heap_checks import bin_head
 from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap, parse_state, read_state
+from memforensics.sources.glibc.heap_checks import bin_head
 from memforensics.sources.glibc.heapcopy import (
     EMPTY_TALLY,
     BufferPool,
-    Fill,
     OutOfTime,
     Segment,
     Tally,
     copy_into,
     follow_fastbin,
     follow_list,
-    walk_copies,
     resident_runs,
+    walk_copies,
     walk_fastbin_copies,
 )
-from memforensics.sources.proc.procmem import MemoryReader, PageMap
+from memforensics.sources.proc.procmem import MemoryReader
 
 BIN_RETRIES = 4
 _LAZY_FILL_PAGES = 16  # a big arena read lazily: 64 KiB per read

@@ -75,6 +75,14 @@ class _Copy:
             self._fill(segment, offset >> self._shift)
         return int(segment.words[offset >> 3])
 
+    def in_ram(self, address: int) -> bool:
+        """The page of ``address`` was read from RAM (not swapped out, not unknown)."""
+        segment = self._segment(address, 1)
+        if segment is None:
+            return False
+        pages = segment.pages
+        return pages.all_resident or bool(pages.present[(address - segment.start) >> self._shift])
+
     def end_of(self, address: int) -> int:
         """The end of the segment holding ``address`` (0 when none does)."""
         segment = self._segment(address, 1)
@@ -156,6 +164,14 @@ def diagnose_list(
                 chunk,
                 words.SIZE_VS_PREV_SIZE,
                 f"size {raw:#x} does not fit {name} ({low:#x} … {min(high, 1 << 48):#x})",
+            )
+        foot = chunk + size
+        if foot + 8 <= copy.end_of(chunk) and copy.in_ram(foot) and copy.word(foot) != size:
+            check = words.UNSORTED_PREV_SIZE if index == 1 else words.SIZE_VS_PREV_SIZE
+            return found(
+                chunk,
+                check,
+                f"size {raw:#x}, but the next chunk's prev_size is {copy.word(foot):#x}",
             )
         previous, chunk = chunk, copy.word(chunk + 16)
     return found(previous, words.LIST_LOOPS, f"more than {limit} chunks: the list loops")

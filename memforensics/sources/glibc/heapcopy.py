@@ -339,7 +339,9 @@ def follow_list(
     in the same order, the same figures. Per chunk: its 32-byte header inside a segment;
     16-byte aligned; its ``bk`` naming the chunk before (the head, for the first); at most
     chunk_limit() chunks (or ``max_chunks``) followed, more is a cycle; its size within
-    [low, high] and the chunk within its segment. At the end: ``bk`` names the last chunk.
+    [low, high] and the chunk within its segment; the next chunk's prev_size equal to the
+    size (glibc's set_foot), where that word is in the copy on a page in RAM. At the end:
+    ``bk`` names the last chunk.
 
     ``fill``: called before a chunk header is read from a page whose ``filled`` flag is 0
     (a copy made block by block); without it every copy is taken as whole. OutOfTime when
@@ -393,6 +395,15 @@ def follow_list(
         size = raw & ~7
         if not low <= size <= high or offset + size > length:
             return None
+        # glibc's set_foot: the next chunk's prev_size repeats a binned chunk's size, checked
+        # where that word is in the copy, on a page in RAM.
+        foot = offset + size
+        if foot + 8 <= length and (all_resident or pages.present[foot >> shift]):
+            # (On the header's page, the fill that copied the header copied it too.)
+            if fill is not None and foot >> shift != offset >> shift and not filled[foot >> shift]:
+                fill(segment, foot >> shift)
+            if words[foot >> 3] != size:
+                return None
         total += size
         raw_total += raw
         if count == 1 or raw < raw_min:
