@@ -28,6 +28,7 @@ TOP_SIZE = "malloc(): corrupted top size"
 # Checks glibc does not make (it would follow the pointer: a hang or a crash).
 LIST_LOOPS = "free list loops (a cycle)"
 OUTSIDE_HEAPS = "pointer outside the arena's heaps"
+UNNAMED = "free list inconsistent while held (check not named in time)"
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ import pytest
 from memforensics.model import corruption as checks
 from tests.support.glibc_releases import RELEASES, GlibcRelease, build_target, command, release_tree
 from tests.support.glibc_releases import skip_reason as release_skip_reason
+from tests.support.schema import missing_keys
 from tests.support.targets import Target, live_skip_reason, running
 
 _SKIP = live_skip_reason()
@@ -170,6 +171,7 @@ def _check_inspect(target: Target, said: Corrupted, fake: tuple[Path, Path]) -> 
         assert document["schema"] == "memforensics/heap/1"
         return document
     assert document["schema"] == "memforensics/heap-corrupt/1"
+    assert missing_keys(document, "memforensics/heap-corrupt/1") == []
     found = {int(f["arena_address"], 16): f for f in document["corruption"]}
     for number, address in said.arenas.items():
         if number in said.corrupted:

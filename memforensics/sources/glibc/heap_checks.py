@@ -109,8 +109,8 @@ def diagnose_list(
 ) -> HeapCorruption | None:
     """The first of glibc's checks that bin ``index`` of the arena at ``arena`` (its head
     ``head``, whose fd and bk are ``fd`` and ``bk``) fails in the copies, or None when none
-    does (then the list is consistent: heapcopy's loops gave up for another reason) or time
-    ran out (``deadline``, time.monotonic())."""
+    does (then the list is consistent: heapcopy's loops gave up for another reason).
+    OutOfTime once time.monotonic() passes ``deadline`` (looked at as the loops do)."""
     copy = _Copy(segments, page, fill)
     low, high = glibc.bin_size_range(index)
     name = bin_name(index)
@@ -135,7 +135,7 @@ def diagnose_list(
             except OutOfCopy:  # every chunk of the ring was checked to be in the copies
                 return None
         if count and not count & CLOCK_EVERY_CHUNKS and time.monotonic() > deadline:
-            return None
+            raise OutOfTime
         whose = "the bin's fd" if previous == head else f"the fd of {previous:#x}"
         if not copy.holds(chunk, 32):
             return found(
@@ -264,7 +264,7 @@ def diagnose_fastbin(
     fill: Fill | None = None,
 ) -> tuple[int, HeapCorruption | None]:
     """(chunks followed, the first check fastbin ``fast_index`` fails or None) read with
-    ``mangled`` pointers (safe-linking), or None too when time ran out."""
+    ``mangled`` pointers (safe-linking). OutOfTime as diagnose_list."""
     copy = _Copy(segments, page, fill)
     size_bytes = (fast_index + 2) * glibc.MALLOC_ALIGNMENT
     name = bin_name(0, fast_index)
@@ -276,7 +276,7 @@ def diagnose_fastbin(
         if not chunk:
             return count, None
         if count and not count & CLOCK_EVERY_CHUNKS and time.monotonic() > deadline:
-            return count, None
+            raise OutOfTime
         whose = "the fastbin's head" if previous is None else f"the fd of {previous:#x}"
         at = head if previous is None else previous
         if chunk & 15:
@@ -372,7 +372,21 @@ def diagnose_bins(
                     fill=fill,
                 )
                 findings = [finding] if finding is not None else []
-        except (OutOfTime, OutOfCopy):
+        except OutOfTime:
+            # Read back inconsistently while held still: corrupt all the same (DESIGN rule
+            # 8), only not named. Never a reason to fall back to a call into the heap.
+            head = state.address + glibc.OFF_FASTBINS if index == 0 else bin_head(state, index)
+            findings = [
+                HeapCorruption(
+                    state.address,
+                    bin_name(index),
+                    head,
+                    words.UNNAMED,
+                    "the list read back inconsistently while every thread was held; the "
+                    "time budget ran out before the failing check was found",
+                )
+            ]
+        except OutOfCopy:
             continue
         if findings:
             found[index] = findings
