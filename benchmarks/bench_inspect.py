@@ -50,6 +50,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from tests.support.gdb_binary import use_test_gdb  # noqa: E402
 from tests.support.targets import compile_target  # noqa: E402
 
 
@@ -287,6 +288,7 @@ def report(
 
 
 def main() -> int:
+    use_test_gdb()  # the same gdb for memforensics and the recipe
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--rounds", type=int, help="rounds of every case (default: 15 for 16, 5 else)"

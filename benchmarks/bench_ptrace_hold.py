@@ -29,6 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from memforensics.sources.proc.ptrace_hold import ThreadHold  # noqa: E402
+from tests.support.gdb_binary import use_test_gdb  # noqa: E402
 from tests.support.targets import compile_target, running  # noqa: E402
 
 
@@ -70,6 +71,7 @@ def _ms(values: list[float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    use_test_gdb()  # the same gdb for memforensics and the recipe
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20, help="holds per target (median)")
     parser.add_argument("--gdb-rounds", type=int, default=3, help="gdb attaches per target")

@@ -9,7 +9,7 @@ chunks, GLIBC_TUNABLES=glibc.malloc.arena_max so every thread keeps its own aren
 dump taken with gdb). Each runs in a memory cgroup when one can be made. Each round runs, on
 that one process,
 
-  * memforensics' residency read (``memforensics.entry.live.read_heap_residency``: find the
+  * memforensics' residency read (``memforensics.entry.readers.gdb.read_heap_residency``: find the
     arenas, copy their heaps in runs of resident pages, walk every bin with its consistency
     checks, measure pages) with its default time budget, as inspect and trim run it;
   * the same with the pure-Python loop (what runs where no C compiler built the optional
@@ -46,7 +46,7 @@ from typing import TypeVar
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from memforensics.entry.live import read_heap_residency  # noqa: E402
+from memforensics.entry.readers.gdb import read_heap_residency  # noqa: E402
 from memforensics.model import glibc  # noqa: E402
 from memforensics.model.heap import HeapDump  # noqa: E402
 from memforensics.sources.gdb.gdb_capture import capture_malloc_info  # noqa: E402

@@ -37,6 +37,7 @@ sys.path.insert(0, str(REPO))
 
 from bench_inspect import memforensics_command, run_recipe  # noqa: E402
 
+from tests.support.gdb_binary import use_test_gdb  # noqa: E402
 from tests.support.postgres import postgres_cluster, postgres_skip_reason  # noqa: E402
 from tests.support.services import LineClient, java_service, java_skip_reason  # noqa: E402
 
@@ -211,6 +212,7 @@ def bench_postgres(rounds: int) -> None:
 
 
 def main() -> int:
+    use_test_gdb()  # the same gdb for memforensics and the recipe
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=8, help="reads per method (default 8)")
     args, _ = parser.parse_known_args()

@@ -25,9 +25,13 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
-from memforensics.entry.live import TrimSettings, trim_process
+from memforensics.entry.trim import TrimSettings, trim_process
 from memforensics.sources.proc import procfs
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.support.gdb_binary import use_test_gdb
 
 # The demo's fragmentation, plus a heartbeat thread that measures how long it was stopped.
 TARGET_CODE = r"""
@@ -145,6 +149,7 @@ def main() -> int:
     parser.add_argument("--buffers", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=5)
     args, _ = parser.parse_known_args()
+    use_test_gdb()  # the recipe's gdb: one that puts the thread back on this CPU
     if shutil.which("gdb") is None:
         print("bench_trim: gdb is not installed; nothing to compare", file=sys.stderr)
         return 0

@@ -88,12 +88,48 @@ class NotGlibcMallocError(TargetError):
     default_hint = "malloc_info only describes glibc's allocator; use the allocator's own stats"
 
 
-class ReadOnlyRefusedError(TargetError):
+class GdbMayHelpError(TargetError):
+    """The way tried cannot serve this target, and gdb's way (a call made through gdb at a
+    safe point) may: the CLI names its flag where the command has one."""
+
+    default_hint = "gdb's way may work"
+
+
+class ReadOnlyRefusedError(GdbMayHelpError):
     """The read from the target's memory cannot give malloc_info's document for this target
     (an unknown glibc layout, main_arena or mp_ not found, an arena locked at every stop);
-    gdb's call to malloc_info may. `inspect` without --read-only falls back to it."""
+    gdb's call to malloc_info may. The default falls back to it (entry.inspect decides)."""
 
-    default_hint = "use the gdb path: inspect --gdb gdb PID"
+    default_hint = "the gdb path (gdb calls malloc_info) may read it"
+
+
+class DeadlineError(MemforensicsError, TimeoutError):
+    """No safe point was reached, or a call did not return in time; target left running."""
+
+    exit_code = EXIT_TIMEOUT
+    default_hint = "retry with a longer deadline; the target was detached and left running"
+
+
+class ArenaLockedError(ReadOnlyRefusedError, DeadlineError):
+    """Every arena left unread was locked (its mutex held) at every stop of the read, until
+    the retries or the deadline ran out: no moment came to read it, as no safe point comes
+    for a call (exit 6). The target was left running and intact."""
+
+    exit_code = EXIT_TIMEOUT
+
+
+class StatisticsOnlyError(TargetError):
+    """A read-only inspection was asked of a process whose allocator (jemalloc, tcmalloc,
+    mimalloc) is described only by its own statistics calls."""
+
+    default_hint = "its statistics calls are made without gdb, at a moment no thread is inside it"
+
+
+class GdbNotForAllocatorError(TargetError):
+    """gdb's way was asked for a process on jemalloc, tcmalloc or mimalloc: gdb's way reads
+    and trims glibc's malloc only, their own calls are made without gdb."""
+
+    default_hint = "the allocator's own calls are made without gdb"
 
 
 class HeapCorruptionError(TargetError):
@@ -148,13 +184,6 @@ class GdbUnavailableError(ToolingError):
     """gdb is missing, too old, or cannot run."""
 
     default_hint = "install gdb (apt-get install gdb), or name a working gdb binary"
-
-
-class DeadlineError(MemforensicsError, TimeoutError):
-    """No safe point was reached, or a call did not return in time; target left running."""
-
-    exit_code = EXIT_TIMEOUT
-    default_hint = "retry with a longer deadline; the target was detached and left running"
 
 
 class InputDataError(MemforensicsError, ValueError):

@@ -24,42 +24,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from itertools import accumulate
 
-MiB = 1 << 20
+from memforensics.model.trend import GROWTH_MIN_BYTES, SIGNIFICANCE_T, Fit
+
 MIN_POINTS = 3
-GROWTH_MIN_BYTES = MiB
 GROWTH_MIN_SHARE = 0.05
-SIGNIFICANCE_T = 3.0
 NOISE_MULTIPLE = 2.0
 STEP_RESIDUAL_RATIO = 0.5
-SECONDS_PER_HOUR = 3600.0
-
-
-@dataclass(frozen=True, slots=True)
-class Fit:
-    """A least-squares line through one figure's samples and what it says."""
-
-    points: int
-    slope_per_unit: float  # bytes per second (timed) or per sample (untimed)
-    start_bytes: float  # fitted value at the window's start
-    change_bytes: float  # fitted change over the window
-    noise_bytes: float  # residual standard deviation
-    t_stat: float  # slope / its standard error (inf for a perfect line)
-    growing: bool
-    timed: bool
-    step: bool = False  # tests 1-3 passed, but one step explains the rise better than a line
-    step_bytes: float = 0.0  # the best single step's height (right mean − left mean)
-
-    @property
-    def per_hour(self) -> float | None:
-        """Bytes per hour, when the samples carry times."""
-        return self.slope_per_unit * SECONDS_PER_HOUR if self.timed else None
-
-    @property
-    def falling(self) -> bool:
-        return self.change_bytes <= -GROWTH_MIN_BYTES and self.t_stat <= -SIGNIFICANCE_T
 
 
 def best_step(ys: Sequence[float]) -> tuple[float, float]:

@@ -13,10 +13,12 @@ arena is what it has committed, all of it counted in use, an upper bound, as the
 
 from __future__ import annotations
 
-from memforensics.analysis.heap import HeapAnalysis, arena_figures
+from memforensics.analysis.heap import arena_figures
+from memforensics.analysis.thresholds import ALLOCATOR_ADVICE_MIN_BYTES
 from memforensics.model.advice import Advice
 from memforensics.model.allocator import ForeignHeap
 from memforensics.model.heap import Arena, HeapDump
+from memforensics.model.heap_analysis import HeapAnalysis
 from memforensics.model.process import (
     ArenaTrimForecast,
     ProcessMemory,
@@ -26,7 +28,6 @@ from memforensics.model.process import (
 )
 from memforensics.units import format_bytes
 
-_WORTH_MENTIONING_BYTES = 1 << 20
 # Where each allocator's free memory goes back to the kernel without a call.
 _DECAY = {
     "jemalloc": "jemalloc gives dirty pages back as they decay (dirty_decay_ms, then "
@@ -101,7 +102,7 @@ def advise(heap: ForeignHeap) -> tuple[Advice, ...]:
     advice: list[Advice] = []
     name = heap.kind
     releasable = heap.releasable_bytes or 0
-    if releasable >= _WORTH_MENTIONING_BYTES:
+    if releasable >= ALLOCATOR_ADVICE_MIN_BYTES:
         advice.append(
             Advice(
                 f"{name}-releasable",
@@ -112,7 +113,7 @@ def advise(heap: ForeignHeap) -> tuple[Advice, ...]:
             )
         )
     fragmentation = heap.fragmentation_bytes or 0
-    if fragmentation >= _WORTH_MENTIONING_BYTES:
+    if fragmentation >= ALLOCATOR_ADVICE_MIN_BYTES:
         where = (
             "active minus allocated: room in slabs beside live objects (what Redis calls "
             "allocator_frag_bytes)"

@@ -5,11 +5,18 @@ from __future__ import annotations
 import os
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import and_, floordiv, gt, lshift, mul, sub
 
 from memforensics.analysis.bucket_arrays import dump_sums
+from memforensics.analysis.thresholds import (
+    HEALTHY_FREE_RATIO,
+    HEAP_ADVICE_MIN_BYTES,
+    HIGH_FREE_RATIO,
+    MANY_ARENAS,
+    MMAP_SHARE,
+    SMALL_CHUNK_SHARE,
+)
 from memforensics.model.advice import Advice
 from memforensics.model.heap import (
     Arena,
@@ -19,11 +26,14 @@ from memforensics.model.heap import (
     lines_over,
     top_chunk_bytes,
 )
-
-# The histogram's page: where its size classes split (docs/json.md: "at least a page (4 KiB)").
-# The trim estimate takes the page size of the machine the dump came from instead.
-PAGE_BYTES = 4096
-MiB = 1 << 20
+from memforensics.model.heap_analysis import (
+    PAGE_BYTES,
+    ArenaFigures,
+    HeapAnalysis,
+    HistogramRow,
+    SeriesRow,
+)
+from memforensics.units import MiB
 
 # Upper bounds (inclusive) of the histogram's size classes; the last class is open-ended.
 # Page size splits "malloc_trim can give whole pages back" from "it cannot".
@@ -40,91 +50,6 @@ _CLASS_LIMITS_BYTES: tuple[int, ...] = (
     MiB,
 )
 
-# Advice thresholds: small heaps are not worth a warning whatever their ratios.
-_MANY_ARENAS = 8
-_HIGH_FREE_RATIO = 0.5
-_WORTH_MENTIONING_BYTES = 16 * MiB
-_SMALL_CHUNK_SHARE = 0.7
-_MMAP_SHARE = 0.5
-_HEALTHY_FREE_RATIO = 0.2
-
-
-@dataclass(frozen=True, slots=True)
-class HistogramRow:
-    """Free chunks of one size class, merged across arenas."""
-
-    from_bytes: int
-    to_bytes: int | None  # None: open-ended last class
-    chunks: int
-    bytes: int
-
-    @property
-    def page_or_larger(self) -> bool:
-        """Chunks of this class can hold whole pages that malloc_trim may release."""
-        return self.from_bytes >= PAGE_BYTES
-
-
-@dataclass(frozen=True, slots=True)
-class ArenaFigures:
-    """The figures a report shows for one arena, in the order its JSON lists them.
-
-    Every field is a key of ``arenas[]`` in ``memforensics/heap/1`` (docs/json.md): a new
-    field here is a new key there.
-    """
-
-    index: int
-    system_bytes: int
-    system_max_bytes: int
-    free_bytes: int
-    fast_bytes: int | None
-    fast_chunks: int | None
-    rest_bytes: int
-    rest_chunks: int
-    in_use_bytes: int
-    free_ratio: float
-    top_bytes: int | None
-    subheaps: int | None
-    aspace_total_bytes: int | None
-    aspace_mprotect_bytes: int | None
-    suspect: bool
-
-
-@dataclass(frozen=True, slots=True)
-class HeapTotals:
-    """Whole-process figures of one dump, in the order ``totals`` lists them in JSON."""
-
-    arenas: int
-    system_bytes: int
-    system_max_bytes: int
-    free_bytes: int
-    fast_bytes: int | None
-    fast_chunks: int | None
-    rest_bytes: int
-    rest_chunks: int
-    in_use_bytes: int
-    mmap_bytes: int | None
-    mmap_chunks: int | None
-    free_ratio: float
-    page_or_larger_free_bytes: int
-    aspace_total_bytes: int | None
-    aspace_mprotect_bytes: int | None
-    all_zero: bool
-    suspect: bool
-
-
-@dataclass(frozen=True, slots=True)
-class SeriesRow:
-    """One dump of a file holding a series: where it is and its headline figures."""
-
-    sequence: int
-    line: int
-    arenas: int
-    system_bytes: int
-    free_bytes: int
-    in_use_bytes: int
-    mmap_bytes: int | None
-    free_ratio: float
-
 
 def series_row(dump: HeapDump) -> SeriesRow:
     """The headline figures of one dump of a series."""
@@ -138,51 +63,6 @@ def series_row(dump: HeapDump) -> SeriesRow:
         dump.mmap_bytes,
         dump.free_ratio,
     )
-
-
-@dataclass(frozen=True, slots=True)
-class HeapAnalysis:
-    """Everything a heap report shows, computed once from a HeapDump."""
-
-    dump: HeapDump
-    arenas: tuple[ArenaFigures, ...]
-    histogram: tuple[HistogramRow, ...]
-    advice: tuple[Advice, ...]
-    notes: tuple[str, ...]
-    page_or_larger_free_bytes: int  # free bytes in chunks of at least a page
-    # What malloc_trim(0) would release by the XML alone, every free page taken as resident
-    # (trim_release_bytes), and the page size that estimate assumed.
-    trim_release_bytes: int = 0
-    page_bytes: int = PAGE_BYTES
-
-    @property
-    def suspect(self) -> bool:
-        """True when some arena's counters are implausible (old glibc garbage)."""
-        return any(a.suspect for a in self.arenas)
-
-    @property
-    def totals(self) -> HeapTotals:
-        """The whole-process figures."""
-        dump = self.dump
-        return HeapTotals(
-            arenas=len(dump.arenas),
-            system_bytes=dump.system_bytes,
-            system_max_bytes=dump.system_max_bytes,
-            free_bytes=dump.free_bytes,
-            fast_bytes=dump.fast_bytes,
-            fast_chunks=dump.fast_chunks,
-            rest_bytes=dump.rest_bytes,
-            rest_chunks=dump.rest_chunks,
-            in_use_bytes=dump.in_use_bytes,
-            mmap_bytes=dump.mmap_bytes,
-            mmap_chunks=dump.mmap_chunks,
-            free_ratio=dump.free_ratio,
-            page_or_larger_free_bytes=self.page_or_larger_free_bytes,
-            aspace_total_bytes=dump.aspace_total_bytes,
-            aspace_mprotect_bytes=dump.aspace_mprotect_bytes,
-            all_zero=dump.all_zero,
-            suspect=self.suspect,
-        )
 
 
 _CLASSES = len(_CLASS_LIMITS_BYTES) + 1
@@ -309,7 +189,7 @@ def _trim_advice(
     dump: HeapDump, releasable: int, page_bytes: int, machine_page: bool, top_known: bool
 ) -> Advice | None:
     if not (
-        releasable >= _WORTH_MENTIONING_BYTES
+        releasable >= HEAP_ADVICE_MIN_BYTES
         or (dump.system_bytes and releasable >= 0.1 * dump.system_bytes and releasable >= MiB)
     ):
         return None
@@ -366,10 +246,10 @@ def advise(
             )
         )
     free_bytes = sum(f.free_bytes for f in figures if not f.suspect)
-    high = [f for f in figures if f.free_ratio >= _HIGH_FREE_RATIO and not f.suspect]
-    if len(figures) >= _MANY_ARENAS and len(high) * 2 >= len(figures):
+    high = [f for f in figures if f.free_ratio >= HIGH_FREE_RATIO and not f.suspect]
+    if len(figures) >= MANY_ARENAS and len(high) * 2 >= len(figures):
         held = sum(f.free_bytes for f in high)
-        if held >= _WORTH_MENTIONING_BYTES:
+        if held >= HEAP_ADVICE_MIN_BYTES:
             advice.append(
                 Advice(
                     "many-arenas-high-free",
@@ -387,7 +267,7 @@ def advise(
     if trim is not None:
         advice.append(trim)
     small_free = free_bytes - page_free - top_free
-    if free_bytes >= _WORTH_MENTIONING_BYTES and small_free >= _SMALL_CHUNK_SHARE * free_bytes:
+    if free_bytes >= HEAP_ADVICE_MIN_BYTES and small_free >= SMALL_CHUNK_SHARE * free_bytes:
         advice.append(
             Advice(
                 "small-free-chunks",
@@ -398,7 +278,7 @@ def advise(
             )
         )
     mmap_bytes = dump.mmap_bytes or 0
-    if mmap_bytes >= _WORTH_MENTIONING_BYTES and mmap_bytes >= _MMAP_SHARE * (
+    if mmap_bytes >= HEAP_ADVICE_MIN_BYTES and mmap_bytes >= MMAP_SHARE * (
         mmap_bytes + dump.system_bytes
     ):
         advice.append(
@@ -411,7 +291,7 @@ def advise(
                 "info",
             )
         )
-    if dump.system_bytes and dump.free_ratio < _HEALTHY_FREE_RATIO and not suspect:
+    if dump.system_bytes and dump.free_ratio < HEALTHY_FREE_RATIO and not suspect:
         advice.append(
             Advice(
                 "heap-mostly-used",

@@ -173,21 +173,33 @@ class OomLogParser:
             return self._selected(line, record)
         incident = self._incident
         if line.startswith("Tasks in "):
-            # memory.oom.group: printed after the first victim's Killed line.
-            group = patterns.GROUP_RE.match(line)
-            if group and incident is not None:
-                incident.group = True
-                incident.group_memcg = group.group("memcg")
-                incident.oom_memcg = incident.oom_memcg or group.group("memcg")
-                incident.scope = "memcg"
-            return group is not None
+            return self._group(line, incident)
         if (incident is None or incident.victims) and line.startswith(_BLOCK_STARTS):
             # The log starts inside a report (cut, or grep -A/-B): these lines exist only in
             # OOM reports, so they open an incident of their own.
             incident = self._new_incident(record)
         if incident is None or incident.victims:
             return False
-        if first in "CP" and (line.startswith(("CPU: ", "Pid: "))):
+        return self._report_line(line, incident)
+
+    # -- kernel pieces ------------------------------------------------------------------
+
+    @staticmethod
+    def _group(line: str, incident: Incident | None) -> bool:
+        """memory.oom.group's line, printed after the first victim's Killed line."""
+        group = patterns.GROUP_RE.match(line)
+        if group and incident is not None:
+            incident.group = True
+            incident.group_memcg = group.group("memcg")
+            incident.oom_memcg = incident.oom_memcg or group.group("memcg")
+            incident.scope = "memcg"
+        return group is not None
+
+    @staticmethod
+    def _report_line(line: str, incident: Incident) -> bool:
+        """A line of an OOM report's header block (before its victims): the trigger's PID,
+        the memcg that hit its limit, and the report's scope."""
+        if line[0] in "CP" and (line.startswith(("CPU: ", "Pid: "))):
             cpu = patterns.CPU_RE.match(line)
             if cpu and incident.trigger is not None and incident.trigger.pid is None:
                 incident.trigger = replace(
@@ -217,8 +229,6 @@ class OomLogParser:
             incident.scope = "global"
             return True
         return False
-
-    # -- kernel pieces ------------------------------------------------------------------
 
     def _new_incident(self, record: LogRecord) -> Incident:
         incident = Incident(order=self._records, time=record.time, record=record)

@@ -9,8 +9,7 @@ from memforensics.analysis import oom_patterns as patterns
 from memforensics.model.logrecord import LogRecord
 from memforensics.model.oom import OomEvent
 from memforensics.sources.proc.cgroup import identify
-
-MIB = 1024 * 1024
+from memforensics.units import MiB
 
 
 def oomd_event(
@@ -56,7 +55,7 @@ def earlyoom_event(match: re.Match[str], record: LogRecord, incident: int) -> Oo
         pid=int(match.group("pid")),
         process=match.group("name"),
         uid=int(uid) if uid is not None else None,
-        rss_bytes=int(match.group("rss")) * MIB,
+        rss_bytes=int(match.group("rss")) * MiB,
         oom_score=int(match.group("score")),
         oom_score_adj=int(adj) if adj is not None else None,
         reason=match.group("signal"),

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from memforensics.analysis.thresholds import (
+    NOT_RESIDENT_MIN_BYTES,
+    NOT_RESIDENT_MIN_SHARE,
+    TRIMMABLE_MIN_BYTES,
+    TRIMMABLE_MIN_SHARE,
+)
 from memforensics.model.advice import Advice
 from memforensics.model.heap import HeapDump
 from memforensics.model.process import (
@@ -13,14 +19,6 @@ from memforensics.model.process import (
     WaterfallLine,
 )
 from memforensics.units import format_bytes
-
-MIB = 1024 * 1024
-# Free-but-gone memory worth a sentence: at least this much and this share of the free bytes.
-NOT_RESIDENT_MIN_BYTES = 16 * MIB
-NOT_RESIDENT_MIN_SHARE = 0.10
-# Resident free memory worth a trim suggestion.
-TRIMMABLE_MIN_BYTES = 32 * MIB
-TRIMMABLE_MIN_SHARE = 0.25
 
 
 def _free_resident(dump: HeapDump, residency: HeapResidency) -> tuple[int, bool]:

@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from memforensics.analysis.heap import HeapAnalysis, analyze
+from memforensics.analysis.heap import analyze
 from memforensics.model.advice import Advice
 from memforensics.model.heap import HeapDump
+from memforensics.model.heap_analysis import HeapAnalysis
 from memforensics.model.process import ProcessMemory, Waterfall
 from memforensics.model.series import ArenaPoint, Sample, SizeClassPoint
 

@@ -31,20 +31,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
-from typing import Literal, get_args
+from typing import get_args
 
 from memforensics.analysis.fit import (
-    GROWTH_MIN_BYTES,
     GROWTH_MIN_SHARE,
     MIN_POINTS,
     NOISE_MULTIPLE,
-    SIGNIFICANCE_T,
     STEP_RESIDUAL_RATIO,
-    Fit,
     fit_line,
 )
 from memforensics.model.series import Sample
+from memforensics.model.trend import GROWTH_MIN_BYTES, SIGNIFICANCE_T, Fit, Trend, Verdict
 from memforensics.units import format_bytes
 
 __all__ = [
@@ -64,15 +61,6 @@ __all__ = [
     "fit_line",
 ]
 
-Verdict = Literal[
-    "in-use-growing",
-    "mmap-growing",
-    "outside-malloc-growing",
-    "free-growing",
-    "rss-growing",
-    "stable",
-    "unknown",
-]
 VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
 # Memory that keeps growing whatever malloc_trim does: what `--fail-on growing` also means
 # together with free-growing.
@@ -108,59 +96,6 @@ _OUTSIDE_LINES = (
     ("shmem", "shared memory"),
     ("file", "file-backed"),
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Trend:
-    """The per-process trend a report shows: fits, the verdict and the evidence in words.
-
-    ``in_use`` and ``free`` are malloc_info's figures (the arenas' system − free, and the
-    bins' free bytes); the verdict reads ``live`` and the waterfall lines instead.
-    """
-
-    verdict: Verdict
-    in_use: Fit | None
-    free: Fit | None
-    free_resident: Fit | None
-    rss: Fit | None
-    heap_samples: int
-    rss_samples: int
-    first_time: datetime | None
-    last_time: datetime | None
-    evidence: tuple[str, ...]
-    live: Fit | None = None
-    arena_in_use: Fit | None = None
-    mmap_chunks: Fit | None = None
-    other_anon: Fit | None = None
-    stacks: Fit | None = None
-    shmem: Fit | None = None
-    file: Fit | None = None
-    runtime: str | None = None
-    growing_lines: tuple[str, ...] = ()  # keys of the lines that grow, largest first
-    step_lines: tuple[str, ...] = ()  # keys of the lines that rose in one step
-    figures: Literal["waterfall", "malloc_info"] = "malloc_info"
-
-    @property
-    def span_seconds(self) -> float | None:
-        if self.first_time is None or self.last_time is None:
-            return None
-        return (self.last_time - self.first_time).total_seconds()
-
-    def fits(self) -> tuple[tuple[str, str, Fit | None], ...]:
-        """(key, words, fit) of every figure, in the order the evidence lists them."""
-        return (
-            ("live", "live (arena in use + mmapped chunks)", self.live),
-            ("arena_in_use", "arena in use", self.arena_in_use),
-            ("mmap_chunks", "mmapped chunks", self.mmap_chunks),
-            ("free_resident", "free resident", self.free_resident),
-            ("other_anon", "other anonymous", self.other_anon),
-            ("stacks", "thread stacks", self.stacks),
-            ("shmem", "shared memory", self.shmem),
-            ("file", "file-backed", self.file),
-            ("in_use", "malloc_info in use", self.in_use),
-            ("free", "malloc_info free", self.free),
-            ("rss", "RSS", self.rss),
-        )
 
 
 def _axis(samples: Sequence[Sample]) -> tuple[list[float], bool]:

@@ -14,7 +14,7 @@ from memforensics.cli.options import (
     exit_codes_epilog,
     gdb_option,
     json_option,
-    read_only_option,
+    sample_read_only_option,
     verbose_option,
 )
 from memforensics.cli.output import emit_json
@@ -30,12 +30,12 @@ Examples:
   memforensics collect --no-oom --name 'java.*Kafka' --textfile-dir /host/textfile
 \b
 One run, made for a systemd timer or a Kubernetes DaemonSet (see docs/fleet.md
-and deploy/). Each target is inspected like `inspect` does (a safe point, always
-detached) until the measured pauses reach --max-pause; the rest are reported
-with memforensics_target_up 0 and reason="pause_budget". OOM kills since the
-previous run are added to counters kept in --state-dir (by default
-/var/lib/memforensics for root, ~/.local/state/memforensics otherwise; see
---state-dir). DIR/memforensics.prom
+and deploy/). Each target is inspected as `inspect` does (read from memory in
+stops of a few ms, always released) until the measured pauses reach
+--max-pause; the rest are reported with memforensics_target_up 0 and
+reason="pause_budget". OOM kills since the previous run are added to
+counters kept in --state-dir (by default /var/lib/memforensics for root,
+~/.local/state/memforensics otherwise; see --state-dir). DIR/memforensics.prom
 is written atomically (temporary file in DIR, then rename). Exit 0 once the
 file is written, even when targets could not be inspected: that is in the
 metrics (memforensics_target_up, reason label) and on stderr.
@@ -140,7 +140,7 @@ def _mi_logger(line: str) -> None:
     "running and reported down with reason=timeout).",
 )
 @gdb_option
-@read_only_option
+@sample_read_only_option
 @json_option
 @verbose_option
 def command(

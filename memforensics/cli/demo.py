@@ -27,7 +27,7 @@ from memforensics.errors import DeadlineError, TargetError
 from memforensics.units import format_bytes
 
 if TYPE_CHECKING:
-    from memforensics.entry.live import Log
+    from memforensics.entry.common import Log
 
 # Allocation speed is ~1 µs per block in CPython; give slow machines a wide margin.
 _READY_BASE_SECONDS = 30.0
@@ -204,8 +204,8 @@ def command(
     )
 
     from memforensics.cli.output import emit_json, stderr_console, stdout_console
-    from memforensics.entry.live import TrimSettings, trim_process
-    from memforensics.entry.readonly import inspect_live, inspect_method
+    from memforensics.entry.inspect import inspect_live, inspect_method
+    from memforensics.entry.trim import TrimSettings, trim_process
     from memforensics.render import trim as render
     from memforensics.render.process import render_waterfall
 

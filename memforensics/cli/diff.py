@@ -6,7 +6,7 @@ import click
 
 from memforensics.analysis.diff import diff_dumps
 from memforensics.cli.inputs import input_source
-from memforensics.cli.options import exit_codes_epilog, json_option, verbose_option
+from memforensics.cli.options import exit_codes_epilog, json_option, verbose_files_option
 from memforensics.cli.output import emit_json, stdout_console
 from memforensics.errors import InputDataError
 from memforensics.model.heap import HeapDump
@@ -41,7 +41,7 @@ def _last_dump(name: str) -> HeapDump:
 @click.argument("new", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
 @click.option("--all", "show_unchanged", is_flag=True, help="Also list arenas that did not change.")
 @json_option
-@verbose_option
+@verbose_files_option
 def command(old: str, new: str, show_unchanged: bool, as_json: bool, verbose: bool) -> None:
     """Compare two saved dumps, OLD then NEW: per-arena and total change."""
     if old == "-" and new == "-":

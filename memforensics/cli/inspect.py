@@ -25,7 +25,7 @@ from memforensics.entry.early import collector_paused, resume_collector, take_sc
 from memforensics.errors import HeapCorruptionError, MemforensicsError, NoSuchProcessError
 
 if TYPE_CHECKING:
-    from memforensics.entry.inspection import Inspection
+    from memforensics.model.inspection import Inspection
     from memforensics.render.heap_sort import SortKey
 
 EXAMPLES = """\b
@@ -202,6 +202,9 @@ def command(
             accept_corrupt_risk=accept_corrupt_risk,
         ),
         as_json=as_json,
+        # The JSON's shape follows the command line, never what happened to be running:
+        # one PID gives an object, several PIDs or --name an array (even of one).
+        as_array=len(pids) > 1 or bool(names),
         save_xml=save_xml,
         top=top,
         sort=sort,
@@ -219,60 +222,40 @@ def _targets_and_reader(
     *,
     accept_corrupt_risk: bool = False,
 ) -> tuple[list[tuple[int, bool]], Callable[[int], Inspection]]:
-    """The targets, and how each is inspected: from its memory (gdb only where that read is
-    refused), from its memory only (--read-only), or through gdb (--gdb PATH)."""
-    from memforensics.entry.readonly import inspect_live, inspect_method, refuse_if_corrupt
-
-    method = inspect_method(read_only=read_only, gdb_path=gdb_path)
-    if method != "gdb":
-        from memforensics.entry.targets import resolve_targets
-
-        def read(pid: int) -> Inspection:
-            inspection = inspect_live(
-                pid,
-                method=method,
-                timeout_seconds=timeout_seconds,
-                allow_stopped=allow_stopped,
-                log=_mi_logger if verbose else None,
-            )
-            if inspection.gdb_fallback is not None:
-                _say_fallback(pid, inspection.gdb_fallback)
-            return inspection
-
-        return resolve_targets(pids, names), read
-    # gdb's start-up and the imports below take about as long each: gdb starts first, and
-    # the first session takes it over (one less wait before the attach). Likewise the first
-    # target's residency scan: it reads /proc while the rest imports. The program's entry
-    # (memforensics/entry/early.py) may have started both already, before click was imported.
-    from memforensics.sources.gdb.gdb_spawn import prestart
-
-    prestart(gdb_path)
-    from memforensics.entry.scanning import early_scan
-
-    first_scan = None
-    if pids:
-        first_scan = take_scan(pids[0]) or early_scan(pids[0], allow_stopped=allow_stopped)
-    from memforensics.entry.live import inspect_process
+    """The targets, and how each is inspected (entry.inspect decides the way)."""
+    from memforensics.entry.inspect import inspect_live, inspect_method
     from memforensics.entry.targets import resolve_targets
 
-    def inspect_one(pid: int) -> Inspection:
-        # malloc_info is never called into a heap found corrupt (unless the risk is accepted).
-        refuse_if_corrupt(
+    method = inspect_method(read_only=read_only, gdb_path=gdb_path)
+    first_scan = None
+    if method == "gdb":
+        # gdb's start-up and the imports below take about as long each: gdb starts first, and
+        # the first session takes it over (one less wait before the attach). Likewise the
+        # first target's residency scan: it reads /proc while the rest imports. The
+        # program's entry (memforensics/entry/early.py) may have started both already.
+        from memforensics.entry.scanning import early_scan
+        from memforensics.sources.gdb.gdb_spawn import prestart
+
+        prestart(gdb_path)
+        if pids:
+            first_scan = take_scan(pids[0]) or early_scan(pids[0], allow_stopped=allow_stopped)
+
+    def read(pid: int) -> Inspection:
+        inspection = inspect_live(
             pid,
-            accept_risk=accept_corrupt_risk,
+            method=method,
             timeout_seconds=timeout_seconds,
             allow_stopped=allow_stopped,
-        )
-        return inspect_process(
-            pid,
-            timeout_seconds=timeout_seconds,
             gdb_path=gdb_path,
-            allow_stopped=allow_stopped,
             log=_mi_logger if verbose else None,
             scan=first_scan if pids and pid == pids[0] else None,
+            accept_corrupt_risk=accept_corrupt_risk,
         )
+        if inspection.gdb_fallback is not None:
+            _say_fallback(pid, inspection.gdb_fallback)
+        return inspection
 
-    return resolve_targets(pids, names), inspect_one
+    return resolve_targets(pids, names), read
 
 
 def _say(line: str) -> None:
@@ -296,7 +279,7 @@ def _inspect_core(
     sort: SortKey,
 ) -> None:
     from memforensics.cli.output import emit_json, stderr_console
-    from memforensics.entry.readonly import inspect_core
+    from memforensics.entry.inspect import inspect_core
     from memforensics.sources.files.atomic_file import write_atomically
 
     result, warnings = inspect_core(core_path, exe=exe_path, sysroot=sysroot)
@@ -310,17 +293,27 @@ def _inspect_core(
         _print_report(result, top=top, sort=sort)
 
 
+def _keep_xml(result: Inspection, template: str, pid: int, *, several: bool) -> None:
+    """--save-xml for one target: its malloc_info document, or a note where it has none."""
+    if result.foreign is not None:
+        _say(f"note: PID {pid} runs on {result.foreign.kind}: no malloc_info to save")
+    else:
+        _save_xml(save_xml_path(template, pid, several=several), result.capture.xml, pid)
+
+
 def _report_targets(
     targets: list[tuple[int, bool]],
     inspect_one: Callable[[int], Inspection],
     *,
     as_json: bool,
+    as_array: bool,
     save_xml: str | None,
     top: int,
     sort: SortKey,
 ) -> None:
-    """Inspect each target, print its report (or collect its JSON), and exit with the worst
-    code of those that failed; one failure does not stop the others."""
+    """Inspect each target, print its report (or collect its JSON: an array when
+    ``as_array``, else the one object), and exit with the worst code of those that failed;
+    one failure does not stop the others."""
     several = len(targets) > 1
     documents: list[dict[str, Any]] = []
     worst = 0
@@ -329,19 +322,8 @@ def _report_targets(
             resume_collector()  # the first report is done: a long list of targets is not
         try:
             result = inspect_one(pid)
-            if save_xml is not None and result.foreign is not None:
-                _say(f"note: PID {pid} runs on {result.foreign.kind}: no malloc_info to save")
-            elif save_xml is not None:
-                _save_xml(save_xml_path(save_xml, pid, several=several), result.capture.xml, pid)
-        except NoSuchProcessError as exc:
-            if explicit:
-                if not several:
-                    raise
-                report_failure(exc, prefix=f"PID {pid}: ")
-                worst = worst_exit_code((worst, exit_code_for(exc)))
-            else:  # a --name match that came and went: the others are the report
-                click.echo(f"note: PID {pid} (matched by --name) exited; skipped", err=True)
-            continue
+            if save_xml is not None:
+                _keep_xml(result, save_xml, pid, several=several)
         except HeapCorruptionError as exc:
             # A finding, not a failure to read: its report goes to stdout like any other.
             if as_json:
@@ -352,18 +334,22 @@ def _report_targets(
             worst = worst_exit_code((worst, exit_code_for(exc)))
             continue
         except MemforensicsError as exc:
-            if not several:
+            gone_by_itself = isinstance(exc, NoSuchProcessError) and not explicit
+            if not several and not gone_by_itself:
                 raise
-            report_failure(exc, prefix=f"PID {pid}: ")
-            worst = worst_exit_code((worst, exit_code_for(exc)))
+            if gone_by_itself:  # a --name match that came and went: the others are the report
+                click.echo(f"note: PID {pid} (matched by --name) exited; skipped", err=True)
+            else:
+                report_failure(exc, prefix=f"PID {pid}: ")
+                worst = worst_exit_code((worst, exit_code_for(exc)))
             continue
         if as_json:
             documents.append(_document(result))
         else:
             _print_report(result, top=top, sort=sort)
-    if as_json and documents:
+    if as_json and (as_array or documents):
         from memforensics.cli.output import emit_json
 
-        emit_json(documents[0] if not several else documents)
+        emit_json(documents if as_array else documents[0])
     if worst:
         click.get_current_context().exit(worst)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from memforensics.analysis.oom_select import scan
-from memforensics.cli.options import exit_codes_epilog, json_option, verbose_option
+from memforensics.cli.options import exit_codes_epilog, json_option, verbose_journal_option
 from memforensics.cli.output import emit_json, plain_stdout_width, stdout_console
 from memforensics.entry.early import resume_collector
 from memforensics.errors import (
@@ -184,7 +184,7 @@ def _kmsg_reader(boot: str) -> KmsgReader:
 @click.option(
     "--fail-if-found", is_flag=True, help="Exit 1 if any kill is found (a CI or cron gate)."
 )
-@verbose_option
+@verbose_journal_option
 @click.pass_context
 def command(
     ctx: click.Context,

@@ -84,8 +84,8 @@ def json_option(func: F) -> F:
     )(func)
 
 
-def verbose_option(func: F) -> F:
-    """``-v``: show the raw exchange with gdb/journalctl and tracebacks on stderr."""
+def verbose_option_showing(what: str) -> Callable[[F], F]:
+    """``-v``: show ``what`` and tracebacks on stderr (each command says what it has to show)."""
 
     def remember(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
         if value:
@@ -98,8 +98,16 @@ def verbose_option(func: F) -> F:
         is_flag=True,
         callback=remember,
         expose_value=True,
-        help="Show the gdb/MI or journalctl exchange and full tracebacks on stderr.",
-    )(func)
+        help=f"Show {what} on stderr.",
+    )
+
+
+# The live commands: gdb's exchange where gdb is used; oom: journalctl's; files: tracebacks.
+verbose_option = verbose_option_showing(
+    "the gdb/MI exchange (where gdb is used) and full tracebacks"
+)
+verbose_journal_option = verbose_option_showing("the journalctl exchange and full tracebacks")
+verbose_files_option = verbose_option_showing("full tracebacks")
 
 
 TIMEOUT_HELP = "Give up (exit 6, target left running) if a safe point or a call takes longer."
@@ -117,17 +125,16 @@ def timeout_option(default: str = "10s", *, help_text: str = TIMEOUT_HELP) -> Ca
     )
 
 
-def gdb_option(func: F) -> F:
-    """``--gdb PATH``: call into the target through this gdb instead of reading its memory."""
+def gdb_option_with(help_text: str) -> Callable[[F], F]:
+    """``--gdb PATH``: make the command's call into the target through this gdb."""
     return click.option(
         "--gdb",
         "gdb_path",
         type=click.Path(dir_okay=False),
         default=None,
         metavar="PATH",
-        help="Call malloc_info/malloc_trim through this gdb at a safe point ('gdb': the one on "
-        "PATH). Without it no gdb is used, except where reading the target's memory is refused.",
-    )(func)
+        help=help_text,
+    )
 
 
 def accept_corrupt_risk_option(func: F) -> F:
@@ -143,15 +150,35 @@ def accept_corrupt_risk_option(func: F) -> F:
     )(func)
 
 
-def read_only_option(func: F) -> F:
+# The commands that read a heap (inspect, watch, collect, demo's inspection).
+gdb_option = gdb_option_with(
+    "Read the heap through this gdb: malloc_info called at a safe point ('gdb': the one on "
+    "PATH). Without it the heap is read from the target's memory, with gdb standing in only "
+    "where that read is refused."
+)
+# trim: the read and the call.
+trim_gdb_option = gdb_option_with(
+    "Read the heap and call malloc_trim through this gdb, at a safe point ('gdb': the one on "
+    "PATH). Without it no gdb is used: the heap is read from memory and the call restores its "
+    "thread by itself; gdb makes the call only where this machine cannot (not x86-64, a "
+    "shadow stack)."
+)
+
+
+def read_only_option_with(help_text: str) -> Callable[[F], F]:
     """``--read-only``: heap figures read from the target's memory, with no gdb and no call."""
-    return click.option(
-        "--read-only",
-        "read_only",
-        is_flag=True,
-        help="Never gdb: where malloc_info cannot be rebuilt from the target's memory (glibc "
-        "2.26+, 64-bit; docs/inspect.md), fail instead of calling it through gdb.",
-    )(func)
+    return click.option("--read-only", "read_only", is_flag=True, help=help_text)
+
+
+read_only_option = read_only_option_with(
+    "Never gdb: where malloc_info cannot be rebuilt from the target's memory (glibc 2.26+, "
+    "64-bit; docs/inspect.md), fail instead of calling it through gdb."
+)
+# watch and collect: their samples never fall back to gdb (entry.inspect.sample_method).
+sample_read_only_option = read_only_option_with(
+    "Read each sample from the target's memory, with no gdb: the default here (a refused "
+    "read is a gap, never a gdb session); kept for scripts that pass it."
+)
 
 
 def heap_view_options(func: F) -> F:

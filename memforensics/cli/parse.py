@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import click
 
 from memforensics.analysis.gates import GateViolation, check_gates
-from memforensics.analysis.heap import HeapAnalysis, SeriesRow, analyze, series_row
+from memforensics.analysis.heap import analyze, series_row
 from memforensics.cli.inputs import input_source
 from memforensics.cli.options import (
     RATIO,
@@ -15,11 +15,12 @@ from memforensics.cli.options import (
     exit_codes_epilog,
     heap_view_options,
     json_option,
-    verbose_option,
+    verbose_files_option,
 )
 from memforensics.cli.output import emit_json, stderr_console, stdout_console
 from memforensics.errors import EXIT_GATE
 from memforensics.model.heap import HeapDump
+from memforensics.model.heap_analysis import HeapAnalysis, SeriesRow
 from memforensics.render.heap import render_heap
 from memforensics.render.heap_sort import SortKey
 from memforensics.render.parse import gate_line, parse_document, series_table
@@ -129,7 +130,7 @@ def _power_of_two(ctx: click.Context, param: click.Parameter, value: int | None)
     help="Page size of the machine the dumps come from, for the trim estimate "
     "(default: this machine's, e.g. 4KiB; 16KiB or 64KiB on some arm64 kernels).",
 )
-@verbose_option
+@verbose_files_option
 def command(
     files: tuple[str, ...],
     as_json: bool,
@@ -165,7 +166,8 @@ def command(
             out.print(render_heap(result.last, top=top, sort=sort, title=title))
     if as_json:
         documents = [parse_document(r.name, r.last, r.series, r.violations) for r in results]
-        emit_json(documents[0] if len(documents) == 1 else documents)
+        # The shape follows the command line: one FILE an object, several an array.
+        emit_json(documents if len(files) > 1 else documents[0])
     failed = False
     for result in results:
         for sequence, violation in result.violations:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from memforensics.analysis.trend import VERDICTS
-from memforensics.cli.options import DURATION, exit_codes_epilog, json_option, verbose_option
+from memforensics.cli.options import DURATION, exit_codes_epilog, json_option, verbose_files_option
 from memforensics.cli.output import emit_json, stderr_console, stdout_console
 from memforensics.entry.reporting import build_report
 from memforensics.errors import EXIT_GATE, ToolingError
@@ -77,7 +77,7 @@ def _write(path: str, text: str, what: str) -> None:
     "verdict): a CI gate.",
 )
 @json_option
-@verbose_option
+@verbose_files_option
 def command(
     *,
     inputs: tuple[str, ...],

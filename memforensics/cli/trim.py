@@ -13,9 +13,9 @@ from memforensics.cli.options import (
     SIZE,
     accept_corrupt_risk_option,
     exit_codes_epilog,
-    gdb_option,
     json_option,
     timeout_option,
+    trim_gdb_option,
     verbose_option,
 )
 
@@ -63,7 +63,7 @@ from memforensics.cli.options import (
 )
 @json_option
 @timeout_option("10s")
-@gdb_option
+@trim_gdb_option
 @accept_corrupt_risk_option
 @verbose_option
 def command(

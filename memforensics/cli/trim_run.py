@@ -15,14 +15,9 @@ from rich.console import Console
 from memforensics.analysis.trim import summarize
 from memforensics.cli.failures import report_recorded, worst_exit_code
 from memforensics.cli.output import emit_json, stderr_console, stdout_console
-from memforensics.entry.live import (
-    Log,
-    TrimSettings,
-    now_utc,
-    trim_outcome,
-    trim_process,
-)
+from memforensics.entry.common import Log, now_utc
 from memforensics.entry.targets import resolve_targets
+from memforensics.entry.trim import TrimSettings, trim_outcome, trim_process
 from memforensics.errors import EXIT_TARGET, MemforensicsError, NoSuchProcessError
 from memforensics.model.trim import TrimFailure, TrimOutcome, TrimResult, TrimRound
 from memforensics.render import trim as render

@@ -18,16 +18,18 @@ from memforensics.cli.options import (
     exit_codes_epilog,
     gdb_option,
     json_option,
-    read_only_option,
+    sample_read_only_option,
     timeout_option,
     verbose_option,
 )
 from memforensics.cli.output import emit_json, stderr_console, stdout_console
-from memforensics.entry.live import resolve_pids
-from memforensics.entry.reporting import Report, process_report
-from memforensics.entry.watching import Watch, WatchedProcess, WatchSettings, overhead_words
+from memforensics.entry.reporting import process_report
+from memforensics.entry.trim import resolve_pids
+from memforensics.entry.watching import Watch, WatchSettings, overhead_words
 from memforensics.errors import EXIT_TIMEOUT
+from memforensics.model.report import Report
 from memforensics.model.series import Sample, Series, SeriesEvent
+from memforensics.model.watch import WatchedProcess
 from memforensics.render.report_json import report_json
 from memforensics.render.sample_json import event_line, sample_line
 from memforensics.render.watch_view import progress_line, render_watch
@@ -41,7 +43,7 @@ Examples:
   memforensics watch 4242 --interval 1s --count 6 --record f.jsonl && memforensics report f.jsonl
   memforensics watch 4242 --count 10 --json | jq .trend.verdict
 \b
-A heap sample attaches at a safe point as `inspect` does (the pause is shown);
+A heap sample is read as `inspect` reads it (its pause is shown);
 an RSS sample only reads /proc. A recording is appended to and flushed sample by
 sample: run the same command again to resume it, and read it with `memforensics
 report` while it is being written. A heap sample is skipped (and the gap recorded)
@@ -104,7 +106,7 @@ def _final_report(processes: list[WatchedProcess]) -> Report:
     type=DURATION,
     default="60s",
     show_default=True,
-    help="Time between heap samples (each attaches briefly at a safe point).",
+    help="Time between heap samples (each holds the target a few ms, as inspect does).",
 )
 @click.option(
     "--rss-interval",
@@ -138,7 +140,7 @@ def _final_report(processes: list[WatchedProcess]) -> Report:
     "point or a call takes longer.",
 )
 @gdb_option
-@read_only_option
+@sample_read_only_option
 @verbose_option
 def command(
     *,

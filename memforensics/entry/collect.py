@@ -150,18 +150,18 @@ def inspect_target(
     log: Log | None,
     read_only: bool = False,
 ) -> tuple[TargetResult, float]:
-    """Inspect one target (readonly.inspect_method: ``read_only`` from its memory only,
-    ``gdb_path`` through that gdb, else from its memory with gdb where the read is refused);
+    """Inspect one target (entry.inspect.sample_method: through ``gdb_path`` where given,
+    else from its memory, never falling back to gdb; ``read_only`` is that default);
     returns its result and the pause budget it spent (a read-only inspection's: its stops)."""
     name = _process_name(pid)
     identity = read_container_identity(pid)
     started = time.monotonic()
     try:
-        from memforensics.entry.readonly import inspect_live, inspect_method
+        from memforensics.entry.inspect import inspect_live, sample_method
 
         inspection = inspect_live(
             pid,
-            method=inspect_method(read_only=read_only, gdb_path=gdb_path),
+            method=sample_method(gdb_path=gdb_path),
             timeout_seconds=timeout_seconds,
             gdb_path=gdb_path,
             log=log,

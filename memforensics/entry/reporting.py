@@ -12,32 +12,13 @@ from pathlib import Path
 from memforensics.analysis.oom_join import join_kill
 from memforensics.analysis.samples import sample_from_dump
 from memforensics.analysis.timeline import release_marks
-from memforensics.analysis.trend import Trend, compute_trend
+from memforensics.analysis.trend import compute_trend
 from memforensics.model.oom import HeapAtKill
+from memforensics.model.report import ProcessReport, Report
 from memforensics.model.series import Sample, Series, SeriesEvent
 from memforensics.sources.files.recording import read_recording
 from memforensics.sources.files.report_inputs import file_time, read_heap_json, sniff
 from memforensics.sources.malloc_info.malloc_xml import iter_dumps
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessReport:
-    """One process over time: its series, its trend, and the marks on its time line."""
-
-    series: Series
-    trend: Trend
-    marks: tuple[SeriesEvent, ...]  # recorded events plus detected releases, in time order
-    # Each recorded OOM kill with the last heap sample before it (None when none fits).
-    kills: tuple[tuple[SeriesEvent, HeapAtKill | None], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Report:
-    """Everything `report` shows: one ProcessReport per process, and what the reader noticed."""
-
-    processes: tuple[ProcessReport, ...]
-    inputs: tuple[str, ...]
-    notes: tuple[str, ...]
 
 
 @dataclass

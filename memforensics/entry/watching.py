@@ -9,37 +9,36 @@ process that exits ends its series, with the OOM kill that took it when the kern
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from memforensics.analysis.oom_select import scan
 from memforensics.analysis.residency import residency_figures
 from memforensics.analysis.samples import heap_sample, rss_sample
-from memforensics.analysis.trend import Trend, compute_trend
-from memforensics.entry.inspection import Inspection
-from memforensics.entry.live import inspect_process, now_utc
+from memforensics.analysis.trend import compute_trend
+from memforensics.entry.common import now_utc
+from memforensics.entry.inspect import inspect_live, sample_method
 from memforensics.errors import (
     DeadlineError,
     MemforensicsError,
     NoSuchProcessError,
     TargetStoppedError,
 )
+from memforensics.model.inspection import Inspection
 from memforensics.model.oom import OomEvent
 from memforensics.model.series import Sample, SeriesEvent
+from memforensics.model.watch import WatchedProcess
 from memforensics.sources.logs.journal import JournalReader
 from memforensics.sources.logs.kmsg import KmsgReader
 from memforensics.sources.proc import procfs
 from memforensics.sources.proc.runtime import detect_runtime
 from memforensics.units import format_bytes, format_duration
 
-# The live view and the trend so far look at this many recent RSS readings (a day at 1 s
-# would be 86,400; the recording keeps everything, the view does not need to).
-RECENT_RSS_SAMPLES = 3600
 # A heap sample failing this many times in a row for a reason other than a deadline ends
 # the watch with that error.
 MAX_FAILURES = 5
@@ -58,39 +57,7 @@ class WatchSettings:
     timeout_seconds: float = 10.0
     gdb_path: str | None = None
     log: Any = None
-    read_only: bool = False  # heap samples read from memory, no gdb (entry.readonly)
-
-
-@dataclass
-class WatchedProcess:
-    """What the watch knows about one process so far (for the live view and the summary)."""
-
-    pid: int
-    process: str
-    started: datetime
-    heap: list[Sample] = field(default_factory=list)
-    rss: deque[Sample] = field(default_factory=lambda: deque(maxlen=RECENT_RSS_SAMPLES))
-    rss_samples: int = 0
-    gaps: list[SeriesEvent] = field(default_factory=list)
-    pause_seconds: float = 0.0
-    ended: SeriesEvent | None = None
-    oom_kill: SeriesEvent | None = None
-    trend: Trend | None = None
-    failures: int = 0  # heap samples failed in a row
-    runtime: str | None = None  # cpython, jvm, go, node: told once, at the start
-
-    @property
-    def last_rss_bytes(self) -> int | None:
-        latest = [s for s in (self.rss[-1] if self.rss else None, self.latest_heap) if s]
-        latest.sort(key=lambda s: s.time or self.started)
-        return latest[-1].rss_bytes if latest else None
-
-    @property
-    def latest_heap(self) -> Sample | None:
-        return self.heap[-1] if self.heap else None
-
-    def update_trend(self) -> None:
-        self.trend = compute_trend([*self.heap, *self.rss])
+    read_only: bool = False  # kept for callers: samples are read from memory unless gdb_path
 
 
 Record = Sample | SeriesEvent
@@ -153,18 +120,16 @@ class Watch:
         on_record: OnRecord,
         stop: threading.Event | None = None,
         oom_lookup: Callable[[int, datetime], OomEvent | None] = find_oom_kill,
-        inspect: Callable[..., Inspection] = inspect_process,
+        inspect: Callable[..., Inspection] | None = None,
     ) -> None:
         self.settings = settings
         self.on_record = on_record
         self.stop = stop or threading.Event()
         self.oom_lookup = oom_lookup
-        if inspect is inspect_process:
-            from memforensics.entry.readonly import inspect_method, inspector
-
-            inspect = inspector(
-                inspect_method(read_only=settings.read_only, gdb_path=settings.gdb_path)
-            )
+        if inspect is None:
+            # `inspect`'s own policy (entry.inspect): the settings say which way, nothing else.
+            method = sample_method(gdb_path=settings.gdb_path)
+            inspect = functools.partial(inspect_live, method=method)
         self.inspect = inspect
         started = now_utc()
         # Raises NoSuchProcessError (exit 3) for a PID that is not there at the start.
@@ -276,7 +241,7 @@ class Watch:
         )
         proc.heap.append(sample)
         proc.pause_seconds += result.capture.pause_seconds
-        proc.update_trend()
+        proc.trend = compute_trend([*proc.heap, *proc.rss])
         self._emit(sample, proc)
 
     def run(self) -> list[WatchedProcess]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 class Capture:
     """One malloc_info document taken from a live process: by gdb's call (sources.gdb), or
     rebuilt from its memory (the read-only path), or empty where an allocator's own
-    statistics stood in for it (entry.foreign)."""
+    statistics stood in for it (entry.readers.allocator)."""
 
     xml: bytes
     pause_seconds: float

@@ -41,8 +41,8 @@ class HeapChunks:
     heap: int  # the heap's index in its arena: 0 = the first ([heap] or the first sub-heap)
     start: int  # the first chunk's address
     mapped_end: int  # the end of the heap's mapped (in use) memory
-    addresses: array  # 'Q': each chunk's address (its prev_size word)
-    sizes: array  # 'Q': each chunk's size without the flag bits
+    addresses: array[int]  # 'Q': each chunk's address (its prev_size word)
+    sizes: array[int]  # 'Q': each chunk's size without the flag bits
     states: bytes  # one ChunkState value per chunk
     complete: bool  # the walk reached the heap's end (or its top) with every header checked
     stopped_at: int | None = None  # the address of the header the walk could not trust

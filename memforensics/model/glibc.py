@@ -21,7 +21,12 @@ import functools
 from collections.abc import Iterable
 
 HEAP_MAX_BYTES = 64 << 20  # HEAP_MAX_SIZE on 64-bit
-HEAP_INFO_BYTES = 40  # ar_ptr, prev, size, mprotect_size, pagesize (pagesize since 2.35)
+# sizeof(heap_info) by struct malloc_par's layout (both changed in glibc 2.35: heap_info gained
+# ``pagesize`` and is padded to MALLOC_ALIGNMENT): a thread arena's malloc_state follows it.
+HEAP_INFO_BYTES_BY_LAYOUT = {"2.26": 32, "2.35": 48}
+# sizeof(tcache_perthread_struct) as a chunk: char counts (2.26 … 2.29), uint16_t counts (2.30
+# on), and the larger tables of later releases.
+TCACHE_CHUNK_BYTES = (0x250, 0x290, 0x300)
 CHUNK_HEADER_BYTES = 16  # prev_size + size
 MALLOC_CHUNK_BYTES = 48  # sizeof(struct malloc_chunk): what mtrim keeps of each free chunk
 MINSIZE = 32

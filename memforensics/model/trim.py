@@ -61,13 +61,13 @@ class TrimResult:
     trim_returned: int | None  # malloc_trim's return: 1 if it released memory, else 0
     pause_seconds: float  # how long the target was stopped in total (dump + trim)
     skipped: SkipReason | None = None
-    # malloc_trim was called without gdb (entry.trim_direct): it ran, and its return value
+    # malloc_trim was called without gdb (entry.trimmers.direct): it ran, and its return value
     # was not kept (``trim_returned`` is then None).
     trim_called: bool = False
     skipped_detail: str | None = None
     notes: tuple[str, ...] = ()  # what the forecast cannot see (tcache, top chunk, ...)
-    # A foreign allocator's purge made instead of malloc_trim (entry.foreign): the call, as
-    # "jemalloc: mallctl(\"arena.4096.purge\")"; None for glibc's malloc_trim.
+    # A foreign allocator's purge made instead of malloc_trim (entry.trimmers.allocator): the
+    # call, as "jemalloc: mallctl(\"arena.4096.purge\")"; None for glibc's malloc_trim.
     purge: str | None = None
 
     @property

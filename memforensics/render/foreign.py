@@ -9,9 +9,9 @@ from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
 
-from memforensics.analysis.heap import HeapAnalysis
 from memforensics.model.advice import Advice
 from memforensics.model.allocator import ForeignHeap
+from memforensics.model.heap_analysis import HeapAnalysis
 from memforensics.render.heap import advice_and_notes, arena_table
 from memforensics.render.heap_sort import SortKey
 from memforensics.units import format_bytes

@@ -8,8 +8,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from memforensics.analysis.heap import ArenaFigures, HeapAnalysis, HistogramRow
 from memforensics.model.advice import Advice
+from memforensics.model.heap_analysis import ArenaFigures, HeapAnalysis, HistogramRow
 from memforensics.render.heap_sort import SortKey
 from memforensics.units import format_bytes
 

@@ -9,9 +9,9 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from memforensics.analysis.heap import ArenaFigures, HeapAnalysis
 from memforensics.model.advice import Advice
 from memforensics.model.heap import LINE_KINDS, Arena, SizeBucket, line_codes
+from memforensics.model.heap_analysis import ArenaFigures, HeapAnalysis
 from memforensics.render.jsondoc import Prerendered, record
 
 HEAP_SCHEMA = "memforensics/heap/1"

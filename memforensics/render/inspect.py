@@ -13,7 +13,7 @@ from memforensics.render.heap_sort import SortKey
 from memforensics.render.process import render_process_header, render_waterfall
 
 if TYPE_CHECKING:
-    from memforensics.entry.inspection import Inspection
+    from memforensics.model.inspection import Inspection
 
 
 def render_inspection(result: Inspection, *, top: int, sort: SortKey) -> RenderableType:

@@ -10,7 +10,7 @@ from memforensics.render.heap_json import heap_document
 from memforensics.render.process_json import process_json, residency_json, waterfall_json
 
 if TYPE_CHECKING:
-    from memforensics.entry.inspection import Inspection
+    from memforensics.model.inspection import Inspection
 
 
 def inspection_document(result: Inspection) -> dict[str, Any]:

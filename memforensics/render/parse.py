@@ -8,7 +8,7 @@ from typing import Any
 from rich.table import Table
 
 from memforensics.analysis.gates import GateViolation
-from memforensics.analysis.heap import HeapAnalysis, SeriesRow
+from memforensics.model.heap_analysis import HeapAnalysis, SeriesRow
 from memforensics.render.heap_json import heap_document
 from memforensics.render.jsondoc import record
 from memforensics.units import format_bytes

@@ -6,8 +6,8 @@ from datetime import datetime, timezone
 from html import escape
 
 from memforensics.analysis.trend import RUNTIME_NAMES, Fit
-from memforensics.entry.reporting import ProcessReport, Report
 from memforensics.model.process import Waterfall
+from memforensics.model.report import ProcessReport, Report
 from memforensics.model.series import Sample
 from memforensics.render.sample_json import iso_time
 from memforensics.render.svg_chart import histogram_svg, script_json, time_chart

@@ -7,7 +7,7 @@ from typing import Any
 
 from memforensics.analysis import trend as trend_rules
 from memforensics.analysis.trend import Fit, Trend
-from memforensics.entry.reporting import ProcessReport, Report
+from memforensics.model.report import ProcessReport, Report
 from memforensics.render.oom import heap_at_kill_json
 from memforensics.render.sample_json import iso_time
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from memforensics.analysis.trend import RUNTIME_NAMES, Fit
-from memforensics.entry.reporting import ProcessReport, Report
+from memforensics.model.report import ProcessReport, Report
 from memforensics.units import format_bytes, format_duration
 
 VERDICT_ICON = {

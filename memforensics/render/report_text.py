@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from memforensics.analysis.trend import RUNTIME_NAMES, Fit
-from memforensics.entry.reporting import ProcessReport, Report
+from memforensics.model.report import ProcessReport, Report
 from memforensics.model.series import Sample
 from memforensics.render.watch_view import VERDICT_STYLE, sparkline
 from memforensics.units import format_bytes, format_duration

@@ -16,7 +16,7 @@ from memforensics.model.series import Sample, SeriesEvent
 from memforensics.units import format_bytes, format_duration
 
 if TYPE_CHECKING:  # the live state is the library's; this module only reads it
-    from memforensics.entry.watching import WatchedProcess
+    from memforensics.model.watch import WatchedProcess
 
 SPARK_GLYPHS = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 40

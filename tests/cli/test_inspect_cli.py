@@ -153,3 +153,23 @@ def test_zombie_is_refused() -> None:
         assert "zombie" in err
     finally:
         child.wait()
+
+
+def test_json_shape_follows_the_command_line_not_what_was_running() -> None:
+    """One PID: an object. --name: an array, even when one process matches; several PIDs:
+    an array, even when one of them is gone (its error on stderr)."""
+    with c_target("idle_arenas", "2", "100") as target:
+        code, out, err = run("inspect", "--json", str(target.pid))
+        assert code == 0, err
+        assert isinstance(json.loads(out), dict)
+        binary = Path(f"/proc/{target.pid}/exe").resolve().name
+        code, out, err = run("inspect", "--json", "--name", f"^{binary}$")
+        assert code == 0, err
+        documents = json.loads(out)
+        assert isinstance(documents, list)
+        assert [d["process"]["pid"] for d in documents] == [target.pid]
+        code, out, err = run("inspect", "--json", str(target.pid), str(NO_SUCH_PID))
+        assert code == 3
+        documents = json.loads(out)
+        assert isinstance(documents, list)
+        assert [d["process"]["pid"] for d in documents] == [target.pid]

@@ -209,3 +209,12 @@ def test_parse_page_size_option_reaches_the_trim_advice() -> None:
     assert "this machine" not in message
     bad = run("parse", "--page-size", "5000", path)
     assert bad.exit_code == 2 and "power of two" in bad.stderr
+
+
+def test_json_shape_follows_the_command_line_not_the_data(dump_file: Path) -> None:
+    """One FILE gives an object; several FILEs an array, even when the files are the same
+    dump: a script's `jq .totals` must not work one day and fail the next."""
+    one = json.loads(run("parse", "--json", str(dump_file)).stdout)
+    assert isinstance(one, dict) and one["schema"] == "memforensics/heap/1"
+    two = json.loads(run("parse", "--json", str(dump_file), str(dump_file)).stdout)
+    assert isinstance(two, list) and [d["schema"] for d in two] == ["memforensics/heap/1"] * 2

@@ -10,9 +10,10 @@ from pathlib import Path
 from click.testing import CliRunner
 from rich.console import Console
 
+from memforensics.analysis.trend import compute_trend
 from memforensics.cli import cli
-from memforensics.entry.watching import WatchedProcess
 from memforensics.model.series import Sample, SeriesEvent
+from memforensics.model.watch import WatchedProcess
 from memforensics.render.watch_view import progress_line, render_watch, sparkline
 
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
@@ -65,7 +66,7 @@ def _state() -> WatchedProcess:
         "killed by the kernel OOM killer (memcg), anon-rss 64.0 MiB",
         rss_bytes=66 * MiB,
     )
-    proc.update_trend()
+    proc.trend = compute_trend([*proc.heap, *proc.rss])
     return proc
 
 

@@ -16,6 +16,7 @@ from memforensics.entry.scanning import BackgroundScan
 from memforensics.errors import GdbUnavailableError, NoSuchProcessError
 from memforensics.sources.gdb import gdb_spawn
 from memforensics.sources.gdb.gdb_capture import capture_malloc_info
+from memforensics.sources.gdb.gdb_setup import SIGNALS_FILE
 from memforensics.sources.glibc.heapmaps import scan_heap
 from memforensics.sources.malloc_info.malloc_xml import parse_dump
 from tests.support.targets import c_target, live_skip_reason
@@ -55,39 +56,65 @@ def no_prestarted() -> Iterator[None]:
         gdb_spawn._discard_prestarted()
 
 
-def test_lean_data_directory_is_gdbs_own_minus_python() -> None:
-    gdb = gdb_spawn.find_gdb(None)
-    installed = Path(os.path.realpath(gdb)).parent.parent / "share" / "gdb"
-    lean = gdb_spawn.lean_data_directory(gdb)
-    if lean is None:
-        pytest.fail(f"gdb's data directory was not found under {installed}")
-    try:
-        entries = {entry.name for entry in os.scandir(lean)}
-        assert entries == {entry.name for entry in os.scandir(installed)} - {"python"}
-        assert all(os.path.islink(os.path.join(lean, name)) for name in entries)
-        assert gdb_spawn.gdb_argv(gdb, lean)[-1] == f"--data-directory={lean}"
-    finally:
-        shutil.rmtree(lean)
-
-
-def test_a_custom_gdb_without_a_data_directory_starts_as_it_is(tmp_path: Path) -> None:
-    """A gdb whose prefix holds no share/gdb/python/gdb package gets no private directory;
-    one whose prefix does gets every entry but python/."""
-    fake = tmp_path / "prefix" / "bin" / "gdb"
+def _fake_gdb(prefix: Path, *, python: bool) -> Path:
+    """A gdb installed under ``prefix`` as Debian lays one out (bin/gdb, share/gdb/…)."""
+    fake = prefix / "bin" / "gdb"
     fake.parent.mkdir(parents=True)
-    shutil.copy("/bin/true", fake)  # a file of its own: realpath stays under tmp_path
-    data = tmp_path / "prefix" / "share" / "gdb"
+    shutil.copy("/bin/true", fake)  # a file of its own: realpath stays under prefix
+    data = prefix / "share" / "gdb"
     (data / "syscalls").mkdir(parents=True)
+    (data / "system-gdbinit").mkdir()
+    if python:
+        (data / "python" / "gdb").mkdir(parents=True)
+        (data / "python" / "gdb" / "__init__.py").write_text("")
+    return fake
+
+
+def test_lean_data_directory_is_gdbs_own_minus_python(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Built once in this user's cache, reused, and rebuilt when it does not match."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    for gdb in ("/usr/bin/gdb", str(_fake_gdb(tmp_path / "prefix", python=True))):
+        installed = Path(os.path.realpath(gdb)).parent.parent / "share" / "gdb"
+        lean = gdb_spawn.lean_data_directory(gdb)
+        assert lean is not None and lean.startswith(str(tmp_path / "cache"))
+        entries = {entry.name for entry in os.scandir(lean)}
+        wanted = {entry.name for entry in os.scandir(installed)} - {"python"}
+        assert entries == wanted | {SIGNALS_FILE}
+        assert all(
+            os.readlink(os.path.join(lean, name)) == str(installed / name) for name in wanted
+        )
+        assert gdb_spawn.gdb_argv(gdb, lean)[-1] == f"--data-directory={lean}"
+        assert gdb_spawn.lean_data_directory(gdb) == lean  # reused as it is
+        os.unlink(os.path.join(lean, SIGNALS_FILE))
+        assert gdb_spawn.lean_data_directory(gdb) == lean  # mended
+        assert os.path.isfile(os.path.join(lean, SIGNALS_FILE))
+    assert not [p for p in (tmp_path / "cache" / "memforensics").iterdir() if p.name[0] == "."]
+
+
+def test_a_custom_gdb_without_a_data_directory_starts_as_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gdb whose prefix holds no share/gdb/python/gdb package gets no data directory."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    fake = _fake_gdb(tmp_path / "prefix", python=False)
     assert gdb_spawn.lean_data_directory(str(fake)) is None
     assert gdb_spawn.gdb_argv(str(fake), None) == [str(fake), "-nx", "-nh", "-q", "-i=mi"]
-    (data / "python" / "gdb").mkdir(parents=True)
-    (data / "python" / "gdb" / "__init__.py").write_text("")
+
+
+def test_a_killed_build_of_the_cache_leaves_nothing_a_later_run_trips_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run SIGKILLed while building leaves a hidden half-built folder, never a half-built
+    cache: the next run builds its own and uses it."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    fake = _fake_gdb(tmp_path / "prefix", python=True)
+    half = tmp_path / "cache" / "memforensics" / ".building-killed"
+    half.mkdir(parents=True)
+    (half / "syscalls").symlink_to(tmp_path / "prefix" / "share" / "gdb" / "syscalls")
     lean = gdb_spawn.lean_data_directory(str(fake))
-    assert lean is not None
-    try:
-        assert {entry.name for entry in os.scandir(lean)} == {"syscalls"}
-    finally:
-        shutil.rmtree(lean)
+    assert lean is not None and Path(lean).name.startswith("gdb-data-")
 
 
 @pytest.mark.usefixtures("no_prestarted")
@@ -96,17 +123,15 @@ def test_prestarted_gdb_is_taken_over_and_nothing_is_left_behind() -> None:
     gdb_spawn.prestart(None)
     prestarted = gdb_spawn._prestarted
     assert prestarted is not None and prestarted.alive()
-    private = prestarted.data_directory
-    assert private is not None and Path(private).name in _private_dirs() - before
     with c_target("idle_arenas", "4") as target:
         capture = capture_malloc_info(target.pid, timeout_seconds=20)
         assert len(parse_dump(capture.xml).arenas) >= 4
         assert gdb_spawn._prestarted is None  # the session took it
         # gdb exits in the background after the clean detach, and is reaped there.
         assert _gone(prestarted.process.pid)
-        assert not os.path.exists(private)
         assert target.alive()
     assert not [c for c in psutil.Process().children() if "gdb" in c.name()]
+    assert _private_dirs() == before  # no folder of its own in /tmp
 
 
 @pytest.mark.usefixtures("no_prestarted")
@@ -121,15 +146,13 @@ def test_prestart_without_a_gdb_does_nothing_and_the_session_says_why() -> None:
 def test_a_prestarted_gdb_of_another_path_is_discarded(tmp_path: Path) -> None:
     gdb_spawn.prestart(None)
     first = gdb_spawn._prestarted
-    assert first is not None and first.data_directory is not None
-    first_directory = first.data_directory
+    assert first is not None
     other = tmp_path / "gdb"
     other.symlink_to(first.gdb)
     taken = gdb_spawn.take_gdb(str(other))
     try:
         assert taken.process.pid != first.process.pid
         assert _gone(first.process.pid)
-        assert not os.path.exists(first_directory)
     finally:
         taken.discard()
     assert _gone(taken.process.pid)

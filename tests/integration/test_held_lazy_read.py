@@ -12,7 +12,7 @@ import collections
 
 import pytest
 
-from memforensics.entry.readonly import inspect_read_only
+from memforensics.entry.readers.memory import inspect_read_only
 from memforensics.sources.glibc import glibc_walk
 from tests.support.residency_figures import walk_figures
 from tests.support.targets import compile_target, ptrace_skip_reason, running

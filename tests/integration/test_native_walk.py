@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from memforensics.entry.live import read_heap_residency
+from memforensics.entry.readers.gdb import read_heap_residency
 from memforensics.sources.glibc import heapcopy
 from tests.integration.test_residency_live import arenas_target
 from tests.support.residency_figures import walk_figures
@@ -81,7 +81,7 @@ def test_without_a_compiler_pip_builds_a_pure_python_package(tmp_path: Path) -> 
     probe = (
         "import sys\n"
         "from memforensics.sources.glibc import heapcopy\n"
-        "from memforensics.entry.live import read_heap_residency\n"
+        "from memforensics.entry.readers.gdb import read_heap_residency\n"
         "from memforensics.model.heap import Arena, HeapDump\n"
         "assert not heapcopy.native_walk_available(), heapcopy.__file__\n"
         "main = Arena(0, (), 0, 0, 1, 0, 0, 0)\n"

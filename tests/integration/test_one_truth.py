@@ -99,7 +99,7 @@ def test_a_single_threaded_heap_is_read_at_the_moment_of_its_dump() -> None:
     only thread, right after malloc_info, sees the heap the dump describes, so every arena
     balances with the dump (conservation, the dump being glibc's own figures)."""
     from memforensics.analysis.residency_build import build_residency
-    from memforensics.entry.live import inspect_process
+    from memforensics.entry.readers.gdb import inspect_process
     from memforensics.model.heapscan import HeapScan
 
     with c_target("classic_loop", "20000", "1024") as target:

@@ -1,13 +1,12 @@
 """ThreadHold never harms its target: not when memforensics is SIGKILLed at any moment of a
 hold, and not across consecutive holds of a target that notices any disturbance.
 
-DESIGN.md rule 7: "A dead memforensics must leave the target running: the kernel ends a dead
-tracer's seizes; prove it." A child Python process holds a target through ThreadHold, stops
-at a chosen moment (its ptrace wrapper or waitid freezes the tracer thread there, or the
-hold is simply on), says so, and is SIGKILLed. The target, a hold_counter whose workers count
-and whose SIGALRM chain dies if one SIGALRM is lost, must then be alive, untraced, not
-stopped, and counting on, every worker and the chain.
-"""
+The read from memory (docs/architecture.md): "A dead memforensics leaves the target running:
+the kernel ends a dead tracer's seizes" (tested here). A child Python process holds a target
+through ThreadHold, stops at a chosen moment (its ptrace wrapper or waitid freezes the
+tracer thread there, or the hold is simply on), says so, and is SIGKILLed. The target, a
+hold_counter whose workers count and whose SIGALRM chain dies if one SIGALRM is lost, must
+then be alive, untraced, not stopped, and counting on, every worker and the chain."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from memforensics.entry.live import read_heap_residency
+from memforensics.entry.readers.gdb import read_heap_residency
 from memforensics.sources.glibc import glibc_walk, heapcopy
 from memforensics.sources.glibc.heapcopy import BufferPool, Segment, copy_into
 from memforensics.sources.glibc.heapmaps import scan_heap

@@ -21,7 +21,7 @@ import pytest
 
 from memforensics.analysis.residency import residency_advice, waterfall
 from memforensics.analysis.trim_forecast import forecast_trim
-from memforensics.entry.live import read_heap_residency
+from memforensics.entry.readers.gdb import read_heap_residency
 from memforensics.model.heap import HeapDump
 from memforensics.render.process_json import residency_json, waterfall_json
 from memforensics.sources.gdb.gdb_capture import capture_malloc_info

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from memforensics.cli import cli
-from memforensics.entry.live import TrimSettings, trim_process
+from memforensics.entry.trim import TrimSettings, trim_process
 from memforensics.sources.gdb.gdb import GdbSession
 from memforensics.sources.malloc_info.malloc_xml import parse_dump
 from memforensics.sources.proc import procfs

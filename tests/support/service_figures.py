@@ -16,8 +16,8 @@ import threading
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from memforensics.entry.inspection import Inspection
 from memforensics.model.heap import HeapDump
+from memforensics.model.inspection import Inspection
 from memforensics.model.process import HeapResidency
 from memforensics.model.trim import TrimResult
 

@@ -1,5 +1,5 @@
 """What every service test does: inspect under load, trim at steady state, through the public
-library API (memforensics.entry.readonly.inspect_live, memforensics.entry.live.trim_process)
+library API (memforensics.entry.inspect.inspect_live, memforensics.entry.trim.trim_process)
 or the CLI as a user runs it, recording the issue's figures; and the default read's document
 set against the kernel's maps while the service is stopped."""
 
@@ -13,10 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from memforensics.entry.inspection import Inspection
-from memforensics.entry.live import TrimSettings, trim_process
-from memforensics.entry.readonly import InspectMethod, inspect_live, inspect_read_only
+from memforensics.entry.inspect import InspectMethod, inspect_live
+from memforensics.entry.readers.memory import inspect_read_only
+from memforensics.entry.trim import TrimSettings, trim_process
 from memforensics.errors import MemforensicsError, TargetError
+from memforensics.model.inspection import Inspection
 from memforensics.model.trim import TrimResult
 from memforensics.sources.proc import procfs
 from tests.support.kernel_heaps import KernelHeaps, kernel_heaps, stopped
@@ -47,7 +48,7 @@ def inspect(
     health: Callable[[], str] | None = None,
     method: InspectMethod = "auto",
 ) -> Inspection:
-    """One library inspection (``memforensics.entry.readonly.inspect_live``), recorded; by
+    """One library inspection (``memforensics.entry.inspect.inspect_live``), recorded; by
     default as `inspect PID` does it, which must read the service's memory (no gdb fallback).
 
     When it fails and ``health`` is given, the failure says how the service is doing after it
@@ -209,7 +210,7 @@ def await_steady_anon(
 def trim_at_steady_state(
     service: str, pid: int, *, samples: int = 3, health: Callable[[], str] | None = None
 ) -> SteadyTrim:
-    """Inspect ``samples`` times, then trim (``memforensics.entry.live.trim_process``), recorded.
+    """Inspect ``samples`` times, then trim (``memforensics.entry.trim.trim_process``), recorded.
 
     Steady means both malloc_info's free bytes and the anonymous RSS, over the inspections
     and the trim's own "before", stay within STEADY_SPREAD of their mean: a service that frees

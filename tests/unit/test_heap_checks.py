@@ -246,7 +246,7 @@ def test_a_corrupt_nextsize_ring_is_named(victim: int, field: int, value: int) -
 
 def test_a_list_filled_block_by_block_is_named_the_same() -> None:
     with copies() as (made, segments):
-        a, b, c = _small_list(segments[0], [1, 9, 17])
+        a, _b, c = _small_list(segments[0], [1, 9, 17])
         _poke(segments[0], c + 24, a)
         whole = _diagnose(segments, a, c)
         twins, fill = made.lazy_twins(segments)

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from memforensics.analysis.heap import MiB, analyze
+from memforensics.analysis.heap import analyze
 from memforensics.analysis.trim_forecast import estimate_buckets_releasable
 from memforensics.model.heap import HeapDump
 from memforensics.sources.malloc_info.malloc_xml import parse_dump
+from memforensics.units import MiB
 
 FIXTURES = Path(__file__).resolve().parent.parent.parent / "fixtures"
 

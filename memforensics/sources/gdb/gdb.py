@@ -27,13 +27,14 @@ from memforensics.errors import (
     ThreadVanishedError,
     ToolingError,
 )
+from memforensics.sources.gdb.gdb_probe import check_call_restores
 from memforensics.sources.gdb.gdb_setup import (
     gdb_error,
     gdb_failures,
     gdb_settings,
     mi_quote,
     private_sysroot,
-    write_signal_handling,
+    signal_handling_file,
 )
 from memforensics.sources.gdb.gdb_spawn import GdbProcess, find_gdb, take_gdb
 from memforensics.sources.gdb.gdb_threads import CLEANUP_SECONDS, ThreadControl
@@ -197,6 +198,7 @@ class GdbSession(ThreadControl):
 
     def _start(self) -> None:
         gdb = find_gdb(self.gdb_path)
+        check_call_restores(gdb)  # before the target is touched
         facts = procfs.check_target(self.pid, allow_stopped=self.allow_stopped)
         self._was_running = facts.state not in ("T", "t")
         self.non_stop = self._was_running
@@ -214,7 +216,7 @@ class GdbSession(ThreadControl):
                 self.pid,
                 was_running=self._was_running,
                 non_stop=self.non_stop,
-                signals_file=write_signal_handling(directory) if directory else None,
+                signals_file=signal_handling_file(directory),
             )
         )
         self._libc = load_libc_image(self.pid, facts.libc_path)
@@ -433,8 +435,6 @@ class GdbSession(ThreadControl):
                     self._memory.close()
                 if self._sysroot is not None:
                     shutil.rmtree(self._sysroot, ignore_errors=True)
-                if self._gdb is not None:
-                    self._gdb.remove_data_directory()
                 self._restore_target_state()
                 if self._watchdog is not None:
                     if self._detached_cleanly or self._attach_started is None:

@@ -34,19 +34,18 @@ SIGNAL_HANDLING = (
 )
 
 
-def write_signal_handling(directory: str) -> str | None:
-    """SIGNAL_HANDLING as a gdb command file in ``directory`` (ours, private), or None.
+# Sourced from the data directory (gdb_spawn.lean_data_directory writes it there), ``handle``
+# prints nothing; typed at the console it prints gdb's whole table of 160 signals, each a
+# line to parse (about 10 ms of our CPU per session).
+SIGNALS_FILE = "memforensics-signals.gdb"
 
-    Sourced, ``handle`` prints nothing; typed at the console it prints gdb's whole table of
-    160 signals, each a line to parse (about 10 ms of our CPU per session).
-    """
-    path = os.path.join(directory, "memforensics-signals.gdb")
-    try:
-        with open(path, "w", encoding="ascii") as handle:
-            handle.write("\n".join(SIGNAL_HANDLING) + "\n")
-    except OSError:
+
+def signal_handling_file(directory: str | None) -> str | None:
+    """The signal table's command file in gdb's data ``directory``, where it has one."""
+    if directory is None:
         return None
-    return path
+    path = os.path.join(directory, SIGNALS_FILE)
+    return path if os.path.isfile(path) else None
 
 
 def private_sysroot(libc_path: str, image: bytes) -> str:
@@ -65,7 +64,8 @@ def gdb_settings(
     pid: int, *, was_running: bool, non_stop: bool, signals_file: str | None = None
 ) -> list[str]:
     """MI commands that keep the stop short and the calls safe (all sent before attaching);
-    ``signals_file``: SIGNAL_HANDLING written by write_signal_handling, sourced quietly."""
+    ``signals_file``: SIGNAL_HANDLING in gdb's data directory (signal_handling_file), sourced
+    quietly."""
     settings = [
         "-gdb-set mi-async on",  # accept -exec-interrupt while the target runs forward
         "-gdb-set pagination off",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
 import os
 import resource
 import shutil
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memforensics.errors import GdbUnavailableError
+from memforensics.sources.gdb.gdb_setup import SIGNAL_HANDLING, SIGNALS_FILE
 
 
 def find_gdb(gdb_path: str | None) -> str:
@@ -46,30 +48,65 @@ def protect_from_oom_killer(pid: int) -> None:
         handle.write("-1000")
 
 
+def _cache_root() -> Path:
+    """This user's cache folder for memforensics (XDG_CACHE_HOME, else ~/.cache)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "memforensics"
+
+
+def _is_lean_copy(lean: Path, installed: Path) -> bool:
+    """``lean`` holds a link to each entry of ``installed`` but python, and the signals file."""
+    try:
+        wanted = {e.name for e in os.scandir(installed) if e.name != "python"}
+        links = {e.name: os.readlink(e.path) for e in os.scandir(lean) if e.is_symlink()}
+    except OSError:
+        return False
+    return (
+        set(links) == wanted
+        and all(links[name] == str(installed / name) for name in wanted)
+        and (lean / SIGNALS_FILE).is_file()
+    )
+
+
 def lean_data_directory(gdb: str) -> str | None:
-    """A private data directory for ``gdb``: its installed one minus the ``python`` package.
+    """A data directory for ``gdb``: its installed one minus the ``python`` package, plus the
+    session's signal table (gdb_setup.SIGNAL_HANDLING), kept in this user's cache.
 
     Most of gdb's start-up is its Python: importing the ``gdb`` package (printers, frame
     filters, unwinders) took 60 of 90 ms here, and a session uses none of it (no Python
     command is sent, auto-load is off). Without the package gdb warns once, "limited Python
-    support", and works as before. The caller removes the directory. None when gdb's data
-    directory is not where its prefix puts it (a custom build): gdb then starts as it is.
+    support", and works as before. The directory is built once per gdb installation (a
+    temporary folder renamed into place, so a concurrent or killed run never sees half of
+    it) and reused: a SIGKILLed run leaves nothing behind. None when gdb's data directory is
+    not where its prefix puts it (a custom build) or the cache cannot be written: gdb then
+    starts as it is.
     """
     installed = Path(os.path.realpath(gdb)).parent.parent / "share" / "gdb"
     if not (installed / "python" / "gdb" / "__init__.py").is_file():
         return None
+    root = _cache_root()
+    key = hashlib.sha256(str(installed).encode()).hexdigest()[:16]
+    lean = root / f"gdb-data-{key}"
+    if _is_lean_copy(lean, installed):
+        return str(lean)
     try:
-        lean = tempfile.mkdtemp(prefix="memforensics-gdb-")
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        building = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
     except OSError:
         return None
     try:
         for entry in os.scandir(installed):
             if entry.name != "python":
-                os.symlink(entry.path, os.path.join(lean, entry.name))
+                os.symlink(entry.path, building / entry.name)
+        (building / SIGNALS_FILE).write_text("\n".join(SIGNAL_HANDLING) + "\n", "ascii")
+        if lean.exists():
+            shutil.rmtree(lean, ignore_errors=True)  # stale: gdb was reinstalled elsewhere
+        os.rename(building, lean)
     except OSError:
-        shutil.rmtree(lean, ignore_errors=True)
-        return None
-    return lean
+        shutil.rmtree(building, ignore_errors=True)
+        # another run may have put it in place meanwhile
+        return str(lean) if _is_lean_copy(lean, installed) else None
+    return str(lean)
 
 
 def gdb_argv(gdb: str, data_directory: str | None) -> list[str]:
@@ -82,7 +119,7 @@ def gdb_argv(gdb: str, data_directory: str | None) -> list[str]:
 
 @dataclass
 class GdbProcess:
-    """A gdb started for one session, and the private directory it reads its data from."""
+    """A gdb started for one session, and the data directory it reads (lean_data_directory)."""
 
     gdb: str
     process: subprocess.Popen[bytes]
@@ -90,11 +127,6 @@ class GdbProcess:
 
     def alive(self) -> bool:
         return self.process.poll() is None
-
-    def remove_data_directory(self) -> None:
-        if self.data_directory is not None:
-            shutil.rmtree(self.data_directory, ignore_errors=True)
-            self.data_directory = None
 
     def discard(self) -> None:
         """End a gdb no session took (it never attached to anything) and clean up after it."""
@@ -107,7 +139,6 @@ class GdbProcess:
             if stream is not None:
                 with contextlib.suppress(OSError):
                     stream.close()
-        self.remove_data_directory()
 
 
 def start_gdb(gdb: str) -> GdbProcess:
@@ -126,8 +157,6 @@ def start_gdb(gdb: str) -> GdbProcess:
             cwd="/",  # nothing of gdb's (a core file if it crashes) lands in the user's directory
         )
     except OSError as exc:
-        if data_directory is not None:
-            shutil.rmtree(data_directory, ignore_errors=True)
         raise GdbUnavailableError(f"cannot run {gdb}: {exc.strerror}") from exc
     with contextlib.suppress(OSError, ValueError):
         resource.prlimit(process.pid, resource.RLIMIT_CORE, (0, 0))

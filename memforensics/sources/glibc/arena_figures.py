@@ -26,7 +26,7 @@ LOCK_RETRIES = 60
 
 class ArenaHold(Protocol):
     """Holds every thread of the target still around the read of one arena (the read-only
-    path: memforensics.entry.readonly), so that arena's bins are read at one moment."""
+    path: memforensics.entry.readers.memory), so that arena's bins are read at one moment."""
 
     def arena(self, weight_bytes: int = 0) -> contextlib.AbstractContextManager[None]:
         """Entered around one arena's read (of about ``weight_bytes`` of heap): the target

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from memforensics.errors import HeapCorruptionError, ReadOnlyRefusedError
+from memforensics.errors import ArenaLockedError, HeapCorruptionError, ReadOnlyRefusedError
 from memforensics.model import glibc
 from memforensics.model.heapscan import BinFigures, HeapScan, MallocParams
 
@@ -134,9 +134,10 @@ def malloc_info_xml(scan: HeapScan, release: str | None) -> bytes:
     if missing:
         locked = [str(p) for p, a in enumerate(scan.arenas) if a.figures is None and a.lock_retries]
         why = f" (locked at every stop: {', '.join(locked)})" if locked else ""
-        raise ReadOnlyRefusedError(
+        refusal = ArenaLockedError if locked == missing else ReadOnlyRefusedError
+        raise refusal(
             f"arena {', '.join(missing)} could not be read consistently{why}",
-            hint="try again, or use the gdb path: inspect --gdb gdb PID",
+            hint="try again, or read it through the gdb path (gdb calls malloc_info)",
             pid=scan.pid,
         )
     if params is None:

@@ -59,8 +59,8 @@ class BootNotFoundError(InputDataError):
     def __init__(self, boot: str) -> None:
         super().__init__(
             f"boot {boot} is not in the journal",
-            hint="list the boots with `journalctl --list-boots` (add `--directory DIR` for a "
-            "journal directory)",
+            hint="list the boots with `journalctl --list-boots` (and `-D DIR` for a journal "
+            "directory)",
         )
         self.boot = boot
 

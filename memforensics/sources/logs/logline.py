@@ -94,37 +94,13 @@ def parse_line(line: str, source: str, reference: datetime) -> LogRecord | None:
     if first == "{":
         return _json_record(line, source)
     if first.isdigit():
-        record = kmsg.parse_record(line)
-        if record is not None:
-            ident, text = kmsg.split_userspace(record)
-            return LogRecord(text, source, ident, None, record.uptime_seconds)
-        iso = _ISO_DMESG_RE.match(line)
-        if iso:
-            text, uptime = _strip_kernel_prefix(line[iso.end() :])
-            return LogRecord(text, source, KERNEL, parse_iso(iso.group(1)), uptime)
-        iso_syslog = _ISO_SYSLOG_RE.match(line)
-        if iso_syslog:
-            return _syslog_record(
-                line[iso_syslog.end() :],
-                source,
-                iso_syslog.group(3),
-                parse_iso(iso_syslog.group(1)),
-            )
+        numbered = _numbered_line(line, source)
+        if numbered is not None:
+            return numbered
     if first == "[":
-        uptime_match = _UPTIME_RE.match(line)
-        if uptime_match:
-            text = line[uptime_match.end() :]
-            uptime = float(uptime_match.group(1))
-            # journalctl -o short-monotonic puts userspace lines behind an uptime too.
-            userspace = _USERSPACE_RE.match(text)
-            if userspace and userspace.group(1) is not None:
-                return LogRecord(text[userspace.end() :], source, userspace.group(1), None, uptime)
-            if userspace:
-                text = text[userspace.end() :]
-            return LogRecord(text, source, KERNEL, None, uptime)
-        ctime = _CTIME_RE.match(line)
-        if ctime:
-            return LogRecord(line[ctime.end() :], source, KERNEL, parse_ctime(ctime.group(1)))
+        bracketed = _bracketed_line(line, source)
+        if bracketed is not None:
+            return bracketed
     if first.isalpha() and not line.startswith(_FACILITIES):
         # The commonest shape (kern.log, syslog, messages, journalctl short) first. Where it
         # matches, the two tried before it below cannot: short-full's second word is a
@@ -149,6 +125,47 @@ def parse_line(line: str, source: str, reference: datetime) -> LogRecord | None:
     if syslog:
         return _syslog_match(syslog, line, source, reference)
     return LogRecord(line, source, None)
+
+
+def _numbered_line(line: str, source: str) -> LogRecord | None:
+    """A line that starts with a digit: a /dev/kmsg record, dmesg's or syslog's ISO time."""
+    record = kmsg.parse_record(line)
+    if record is not None:
+        ident, text = kmsg.split_userspace(record)
+        return LogRecord(text, source, ident, None, record.uptime_seconds)
+    iso = _ISO_DMESG_RE.match(line)
+    if iso:
+        text, uptime = _strip_kernel_prefix(line[iso.end() :])
+        return LogRecord(text, source, KERNEL, parse_iso(iso.group(1)), uptime)
+    iso_syslog = _ISO_SYSLOG_RE.match(line)
+    if iso_syslog:
+        return _syslog_record(
+            line[iso_syslog.end() :],
+            source,
+            iso_syslog.group(3),
+            parse_iso(iso_syslog.group(1)),
+        )
+    return None
+
+
+def _bracketed_line(line: str, source: str) -> LogRecord | None:
+    """A line that starts with ``[``: dmesg's uptime (journalctl's short-monotonic too,
+    userspace behind it) or dmesg -T's ctime."""
+    uptime_match = _UPTIME_RE.match(line)
+    if uptime_match:
+        text = line[uptime_match.end() :]
+        uptime = float(uptime_match.group(1))
+        # journalctl -o short-monotonic puts userspace lines behind an uptime too.
+        userspace = _USERSPACE_RE.match(text)
+        if userspace and userspace.group(1) is not None:
+            return LogRecord(text[userspace.end() :], source, userspace.group(1), None, uptime)
+        if userspace:
+            text = text[userspace.end() :]
+        return LogRecord(text, source, KERNEL, None, uptime)
+    ctime = _CTIME_RE.match(line)
+    if ctime:
+        return LogRecord(line[ctime.end() :], source, KERNEL, parse_ctime(ctime.group(1)))
+    return None
 
 
 def _syslog_match(syslog: re.Match[str], line: str, source: str, reference: datetime) -> LogRecord:

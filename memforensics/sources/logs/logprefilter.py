@@ -117,24 +117,7 @@ def candidate_spans(
             line_end = end
         if line_start >= emitted:
             low = max(floor, last_victim_end, line_start - LOOKBACK_BYTES)
-            header = buf.rfind(_HEADER, low, line_start)
-            if header >= 0:
-                pos = buf.rfind(b"\n", low, header) + 1 or low
-            else:
-                # No header (rate-limited, grep-filtered, or a group kill's next victim):
-                # the lines just before may still be its oom-kill: summary or the
-                # memory.oom.group notice.
-                near = max(low, line_start - _NEAR_BYTES)
-                if buf[line_start : line_start + 12].startswith((b"MESSAGE", b"    MESSAGE")):
-                    # journalctl export/verbose: an entry spans many lines; go by bytes.
-                    pos = low if near == low else (buf.find(b"\n", near, line_start) + 1 or near)
-                else:
-                    pos = line_start
-                    for _ in range(_NEAR_LINES):
-                        if pos <= near:
-                            break
-                        pos = buf.rfind(b"\n", near, pos - 1) + 1 or near
-            pos = max(_entry_start(buf, low, pos), emitted)
+            pos = max(_entry_start(buf, low, _context_start(buf, low, line_start)), emitted)
             while pos < line_start:
                 newline = buf.find(b"\n", pos, line_start)
                 if newline < 0:
@@ -151,20 +134,44 @@ def candidate_spans(
                     yield line_end + 1, next_end
                     emitted = last_victim_end = next_end + 1
                     line_end = next_end
-            reaper = (
-                buf.find(_REAPER, line_end, min(end, line_end + _REAPER_LOOKAHEAD_BYTES))
-                if kind in _KILL_ANCHORS
-                else -1
-            )
-            if reaper >= 0:
-                reaper_end = buf.find(b"\n", reaper, end)
-                yield (
-                    (buf.rfind(b"\n", line_end, reaper) + 1 or line_end),
-                    (end if reaper_end < 0 else reaper_end),
-                )
+            reaper = _reaper_span(buf, line_end, end) if kind in _KILL_ANCHORS else None
+            if reaper is not None:
+                yield reaper
         for index, position in enumerate(nexts):
             if 0 <= position <= line_end:
                 nexts[index] = _find_anchor(buf, index, line_end + 1, window_end)
+
+
+def _context_start(buf: Buffer, low: int, line_start: int) -> int:
+    """Where the lines worth parsing before a victim line at ``line_start`` begin: its
+    report's header line, else (rate-limited, grep-filtered, or a group kill's next victim)
+    the few lines just before, which may hold its oom-kill: summary or the memory.oom.group
+    notice; never before ``low``."""
+    header = buf.rfind(_HEADER, low, line_start)
+    if header >= 0:
+        return buf.rfind(b"\n", low, header) + 1 or low
+    near = max(low, line_start - _NEAR_BYTES)
+    if buf[line_start : line_start + 12].startswith((b"MESSAGE", b"    MESSAGE")):
+        # journalctl export/verbose: an entry spans many lines; go by bytes.
+        return low if near == low else (buf.find(b"\n", near, line_start) + 1 or near)
+    pos = line_start
+    for _ in range(_NEAR_LINES):
+        if pos <= near:
+            break
+        pos = buf.rfind(b"\n", near, pos - 1) + 1 or near
+    return pos
+
+
+def _reaper_span(buf: Buffer, line_end: int, end: int) -> tuple[int, int] | None:
+    """The oom_reaper line shortly after a kill line ending at ``line_end``, if any."""
+    reaper = buf.find(_REAPER, line_end, min(end, line_end + _REAPER_LOOKAHEAD_BYTES))
+    if reaper < 0:
+        return None
+    reaper_end = buf.find(b"\n", reaper, end)
+    return (
+        buf.rfind(b"\n", line_end, reaper) + 1 or line_end,
+        end if reaper_end < 0 else reaper_end,
+    )
 
 
 def _wrapped_oomd(line: bytes) -> bool:

@@ -12,15 +12,14 @@ allocator in an unstripped executable is only named there).
 from __future__ import annotations
 
 import contextlib
-import os
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from memforensics.errors import NotGlibcMallocError, TargetError, TargetExitedError, ToolingError
-from memforensics.sources.proc.regular_file import read_regular
 from memforensics.sources.proc.procmaps import Mapping, read_maps_of
+from memforensics.sources.proc.regular_file import read_regular
 
 _STT_FUNC = 2
 _STT_GNU_IFUNC = 10

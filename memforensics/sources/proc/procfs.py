@@ -292,7 +292,7 @@ def check_target(
     if facts.kernel_thread:
         raise TargetError(
             f"{label} is a kernel thread: it has no user-space heap",
-            hint="pick a user-space process (ps -u USER, or --name PATTERN)",
+            hint="pick a user-space process (ps -u USER lists them)",
         )
     if facts.tracer_pid:
         raise TargetPermissionError(

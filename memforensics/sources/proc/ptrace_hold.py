@@ -1,7 +1,7 @@
 """Hold every thread of a live process still with ptrace, read-only, then let them all go.
 
 While the hold lasts nothing in the target runs, so its memory read through /proc/PID/mem
-is one moment (``inspect --read-only``, DESIGN.md rule 7). The hold itself writes nothing
+is one moment (docs/architecture.md, "The read from memory"). The hold writes nothing
 and runs no code there: PTRACE_SEIZE (with PTRACE_O_TRACECLONE), PTRACE_INTERRUPT, waitid,
 PTRACE_GETREGS and PTRACE_DETACH; never PTRACE_ATTACH, SIGSTOP or a breakpoint. ``in_tracer``
 runs a caller's own requests in its tracer thread (ptrace_call's calls). x86-64 Linux.

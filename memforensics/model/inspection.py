@@ -5,16 +5,13 @@ foreign allocator's own statistics)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from memforensics.model.advice import Advice
 from memforensics.model.allocator import ForeignHeap
 from memforensics.model.capture import Capture
+from memforensics.model.heap_analysis import HeapAnalysis
 from memforensics.model.heapscan import ReadOnlyRead
 from memforensics.model.process import HeapResidency, ProcessFacts, ProcessMemory, Waterfall
-
-if TYPE_CHECKING:
-    from memforensics.analysis.heap import HeapAnalysis
 
 
 @dataclass(frozen=True)

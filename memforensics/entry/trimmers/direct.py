@@ -1,4 +1,5 @@
-"""`trim` without gdb: the figures read from the target's memory (entry.readonly), and
+"""`trim` without gdb (the default way): the figures read from the target's memory
+(entry.readers.memory), and
 malloc_trim called through a signal frame that restores the calling thread by itself
 (sources.proc.ptrace_call), so that nothing on our side has to survive for the target to be
 left whole: a SIGKILL of memforensics at any moment leaves it untouched, or trimming and
@@ -15,12 +16,11 @@ from __future__ import annotations
 import os
 import time
 
-from memforensics.errors import DeadlineError, NotGlibcMallocError, TargetError
+from memforensics.entry.trimmers.protocol import CallMade, TrimReading, TrimSettings
+from memforensics.errors import DeadlineError, GdbMayHelpError, NotGlibcMallocError
 from memforensics.model.process import HeapResidency, ProcessFacts
-from memforensics.model.trim import TrimResult, before_after
 from memforensics.sources.glibc.arena_hold import in_allocator
 from memforensics.sources.glibc.libc_elf import LibcImage, load_libc_image
-from memforensics.sources.proc import procfs
 from memforensics.sources.proc.procmem import ProcessMemoryReader
 from memforensics.sources.proc.ptrace_call import call, caller_thread, shadow_stack_enabled
 from memforensics.sources.proc.ptrace_hold import ThreadHold
@@ -60,9 +60,10 @@ def call_malloc_trim(
     libc = load_libc_image(pid, facts.libc_path)
     restore_rt = libc.restore_rt
     if restore_rt is None:
-        raise TargetError(
-            f"libc's __restore_rt was not found in {facts.libc_path} of PID {pid}",
-            hint="trim with gdb: --gdb gdb",
+        raise GdbMayHelpError(
+            f"libc's __restore_rt was not found in {facts.libc_path} of PID {pid}: "
+            "malloc_trim cannot be called without gdb",
+            hint="gdb's way makes the call from a safe point instead",
             pid=pid,
         )
     mutexes = [a.address for a in residency.arenas if a.address] if residency else []
@@ -102,65 +103,52 @@ def call_malloc_trim(
             wait = min(wait * 2, _RETRY_MAX_SECONDS)
 
 
-def trim_direct(
-    pid: int,
-    facts: ProcessFacts,
-    pad_bytes: int,
-    dry_run: bool,
-    min_free_bytes: int,
-    timeout_seconds: float,
-) -> TrimResult:
-    """Measure RSS, read the heap (no gdb), forecast, call malloc_trim (unless skipped),
-    measure again: TrimResult as the gdb path gives, ``trim_returned`` None (the call keeps
-    no return value) and ``trim_called`` True when it was made."""
-    from memforensics.analysis.trim import skip_reason
-    from memforensics.analysis.trim_forecast import forecast_trim
-    from memforensics.entry.live import now_utc, settled_memory
-    from memforensics.entry.readonly import inspect_read_only
+class DirectTrimmer:
+    """malloc_trim without gdb (see the module): the heap read from memory, then the call."""
 
-    started = now_utc()
-    before = procfs.read_memory(pid)
-    if before.rss_bytes is None:
-        raise TargetError(f"PID {pid} has no memory figures (exited?)", pid=pid)
-    inspection = inspect_read_only(
-        pid, timeout_seconds=min(timeout_seconds, 1.0), pad_bytes=pad_bytes
-    )
-    dump = inspection.analysis.dump
-    if dump.all_zero:
-        raise NotGlibcMallocError(
-            f"PID {pid} ({facts.name}) maps glibc but its malloc holds no memory: "
-            "another allocator serves it",
-            pid=pid,
+    call_name = "trim"
+    purge: str | None = None
+
+    def __init__(self, pid: int, facts: ProcessFacts, settings: TrimSettings) -> None:
+        self.pid = pid
+        self.facts = facts
+        self.pad_bytes = settings.pad_bytes
+        self.timeout_seconds = settings.timeout_seconds
+        self._residency: HeapResidency | None = None
+
+    def read(self) -> TrimReading:
+        from memforensics.analysis.trim_forecast import forecast_trim
+        from memforensics.entry.readers.memory import inspect_read_only
+
+        pid = self.pid
+        inspection = inspect_read_only(
+            pid, timeout_seconds=min(self.timeout_seconds, 1.0), pad_bytes=self.pad_bytes
         )
-    residency = inspection.residency
-    page = residency.page_bytes if residency else os.sysconf("SC_PAGE_SIZE")
-    forecast = forecast_trim(dump, residency, page_bytes=page, pad_bytes=pad_bytes)
-    skipped, detail = skip_reason(forecast, min_free_bytes=min_free_bytes, dry_run=dry_run)
-    pause_seconds = inspection.capture.pause_seconds
-    notes = list(forecast.notes) + (list(residency.notes) if residency else [])
-    if skipped is None:
-        figures_read = time.monotonic()
-        pause_seconds += call_malloc_trim(pid, facts, residency, pad_bytes, timeout_seconds)
-        notes.append(
-            f"forecast figures were at most {time.monotonic() - figures_read:.2f} s old at "
-            "the trim; malloc_trim was called without gdb (its return value is not kept)"
+        dump = inspection.analysis.dump
+        if dump.all_zero:
+            raise NotGlibcMallocError(
+                f"PID {pid} ({self.facts.name}) maps glibc but its malloc holds no memory: "
+                "another allocator serves it",
+                pid=pid,
+            )
+        residency = self._residency = inspection.residency
+        page = residency.page_bytes if residency else os.sysconf("SC_PAGE_SIZE")
+        forecast = forecast_trim(dump, residency, page_bytes=page, pad_bytes=self.pad_bytes)
+        return TrimReading(
+            forecast=forecast,
+            free_bytes=dump.free_bytes,
+            heap_bytes=dump.system_bytes,
+            arenas=len(dump.arenas),
+            pause_seconds=inspection.capture.pause_seconds,
+            notes=residency.notes if residency else (),
         )
-    after = settled_memory(pid) if skipped is None else None
-    return TrimResult(
-        pid=pid,
-        name=facts.name,
-        time=started,
-        **before_after(before, after),
-        forecast=forecast,
-        free_bytes=dump.free_bytes,
-        heap_bytes=dump.system_bytes,
-        arenas=len(dump.arenas),
-        pad_bytes=pad_bytes,
-        dry_run=dry_run,
-        trim_returned=None,
-        trim_called=skipped is None,
-        pause_seconds=pause_seconds,
-        skipped=skipped,
-        skipped_detail=detail,
-        notes=tuple(dict.fromkeys(notes)),
-    )
+
+    def call(self) -> CallMade:
+        pause_seconds = call_malloc_trim(
+            self.pid, self.facts, self._residency, self.pad_bytes, self.timeout_seconds
+        )
+        return CallMade(
+            pause_seconds=pause_seconds,
+            returned=None,
+            how="malloc_trim was called without gdb (its return value is not kept)",
+        )

@@ -1,0 +1,206 @@
+"""The memory way of reading a heap (the default; entry.inspect chooses it): the heap report of
+a live process with no gdb and no call into it, malloc_info's document rebuilt from the
+target's memory.
+
+Each arena is read in a short stop of the whole target (ptrace seize and interrupt; nothing
+written, no code run there: sources.glibc.arena_hold), so its figures are those of one
+moment, as malloc_info's are under the arena's lock; the document is written as the target's
+glibc would print it (sources.glibc.malloc_info_image) and parsed like any other, so every
+renderer and gate sees what the gdb path would give. The residency walk is the same read:
+the waterfall and the dump describe the same moment.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from memforensics.entry.common import exited_error
+from memforensics.errors import (
+    MemforensicsError,
+    NoSuchProcessError,
+    ReadOnlyRefusedError,
+    TargetError,
+)
+from memforensics.model import glibc
+from memforensics.model.capture import Capture
+from memforensics.model.heap import HeapDump, process_source
+from memforensics.model.heapscan import HeapScan, ReadOnlyRead
+from memforensics.model.inspection import Inspection
+from memforensics.model.process import (
+    HeapResidency,
+    ProcessFacts,
+    ProcessMemory,
+    Waterfall,
+)
+from memforensics.sources.glibc.arena_hold import StopBatches
+from memforensics.sources.glibc.heapmaps import scan_heap
+from memforensics.sources.glibc.libc_elf import load_libc_image
+from memforensics.sources.glibc.malloc_info_image import malloc_info_xml
+from memforensics.sources.proc import procfs
+from memforensics.sources.proc.binaries import glibc_banner_version
+from memforensics.sources.proc.procfs import pid_alive
+from memforensics.sources.proc.procmem import MemoryReader, ProcessMemoryReader
+
+if TYPE_CHECKING:
+    from memforensics.model.heap_analysis import HeapAnalysis
+
+
+# The malloc_par layout each heap_info size goes with.
+_LAYOUT_OF_HEAP_INFO = {size: layout for layout, size in glibc.HEAP_INFO_BYTES_BY_LAYOUT.items()}
+
+
+def layout_evidence(scan: HeapScan, mem: MemoryReader) -> tuple[int | None, int | None]:
+    """(heap_info bytes, tcache chunk bytes) as the target's memory shows them, None where
+    it shows nothing (no thread arena; a first chunk that is not the tcache).
+    ReadOnlyRefusedError when the heap_info size and mp_'s layout name different glibc
+    generations."""
+    heap_info: int | None = None
+    for arena in scan.arenas:
+        if arena.is_main or arena.address is None:
+            continue
+        for segment in arena.segments:
+            if segment.start < arena.address < segment.start + segment.mapped_bytes:
+                heap_info = arena.address - segment.start
+                break
+        if heap_info is not None:
+            break
+    params = scan.malloc_params
+    if heap_info is not None and params is not None:
+        expected = _LAYOUT_OF_HEAP_INFO.get(heap_info)
+        if expected != params.layout:
+            raise ReadOnlyRefusedError(
+                f"glibc layouts disagree: heap_info of {heap_info} bytes, "
+                f"struct malloc_par of the {params.layout} layout",
+                pid=scan.pid,
+            )
+    tcache: int | None = None
+    if params is not None and params.sbrk_base:
+        header = mem.read(params.sbrk_base, 16)
+        size = int.from_bytes(header[8:], "little") & ~0x7 if header else 0
+        tcache = size if size in glibc.TCACHE_CHUNK_BYTES else None
+    return heap_info, tcache
+
+
+def dump_and_residency(scan: HeapScan, version: str | None, source: str) -> tuple[bytes, HeapDump]:
+    """malloc_info's document rebuilt from ``scan`` (heapmaps with ``figures``) and its parse."""
+    from memforensics.sources.malloc_info.malloc_xml import parse_dump
+
+    xml = malloc_info_xml(scan, version)
+    return xml, parse_dump(xml, name=source)
+
+
+def report_parts(
+    dump: HeapDump, scan: HeapScan, memory: ProcessMemory | None, pad_bytes: int = 0
+) -> tuple[HeapAnalysis, HeapResidency | None, Waterfall | None, str | None]:
+    """(analysis, residency, waterfall, why there is no residency) of a read-only dump: the
+    residency is the same read's, so the dump and the waterfall describe one moment."""
+    from memforensics.analysis.heap import analyze
+    from memforensics.analysis.residency import one_verdict, residency_advice, waterfall
+    from memforensics.analysis.residency_build import build_residency
+
+    analysis = analyze(dump)
+    try:
+        residency = build_residency(dump, scan, pad_bytes=pad_bytes)
+    except MemforensicsError as exc:
+        return analysis, None, None, str(exc)
+    flow = waterfall(memory, dump, residency) if memory is not None else None
+    analysis = replace(
+        analysis, advice=one_verdict(analysis.advice, residency_advice(dump, residency))
+    )
+    return analysis, residency, flow, None
+
+
+def inspect_read_only(
+    pid: int,
+    *,
+    timeout_seconds: float = 1.0,
+    allow_stopped: bool = False,
+    pad_bytes: int = 0,
+    facts: ProcessFacts | None = None,
+) -> Inspection:
+    """The heap report of ``pid`` read from its memory (see the module). Refuses what the gdb
+    path refuses (procfs.check_target), and a heap it cannot read consistently (TargetError,
+    exit 3, with a hint to use the gdb path). The target is left running (or stopped, if
+    someone else had stopped it). Trimmable figures are for malloc_trim(``pad_bytes``).
+    ``facts``: what procfs.check_target already gave for ``pid`` (its glibc refusals still
+    apply), so that /proc and the executable are not read twice."""
+    if facts is None or not facts.allocator.is_glibc_malloc:
+        facts = procfs.check_target(pid, allow_stopped=allow_stopped)
+    try:
+        return _inspect(pid, facts, timeout_seconds, pad_bytes)
+    except MemforensicsError as exc:
+        if isinstance(exc, NoSuchProcessError) or not pid_alive(pid):
+            # One message whichever step noticed (the hold says "while its threads were
+            # being held"): the one the gdb path gives, documented in docs/inspect.md.
+            raise exited_error(pid) from exc
+        raise
+
+
+def _inspect(
+    pid: int, facts: ProcessFacts, timeout_seconds: float, pad_bytes: int = 0
+) -> Inspection:
+    libc_path = facts.libc_path
+    libc = load_libc_image(pid, libc_path) if libc_path else None
+    version = facts.glibc_version
+    if version is None and libc_path:
+        version = glibc_banner_version(Path(libc_path))
+    batches = StopBatches(
+        pid, libc=libc, single_threaded=facts.threads == 1, timeout_seconds=timeout_seconds
+    )
+    started = time.monotonic()
+    try:
+        scan = scan_heap(pid, libc_path=libc_path, figures=True, hold=batches)
+    finally:
+        batches.close()
+    read_seconds = time.monotonic() - started
+    try:
+        xml, dump = dump_and_residency(scan, version, process_source(pid))
+    except TargetError as exc:
+        if facts.state not in ("T", "t"):
+            raise
+        raise TargetError(
+            f"{exc.message}; PID {pid} is stopped (state {facts.state}), so a lock held when "
+            "it stopped stays held",
+            hint="continue it (kill -CONT PID) and retry, or use the gdb path",
+            pid=pid,
+        ) from exc
+    with ProcessMemoryReader(pid) as mem:
+        heap_info, tcache = layout_evidence(scan, mem)
+    memory = procfs.read_memory(pid)
+    analysis, residency, flow, residency_error = report_parts(dump, scan, memory, pad_bytes)
+    stops = batches.stops_seconds
+    read = ReadOnlyRead(
+        source="live",
+        stops=len(stops),
+        longest_stop_seconds=max(stops, default=0.0),
+        total_stop_seconds=sum(stops),
+        lock_retries=sum(arena.lock_retries for arena in scan.arenas),
+        malloc_par_layout=scan.malloc_params.layout if scan.malloc_params else "",
+        glibc_version=version,
+        heap_info_bytes=heap_info,
+        tcache_chunk_bytes=tcache,
+        read_seconds=read_seconds,
+    )
+    capture = Capture(
+        xml=xml,
+        pause_seconds=read.total_stop_seconds,
+        safe_point=(
+            f"read-only: {read.stops} stop{'s' if read.stops != 1 else ''} of every thread, "
+            f"longest "
+            f"{read.longest_stop_seconds * 1000:.1f} ms; no gdb, nothing run in the target"
+        ),
+    )
+    return Inspection(
+        facts=procfs.read_process(pid, allocator=facts.allocator),
+        memory=memory,
+        capture=capture,
+        analysis=analysis,
+        residency=residency,
+        waterfall=flow,
+        extra_advice=(),
+        residency_error=residency_error,
+        read_only=read,
+    )

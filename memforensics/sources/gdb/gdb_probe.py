@@ -1,0 +1,85 @@
+"""Whether a gdb puts a thread back after a call on this machine, tried once per gdb binary on
+a child of our own, never on a target.
+
+On a CPU whose XSAVE area holds AMX tile data (Sapphire Rapids and later, ~11 KiB), the
+kernel takes the extended state only whole (PTRACE_SETREGSET NT_X86_XSTATE of exactly its
+size); a gdb that writes back the smaller area it knows (gdb 13: AVX-512's 2,696 bytes) fails
+with "Couldn't write extended state status: Bad address" and leaves the thread in the
+called function's frame: the process dies when it resumes. Elsewhere no probe is made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+
+from memforensics.errors import GdbUnavailableError
+
+PROBE_SECONDS = 20.0
+_XSTATE_FAILURE = "Couldn't write extended state"
+# (realpath, mtime, size) of a gdb binary -> why it cannot restore a thread (None: it can).
+_verdicts: dict[tuple[str, int, int], str | None] = {}
+
+
+def cpu_has_amx(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """The CPU (as the kernel enabled it) saves AMX tile data in its XSAVE area."""
+    try:
+        with open(cpuinfo, encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("flags"):
+                    return "amx_tile" in line.split()
+    except OSError:
+        return False
+    return False
+
+
+def _probe(gdb: str) -> str | None:
+    """Call getpid() through ``gdb`` in a child of ours; why that failed, or None."""
+    child = subprocess.Popen(["sleep", "60"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    try:
+        try:
+            done = subprocess.run(
+                [gdb, "-nx", "-batch", "-p", str(child.pid), "-ex", "call (int)getpid()"],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=PROBE_SECONDS,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"a test call through it did not complete ({exc})"
+        if _XSTATE_FAILURE in done.stdout + done.stderr:
+            return (
+                "it cannot write back this CPU's extended register state (AMX) after a "
+                "call, which leaves the calling thread broken"
+            )
+        if f"= {child.pid}" not in done.stdout or child.poll() is not None:
+            return "a test call through it did not return the thread whole"
+        return None
+    finally:
+        with contextlib.suppress(OSError):
+            child.kill()
+        child.wait()
+
+
+def check_call_restores(gdb: str) -> None:
+    """GdbUnavailableError (exit 5) when ``gdb`` cannot put a thread back after a call on
+    this machine (see the module); the target is not touched."""
+    if not cpu_has_amx():
+        return
+    try:
+        info = os.stat(gdb)
+    except OSError:
+        return  # the start of gdb reports it
+    key = (os.path.realpath(gdb), info.st_mtime_ns, info.st_size)
+    if key not in _verdicts:
+        _verdicts[key] = _probe(gdb)
+    why = _verdicts[key]
+    if why is not None:
+        raise GdbUnavailableError(
+            f"{gdb} cannot make a call safely on this machine: {why}",
+            hint="use a gdb that knows this CPU's register state (gdb 18 does; Debian 12's "
+            "gdb 13 does not); the default read from memory needs no gdb",
+        )

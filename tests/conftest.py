@@ -1,0 +1,30 @@
+"""The whole suite's setting: `gdb` on PATH is the one the test extra installs (pyproject.toml
+says why), its own binary rather than the package's Python wrapper (which adds a Python
+start to every gdb start), whether the suite runs through nox or straight through pytest;
+and under CI a skipped test is a failure."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.support.gdb_binary import use_test_gdb
+
+use_test_gdb()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Under CI (``CI`` set, as .ci/run and CI's runner set it) a skipped test is a failure:
+    every tool, package and service the suite needs is installed there, so a skip means a
+    missing install step, not a test that does not apply."""
+    if not os.environ.get("CI"):
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = reporter.stats.get("skipped", []) if reporter is not None else []
+    if skipped:
+        reporter.ensure_newline()
+        for report in skipped:
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+            reporter.write_line(f"CI: skipped is a failure here: {report.nodeid}: {reason}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
