@@ -257,3 +257,26 @@ def test_fuzzed_headers_are_reported_slow(
     version: str, batch: list[int], fake_gdb: tuple[Path, Path]
 ) -> None:
     _fuzz(version, batch, fake_gdb, trim=True)
+
+
+@pytest.mark.parametrize("version", RELEASES, ids=[f"glibc-{v}" for v in RELEASES])
+def test_gdb_given_is_refused_on_a_corrupt_heap_unless_the_risk_is_accepted(
+    version: str, fake_gdb: tuple[Path, Path]
+) -> None:
+    """`--gdb` reads memory first: a corrupt heap is refused (exit 8) before gdb attaches
+    (the fake gdb may be started to be checked, never given the target); with
+    --accept-corrupt-heap-risk the gdb way goes ahead (here the fake gdb then fails)."""
+    folder, record = fake_gdb
+    gdb = str(folder / "gdb")
+    with corrupt_target(version, ["intact", "cycle", "fastloop"]) as (target, said):
+        pid = str(target.pid)
+        for command_line in (["inspect", "--gdb", gdb, pid], ["trim", "--gdb", gdb, pid]):
+            run = _run(command_line, folder)
+            _assert_sound_run(run, True)
+            assert "no call is made into a corrupt heap" in run.stderr, run.stderr
+            started = record.read_text() if record.exists() else ""
+            assert pid not in started and "attach" not in started, started
+            _assert_left_intact(target, said)
+        run = _run(["inspect", "--gdb", gdb, "--accept-corrupt-heap-risk", pid], folder)
+        assert run.exit_code not in (0, EXIT_CORRUPT), run.stderr
+        _assert_left_intact(target, said)
