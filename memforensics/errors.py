@@ -107,7 +107,7 @@ class DeadlineError(MemforensicsError, TimeoutError):
     """No safe point was reached, or a call did not return in time; target left running."""
 
     exit_code = EXIT_TIMEOUT
-    default_hint = "retry with a longer deadline; the target was detached and left running"
+    default_hint = "retry with a longer deadline"
 
 
 class ArenaLockedError(ReadOnlyRefusedError, DeadlineError):

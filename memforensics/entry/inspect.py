@@ -140,16 +140,19 @@ def inspect_live(
             allow_stopped=allow_stopped,
         )
     from memforensics.entry.readers.gdb import inspect_process  # the gdb machinery: only now
+    from memforensics.sources.glibc.after_call import checked_after_call
 
-    inspection = inspect_process(
-        pid,
-        timeout_seconds=timeout_seconds,
-        gdb_path=gdb_path,
-        allow_stopped=allow_stopped,
-        log=log,
-        scan=scan,
-        facts=facts,
-    )
+    # A call that fails is reported with the target's state as checked, never as assumed.
+    with checked_after_call(pid, facts.libc_path):
+        inspection = inspect_process(
+            pid,
+            timeout_seconds=timeout_seconds,
+            gdb_path=gdb_path,
+            allow_stopped=allow_stopped,
+            log=log,
+            scan=scan,
+            facts=facts,
+        )
     return inspection if refused is None else replace(inspection, gdb_fallback=refused)
 
 

@@ -60,9 +60,14 @@ def trim_process(pid: int, settings: TrimSettings) -> TrimResult:
     """Measure RSS, read and forecast, trim (unless skipped), measure again, by the way
     ``choose_trimmer`` picks. Raises the project's errors; the target is left running."""
     # Refuses what is neither glibc's malloc nor a foreign allocator it can call.
+    from memforensics.sources.glibc.after_call import checked_after_call
+
     facts = procfs.check_target(pid, foreign_ok=True)
     try:
-        return _trim(pid, facts, settings, choose_trimmer(pid, facts, settings))
+        # A call that fails (gdb's malloc_info for the forecast, or the trim itself) is
+        # reported with the target's state as checked afterwards, never as assumed.
+        with checked_after_call(pid, facts.libc_path):
+            return _trim(pid, facts, settings, choose_trimmer(pid, facts, settings))
     except MemforensicsError as exc:
         if isinstance(exc, NoSuchProcessError) or not pid_alive(pid):
             raise exited_error(pid, exc) from exc

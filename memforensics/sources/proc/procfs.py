@@ -70,6 +70,11 @@ def _status(pid: int) -> dict[str, str]:
     return fields
 
 
+def tracer_pid(pid: int) -> int:
+    """The PID tracing PID now (TracerPid in /proc/PID/status), 0 for none."""
+    return int(_status(pid).get("TracerPid", "0") or 0)
+
+
 def _is_kernel_thread(pid: int) -> bool:
     # Field 9 of stat is `flags`; after splitting at ')' it is index 6.
     return bool(int(_stat_fields(pid)[6]) & _PF_KTHREAD)
