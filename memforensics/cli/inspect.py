@@ -282,7 +282,14 @@ def _inspect_core(
     from memforensics.entry.inspect import inspect_core
     from memforensics.sources.files.atomic_file import write_atomically
 
-    result, warnings = inspect_core(core_path, exe=exe_path, sysroot=sysroot)
+    try:
+        result, warnings = inspect_core(core_path, exe=exe_path, sysroot=sysroot)
+    except HeapCorruptionError as exc:  # a finding: its report on stdout, then exit 8
+        if as_json:
+            emit_json(_corruption_document(exc))
+        else:
+            _print_corruption(exc)
+        raise
     for warning in warnings:
         stderr_console().print(f"warning: {warning}", markup=False, highlight=False)
     if save_xml is not None:

@@ -280,3 +280,23 @@ def test_gdb_given_is_refused_on_a_corrupt_heap_unless_the_risk_is_accepted(
         run = _run(["inspect", "--gdb", gdb, "--accept-corrupt-heap-risk", pid], folder)
         assert run.exit_code not in (0, EXIT_CORRUPT), run.stderr
         _assert_left_intact(target, said)
+
+
+def test_a_corrupt_core_is_reported_within_bounds(
+    tmp_path: Path, fake_gdb: tuple[Path, Path]
+) -> None:
+    """A core of a corrupt heap (gdb's gcore of the target) is bad input too: the same
+    findings, exit 8, within the deadline and the RSS bound; nothing live is touched."""
+    core = tmp_path / "corrupt.core"
+    with corrupt_target(RELEASES[1], ["cycle", "topsize", "fastloop"]) as (target, said):
+        from tests.integration.test_corefile_live import _gcore
+
+        _gcore(target.pid, core)
+        binary = Path(os.readlink(f"/proc/{target.pid}/exe"))
+    folder, _record = fake_gdb
+    run = _run(["inspect", "--json", "--core", str(core), "--exe", str(binary)], folder)
+    _assert_sound_run(run, True)
+    document = json.loads(run.stdout)
+    assert missing_keys(document, "memforensics/heap-corrupt/1") == []
+    found = {int(f["arena_address"], 16) for f in document["corruption"]}
+    assert set(said.arenas.values()) <= found, (said, document["corruption"])

@@ -39,7 +39,7 @@ from memforensics.sources.glibc.heapcopy import (
     walk_copies,
     walk_fastbin_copies,
 )
-from memforensics.sources.proc.procmem import MemoryReader
+from memforensics.sources.proc.procmem import MemoryReader, ProcessMemoryReader
 
 BIN_RETRIES = 4
 _LAZY_FILL_PAGES = 16  # a big arena read lazily: 64 KiB per read
@@ -114,6 +114,8 @@ class ArenaWalker:
         # threads are stopped, so its CPUs are idle), with no pause between slices (there is
         # no gdb session to make way for).
         self._held = held
+        # A core file's memory does not move either: a list failing there is corrupt too.
+        self._static = not isinstance(mem, ProcessMemoryReader)
         # Called between slices of a whole copy: a caller may hold the walk there (the scan
         # beside a gdb session parks while gdb attaches, background.QuietGate), and a closed
         # gate then waits for one slice (~1 ms), not for a whole arena's copy (~5 ms).
@@ -384,8 +386,9 @@ class ArenaWalker:
                         walk.bin_sizes[index] = (result[0], *result[4:7])
             # A copy made while every thread was held cannot have moved: a list that fails
             # there is corrupt (named by heap_checks), and is not read again.
-            stop_copy = self._held and (
-                (in_stop and not lazy_round) or (attempt == 0 and snapshot is not None)
+            stop_copy = self._static or (
+                self._held
+                and ((in_stop and not lazy_round) or (attempt == 0 and snapshot is not None))
             )
             if stop_copy and inconsistent:
                 corrupt = self._check(state, walk, inconsistent)
@@ -398,7 +401,7 @@ class ArenaWalker:
                 break
             # What the lazy round leaves is read in the next: no retry (the target is held).
             walk.retries += not lazy_round and attempt < BIN_RETRIES + lazy
-        if in_stop:
+        if in_stop or self._static:
             self._check(state, walk, ())
         walk.unmeasured_bins.extend(sorted({*pending, *corrupt_bins}))
         return walk
