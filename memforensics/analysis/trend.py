@@ -222,6 +222,71 @@ def _outside_words(keys: Sequence[str], outside: dict[str, Fit | None]) -> str:
     return ", ".join(parts)
 
 
+def _verdict(
+    heap_samples: int,
+    figures: _Figures,
+    free: Fit | None,
+    rss: Fit | None,
+    runtime: str | None,
+    outside_growing: list[str],
+) -> tuple[Verdict, str]:
+    """The verdict, first that applies (see the module), and the sentence that says why."""
+    live, arena, chunks = figures.live, figures.arena_in_use, figures.mmap_chunks
+    # Fragmentation is judged on free chunks still in RAM when they were measured.
+    fragmentation = figures.free_resident if figures.free_resident is not None else free
+    verdict: Verdict
+    if live is None or free is None:
+        verdict = "unknown"
+        why = (
+            f"{heap_samples} heap sample(s): at least {MIN_POINTS} are needed to tell a leak "
+            "from fragmentation"
+        )
+    elif live.growing:
+        arena_rise = arena.change_bytes if arena is not None else 0.0
+        mmap_rise = chunks.change_bytes if chunks is not None else 0.0
+        if mmap_rise > arena_rise:
+            verdict = "mmap-growing"
+            why = (
+                "live memory grows in mmapped chunks: large malloc blocks (above the mmap "
+                "threshold, each its own mapping) are not freed; trimming cannot help, find "
+                "who allocates them (heaptrack, valgrind --tool=massif)"
+            )
+        else:
+            verdict = "in-use-growing"
+            why = (
+                "memory in use grows (arena in use + mmapped chunks): a leak, or a cache or "
+                "queue that keeps growing; trimming cannot help, find what holds the memory"
+            )
+    elif outside_growing:
+        verdict = "outside-malloc-growing"
+        tool = _OUTSIDE_TOOL.get(runtime or "", _OUTSIDE_GENERIC)
+        why = (
+            "memory malloc does not know grows ("
+            + _outside_words(outside_growing, figures.outside)
+            + ") while malloc's own memory stays flat; "
+            + tool
+        )
+    elif fragmentation is not None and fragmentation.growing:
+        verdict = "free-growing"
+        which = "free resident" if fragmentation is figures.free_resident else "malloc_info free"
+        why = (
+            f"free chunks pile up while live memory stays flat ({which} grows): fragmentation; "
+            "fewer arenas (MALLOC_ARENA_MAX=2) or a periodic malloc_trim may help"
+        )
+    elif rss is not None and rss.growing:
+        verdict = "rss-growing"
+        unexplained = "" if figures.from_waterfall else " (no RSS waterfall was recorded)"
+        why = (
+            "RSS grows but no line of the waterfall does" + unexplained + ": memory "
+            "changed between heap samples, or the heap samples are too few; `memforensics "
+            "inspect PID` shows the waterfall, /proc/PID/smaps which mappings grow"
+        )
+    else:
+        verdict = "stable"
+        why = "neither live, free resident nor other memory grows beyond the noise"
+    return verdict, why
+
+
 def compute_trend(samples: Sequence[Sample]) -> Trend:
     """The trend of one process from its samples (heap and RSS, any order)."""
     ordered = _by_time(samples)
@@ -233,60 +298,9 @@ def compute_trend(samples: Sequence[Sample]) -> Trend:
     figures = _figures(heap)
     runtime = _runtime(heap)
     live, arena, chunks = figures.live, figures.arena_in_use, figures.mmap_chunks
-    # Fragmentation is judged on free chunks still in RAM when they were measured.
-    fragmentation = figures.free_resident if figures.free_resident is not None else free
     outside_growing = _growing(list(figures.outside.items()))
-    evidence: list[str] = []
-    verdict: Verdict
-    if live is None or free is None:
-        verdict = "unknown"
-        evidence.append(
-            f"{len(heap)} heap sample(s): at least {MIN_POINTS} are needed to tell a leak "
-            "from fragmentation"
-        )
-    elif live.growing:
-        arena_rise = arena.change_bytes if arena is not None else 0.0
-        mmap_rise = chunks.change_bytes if chunks is not None else 0.0
-        if mmap_rise > arena_rise:
-            verdict = "mmap-growing"
-            evidence.append(
-                "live memory grows in mmapped chunks: large malloc blocks (above the mmap "
-                "threshold, each its own mapping) are not freed; trimming cannot help, find "
-                "who allocates them (heaptrack, valgrind --tool=massif)"
-            )
-        else:
-            verdict = "in-use-growing"
-            evidence.append(
-                "memory in use grows (arena in use + mmapped chunks): a leak, or a cache or "
-                "queue that keeps growing; trimming cannot help, find what holds the memory"
-            )
-    elif outside_growing:
-        verdict = "outside-malloc-growing"
-        tool = _OUTSIDE_TOOL.get(runtime or "", _OUTSIDE_GENERIC)
-        evidence.append(
-            "memory malloc does not know grows ("
-            + _outside_words(outside_growing, figures.outside)
-            + ") while malloc's own memory stays flat; "
-            + tool
-        )
-    elif fragmentation is not None and fragmentation.growing:
-        verdict = "free-growing"
-        which = "free resident" if fragmentation is figures.free_resident else "malloc_info free"
-        evidence.append(
-            f"free chunks pile up while live memory stays flat ({which} grows): fragmentation; "
-            "fewer arenas (MALLOC_ARENA_MAX=2) or a periodic malloc_trim may help"
-        )
-    elif rss is not None and rss.growing:
-        verdict = "rss-growing"
-        unexplained = "" if figures.from_waterfall else " (no RSS waterfall was recorded)"
-        evidence.append(
-            "RSS grows but no line of the waterfall does" + unexplained + ": memory "
-            "changed between heap samples, or the heap samples are too few; `memforensics "
-            "inspect PID` shows the waterfall, /proc/PID/smaps which mappings grow"
-        )
-    else:
-        verdict = "stable"
-        evidence.append("neither live, free resident nor other memory grows beyond the noise")
+    verdict, why = _verdict(len(heap), figures, free, rss, runtime, outside_growing)
+    evidence: list[str] = [why]
     if (
         live is not None
         and not live.growing

@@ -31,6 +31,7 @@ COMMAND_MODULES = {
     "collect": "memforensics.cli.collect",
     "watch": "memforensics.cli.watch",
     "report": "memforensics.cli.report",
+    "census": "memforensics.cli.census",
 }
 
 

@@ -94,6 +94,26 @@ def _save_xml(path: Path, xml: bytes, pid: int) -> None:
     stderr_console().print(f"saved malloc_info XML of PID {pid} to {path}")
 
 
+def _save_html(path: Path, result: Inspection) -> None:
+    from memforensics.cli.output import stderr_console
+    from memforensics.render.heap_picture import picture_page
+    from memforensics.sources.files.atomic_file import write_atomically
+
+    pid = result.facts.pid
+    if result.picture is None:
+        why = result.pins_error or "read through gdb, which walks no chunks"
+        _say(f"note: PID {pid}: no heap picture ({why})")
+        return
+    page = picture_page(
+        f"The heaps of PID {pid} ({result.facts.name})",
+        "live, free and released memory page by page, and the live chunks that pin it; "
+        "read from memory, nothing run in the target",
+        result.picture,
+    )
+    write_atomically(path, page.encode(), hint="choose a writable --html path")
+    stderr_console().print(f"saved the heap picture of PID {pid} to {path}")
+
+
 def _mi_logger(line: str) -> None:
     sys.stderr.write(f"gdb {line}\n")
     sys.stderr.flush()
@@ -151,6 +171,23 @@ def _mi_logger(line: str) -> None:
     metavar="DIR",
     help="With --core: where the dead machine's files are (its libc is found under DIR).",
 )
+@click.option(
+    "--pins/--no-pins",
+    "pins",
+    default=False,
+    help="Also walk every heap's chunks for the live ones that keep free memory from going "
+    "back (the pins), after the figures' stops; --json lists them in pins[].",
+)
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="Also write a picture of each heap (its pages, the pins marked) to FILE, one offline "
+    "HTML page; implies --pins. With several targets, {pid} in FILE is replaced (else .PID "
+    "is added).",
+)
 @heap_view_options
 @verbose_option
 # The collector is off until the first report is out (early.pause_collector says why), and on
@@ -170,6 +207,8 @@ def command(
     core_path: str | None,
     exe_path: str | None,
     sysroot: str | None,
+    pins: bool,
+    html_path: str | None,
     top: int,
     sort: SortKey,
     verbose: bool,
@@ -181,7 +220,15 @@ def command(
         if pids or names:
             raise click.UsageError("--core reads a core file: give no PID or --name with it")
         _inspect_core(
-            core_path, exe_path, sysroot, as_json=as_json, save_xml=save_xml, top=top, sort=sort
+            core_path,
+            exe_path,
+            sysroot,
+            as_json=as_json,
+            save_xml=save_xml,
+            top=top,
+            sort=sort,
+            pins=pins or html_path is not None,
+            html_path=html_path,
         )
         return
     if exe_path is not None or sysroot is not None:
@@ -190,6 +237,8 @@ def command(
         raise click.UsageError("give at least one PID or --name PATTERN")
     if read_only and gdb_path is not None:
         raise click.UsageError("--read-only runs no gdb: drop --gdb")
+    if (pins or html_path is not None) and gdb_path is not None:
+        raise click.UsageError("--pins and --html read the heap from memory: drop --gdb")
     _report_targets(
         *_targets_and_reader(
             pids,
@@ -199,6 +248,7 @@ def command(
             gdb_path,
             allow_stopped,
             verbose,
+            pins=pins or html_path is not None,
             accept_corrupt_risk=accept_corrupt_risk,
         ),
         as_json=as_json,
@@ -206,6 +256,7 @@ def command(
         # one PID gives an object, several PIDs or --name an array (even of one).
         as_array=len(pids) > 1 or bool(names),
         save_xml=save_xml,
+        html_path=html_path,
         top=top,
         sort=sort,
     )
@@ -220,9 +271,11 @@ def _targets_and_reader(
     allow_stopped: bool,
     verbose: bool,
     *,
+    pins: bool = False,
     accept_corrupt_risk: bool = False,
 ) -> tuple[list[tuple[int, bool]], Callable[[int], Inspection]]:
-    """The targets, and how each is inspected (entry.inspect decides the way)."""
+    """The targets, and how each is inspected (entry.inspect decides the way); ``pins``:
+    the memory way also walks every heap's chunks."""
     from memforensics.entry.inspect import inspect_live, inspect_method
     from memforensics.entry.targets import resolve_targets
 
@@ -249,6 +302,7 @@ def _targets_and_reader(
             gdb_path=gdb_path,
             log=_mi_logger if verbose else None,
             scan=first_scan if pids and pid == pids[0] else None,
+            pins=pins,
             accept_corrupt_risk=accept_corrupt_risk,
         )
         if inspection.gdb_fallback is not None:
@@ -277,13 +331,15 @@ def _inspect_core(
     save_xml: str | None,
     top: int,
     sort: SortKey,
+    pins: bool = False,
+    html_path: str | None = None,
 ) -> None:
     from memforensics.cli.output import emit_json, stderr_console
     from memforensics.entry.inspect import inspect_core
     from memforensics.sources.files.atomic_file import write_atomically
 
     try:
-        result, warnings = inspect_core(core_path, exe=exe_path, sysroot=sysroot)
+        result, warnings = inspect_core(core_path, exe=exe_path, sysroot=sysroot, pins=pins)
     except HeapCorruptionError as exc:  # a finding: its report on stdout, then exit 8
         if as_json:
             emit_json(_corruption_document(exc))
@@ -294,6 +350,8 @@ def _inspect_core(
         stderr_console().print(f"warning: {warning}", markup=False, highlight=False)
     if save_xml is not None:
         write_atomically(Path(save_xml), result.capture.xml, hint=SAVE_XML_HINT)
+    if html_path is not None:
+        _save_html(Path(html_path), result)
     if as_json:
         emit_json(_document(result))
     else:
@@ -308,6 +366,35 @@ def _keep_xml(result: Inspection, template: str, pid: int, *, several: bool) -> 
         _save_xml(save_xml_path(template, pid, several=several), result.capture.xml, pid)
 
 
+def _failed(
+    exc: MemforensicsError,
+    pid: int,
+    *,
+    explicit: bool,
+    several: bool,
+    documents: list[dict[str, Any]] | None,
+) -> int:
+    """One target's error handled: its exit code (0 for a --name match that exited by
+    itself); a corrupt heap is a finding, its report printed (or its JSON document added
+    to ``documents``, when they are collected) like any other; an error that ends the only
+    target is raised."""
+    if isinstance(exc, HeapCorruptionError):
+        if documents is not None:
+            documents.append(_corruption_document(exc))
+        else:
+            _print_corruption(exc)
+        report_failure(exc, prefix=f"PID {pid}: " if several else "")
+        return exit_code_for(exc)
+    gone_by_itself = isinstance(exc, NoSuchProcessError) and not explicit
+    if not several and not gone_by_itself:
+        raise exc
+    if gone_by_itself:  # a --name match that came and went: the others are the report
+        click.echo(f"note: PID {pid} (matched by --name) exited; skipped", err=True)
+        return 0
+    report_failure(exc, prefix=f"PID {pid}: ")
+    return exit_code_for(exc)
+
+
 def _report_targets(
     targets: list[tuple[int, bool]],
     inspect_one: Callable[[int], Inspection],
@@ -315,6 +402,7 @@ def _report_targets(
     as_json: bool,
     as_array: bool,
     save_xml: str | None,
+    html_path: str | None = None,
     top: int,
     sort: SortKey,
 ) -> None:
@@ -323,6 +411,7 @@ def _report_targets(
     one failure does not stop the others."""
     several = len(targets) > 1
     documents: list[dict[str, Any]] = []
+    docs = documents if as_json else None  # where a corrupt heap's document goes
     worst = 0
     for index, (pid, explicit) in enumerate(targets):
         if index:
@@ -331,24 +420,12 @@ def _report_targets(
             result = inspect_one(pid)
             if save_xml is not None:
                 _keep_xml(result, save_xml, pid, several=several)
-        except HeapCorruptionError as exc:
-            # A finding, not a failure to read: its report goes to stdout like any other.
-            if as_json:
-                documents.append(_corruption_document(exc))
-            else:
-                _print_corruption(exc)
-            report_failure(exc, prefix=f"PID {pid}: " if several else "")
-            worst = worst_exit_code((worst, exit_code_for(exc)))
-            continue
+            if html_path is not None:
+                _save_html(save_xml_path(html_path, pid, several=several), result)
         except MemforensicsError as exc:
-            gone_by_itself = isinstance(exc, NoSuchProcessError) and not explicit
-            if not several and not gone_by_itself:
-                raise
-            if gone_by_itself:  # a --name match that came and went: the others are the report
-                click.echo(f"note: PID {pid} (matched by --name) exited; skipped", err=True)
-            else:
-                report_failure(exc, prefix=f"PID {pid}: ")
-                worst = worst_exit_code((worst, exit_code_for(exc)))
+            worst = worst_exit_code(
+                (worst, _failed(exc, pid, explicit=explicit, several=several, documents=docs))
+            )
             continue
         if as_json:
             documents.append(_document(result))

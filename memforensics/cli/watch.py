@@ -15,6 +15,7 @@ from rich.live import Live
 
 from memforensics.cli.options import (
     DURATION,
+    RATIO,
     exit_codes_epilog,
     gdb_option,
     json_option,
@@ -27,12 +28,14 @@ from memforensics.entry.reporting import process_report
 from memforensics.entry.trim import resolve_pids
 from memforensics.entry.watching import Watch, WatchSettings, overhead_words
 from memforensics.errors import EXIT_TIMEOUT
+from memforensics.model.census import CensusSample
 from memforensics.model.report import Report
 from memforensics.model.series import Sample, Series, SeriesEvent
 from memforensics.model.watch import WatchedProcess
 from memforensics.render.report_json import report_json
 from memforensics.render.sample_json import event_line, sample_line
 from memforensics.render.watch_view import progress_line, render_watch
+from memforensics.sources.files.census_doc import census_line
 from memforensics.sources.files.recording import RecordingWriter
 
 EXAMPLES = """\b
@@ -41,6 +44,7 @@ Examples:
   memforensics watch 4242 --record app.jsonl         ... and record every sample (JSON Lines)
   memforensics watch --name myservice --interval 5m --duration 24h --record day.jsonl
   memforensics watch 4242 --interval 1s --count 6 --record f.jsonl && memforensics report f.jsonl
+  memforensics watch 4242 --read-only --census 10m --record day.jsonl   # leak verdict names types
   memforensics watch 4242 --count 10 --json | jq .trend.verdict
 \b
 A heap sample is read as `inspect` reads it (its pause is shown);
@@ -133,6 +137,25 @@ def _final_report(processes: list[WatchedProcess]) -> Report:
     metavar="FILE",
     help="Append every sample to FILE as JSON Lines (resumable; `memforensics report FILE`).",
 )
+@click.option(
+    "--census",
+    "census_interval_seconds",
+    type=DURATION,
+    default=None,
+    metavar="INTERVAL",
+    help="Also take a census (live chunks by type, no gdb) every INTERVAL, within its own "
+    "pause budget (--census-budget); recorded for `report`, whose "
+    "leak verdict then names the types that grow.",
+)
+@click.option(
+    "--census-budget",
+    "census_pause_share",
+    type=RATIO,
+    default="1%",
+    show_default=True,
+    help="With --census: skip a census (recorded as a gap) while the censuses' stops exceed "
+    "this share of the time watched.",
+)
 @json_option
 @timeout_option(
     "10s",
@@ -151,6 +174,8 @@ def command(
     count: int | None,
     duration_seconds: float | None,
     record_path: str | None,
+    census_interval_seconds: float | None,
+    census_pause_share: float,
     as_json: bool,
     timeout_seconds: float,
     gdb_path: str | None,
@@ -174,6 +199,8 @@ def command(
         gdb_path=gdb_path,
         log=_mi_logger if verbose else None,
         read_only=read_only,
+        census_interval_seconds=census_interval_seconds,
+        census_pause_share=census_pause_share,
     )
     out = stdout_console()
     status = stderr_console()
@@ -183,7 +210,19 @@ def command(
     live: Live | None = None
     watch: Watch | None = None
 
-    def on_record(record: Sample | SeriesEvent, proc: WatchedProcess) -> None:
+    def on_record(record: Sample | SeriesEvent | CensusSample, proc: WatchedProcess) -> None:
+        if isinstance(record, CensusSample):
+            if writer is not None:
+                writer.write(census_line(record))
+            if not live_view:
+                top = record.types[0] if record.types else None
+                (status if as_json else out).print(
+                    f"census PID {record.pid}: {record.live_chunks:,} live chunks"
+                    + (f", biggest {top.name} x {top.count:,}" if top else ""),
+                    highlight=False,
+                    soft_wrap=True,
+                )
+            return
         if writer is not None:
             writer.write(sample_line(record) if isinstance(record, Sample) else event_line(record))
         if live is not None and watch is not None:

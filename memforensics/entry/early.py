@@ -40,9 +40,10 @@ VALUE_OPTIONS = frozenset(
         "--core",
         "--exe",
         "--sysroot",
+        "--html",
     }
 )
-FLAG_OPTIONS = frozenset({"--json", "--allow-stopped", "--read-only", "-v", "--verbose"})
+FLAG_OPTIONS = frozenset({"--json", "--allow-stopped", "--read-only", "--pins", "-v", "--verbose"})
 
 _scans: dict[int, BackgroundScan] = {}
 
@@ -103,28 +104,36 @@ def inspect_command(argv: Sequence[str]) -> tuple[list[int], str | None, bool] |
             if not token.isascii() or not token.isdigit() or int(token) < 1:
                 return None
             pids.append(int(token))
-            continue
-        if token == "--":
+        elif token == "--":
             positional_only = True
-            continue
-        name, has_value, value = token.partition("=")
-        if name in ("--core", "--exe", "--sysroot"):
-            return None  # a core file: no process to begin reading, no gdb to start
-        if name in VALUE_OPTIONS:
-            if not has_value:
-                following = next(tokens, None)
-                if following is None:
-                    return None
-                value = following
+        else:
+            understood = _inspect_option(token, tokens)
+            if understood is None:
+                return None
+            name, value = understood
             if name == "--gdb":
                 gdb_path = value
-        elif name in FLAG_OPTIONS and not has_value:
-            if name == "--read-only":
-                return None  # no gdb to start, and the read is the command's own
             allow_stopped = allow_stopped or name == "--allow-stopped"
-        else:
-            return None  # --help, a short option cluster, a typo: click's to judge
     return (pids, gdb_path, allow_stopped) if pids else None
+
+
+def _inspect_option(token: str, tokens: Iterator[str]) -> tuple[str, str | None] | None:
+    """(option, value) of one option of an `inspect` command line, its value taken from
+    ``tokens`` where it is the next one; None for what this reader does not start early."""
+    name, has_value, value = token.partition("=")
+    if name in ("--core", "--exe", "--sysroot"):
+        return None  # a core file: no process to begin reading, no gdb to start
+    if name in VALUE_OPTIONS:
+        if not has_value:
+            following = next(tokens, None)
+            if following is None:
+                return None
+            value = following
+        return name, value
+    if name in FLAG_OPTIONS and not has_value and name != "--read-only":
+        return name, None
+    # --read-only (no gdb to start), --help, a short option cluster, a typo: click's to judge
+    return None
 
 
 def begin(argv: Sequence[str]) -> None:

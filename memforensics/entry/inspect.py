@@ -106,10 +106,12 @@ def inspect_live(
     gdb_path: str | None = None,
     log: Log | None = None,
     scan: BackgroundScan | None = None,
+    pins: bool = False,
     accept_corrupt_risk: bool = False,
 ) -> Inspection:
     """One live inspection of ``pid`` by ``method`` (see the module for the policy).
-    ``scan``: a residency scan already started for ``pid``, which gdb's way takes over.
+    ``scan``: a residency scan already started for ``pid``, which gdb's way takes over;
+    ``pins``: the memory way also walks every heap's chunks for its pins (gdb's reads none).
     The target's facts are read once, here, and handed to the way that reads it; a target
     no way can read is refused before any gdb is started."""
     if method == "gdb":
@@ -126,7 +128,11 @@ def inspect_live(
 
         try:
             return inspect_read_only(
-                pid, timeout_seconds=timeout_seconds, allow_stopped=allow_stopped, facts=facts
+                pid,
+                timeout_seconds=timeout_seconds,
+                allow_stopped=allow_stopped,
+                facts=facts,
+                pins=pins,
             )
         except ReadOnlyRefusedError as exc:
             if method == "read-only":
@@ -183,10 +189,10 @@ def _inspect_allocator(
 
 
 def inspect_core(
-    path: str, *, exe: str | None = None, sysroot: str | None = None
+    path: str, *, exe: str | None = None, sysroot: str | None = None, pins: bool = False
 ) -> tuple[Inspection, tuple[str, ...]]:
     """The heap report of the process a core file saved, and the core's warnings (the one
     way a core is read: its memory; entry.readers.core)."""
     from memforensics.entry.readers.core import inspect_core as read_core
 
-    return read_core(path, exe=exe, sysroot=sysroot)
+    return read_core(path, exe=exe, sysroot=sysroot, pins=pins)

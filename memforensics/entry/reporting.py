@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from memforensics.analysis.census_growth import growing_types
 from memforensics.analysis.oom_join import join_kill
 from memforensics.analysis.samples import sample_from_dump
 from memforensics.analysis.timeline import release_marks
 from memforensics.analysis.trend import compute_trend
+from memforensics.model.census import CensusSample
 from memforensics.model.oom import HeapAtKill
 from memforensics.model.report import ProcessReport, Report
 from memforensics.model.series import Sample, Series, SeriesEvent
+from memforensics.sources.files.census_doc import census_samples
 from memforensics.sources.files.recording import read_recording
 from memforensics.sources.files.report_inputs import file_time, read_heap_json, sniff
 from memforensics.sources.malloc_info.malloc_xml import iter_dumps
@@ -147,8 +150,20 @@ def build_report(
 ) -> Report:
     """Read ``paths`` and compute every process's trend (raises InputDataError on bad input)."""
     series, notes = load(paths, dump_interval_seconds=dump_interval_seconds)
+    censuses: dict[tuple[int | None, str], list[CensusSample]] = {}
+    for path in paths:
+        if sniff(path) == "recording":
+            for sample in census_samples(str(path)):
+                censuses.setdefault((sample.pid, sample.process), []).append(sample)
+    processes = []
+    for one in series:
+        report = process_report(one)
+        samples = censuses.get((one.pid, one.process), [])
+        if samples:
+            report = replace(report, growing_types=growing_types(samples))
+        processes.append(report)
     return Report(
-        processes=tuple(process_report(s) for s in series),
+        processes=tuple(processes),
         inputs=tuple(str(p) for p in paths),
         notes=tuple(notes),
     )

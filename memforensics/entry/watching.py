@@ -29,6 +29,7 @@ from memforensics.errors import (
     NoSuchProcessError,
     TargetStoppedError,
 )
+from memforensics.model.census import CensusSample, CensusType
 from memforensics.model.inspection import Inspection
 from memforensics.model.oom import OomEvent
 from memforensics.model.series import Sample, SeriesEvent
@@ -58,9 +59,14 @@ class WatchSettings:
     gdb_path: str | None = None
     log: Any = None
     read_only: bool = False  # kept for callers: samples are read from memory unless gdb_path
+    # watch --census: a census every this many seconds (None: none), within its own pause
+    # budget: skipped (a gap) while the censuses' stops exceed this share of the time watched.
+    census_interval_seconds: float | None = None
+    census_pause_share: float = 0.01
+    census_top: int = 50  # types a census sample keeps (and one "other" line)
 
 
-Record = Sample | SeriesEvent
+Record = Sample | SeriesEvent | CensusSample
 OnRecord = Callable[[Record, WatchedProcess], None]
 
 
@@ -244,6 +250,62 @@ class Watch:
         proc.trend = compute_trend([*proc.heap, *proc.rss])
         self._emit(sample, proc)
 
+    def _census(self, proc: WatchedProcess) -> None:
+        """One census sample of ``proc`` (watch --census), or a gap when its pause budget
+        is spent or the census failed."""
+        from memforensics.entry.census import census_live
+
+        settings = self.settings
+        elapsed = max(self.elapsed_seconds(), settings.census_interval_seconds or 0.0)
+        reason = None
+        if proc.census_pause_seconds > settings.census_pause_share * elapsed:
+            reason = (
+                f"census skipped: its stops took {proc.census_pause_seconds:.3f} s, over "
+                f"{settings.census_pause_share:.1%} of the {elapsed:.0f} s watched"
+            )
+        else:
+            try:
+                census = census_live(proc.pid, timeout_seconds=settings.timeout_seconds)
+            except NoSuchProcessError:
+                self._end(proc, "the process exited")
+                return
+            except MemforensicsError as exc:
+                if _gone(proc.pid):
+                    self._end(proc, "the process exited")
+                    return
+                reason = f"census skipped: {exc.message}"
+        if reason is not None:
+            gap = SeriesEvent(
+                kind="gap",
+                time=now_utc(),
+                pid=proc.pid,
+                process=proc.process,
+                message=reason,
+                rss_bytes=proc.last_rss_bytes,
+            )
+            proc.gaps.append(gap)
+            self._emit(gap, proc)
+            return
+        kept = census.types[: settings.census_top]
+        rest = census.types[settings.census_top :]
+        if rest:
+            other = CensusType(
+                "other", "other", sum(t.count for t in rest), sum(t.total_bytes for t in rest)
+            )
+            kept = (*kept, other)
+        sample = CensusSample(
+            time=census.time,
+            pid=proc.pid,
+            process=proc.process,
+            types=kept,
+            live_chunks=census.live_chunks,
+            live_bytes=census.live_bytes,
+            pause_seconds=census.read.total_stop_seconds,
+        )
+        proc.censuses.append(sample)
+        proc.census_pause_seconds += census.read.total_stop_seconds
+        self._emit(sample, proc)
+
     def run(self) -> list[WatchedProcess]:
         """Sample until done; returns every process's final state."""
         settings = self.settings
@@ -251,11 +313,14 @@ class Watch:
         end = None if settings.duration_seconds is None else start + settings.duration_seconds
         next_heap = {p.pid: start for p in self.processes}
         next_rss = {p.pid: start + settings.rss_interval_seconds for p in self.processes}
+        census_every = settings.census_interval_seconds
+        never = float("inf")
+        next_census = {p.pid: start if census_every else never for p in self.processes}
         while not self.stop.is_set():
             active = [p for p in self.processes if not self._done(p)]
             if not active:
                 break
-            due = min(min(next_heap[p.pid], next_rss[p.pid]) for p in active)
+            due = min(min(next_heap[p.pid], next_rss[p.pid], next_census[p.pid]) for p in active)
             if end is not None and due > end:
                 self.stop.wait(max(end - time.monotonic(), 0.0))
                 break
@@ -266,6 +331,9 @@ class Watch:
                 if proc.ended is None and next_heap[proc.pid] <= now:
                     self._heap(proc)
                     next_heap[proc.pid] = _next(next_heap[proc.pid], settings.interval_seconds)
+                if census_every and proc.ended is None and next_census[proc.pid] <= now:
+                    self._census(proc)
+                    next_census[proc.pid] = _next(next_census[proc.pid], census_every)
                 if proc.ended is None and not self._done(proc) and next_rss[proc.pid] <= now:
                     self._rss(proc)
                     next_rss[proc.pid] = _next(next_rss[proc.pid], settings.rss_interval_seconds)

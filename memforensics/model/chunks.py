@@ -47,11 +47,17 @@ class HeapChunks:
     complete: bool  # the walk reached the heap's end (or its top) with every header checked
     stopped_at: int | None = None  # the address of the header the walk could not trust
     stop_reason: str | None = None
+    # Chunks walked (len(addresses), or the count alone when the walk kept no arrays).
+    chunk_count: int = 0
+    # Where the walk ended (the end of its last chunk) when it kept no arrays.
+    walked_to: int = 0
 
     @property
     def walked_end(self) -> int:
         """The end of the last chunk walked (``start`` when none was)."""
-        return self.addresses[-1] + self.sizes[-1] if self.addresses else self.start
+        if self.addresses:
+            return int(self.addresses[-1] + self.sizes[-1])
+        return max(self.walked_to, self.start)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,3 +69,5 @@ class ProcessChunks:
     heaps: tuple[HeapChunks, ...]
     # Chunks glibc served by their own mmap: (address, size) pairs, each a live allocation.
     mmapped: tuple[tuple[int, int], ...]
+    notes: tuple[str, ...] = ()  # what the walk could not see, in words
+    tcache_keys: int = 0  # tcache keys found (0: tcache chunks not told from live ones)

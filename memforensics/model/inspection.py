@@ -11,6 +11,7 @@ from memforensics.model.allocator import ForeignHeap
 from memforensics.model.capture import Capture
 from memforensics.model.heap_analysis import HeapAnalysis
 from memforensics.model.heapscan import ReadOnlyRead
+from memforensics.model.pins import HeapPicture
 from memforensics.model.process import HeapResidency, ProcessFacts, ProcessMemory, Waterfall
 
 
@@ -29,3 +30,5 @@ class Inspection:
     read_only: ReadOnlyRead | None = None  # how a read-only report was read (no gdb)
     gdb_fallback: str | None = None  # why the read-only read was refused, when gdb stood in
     foreign: ForeignHeap | None = None  # jemalloc's, tcmalloc's or mimalloc's own figures
+    picture: HeapPicture | None = None  # each heap's pins and map (entry/pins.py)
+    pins_error: str | None = None  # why there is no picture, when there is none

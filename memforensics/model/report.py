@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memforensics.model.census import TypeGrowth
 from memforensics.model.oom import HeapAtKill
 from memforensics.model.series import Series, SeriesEvent
 from memforensics.model.trend import Trend
@@ -19,6 +20,8 @@ class ProcessReport:
     marks: tuple[SeriesEvent, ...]  # recorded events plus detected releases, in time order
     # Each recorded OOM kill with the last heap sample before it (None when none fits).
     kills: tuple[tuple[SeriesEvent, HeapAtKill | None], ...] = ()
+    # watch --census: the types that grow over the recorded census samples, fastest first.
+    growing_types: tuple[TypeGrowth, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

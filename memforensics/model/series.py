@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from memforensics.model.advice import Advice
+from memforensics.model.pins import HeapPicture
 from memforensics.model.process import Waterfall
 
 SampleKind = Literal["heap", "rss"]
@@ -64,6 +65,8 @@ class Sample:
     # The runtime the process runs on, when it can be told from the process itself
     # ("cpython", "jvm", "go", "node"); None when unknown or not recorded.
     runtime: str | None = None
+    # Each heap's pins and map, when the input carried them (`inspect --json --pins`).
+    picture: HeapPicture | None = None
 
     def total(self, key: str) -> int | None:
         """An integer from ``totals`` (None when absent, null or not a heap sample)."""

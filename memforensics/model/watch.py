@@ -7,6 +7,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from memforensics.model.census import CensusSample
 from memforensics.model.series import Sample, SeriesEvent
 from memforensics.model.trend import Trend
 
@@ -32,6 +33,8 @@ class WatchedProcess:
     trend: Trend | None = None
     failures: int = 0  # heap samples failed in a row
     runtime: str | None = None  # cpython, jvm, go, node: told once, at the start
+    censuses: list[CensusSample] = field(default_factory=list)  # watch --census
+    census_pause_seconds: float = 0.0
 
     @property
     def last_rss_bytes(self) -> int | None:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from memforensics.render.foreign_json import allocator_json
 from memforensics.render.heap_json import heap_document
+from memforensics.render.pins_json import heap_maps_json, pin_heaps_json, pins_json
 from memforensics.render.process_json import process_json, residency_json, waterfall_json
 
 if TYPE_CHECKING:
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
 
 
 def inspection_document(result: Inspection) -> dict[str, Any]:
-    """The heap document plus process, pause, safe point, residency and waterfall."""
+    """The heap document plus process, pause, safe point, residency, waterfall and pins."""
     document = heap_document(result.analysis, extra_advice=result.extra_advice)
     document["process"] = process_json(result.facts, result.memory)
     document["pause_seconds"] = round(result.capture.pause_seconds, 6)
@@ -24,6 +25,15 @@ def inspection_document(result: Inspection) -> dict[str, Any]:
     document["residency_error"] = result.residency_error
     document["gdb_fallback"] = result.gdb_fallback
     document["allocator"] = allocator_json(result.facts.allocator, result.foreign)
+    picture = result.picture
+    document["pins"] = pins_json(picture) if picture is not None else None
+    document["pin_heaps"] = pin_heaps_json(picture) if picture is not None else None
+    document["pins_error"] = (
+        (result.pins_error or "read through gdb, which walks no chunks")
+        if picture is None
+        else None
+    )
+    document["heap_maps"] = heap_maps_json(picture) if picture is not None else None
     read = result.read_only
     document["read_only"] = (
         None

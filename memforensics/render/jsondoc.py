@@ -126,41 +126,53 @@ def _encode(value: Any, level: int, parts: list[str], flush: Callable[[], None])
     elif kind is Prerendered:
         parts.append(value.render(level))
     elif isinstance(value, Mapping):
-        if not value:
-            parts.append("{}")
-            return
-        inner = "\n" + _INDENT * (level + 1)
-        separator = "{" + inner
-        for key, item in value.items():
-            head = separator + (_KEY_TEXT.get(key) or _key(key))
-            item_kind = type(item)
-            if item_kind is int:  # most values are byte counts
-                parts.append(head + int.__repr__(item))
-            elif item is None or item_kind is str or item_kind is bool or item_kind is float:
-                parts.append(head + scalar_text(item))
-            else:
-                parts.append(head)
-                _encode(item, level + 1, parts, flush)
-            separator = "," + inner
-        parts.append("\n" + _INDENT * level + "}")
+        _encode_object(value, level, parts, flush)
     elif isinstance(value, Iterable) and not isinstance(value, (bytes, bytearray)):
-        lazy = not isinstance(value, (list, tuple))
-        items = iter(value)
-        first = next(items, _END)
-        if first is _END:
-            parts.append("[]")
-            return
-        inner = "\n" + _INDENT * (level + 1)
-        separator = "[" + inner
-        for item in chain((first,), items):
-            parts.append(separator)
-            _encode(item, level + 1, parts, flush)
-            separator = "," + inner
-            if lazy:
-                flush()
-        parts.append("\n" + _INDENT * level + "]")
+        _encode_array(value, level, parts, flush)
     else:
         parts.append(scalar_text(value))
+
+
+def _encode_object(
+    value: Mapping[str, Any], level: int, parts: list[str], flush: Callable[[], None]
+) -> None:
+    if not value:
+        parts.append("{}")
+        return
+    inner = "\n" + _INDENT * (level + 1)
+    separator = "{" + inner
+    for key, item in value.items():
+        head = separator + (_KEY_TEXT.get(key) or _key(key))
+        item_kind = type(item)
+        if item_kind is int:  # most values are byte counts
+            parts.append(head + int.__repr__(item))
+        elif item is None or item_kind is str or item_kind is bool or item_kind is float:
+            parts.append(head + scalar_text(item))
+        else:
+            parts.append(head)
+            _encode(item, level + 1, parts, flush)
+        separator = "," + inner
+    parts.append("\n" + _INDENT * level + "}")
+
+
+def _encode_array(
+    value: Iterable[Any], level: int, parts: list[str], flush: Callable[[], None]
+) -> None:
+    lazy = not isinstance(value, (list, tuple))
+    items = iter(value)
+    first = next(items, _END)
+    if first is _END:
+        parts.append("[]")
+        return
+    inner = "\n" + _INDENT * (level + 1)
+    separator = "[" + inner
+    for item in chain((first,), items):
+        parts.append(separator)
+        _encode(item, level + 1, parts, flush)
+        separator = "," + inner
+        if lazy:
+            flush()
+    parts.append("\n" + _INDENT * level + "]")
 
 
 def iter_json(value: Any) -> Iterator[str]:

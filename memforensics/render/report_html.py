@@ -5,10 +5,14 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from html import escape
 
+from memforensics.analysis.census_growth import growth_sentence
 from memforensics.analysis.trend import RUNTIME_NAMES, Fit
 from memforensics.model.process import Waterfall
 from memforensics.model.report import ProcessReport, Report
 from memforensics.model.series import Sample
+from memforensics.render.heap_picture import CSS as PICTURE_CSS
+from memforensics.render.heap_picture import SCRIPT as PICTURE_SCRIPT
+from memforensics.render.heap_picture import picture_html
 from memforensics.render.sample_json import iso_time
 from memforensics.render.svg_chart import histogram_svg, script_json, time_chart
 from memforensics.units import format_bytes, format_duration
@@ -208,6 +212,11 @@ def _process_section(report: ProcessReport, number: int) -> str:
         f"<li>{escape(a.message)} <code>{escape(a.code)}</code></li>"
         for a in (latest.advice if latest else ())
     )
+    growing = (
+        f'<p class="growing"><b>{escape(growth_sentence(report.growing_types))}</b></p>'
+        if report.growing_types
+        else ""
+    )
     kills = "".join(
         f'<p class="kill"><b>OOM kill</b> '
         f"{escape(k.time.strftime('%Y-%m-%d %H:%M:%S') if k.time else '')}: "
@@ -220,7 +229,7 @@ def _process_section(report: ProcessReport, number: int) -> str:
 <h2>{escape(title)} <span class="verdict v-{trend.verdict}">{trend.verdict}</span></h2>
 <p class="muted">{runtime}{trend.heap_samples} heap samples, {trend.rss_samples} RSS readings;
 {window}{pause}.</p>
-<ul class="evidence">{evidence}</ul>
+{growing}<ul class="evidence">{evidence}</ul>
 {kills}
 <h3>Memory over time</h3>
 <div class="chart-box">{svg}<div class="tip"></div></div>
@@ -238,6 +247,7 @@ skipped samples and exits (dashed).</p>
 {histogram_svg(latest.histogram if latest else ())}
 <h3>Advice</h3>
 {f"<ul>{advice}</ul>" if advice else '<p class="muted">nothing stands out</p>'}
+{picture_html(latest.picture) if latest is not None and latest.picture is not None else ""}
 </section>"""
 
 
@@ -250,7 +260,7 @@ def report_html(report: Report, *, now: datetime | None = None) -> str:
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>memforensics report</title><style>{_CSS}</style></head>
+<title>memforensics report</title><style>{_CSS}{PICTURE_CSS}</style></head>
 <body>
 <h1>memforensics report</h1>
 <p class="muted">from {inputs}; made {escape(generated or "")}</p>
@@ -261,5 +271,6 @@ give back); <b>free, released</b> = free chunks whose pages are already gone.</p
 {sections or '<p class="muted">No samples in the inputs.</p>'}
 {f"<h2>Notes</h2><ul>{notes}</ul>" if notes else ""}
 <script>{_JS}</script>
+<script>{PICTURE_SCRIPT}</script>
 </body></html>
 """

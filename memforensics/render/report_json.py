@@ -8,6 +8,7 @@ from typing import Any
 from memforensics.analysis import trend as trend_rules
 from memforensics.analysis.trend import Fit, Trend
 from memforensics.model.report import ProcessReport, Report
+from memforensics.render.jsondoc import record
 from memforensics.render.oom import heap_at_kill_json
 from memforensics.render.sample_json import iso_time
 
@@ -85,6 +86,7 @@ def process_json(report: ProcessReport) -> dict[str, Any]:
         "last_time": iso_time(trend.last_time),
         "span_seconds": trend.span_seconds,
         "trend": trend_json(trend),
+        "growing_types": [record(g) for g in report.growing_types],
         "pause_seconds": round(sum(pauses), 6) if pauses else None,
         "pause_per_sample_seconds": round(sum(pauses) / len(pauses), 6) if pauses else None,
         "latest": None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from memforensics.analysis.census_growth import growth_sentence
 from memforensics.analysis.trend import RUNTIME_NAMES, Fit
 from memforensics.model.report import ProcessReport, Report
 from memforensics.units import format_bytes, format_duration
@@ -34,6 +35,8 @@ def _process(report: ProcessReport) -> list[str]:
     title = f"PID {series.pid} {series.process}" if series.pid is not None else series.process
     icon = VERDICT_ICON[trend.verdict]
     lines = [f"### {title}: {icon} `{trend.verdict}`", ""]
+    if report.growing_types:
+        lines += [_cell(growth_sentence(report.growing_types)) + ".", ""]
     if trend.runtime is not None:
         lines += [f"Runtime: {RUNTIME_NAMES.get(trend.runtime, trend.runtime)}.", ""]
     span = trend.span_seconds

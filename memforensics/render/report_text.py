@@ -8,6 +8,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from memforensics.analysis.census_growth import growth_sentence
 from memforensics.analysis.trend import RUNTIME_NAMES, Fit
 from memforensics.model.report import ProcessReport, Report
 from memforensics.model.series import Sample
@@ -88,7 +89,10 @@ def process_renderable(report: ProcessReport) -> RenderableType:
         + (f" over {format_duration(span)}" if span else ""),
         style="dim",
     )
-    parts: list[RenderableType] = [head, table]
+    parts: list[RenderableType] = [head]
+    if report.growing_types:
+        parts.append(Text(growth_sentence(report.growing_types), style="bold"))
+    parts.append(table)
     parts.extend(Text(f"· {line}") for line in trend.evidence)
     for mark in report.marks[:20]:
         when = mark.time.strftime("%Y-%m-%d %H:%M:%S") if mark.time else "–"

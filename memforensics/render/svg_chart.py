@@ -90,6 +90,41 @@ def _area(points: Sequence[tuple[float, float, float]], top: float) -> str:
     return f"M{upper} L{lower} Z"
 
 
+def _mark_lines(
+    marks: Sequence[SeriesEvent], axis: Axis, body: list[str]
+) -> list[dict[str, object]]:
+    """A vertical line in ``body`` for each timed mark; the marks' data for the script."""
+    mark_data: list[dict[str, object]] = []
+    for mark in marks:
+        if mark.time is None:
+            continue
+        x = axis.x(mark.time.timestamp())
+        color = COLORS.get(mark.kind, "#333")
+        dash = ' stroke-dasharray="4 3"' if mark.kind in ("gap", "exit") else ""
+        body.append(
+            f'<line class="mark mark-{escape(mark.kind)}" x1="{x:.1f}" x2="{x:.1f}" y1="0" '
+            f'y2="{PLOT_H}" stroke="{color}" stroke-width="1.5"{dash} '
+            f'vector-effect="non-scaling-stroke"><title>{escape(mark.kind)}: '
+            f"{escape(mark.message)}</title></line>"
+        )
+        mark_data.append({"x": x, "kind": mark.kind, "message": mark.message})
+    return mark_data
+
+
+def _grid_lines(top: float, step: float) -> list[str]:
+    """The horizontal grid lines and their byte labels, every ``step`` up to ``top``."""
+    grid = []
+    for tick in range(round(top / step) + 1):
+        value = step * tick
+        y = TOP + _y(value, top)
+        grid.append(
+            f'<line x1="{LEFT}" x2="{LEFT + PLOT_W}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>'
+            f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" class="tick">'
+            f"{escape(format_bytes(value))}</text>"
+        )
+    return grid
+
+
 def time_chart(
     samples: Sequence[Sample], marks: Sequence[SeriesEvent], *, chart_id: str
 ) -> tuple[str, dict[str, object]]:
@@ -152,29 +187,8 @@ def time_chart(
             f'<polyline class="rss" points="{line}" fill="none" stroke="{COLORS["rss"]}" '
             'stroke-width="1.6" vector-effect="non-scaling-stroke"/>'
         )
-    mark_data = []
-    for mark in marks:
-        if mark.time is None or not timed:
-            continue
-        x = axis.x(mark.time.timestamp())
-        color = COLORS.get(mark.kind, "#333")
-        dash = ' stroke-dasharray="4 3"' if mark.kind in ("gap", "exit") else ""
-        body.append(
-            f'<line class="mark mark-{escape(mark.kind)}" x1="{x:.1f}" x2="{x:.1f}" y1="0" '
-            f'y2="{PLOT_H}" stroke="{color}" stroke-width="1.5"{dash} '
-            f'vector-effect="non-scaling-stroke"><title>{escape(mark.kind)}: '
-            f"{escape(mark.message)}</title></line>"
-        )
-        mark_data.append({"x": x, "kind": mark.kind, "message": mark.message})
-    grid = []
-    for tick in range(round(top / step) + 1):
-        value = step * tick
-        y = TOP + _y(value, top)
-        grid.append(
-            f'<line x1="{LEFT}" x2="{LEFT + PLOT_W}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>'
-            f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" class="tick">'
-            f"{escape(format_bytes(value))}</text>"
-        )
+    mark_data = _mark_lines(marks, axis, body) if timed else []
+    grid = _grid_lines(top, step)
     legend = ([("rss", "RSS")] if rss else []) + (layers if heap_points else [])
     legend_html = "".join(
         f'<span class="key"><i style="background:{COLORS[k]}"></i>{escape(label)}</span>'

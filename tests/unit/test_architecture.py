@@ -2,7 +2,9 @@
 
 cli -> render -> entry points (live, watching, collect, …) -> analysis -> sources -> model ->
 errors/units: imports point downward only; only cli/ and render/ may import click or rich;
-no module grows past 500 lines. A failure names the file and the import that broke the rule.
+no import cycle, even through imports inside functions. (A function's size is ruff's to
+bound: C901, PLR0912, PLR0915 in pyproject.toml; modules have no line cap.) A failure names
+the file and the import that broke the rule.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ RANK = {
     "errors": 0,
     "units": 0,
 }
-MAX_MODULE_LINES = 500
 # `python -m memforensics` runs the CLI: the one module allowed to point up.
 ALLOWED_UPWARD = {("memforensics.__main__", "memforensics.cli")}
 
@@ -85,12 +86,6 @@ def test_only_cli_and_render_import_click_or_rich(module: str, path: Path) -> No
         return
     ui = [name for name in _imports(path) if name.split(".")[0] in ("click", "rich")]
     assert ui == [], f"library module {module} imports {ui}"
-
-
-@pytest.mark.parametrize(("module", "path"), MODULES, ids=[name for name, _ in MODULES])
-def test_no_module_is_longer_than_500_lines(module: str, path: Path) -> None:
-    lines = len(path.read_text(encoding="utf-8").splitlines())
-    assert lines <= MAX_MODULE_LINES, f"{module} has {lines} lines: split it along its seams"
 
 
 def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:

@@ -7,11 +7,16 @@ import os
 import time
 from dataclasses import replace
 
-from memforensics.entry.readers.memory import dump_and_residency, layout_evidence
+from memforensics.entry.readers.memory import (
+    PINS_NOT_ASKED,
+    dump_and_residency,
+    layout_evidence,
+)
 from memforensics.errors import NotGlibcMallocError, ReadOnlyRefusedError, TargetError
 from memforensics.model.capture import Capture
 from memforensics.model.heapscan import ReadOnlyRead
 from memforensics.model.inspection import Inspection
+from memforensics.model.pins import HeapPicture
 from memforensics.model.process import AllocatorInfo, ProcessFacts, ProcessMemory
 from memforensics.sources.proc.binaries import glibc_banner_version
 from memforensics.sources.proc.procmaps import Mapping
@@ -19,14 +24,15 @@ from memforensics.sources.proc.procmem import MemoryReader
 
 
 def inspect_core(
-    path: str, *, exe: str | None = None, sysroot: str | None = None
+    path: str, *, exe: str | None = None, sysroot: str | None = None, pins: bool = False
 ) -> tuple[Inspection, tuple[str, ...]]:
     """The heap report of the process a core file saved (the kernel's, gdb's gcore,
     systemd-coredump's once decompressed), and the core's warnings (truncated, another build
     of libc on disk …). libc is found through the core's NT_FILE note; its file, under
     ``sysroot`` when given, only names the release (the dialect of the document). A core
     has no page tables: the residency is unknown, and the report says so. InputDataError
-    (exit 7) for what is not a usable core; TargetError (exit 3) for a heap it cannot read."""
+    (exit 7) for what is not a usable core; TargetError (exit 3) for a heap it cannot read.
+    ``pins``: also the pins and map of every heap (entry/pins.py), residency unknown."""
     from memforensics.analysis.heap import analyze
     from memforensics.sources.core.corefile import CoreFile
     from memforensics.sources.glibc.heapmaps import scan_memory
@@ -88,6 +94,14 @@ def inspect_core(
         read_seconds=time.monotonic() - started,
     )
     unknown = ProcessMemory(None, None, None, None, None, None, None)
+    picture: HeapPicture | None = None
+    pins_error: str | None = PINS_NOT_ASKED
+    if pins:
+        from memforensics.entry.pins import read_core_picture
+
+        picture, pins_error = read_core_picture(path)
+    from memforensics.analysis.pins import pin_advice
+
     inspection = Inspection(
         facts=facts,
         memory=unknown,
@@ -95,9 +109,11 @@ def inspect_core(
         analysis=analyze(dump),
         residency=None,
         waterfall=None,
-        extra_advice=(),
+        extra_advice=pin_advice(picture.heaps) if picture is not None else (),
         residency_error="a core file has no page tables: which pages were resident is unknown",
         read_only=read,
+        picture=picture,
+        pins_error=pins_error,
     )
     return inspection, warnings
 

@@ -25,10 +25,12 @@ from memforensics.errors import (
     TargetError,
 )
 from memforensics.model import glibc
+from memforensics.model.advice import Advice
 from memforensics.model.capture import Capture
 from memforensics.model.heap import HeapDump, process_source
 from memforensics.model.heapscan import HeapScan, ReadOnlyRead
 from memforensics.model.inspection import Inspection
+from memforensics.model.pins import HeapPicture
 from memforensics.model.process import (
     HeapResidency,
     ProcessFacts,
@@ -48,6 +50,8 @@ if TYPE_CHECKING:
     from memforensics.model.heap_analysis import HeapAnalysis
 
 
+# Why an inspection has no pins when they were not asked for.
+PINS_NOT_ASKED = "not read (pins were not asked for)"
 # The malloc_par layout each heap_info size goes with.
 _LAYOUT_OF_HEAP_INFO = {size: layout for layout, size in glibc.HEAP_INFO_BYTES_BY_LAYOUT.items()}
 
@@ -120,17 +124,19 @@ def inspect_read_only(
     allow_stopped: bool = False,
     pad_bytes: int = 0,
     facts: ProcessFacts | None = None,
+    pins: bool = False,
 ) -> Inspection:
     """The heap report of ``pid`` read from its memory (see the module). Refuses what the gdb
     path refuses (procfs.check_target), and a heap it cannot read consistently (TargetError,
     exit 3, with a hint to use the gdb path). The target is left running (or stopped, if
     someone else had stopped it). Trimmable figures are for malloc_trim(``pad_bytes``).
     ``facts``: what procfs.check_target already gave for ``pid`` (its glibc refusals still
-    apply), so that /proc and the executable are not read twice."""
+    apply), so that /proc and the executable are not read twice. ``pins``: also walk every
+    heap's chunks for its pins and map (entry/pins.py), after the figures' stops."""
     if facts is None or not facts.allocator.is_glibc_malloc:
         facts = procfs.check_target(pid, allow_stopped=allow_stopped)
     try:
-        return _inspect(pid, facts, timeout_seconds, pad_bytes)
+        return _inspect(pid, facts, timeout_seconds, pad_bytes, pins)
     except MemforensicsError as exc:
         if isinstance(exc, NoSuchProcessError) or not pid_alive(pid):
             # One message whichever step noticed (the hold says "while its threads were
@@ -140,7 +146,7 @@ def inspect_read_only(
 
 
 def _inspect(
-    pid: int, facts: ProcessFacts, timeout_seconds: float, pad_bytes: int = 0
+    pid: int, facts: ProcessFacts, timeout_seconds: float, pad_bytes: int = 0, pins: bool = False
 ) -> Inspection:
     libc_path = facts.libc_path
     libc = load_libc_image(pid, libc_path) if libc_path else None
@@ -171,7 +177,22 @@ def _inspect(
         heap_info, tcache = layout_evidence(scan, mem)
     memory = procfs.read_memory(pid)
     analysis, residency, flow, residency_error = report_parts(dump, scan, memory, pad_bytes)
-    stops = batches.stops_seconds
+    picture: HeapPicture | None = None
+    pins_error: str | None = PINS_NOT_ASKED
+    stops = list(batches.stops_seconds)
+    if pins:
+        from memforensics.entry.pins import read_picture
+
+        # After the figures' stops: the walk holds the threads in stops of its own, counted
+        # in the pause the report gives.
+        picture, pins_error = read_picture(
+            pid, timeout_seconds=timeout_seconds, stops_seconds=stops
+        )
+    extra_advice: tuple[Advice, ...] = ()
+    if picture is not None:
+        from memforensics.analysis.pins import pin_advice
+
+        extra_advice = pin_advice(picture.heaps)
     read = ReadOnlyRead(
         source="live",
         stops=len(stops),
@@ -200,7 +221,9 @@ def _inspect(
         analysis=analysis,
         residency=residency,
         waterfall=flow,
-        extra_advice=(),
+        extra_advice=extra_advice,
         residency_error=residency_error,
         read_only=read,
+        picture=picture,
+        pins_error=pins_error,
     )

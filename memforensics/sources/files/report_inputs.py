@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from memforensics.errors import InputDataError
 from memforensics.model.series import Sample
+from memforensics.sources.files.pins_doc import picture_from_document
 from memforensics.sources.files.recording import (
     SAMPLE_SCHEMA,
     advice_from,
@@ -97,6 +98,7 @@ def sample_from_heap_json(
         waterfall=waterfall_from(document.get("waterfall"), source, 1),
         advice=advice_from(advice or []),
         sequence=sequence,
+        picture=picture_from_document(document, source),
     )
 
 

@@ -112,7 +112,6 @@ def diagnose_list(
     does (then the list is consistent: heapcopy's loops gave up for another reason).
     OutOfTime once time.monotonic() passes ``deadline`` (looked at as the loops do)."""
     copy = _Copy(segments, page, fill)
-    low, high = glibc.bin_size_range(index)
     name = bin_name(index)
     limit = chunk_limit(segments)
     previous, chunk = head, fd
@@ -154,27 +153,31 @@ def diagnose_list(
                 _list_check(index),
                 f"its bk is {back:#x}, not the chunk before it ({previous:#x})",
             )
-        raw = copy.word(chunk + 8)
-        size = raw & ~glibc.SIZE_FLAGS
-        if size < glibc.MINSIZE or chunk + size > copy.end_of(chunk):
-            check = words.UNSORTED_SIZE if index == 1 else words.SIZE_VS_PREV_SIZE
-            return found(chunk, check, f"size {raw:#x} runs past its heap")
-        if not low <= size <= high:
-            return found(
-                chunk,
-                words.SIZE_VS_PREV_SIZE,
-                f"size {raw:#x} does not fit {name} ({low:#x} … {min(high, 1 << 48):#x})",
-            )
-        foot = chunk + size
-        if foot + 8 <= copy.end_of(chunk) and copy.in_ram(foot) and copy.word(foot) != size:
-            check = words.UNSORTED_PREV_SIZE if index == 1 else words.SIZE_VS_PREV_SIZE
-            return found(
-                chunk,
-                check,
-                f"size {raw:#x}, but the next chunk's prev_size is {copy.word(foot):#x}",
-            )
+        fault = _size_fault(copy, index, chunk)
+        if fault is not None:
+            return found(chunk, *fault)
         previous, chunk = chunk, copy.word(chunk + 16)
     return found(previous, words.LIST_LOOPS, f"more than {limit} chunks: the list loops")
+
+
+def _size_fault(copy: _Copy, index: int, chunk: int) -> tuple[str, str] | None:
+    """(check, detail) of a chunk in bin ``index`` whose size does not fit its heap or its
+    bin, or that its next chunk's prev_size does not repeat (glibc's set_foot); None when
+    its size passes."""
+    low, high = glibc.bin_size_range(index)
+    raw = copy.word(chunk + 8)
+    size = raw & ~glibc.SIZE_FLAGS
+    if size < glibc.MINSIZE or chunk + size > copy.end_of(chunk):
+        check = words.UNSORTED_SIZE if index == 1 else words.SIZE_VS_PREV_SIZE
+        return check, f"size {raw:#x} runs past its heap"
+    if not low <= size <= high:
+        fits = f"{low:#x} … {min(high, 1 << 48):#x}"
+        return words.SIZE_VS_PREV_SIZE, f"size {raw:#x} does not fit {bin_name(index)} ({fits})"
+    foot = chunk + size
+    if foot + 8 <= copy.end_of(chunk) and copy.in_ram(foot) and copy.word(foot) != size:
+        check = words.UNSORTED_PREV_SIZE if index == 1 else words.SIZE_VS_PREV_SIZE
+        return check, f"size {raw:#x}, but the next chunk's prev_size is {copy.word(foot):#x}"
+    return None
 
 
 def _reached_before(copy: _Copy, head: int, fd: int, chunk: int, steps: int) -> bool:

@@ -215,6 +215,318 @@ def scan_memory(
         pool.close()
 
 
+class StopRules:
+    """What a read made inside a stop of every thread (``hold``) may do, stated once:
+
+    - an arena's state is the one read in this stop (held_read's, or read now), never an
+      earlier one: a walk in a stop takes it as the arena's state at the stop;
+    - nothing is retried in a stop: a list that reads inconsistently there will not mend,
+      and a retry would only lengthen the stop;
+    - an arena of _DEFER_MIN_BYTES or more is copied in the stop and walked after it; such
+      copies wait for their walks, at most _PENDING_MAX_BYTES of them: past that the stop
+      ends early and they are walked (their buffers then serve the next copies);
+    - before an arena is copied, a stop that cannot take it ends, and the walks it left are
+      made first (a fresh buffer would fault its pages in during the stop).
+
+    Without a hold (a running target, a core) none of this applies: an arena's read may
+    retry within its share of the time budget, and is walked at once.
+    """
+
+    def __init__(self, hold: ArenaHold | None) -> None:
+        self.hold = hold
+        self.rows: list[Finish] = []  # each arena's read, in order; deferred walks on demand
+        self.done: list[ArenaScan] = []  # the results of rows[: len(done)]
+        self.pending_bytes = 0  # heap copies kept for walks not made yet
+
+    @property
+    def held(self) -> bool:
+        return self.hold is not None
+
+    def defers(self, weight_bytes: int) -> bool:
+        """This arena's walk is made after its stop."""
+        return self.hold is not None and weight_bytes >= _DEFER_MIN_BYTES
+
+    def retry_deadline(self, share_seconds: float) -> float:
+        """Until when a list caught moving is read again: never in a stop."""
+        return time.monotonic() + (0.0 if self.hold is not None else share_seconds)
+
+    def add(
+        self,
+        read: Callable[[ArenaState | None], Finish],
+        fresh_state: Callable[[], ArenaState | None],
+        weight_bytes: int,
+    ) -> None:
+        """Read one arena (inside the hold when there is one); its walk is made at settle()."""
+        if self.hold is not None:
+            self.hold.make_room(weight_bytes)
+            self.settle()
+        self.rows.append(held_read(self.hold, read, fresh_state, weight_bytes))
+        if self.defers(weight_bytes):
+            self.pending_bytes += weight_bytes
+
+    def settle(self, force: bool = False) -> None:
+        """Walk the copies a stop left once the target runs again; with ``force``, end the
+        stop first. Copies kept past _PENDING_MAX_BYTES end the stop."""
+        hold = self.hold
+        if hold is not None and hold.stopped:
+            if not force and self.pending_bytes <= _PENDING_MAX_BYTES:
+                return
+            hold.release()
+        self.done.extend(finish() for finish in self.rows[len(self.done) :])
+        self.pending_bytes = 0
+
+
+class _HeapRead:
+    """One read of a process's heap (scan_heap, scan_memory): locate the arenas, search the
+    anonymous memory, read each arena under StopRules, then the process-wide figures."""
+
+    def __init__(
+        self,
+        pid: int,
+        mappings: list[Mapping],
+        mem: MemoryReader,
+        pool: BufferPool,
+        libc_path: str | None,
+        *,
+        deadline: float,
+        pause: Callable[[], object] | None,
+        arenas_only: bool,
+        figures: bool,
+        hold: ArenaHold | None,
+        is_64: bool,
+    ) -> None:
+        self.pid, self.mappings, self.mem, self.pool = pid, mappings, mem, pool
+        self.libc_path = libc_path
+        self.deadline = deadline
+        self.pause = pause or (lambda: None)
+        self.arenas_only, self.figures, self.is_64 = arenas_only, figures, is_64
+        self.rules = StopRules(hold)
+        self.notes: list[str] = []
+        self.params: MallocParams | None = None
+        self.seen: dict[int, list[Heap]] = {}  # each non-main arena's heaps, as read
+        self._locate()
+
+    def _locate(self) -> None:
+        """The sub-heaps by arena, their states, main_arena and malloc_info's order."""
+        mem = self.mem
+        self.heaps = find_heaps(self.mappings, mem) if self.is_64 else []
+        if not self.is_64:
+            self.notes.append(
+                "32-bit target: arena heaps are not located (only 64-bit layouts known)"
+            )
+        self.by_arena: dict[int, list[Heap]] = {}
+        for heap in self.heaps:
+            self.by_arena.setdefault(heap.ar_ptr, []).append(heap)
+        self.states: dict[int, ArenaState] = {}
+        for address in self.by_arena:
+            state = read_state(mem, address)
+            if state is not None:
+                self.states[address] = state
+        self.main_state: ArenaState | None = None
+        order: list[int] | None = None
+        if self.is_64:
+            found = find_main_arena(self.mappings, mem, self.libc_path, set(self.states))
+            self.main_state = read_state(mem, found) if found is not None else None
+            if self.main_state is None:
+                self.notes.append("main_arena not found in libc's data; arenas matched by size")
+            else:
+                order = _arena_chain(mem, self.main_state, self.states)
+        self.chained = self.main_state is not None and order is not None
+        self.order = order if order is not None else list(self.states)
+        self.chained = self.chained and len(self.order) == len(self.states)
+        self.brk = _brk_extent(self.mappings)
+
+    def search_anonymous(self) -> None:
+        """Before any arena is walked: the anonymous memory no sub-heap holds, searched for
+        mmapped chunks and, where the main arena fell back to mmap, for its segments."""
+        spans = anonymous_spans(self.mappings, self.heaps) if self.is_64 else []
+        self.pause()
+        main = self.main_state
+        # A main arena that fell back to mmap needs the chunks, to tell its segments apart.
+        search = not self.arenas_only or (main is not None and main.noncontiguous)
+        self.chunks, self.searched = (
+            find_mmapped_chunks(self.mem, spans, time.monotonic() + MMAP_SEARCH_SECONDS, self.pause)
+            if search
+            else ([], False)
+        )
+        if search and not self.searched:
+            self.notes.append(
+                f"mmapped chunks: the search stopped after {MMAP_SEARCH_SECONDS:g} s, "
+                "some anonymous memory was not looked at"
+            )
+        self.main_heaps = _main_heaps(self.mem, spans, self.chunks, main, self.brk, self.notes)
+
+    def prepare(self) -> None:
+        """mp_'s counters (for malloc_info's figures) and, for a held read, the copy buffers
+        of the biggest arena faulted in before any stop (the copies then only copy)."""
+        if self.figures and self.main_state is not None:
+            bases = [h.start for h in self.main_heaps] or [0]
+            regions = libc_data_regions(self.mappings, self.libc_path)
+            self.params = find_malloc_par(self.mem, regions, sbrk_bases=bases)
+            if self.params is None:
+                self.notes.append(
+                    "mp_ not found in libc's data: the mmapped chunks' counters are unknown"
+                )
+        if self.rules.held:
+            sizes = [[h.size_bytes for h in self.main_heaps]]
+            sizes += [[h.size_bytes for h in heaps] for heaps in self.by_arena.values()]
+            self.pool.prepare(max(sizes, key=sum))
+
+    def read_main_arena(self) -> None:
+        if not self.main_heaps:
+            return
+        self.pause()
+        weight = sum(h.size_bytes for h in self.main_heaps)
+        address = self.main_state.address if self.main_state is not None else None
+        self.rules.add(
+            functools.partial(self._read_main, weight_bytes=weight),
+            lambda: None if address is None else read_state(self.mem, address),
+            weight,
+        )
+
+    def _read_main(self, fresh: ArenaState | None, *, weight_bytes: int) -> Finish:
+        mem, held = self.mem, self.rules.held
+        heaps = self.main_heaps
+        state = self.main_state if not held or self.main_state is None else fresh
+        if state is None and self.main_state is not None:
+            state = read_state(mem, self.main_state.address)  # this stop's, not the earlier
+        if self.params is not None and held:
+            self.params = read_malloc_par(mem, self.params)
+        brk = self.brk
+        if held and brk is not None and state is not None:
+            # The program break of this stop (a busy heap grows and shrinks it): a
+            # contiguous main arena's top ends there.
+            header = mem.read(state.top, glibc.CHUNK_HEADER_BYTES)
+            if header is not None and brk[0] <= state.top < brk[1] + glibc.HEAP_MAX_BYTES:
+                top_end = state.top + (int.from_bytes(header[8:], "little") & ~7)
+                # A size read from the target: the break moves by what a busy heap grows in
+                # a moment, never by an absurd top (heap_checks names that one corrupt).
+                if top_end <= brk[1] + glibc.HEAP_MAX_BYTES:
+                    brk = (brk[0], max(glibc.page_ceil(top_end, mem.page_bytes), brk[0]))
+                    self.brk = brk
+            first = Heap(brk[0], 0, brk[1] - brk[0], brk[1] - brk[0])
+            first.pages = mem.pagemap(brk[0], brk[1])
+            heaps = [first, *(h for h in self.main_heaps if h.ar_ptr)]
+        finish = read_arena(
+            mem,
+            self.pool,
+            state,
+            heaps,
+            is_main=True,
+            layout_ok=True,
+            deadline=self.deadline,
+            retry_deadline=self.rules.retry_deadline(0.0) if held else None,
+            pause=self.pause,
+            figures=self.figures,
+            held=held,
+            defer=self.rules.defers(weight_bytes),
+        )
+        if state is None:
+            return finish
+        at = state
+
+        def with_top_at_brk() -> ArenaScan:
+            # A deferred walk took the top's size from its copy: nothing more is read.
+            row = finish()
+            return replace(row, top_at_brk=_top_at_brk(mem, at, brk, row))
+
+        return with_top_at_brk
+
+    def read_thread_arenas(self) -> None:
+        for position, address in enumerate(self.order):
+            self.pause()
+            # Re-reads of a hot arena may use its fair share of what is left of the budget.
+            share = (self.deadline - time.monotonic()) / (len(self.order) - position)
+            weight = sum(h.size_bytes for h in self.by_arena.get(address, ()))
+            self.rules.add(
+                functools.partial(
+                    self._read_thread_arena, address=address, share=share, weight_bytes=weight
+                ),
+                functools.partial(read_state, self.mem, address),
+                weight,
+            )
+            self.rules.settle()
+        self.rules.settle(force=True)
+
+    def _read_thread_arena(
+        self, fresh: ArenaState | None, *, address: int, share: float, weight_bytes: int
+    ) -> Finish:
+        mem = self.mem
+        state = self.states[address]
+        if self.rules.held:
+            held_state = fresh or read_state(mem, address)
+            if held_state is None:  # unreadable in this stop: its figures stay unknown
+                return read_arena(
+                    mem, self.pool, None, [], is_main=False, layout_ok=True, deadline=self.deadline
+                )
+            state = held_state
+        arena_heaps = self.by_arena.get(address) or heaps_from_top(mem, state)
+        state, arena_heaps, layout_ok = _settle_layout(mem, state, arena_heaps)
+        for heap in arena_heaps:
+            heap.pages = mem.pagemap(heap.start, heap.start + heap.mprotect_bytes)
+        self.seen[address] = arena_heaps
+        return read_arena(
+            mem,
+            self.pool,
+            state,
+            arena_heaps,
+            is_main=False,
+            layout_ok=layout_ok,
+            deadline=self.deadline,
+            retry_deadline=self.rules.retry_deadline(share),
+            pause=self.pause,
+            figures=self.figures,
+            held=self.rules.held,
+            defer=self.rules.defers(weight_bytes),
+        )
+
+    def result(self, started: float, budget_seconds: float) -> HeapScan:
+        """The scan: every arena read, with the process-wide figures."""
+        mem = self.mem
+        all_heaps = [*self.main_heaps, *(h for a in self.order for h in self.seen.get(a, ()))]
+        chunk_spans = [(start, start + size) for start, size in self.chunks]
+        chunk_resident = sum(mem.pagemap(lo, hi).total_resident_bytes for lo, hi in chunk_spans)
+        beyond_brk = [(h.start, h.start + h.size_bytes) for h in self.main_heaps if h.ar_ptr]
+        stacks = (
+            0 if self.arenas_only else self._stack_resident(all_heaps, chunk_spans + beyond_brk)
+        )
+        return HeapScan(
+            pid=self.pid,
+            page_bytes=mem.page_bytes,
+            chained=self.chained,
+            arenas=tuple(self.rules.done),
+            heap_mapped_bytes=sum(h.size_bytes for h in all_heaps),
+            heap_resident_bytes=sum(h.pages.total_resident_bytes for h in all_heaps if h.pages),
+            mmap_chunks=len(self.chunks),
+            mmap_chunk_bytes=sum(size for _, size in self.chunks),
+            mmap_chunk_resident_bytes=chunk_resident,
+            stack_resident_bytes=stacks,
+            anon_resident_bytes=sum(m.anon_bytes or 0 for m in self.mappings),
+            walk_seconds=time.monotonic() - started,
+            walk_budget_seconds=budget_seconds,
+            notes=tuple(self.notes),
+            mmap_search_complete=self.searched,
+            malloc_params=self.params,
+        )
+
+    def _stack_resident(self, heaps: list[Heap], found: list[tuple[int, int]]) -> int:
+        """Resident bytes of thread stacks, less what the heap's own pieces hold of them."""
+        heap_starts = {h.start for h in heaps}
+        total = 0
+        for stack in stack_mappings(self.mappings):
+            if stack.start_address in heap_starts:
+                continue
+            inside = sum(
+                self.mem.pagemap(
+                    max(lo, stack.start_address), min(hi, stack.end_address)
+                ).total_resident_bytes
+                for lo, hi in found
+                if lo < stack.end_address and hi > stack.start_address
+            )
+            total += max((stack.anon_bytes or 0) - inside, 0)
+        return total
+
+
 def _scan(
     pid: int,
     mappings: list[Mapping],
@@ -230,236 +542,24 @@ def _scan(
     hold: ArenaHold | None = None,
     is_64: bool | None = None,
 ) -> HeapScan:
-    pause = pause or (lambda: None)
-    notes: list[str] = []
-    is_64 = _is_64bit(pid) if is_64 is None else is_64
-    heaps = find_heaps(mappings, mem) if is_64 else []
-    if not is_64:
-        notes.append("32-bit target: arena heaps are not located (only 64-bit layouts known)")
-    by_arena: dict[int, list[Heap]] = {}
-    for heap in heaps:
-        by_arena.setdefault(heap.ar_ptr, []).append(heap)
-    states: dict[int, ArenaState] = {}
-    for address in by_arena:
-        state = read_state(mem, address)
-        if state is not None:
-            states[address] = state
-    main_state: ArenaState | None = None
-    order: list[int] | None = None
-    if is_64:
-        main_address = find_main_arena(mappings, mem, libc_path, set(states))
-        main_state = read_state(mem, main_address) if main_address is not None else None
-        if main_state is None:
-            notes.append("main_arena not found in libc's data; arenas matched by size")
-        else:
-            order = _arena_chain(mem, main_state, states)
-    if order is None:
-        order = list(states)
-    brk = _brk_extent(mappings)
-
-    deadline = started + budget_seconds
-    # Before any arena is walked: the anonymous memory no sub-heap holds, searched for
-    # mmapped chunks and, where the main arena fell back to mmap, for its segments.
-    spans = anonymous_spans(mappings, heaps) if is_64 else []
-    pause()
-    # A main arena that fell back to mmap needs the chunks, to tell its segments from them.
-    search = not arenas_only or (main_state is not None and main_state.noncontiguous)
-    chunks, searched = (
-        find_mmapped_chunks(mem, spans, time.monotonic() + MMAP_SEARCH_SECONDS, pause)
-        if search
-        else ([], False)
+    read = _HeapRead(
+        pid,
+        mappings,
+        mem,
+        pool,
+        libc_path,
+        deadline=started + budget_seconds,
+        pause=pause,
+        arenas_only=arenas_only,
+        figures=figures,
+        hold=hold,
+        is_64=_is_64bit(pid) if is_64 is None else is_64,
     )
-    if search and not searched:
-        notes.append(
-            f"mmapped chunks: the search stopped after {MMAP_SEARCH_SECONDS:g} s, "
-            "some anonymous memory was not looked at"
-        )
-    main_heaps = _main_heaps(mem, spans, chunks, main_state, brk, notes)
-    rows: list[Finish] = []  # each arena's read, in order; a deferred walk is made on demand
-    done: list[ArenaScan] = []  # the results of rows[: len(done)]
-    pending_bytes = 0  # heap copies kept for walks not made yet
-
-    def settle(force: bool = False) -> None:
-        """Walk the copies a stop left (deferred reads) once the target runs again; with
-        ``force``, end the stop first. Copies kept past _PENDING_MAX_BYTES end the stop."""
-        nonlocal pending_bytes
-        if hold is not None and hold.stopped:
-            if not force and pending_bytes <= _PENDING_MAX_BYTES:
-                return
-            hold.release()
-        done.extend(finish() for finish in rows[len(done) :])
-        pending_bytes = 0
-
-    all_heaps: list[Heap] = list(main_heaps)
-    params: MallocParams | None = None
-    seen: dict[int, list[Heap]] = {}  # each non-main arena's heaps, as its read found them
-    if figures and main_state is not None:
-        bases = [h.start for h in main_heaps] or [0]
-        params = find_malloc_par(mem, libc_data_regions(mappings, libc_path), sbrk_bases=bases)
-        if params is None:
-            notes.append("mp_ not found in libc's data: the mmapped chunks' counters are unknown")
-    if hold is not None:
-        # The copy buffers of the biggest arena, faulted in before any stop (the copies
-        # made during the stops then only copy).
-        biggest = max(
-            [[h.size_bytes for h in main_heaps]]
-            + [[h.size_bytes for h in arena_heaps] for arena_heaps in by_arena.values()],
-            key=sum,
-        )
-        pool.prepare(biggest)
-    if main_heaps:
-        pause()
-        main_weight = sum(h.size_bytes for h in main_heaps)
-
-        def read_main(fresh: ArenaState | None) -> Finish:
-            nonlocal params, brk
-            heaps = main_heaps
-            state = main_state if hold is None or main_state is None else fresh
-            if state is None and main_state is not None:
-                state = read_state(mem, main_state.address)  # this stop's, not the earlier
-            if params is not None and hold is not None:
-                params = read_malloc_par(mem, params)
-            if hold is not None and brk is not None and state is not None:
-                # The program break of this stop (a busy heap grows and shrinks it): a
-                # contiguous main arena's top ends there.
-                header = mem.read(state.top, glibc.CHUNK_HEADER_BYTES)
-                if header is not None and brk[0] <= state.top < brk[1] + glibc.HEAP_MAX_BYTES:
-                    top_end = state.top + (int.from_bytes(header[8:], "little") & ~7)
-                    # A size read from the target: the break moves by what a busy heap grows
-                    # in a moment, never by an absurd top (heap_checks names that corrupt).
-                    if top_end <= brk[1] + glibc.HEAP_MAX_BYTES:
-                        brk = (brk[0], max(glibc.page_ceil(top_end, mem.page_bytes), brk[0]))
-                first = Heap(brk[0], 0, brk[1] - brk[0], brk[1] - brk[0])
-                first.pages = mem.pagemap(brk[0], brk[1])
-                heaps = [first, *(h for h in main_heaps if h.ar_ptr)]
-            # In a stop nothing moves: a list that reads inconsistently will not mend, and
-            # retrying would only lengthen the stop (no retry_deadline left).
-            retry_by = time.monotonic() if hold is not None else None
-            finish = read_arena(
-                mem,
-                pool,
-                state,
-                heaps,
-                True,
-                True,
-                deadline,
-                retry_by,
-                pause=pause,
-                figures=figures,
-                held=hold is not None,
-                defer=hold is not None and main_weight >= _DEFER_MIN_BYTES,
-            )
-            if state is None:
-                return finish
-            at, at_brk = state, brk
-
-            def with_top_at_brk() -> ArenaScan:
-                # A deferred walk took the top's size from its copy: nothing more is read.
-                row = finish()
-                return replace(row, top_at_brk=_top_at_brk(mem, at, at_brk, row))
-
-            return with_top_at_brk
-
-        main_address = main_state.address if main_state is not None else None
-        rows.append(
-            held_read(
-                hold,
-                read_main,
-                lambda: None if main_address is None else read_state(mem, main_address),
-                main_weight,
-            )
-        )
-        if hold is not None and main_weight >= _DEFER_MIN_BYTES:
-            pending_bytes += main_weight
-    for position, address in enumerate(order):
-        pause()
-        # Re-reads of a hot arena may use its fair share of what is left of the budget.
-        share = (deadline - time.monotonic()) / (len(order) - position)
-
-        weight = sum(h.size_bytes for h in by_arena.get(address, ()))
-
-        def read_one(
-            fresh: ArenaState | None,
-            address: int = address,
-            share: float = share,
-            weight: int = weight,
-        ) -> Finish:
-            state = states[address]
-            if hold is not None:
-                # This stop's (held_read's, or read now), never the earlier: a walk in a stop
-                # takes it as the arena's state at the stop (glibc_walk.ArenaWalker.walk).
-                held_state = fresh or read_state(mem, address)
-                if held_state is None:  # unreadable in this stop: its figures stay unknown
-                    return read_arena(mem, pool, None, [], False, True, deadline)
-                state = held_state
-            arena_heaps = by_arena.get(address) or heaps_from_top(mem, state)
-            state, arena_heaps, layout_ok = _settle_layout(mem, state, arena_heaps)
-            for heap in arena_heaps:
-                heap.pages = mem.pagemap(heap.start, heap.start + heap.mprotect_bytes)
-            seen[address] = arena_heaps
-            return read_arena(
-                mem,
-                pool,
-                state,
-                arena_heaps,
-                False,
-                layout_ok,
-                deadline,
-                time.monotonic() + (share if hold is None else 0.0),
-                pause=pause,
-                figures=figures,
-                held=hold is not None,
-                defer=hold is not None and weight >= _DEFER_MIN_BYTES,
-            )
-
-        if hold is not None:
-            # A stop that cannot take this arena ends here, and the walks it left are made
-            # before the arena is copied: their buffers serve its copy (a fresh buffer faults
-            # its pages in during the stop).
-            hold.make_room(weight)
-            settle()
-        rows.append(held_read(hold, read_one, functools.partial(read_state, mem, address), weight))
-        if hold is not None and weight >= _DEFER_MIN_BYTES:
-            pending_bytes += weight
-        all_heaps.extend(seen.get(address, []))
-        settle()
-    settle(force=True)
-
-    chunk_spans = [(start, start + size) for start, size in chunks]
-    chunk_resident = sum(mem.pagemap(lo, hi).total_resident_bytes for lo, hi in chunk_spans)
-    heap_starts = {h.start for h in all_heaps}
-    beyond_brk = [(h.start, h.start + h.size_bytes) for h in main_heaps if h.ar_ptr]
-    found = [*chunk_spans, *beyond_brk]
-    stack_resident = 0
-    for stack in stack_mappings(mappings) if not arenas_only else ():
-        if stack.start_address in heap_starts:
-            continue
-        inside = sum(
-            mem.pagemap(
-                max(lo, stack.start_address), min(hi, stack.end_address)
-            ).total_resident_bytes
-            for lo, hi in found
-            if lo < stack.end_address and hi > stack.start_address
-        )
-        stack_resident += max((stack.anon_bytes or 0) - inside, 0)
-    return HeapScan(
-        pid=pid,
-        page_bytes=mem.page_bytes,
-        chained=main_state is not None and order is not None and len(order) == len(states),
-        arenas=tuple(done),
-        heap_mapped_bytes=sum(h.size_bytes for h in all_heaps),
-        heap_resident_bytes=sum(h.pages.total_resident_bytes for h in all_heaps if h.pages),
-        mmap_chunks=len(chunks),
-        mmap_chunk_bytes=sum(size for _, size in chunks),
-        mmap_chunk_resident_bytes=chunk_resident,
-        stack_resident_bytes=stack_resident,
-        anon_resident_bytes=sum(m.anon_bytes or 0 for m in mappings),
-        walk_seconds=time.monotonic() - started,
-        walk_budget_seconds=budget_seconds,
-        notes=tuple(notes),
-        mmap_search_complete=searched,
-        malloc_params=params,
-    )
+    read.search_anonymous()
+    read.prepare()
+    read.read_main_arena()
+    read.read_thread_arenas()
+    return read.result(started, budget_seconds)
 
 
 def _main_heaps(

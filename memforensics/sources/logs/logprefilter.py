@@ -103,11 +103,7 @@ def candidate_spans(
         if not live:
             if window_end >= end:
                 return
-            window_start = window_end
-            if on_window is not None:
-                on_window(window_start)
-            window_end = _window_end(buf, window_start, end, window)
-            nexts = [_find_anchor(buf, i, window_start, window_end) for i in range(len(ANCHORS))]
+            window_end, nexts = _next_window(buf, window_end, end, window, on_window)
             continue
         hit = min(live)
         kind = nexts.index(hit)
@@ -140,6 +136,20 @@ def candidate_spans(
         for index, position in enumerate(nexts):
             if 0 <= position <= line_end:
                 nexts[index] = _find_anchor(buf, index, line_end + 1, window_end)
+
+
+def _next_window(
+    buf: Buffer,
+    window_start: int,
+    end: int,
+    window: int | None,
+    on_window: Callable[[int], None] | None,
+) -> tuple[int, list[int]]:
+    """The next window of the search (its end) and each anchor's first hit in it."""
+    if on_window is not None:
+        on_window(window_start)
+    window_end = _window_end(buf, window_start, end, window)
+    return window_end, [_find_anchor(buf, i, window_start, window_end) for i in range(len(ANCHORS))]
 
 
 def _context_start(buf: Buffer, low: int, line_start: int) -> int:

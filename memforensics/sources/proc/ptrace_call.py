@@ -53,6 +53,9 @@ _ERESTART_RESTARTBLOCK, _EINTR = 516, 4
 _FLAGS_DF_TF = 0x400 | 0x100  # the direction flag (clear at a call) and the trap flag
 _U64 = (1 << 64) - 1
 LOOK_SECONDS = 5.0  # the longest an interrupted thread may take to stop and be looked at
+# How long the called thread runs between two looks: from the first, doubling to the last.
+_FIRST_NAP_SECONDS = 0.0005
+_LAST_NAP_SECONDS = 0.01
 # sigcontext's general registers, in its order (asm/sigcontext.h, x86-64).
 _SIGCONTEXT_REGS = [
     "r8",
@@ -357,11 +360,13 @@ def await_return(tid: int, frame: int, deadline: float) -> bool:
     signal on its way in (before its handler's frame is built: where the thread was), or
     else interrupting it; signals are delivered. Leaves it in an interrupt stop; False when
     ``deadline`` came first."""
-    nap = 0.0005
+    nap = _FIRST_NAP_SECONDS
     while True:
-        time.sleep(nap)
-        nap = min(nap * 2, 0.01)
         stop = stop_of(tid)
+        if stop is None:
+            time.sleep(nap)
+            nap = min(nap * 2, _LAST_NAP_SECONDS)
+            stop = stop_of(tid)
         if stop is None:
             ptrace_regs.request(PTRACE_INTERRUPT, tid)
             give_up = max(deadline, time.monotonic()) + LOOK_SECONDS
@@ -376,4 +381,12 @@ def await_return(tid: int, frame: int, deadline: float) -> bool:
                 ptrace_regs.request(PTRACE_INTERRUPT, tid)
                 stopped(tid, max(deadline, time.monotonic()) + LOOK_SECONDS)
             return rsp > frame
-        ptrace_regs.request(PTRACE_CONT, tid, stop[0] if stop[1] == 0 else 0)
+        if stop[1] == 0:
+            # A signal on its way in: delivered at once, and the thread goes on. A stop that
+            # waited for our next look would let the next one arrive meanwhile: a timer
+            # signal faster than the looks (every 2 ms, the looks every 10 ms) then stops
+            # the thread again as its handler returns, and the call never runs.
+            ptrace_regs.request(PTRACE_CONT, tid, stop[0])
+            nap = _FIRST_NAP_SECONDS
+            continue
+        ptrace_regs.request(PTRACE_CONT, tid, 0)

@@ -1,0 +1,45 @@
+"""The pins of `inspect --json` (docs/json.md): each pin with its sentence, each heap's
+figures the pins are measured against, and each heap's map at most JSON_MAP_CELLS cells (what
+`report --html` draws from a saved document)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memforensics.analysis.pins import coarser, pin_sentence
+from memforensics.model.pins import HeapPicture
+from memforensics.render.jsondoc import record
+
+JSON_MAP_CELLS = 512
+MAP_LAYERS = ("live", "free_resident", "free_released", "top", "other")
+
+
+def pins_json(picture: HeapPicture) -> list[dict[str, Any]]:
+    """``pins[]``: every heap's pins, each heap's from the top down."""
+    return [{**record(pin), "sentence": pin_sentence(pin)} for pin in picture.pins]
+
+
+def pin_heaps_json(picture: HeapPicture) -> list[dict[str, Any]]:
+    """``pin_heaps[]``: each heap walked, its figures and how many pins were not listed."""
+    return [record(heap, drop=("pins",)) | {"pins": len(heap.pins)} for heap in picture.heaps]
+
+
+def heap_maps_json(picture: HeapPicture) -> dict[str, Any]:
+    """``heap_maps``: whether residency was known, and each heap's map in cells of
+    ``pages_per_cell`` pages, one list of each cell's bytes per layer."""
+    heaps = []
+    for cells in picture.maps:
+        small = coarser(cells, JSON_MAP_CELLS)
+        heaps.append(
+            {
+                "arena": small.arena,
+                "heap": small.heap,
+                "start": small.start,
+                "end": small.end,
+                "page_bytes": small.page_bytes,
+                "pages_per_cell": small.pages_per_cell,
+                # Lists of bytes, one per cell (not `*_bytes` keys: those are single counts).
+                "cells": {layer: list(getattr(small, layer)) for layer in MAP_LAYERS},
+            }
+        )
+    return {"resident_known": picture.resident_known, "heaps": heaps}

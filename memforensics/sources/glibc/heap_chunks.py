@@ -1,0 +1,359 @@
+"""The forward walk of every heap of every glibc arena, chunk after chunk, of a live process
+or a core: what the census classifies and what the pins read (model.chunks).
+
+API (stable; the pins build on it):
+
+- ``walk_process_chunks(pid, *, visit=None, keep=True, timeout_seconds=1.0,
+  held=True) -> ProcessChunks``: a live process, read in short stops of every thread
+  (sources.glibc.arena_hold.StopBatches) unless ``held`` is False.
+- ``walk_core_chunks(path, *, visit=None, keep=True) -> ProcessChunks``: a core file.
+- ``walk_memory_chunks(mappings, mem, *, pid, libc_path, hold=None, visit=None,
+  keep=True) -> ProcessChunks``: any MemoryReader (both above end here).
+
+``visit(ref, view, base, addresses, sizes, states)`` is called as chunks are walked, while
+their bytes are at hand: chunk ``i``'s bytes are ``view[addresses[i] - base:]`` (clipped to
+the view: the first WINDOW_TAIL_BYTES of a chunk at least, unless the heap ends first);
+``ref`` is a ChunkRef (arena, heap, the heap's PageMap: a chunk whose page is not present
+read as zeros). Mmapped chunks are visited with ``ref.arena == MMAPPED_ARENA``. ``keep=False``
+keeps no per-chunk arrays (a census of a GB heap needs none): each HeapChunks then has empty
+arrays and says how far it walked and how many chunks it saw.
+
+How a live read stays consistent: each heap is read in fixed windows of WINDOW_BYTES (plus a
+tail), each window in a stop of every thread at a moment its arena's mutex is free (a
+single-threaded target: no thread inside the allocator); the stops are batched by
+StopBatches (a few ms each), so the target's longest stall does not grow with the heap. The
+chunks are walked after the stop, from the copy. A chunk crossing a window's end is
+continued from the next window (another moment): every header is validated (aligned, at
+least MINSIZE, within the heap), and a header that fails ends that heap's walk
+(``complete=False``, ``stop_reason`` in glibc's words). Only pages present in the pagemap
+are read (nothing is faulted in); a header on a page not present ends the heap's walk too.
+
+States: LIVE unless the next chunk's PREV_INUSE bit is clear (FREE); FAST when on one of
+its arena's fastbin lists (read in a stop, at most FASTBIN_MAX_CHUNKS per arena); TCACHE
+when its second word is the process's tcache key (glibc 2.34+: ``tcache_key``, a random
+word; 2.29-2.33: the owning tcache_perthread_struct), the key taken from a non-empty tcache
+list; BOOKKEEPING for tcache_perthread_structs (validated: every count zero exactly when its
+entry is) and a sub-heap's closing fenceposts; TOP for the arena's top.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, TypeVar
+
+from memforensics.model import glibc
+from memforensics.model.chunks import ChunkState, HeapChunks, ProcessChunks
+from memforensics.sources.glibc.arena_figures import LOCK_RETRIES, ArenaHold
+from memforensics.sources.glibc.glibc_arenas import (
+    ArenaState,
+    Heap,
+    find_heaps,
+    find_main_arena,
+    heaps_from_top,
+    read_state,
+)
+from memforensics.sources.glibc.heap_lists import (
+    TCACHE_LAYOUTS,
+    Tcache,
+    fast_chunks,
+    learn_key,
+    tcache_struct,
+)
+from memforensics.sources.glibc.heap_search import anonymous_spans, find_mmapped_chunks
+from memforensics.sources.glibc.heap_window import (
+    WINDOW_BYTES,
+    WINDOW_TAIL_BYTES,
+    ChunkRef,
+    HeapWalk,
+    Visit,
+)
+from memforensics.sources.proc.procmaps import Mapping, read_smaps
+from memforensics.sources.proc.procmem import MemoryReader, PageMap, ProcessMemoryReader
+
+MMAP_SEARCH_SECONDS = 1.0
+MMAPPED_ARENA = -1
+_MAX_ARENAS = 1 << 16
+_T = TypeVar("_T")
+
+if TYPE_CHECKING:
+    from memforensics.sources.core.corefile import CoreFile
+
+
+@dataclass
+class _PlannedHeap:
+    arena: int
+    index: int
+    start: int  # the first chunk
+    heap_start: int  # the mapping's (or sub-heap's) start
+    limit: int  # nothing of this heap lies at or beyond
+    state_address: int | None  # its arena's malloc_state (None: unknown)
+    pages: PageMap
+
+
+def _arena_order(mem: MemoryReader, main: ArenaState | None, known: set[int]) -> list[int]:
+    """The non-main arenas in malloc_info's order (main_arena.next), else as found."""
+    if main is None:
+        return sorted(known)
+    order: list[int] = []
+    address = main.next_arena
+    while address != main.address and len(order) < _MAX_ARENAS:
+        if address in order:
+            break
+        order.append(address)
+        state = read_state(mem, address)
+        if state is None:
+            break
+        address = state.next_arena
+    return order + sorted(known - set(order))
+
+
+def _plan(
+    mappings: Sequence[Mapping], mem: MemoryReader, libc_path: str | None
+) -> tuple[list[_PlannedHeap], list[Heap], list[str]]:
+    """Every heap to walk, in arena order, with where its chunks begin and end."""
+    notes: list[str] = []
+    subheaps = find_heaps(mappings, mem)
+    by_arena: dict[int, list[Heap]] = {}
+    for heap in subheaps:
+        by_arena.setdefault(heap.ar_ptr, []).append(heap)
+    main_address = find_main_arena(mappings, mem, libc_path, set(by_arena))
+    main = read_state(mem, main_address) if main_address is not None else None
+    if main is None:
+        notes.append("main_arena not found in libc's data: the main heap's top is unknown")
+    planned: list[_PlannedHeap] = []
+    parts = [m for m in mappings if m.path == "[heap]"]
+    if parts:
+        start, end = parts[0].start_address, parts[0].end_address
+        for part in parts[1:]:
+            if part.start_address == end:
+                end = part.end_address
+        pages = mem.pagemap(start, end)
+        planned.append(_PlannedHeap(0, 0, start, start, end, main_address, pages))
+    if main is not None and main.noncontiguous:
+        notes.append(
+            "main arena fell back to mmap (sbrk failed): its mmapped segments are not walked"
+        )
+    for position, address in enumerate(_arena_order(mem, main, set(by_arena)), start=1):
+        state = read_state(mem, address)
+        heaps = sorted(
+            by_arena.get(address) or (heaps_from_top(mem, state) if state else []),
+            key=lambda h: h.start,
+        )
+        first = next((h for h in heaps if h.start < address < h.start + h.size_bytes), None)
+        if first is None:
+            notes.append(f"arena {position}: its first heap was not found; not walked")
+            continue
+        info_bytes = address - first.start  # sizeof(heap_info): 32, or 48 from 2.35
+        for index, heap in enumerate([first, *(h for h in heaps if h is not first)]):
+            chunk0 = address + glibc.STATE_BYTES if heap is first else heap.start + info_bytes
+            chunk0 = -(-chunk0 // glibc.MALLOC_ALIGNMENT) * glibc.MALLOC_ALIGNMENT
+            limit = heap.start + heap.mprotect_bytes
+            pages = mem.pagemap(heap.start, limit)
+            planned.append(_PlannedHeap(position, index, chunk0, heap.start, limit, address, pages))
+    return planned, subheaps, notes
+
+
+def _top_reader(mem: MemoryReader, state_address: int | None) -> Callable[[], int | None]:
+    def top() -> int | None:
+        if state_address is None:
+            return None
+        data = mem.read(state_address + glibc.OFF_TOP, 8)
+        return None if data is None else int.from_bytes(data, "little")
+
+    return top
+
+
+def _locked(mem: MemoryReader, state_address: int | None) -> bool:
+    if state_address is None:
+        return False
+    data = mem.read(state_address, 4)
+    return data is not None and int.from_bytes(data, "little") != 0
+
+
+def walk_memory_chunks(
+    mappings: Sequence[Mapping],
+    mem: MemoryReader,
+    *,
+    pid: int,
+    libc_path: str | None,
+    hold: ArenaHold | None = None,
+    visit: Visit | None = None,
+    keep: bool = True,
+) -> ProcessChunks:
+    """Every heap's chunks of the memory ``mem`` (see the module), in stops of ``hold``."""
+    planned, subheaps, notes = _plan(mappings, mem, libc_path)
+    tcache = Tcache(keys=set(), structs=set())
+    # The main thread's tcache is the main heap's first chunk; a thread arena's first
+    # thread's, its first chunk: their lists give the key before any window is walked.
+    for heap in planned:
+        if heap.index == 0:
+            header = mem.read(heap.start, 16)
+            size = int.from_bytes(header[8:], "little") & ~glibc.SIZE_FLAGS if header else 0
+            data = mem.read(heap.start, size) if size in TCACHE_LAYOUTS else None
+            entries = tcache_struct(data, size) if data else None
+            if entries:
+                learn_key(mem, tcache, heap.start, entries)
+    fast_by_arena: dict[int, set[int]] = {}
+    heaps: list[HeapChunks] = []
+    unread_bytes = 0
+    for heap in planned:
+        ref = ChunkRef(heap.arena, heap.index, heap.pages)
+        if heap.arena not in fast_by_arena:
+            fast_by_arena[heap.arena] = set()
+            if heap.state_address is not None:
+                arena_heaps = [h for h in planned if h.arena == heap.arena]
+                low = min(h.heap_start for h in arena_heaps)
+                high = max(h.limit for h in arena_heaps)
+
+                def read_fast(heap: _PlannedHeap = heap, low: int = low, high: int = high) -> None:
+                    state = read_state(mem, heap.state_address or 0)
+                    if state is not None:
+                        fast_by_arena[heap.arena] = fast_chunks(mem, state, low, high)
+
+                _held(hold, mem, heap.state_address, read_fast)
+        walk = HeapWalk(
+            mem,
+            ref,
+            heap.start,
+            heap.limit,
+            _top_reader(mem, heap.state_address),
+            fast_by_arena[heap.arena],
+            tcache,
+            visit,
+            keep,
+            retry=hold is not None,
+        )
+        while not walk.done:
+            window = _held(hold, mem, heap.state_address, walk.read_window, WINDOW_BYTES)
+            if hold is not None:
+                hold.release()  # the walk of the copy is made with the target running
+            if window is None:
+                break
+            walk.walk_window(*window)
+        result = walk.result(heap.limit)
+        if not result.complete:
+            unread_bytes += max(heap.limit - result.walked_end, 0)
+        heaps.append(result)
+    if hold is not None:
+        hold.release()
+    spans = anonymous_spans(mappings, subheaps)
+    mmapped, searched = find_mmapped_chunks(mem, spans, time.monotonic() + MMAP_SEARCH_SECONDS)
+    if not searched:
+        notes.append("mmapped chunks: the search ran out of time; some were not looked at")
+    if visit is not None:
+        for address, size in mmapped:
+            data = mem.read_present(address, min(size, WINDOW_TAIL_BYTES))
+            pages = mem.pagemap(address, address + mem.page_bytes)
+            visit(
+                ChunkRef(MMAPPED_ARENA, 0, pages),
+                memoryview(data),
+                address,
+                [address],
+                [size],
+                bytes((ChunkState.LIVE,)),
+            )
+    return ProcessChunks(
+        pid=pid,
+        page_bytes=mem.page_bytes,
+        heaps=tuple(heaps),
+        mmapped=tuple(mmapped),
+        notes=tuple(notes),
+        tcache_keys=len(tcache.keys),
+    )
+
+
+def _held(
+    hold: ArenaHold | None,
+    mem: MemoryReader,
+    state_address: int | None,
+    read: Callable[[], _T],
+    weight_bytes: int = 0,
+) -> _T:
+    """``read()`` inside a stop at a moment the arena is not being changed (its mutex free,
+    no single thread inside the allocator), or unheld when there is no hold or the arena
+    stayed locked through every retry."""
+    if hold is None:
+        return read()
+    for attempt in range(LOCK_RETRIES + 1):
+        with hold.arena(weight_bytes):
+            if not (_locked(mem, state_address) or hold.in_allocator()):
+                return read()
+        if not hold.let_run(attempt):
+            break
+    return read()
+
+
+def _single_threaded(pid: int) -> bool:
+    try:
+        return len(os.listdir(f"/proc/{pid}/task")) == 1
+    except OSError:
+        return False
+
+
+def walk_process_chunks(
+    pid: int,
+    *,
+    visit: Visit | None = None,
+    keep: bool = True,
+    timeout_seconds: float = 1.0,
+    held: bool = True,
+    stops_seconds: list[float] | None = None,
+) -> ProcessChunks:
+    """Every heap's chunks of live ``pid``; ``stops_seconds`` (when given) receives the
+    length of every stop the read made."""
+    from memforensics.sources.glibc.arena_hold import StopBatches
+    from memforensics.sources.glibc.libc_elf import load_libc_image
+
+    mappings = read_smaps(pid)
+    libc_path = next((m.path for m in mappings if "libc.so" in os.path.basename(m.path)), None)
+    hold: StopBatches | None = None
+    if held:
+        libc = load_libc_image(pid, libc_path) if libc_path else None
+        hold = StopBatches(
+            pid, libc=libc, single_threaded=_single_threaded(pid), timeout_seconds=timeout_seconds
+        )
+    try:
+        with ProcessMemoryReader(pid) as mem:
+            return walk_memory_chunks(
+                mappings, mem, pid=pid, libc_path=libc_path, hold=hold, visit=visit, keep=keep
+            )
+    finally:
+        if hold is not None:
+            hold.close()
+            if stops_seconds is not None:
+                stops_seconds.extend(hold.stops_seconds)
+
+
+def core_mappings(core: CoreFile, mem: MemoryReader) -> list[Mapping]:
+    """A core's mappings as /proc's readers expect them: the likely [heap] named so, and
+    each mapping's bytes held in the core as its "resident" bytes (what can be read)."""
+    hint = core.heap_range_hint
+    mappings = []
+    for mapping in core.mappings():
+        held = mem.pagemap(mapping.start_address, mapping.end_address).total_resident_bytes
+        span = (mapping.start_address, mapping.end_address)
+        named = "[heap]" if hint is not None and span == hint else mapping.path
+        anon = held if mapping.inode == 0 else 0
+        mappings.append(replace(mapping, path=named, rss_bytes=held, anon_bytes=anon))
+    return mappings
+
+
+def walk_core_chunks(path: str, *, visit: Visit | None = None, keep: bool = True) -> ProcessChunks:
+    """Every heap's chunks of the process a core file saved."""
+    from memforensics.sources.core.corefile import CoreFile
+
+    with CoreFile(path) as core:
+        mem = core.memory()
+        try:
+            mappings = core_mappings(core, mem)
+            libc_path = next(
+                (m.path for m in mappings if os.path.basename(m.path).startswith("libc.so")), None
+            )
+            return walk_memory_chunks(
+                mappings, mem, pid=core.pid or 0, libc_path=libc_path, visit=visit, keep=keep
+            )
+        finally:
+            mem.close()
