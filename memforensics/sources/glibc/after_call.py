@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 
 from memforensics.errors import (
+    DeadlineError,
     HeapCorruptionError,
     MemforensicsError,
     NoSuchProcessError,
@@ -60,15 +61,16 @@ def verified_state(pid: int, libc_path: str | None) -> str:
 
 @contextlib.contextmanager
 def checked_after_call(pid: int, libc_path: str | None) -> Iterator[None]:
-    """Run a call (gdb's or ours); a failure of it gets the target's verified state added
-    to its message. Errors that say the call was never made pass unchanged."""
+    """Run a call (gdb's or ours); a failure of it, or any timeout (gdb detached after a
+    deadline), gets the target's verified state added to its message. Errors that say no
+    call was made pass unchanged."""
     try:
         yield
     except (NoSuchProcessError, TargetPermissionError, HeapCorruptionError):
         raise
     except MemforensicsError as exc:
         text = exc.message.lower()
-        if "call" in text or "signal" in text or "unwound" in text:
+        if isinstance(exc, DeadlineError) or any(w in text for w in ("call", "signal", "unwound")):
             exc.message = f"{exc.message}; {verified_state(pid, libc_path)}"
             exc.args = (exc.message,)
         raise
