@@ -110,7 +110,6 @@ class DeadlineError(MemforensicsError, TimeoutError):
     default_hint = "retry with a longer deadline"
 
 
-
 class HoldTimeoutError(DeadlineError):
     """A read's hold of every thread gave up: nothing was called, and each thread held was
     released (the kernel ends a tracer's seizes when it lets go)."""
@@ -119,6 +118,7 @@ class HoldTimeoutError(DeadlineError):
         "retry with a longer deadline; nothing was called into the target and every thread "
         "was released: it was left running"
     )
+
 
 class ArenaLockedError(ReadOnlyRefusedError, DeadlineError):
     """Every arena left unread was locked (its mutex held) at every stop of the read, until

@@ -114,6 +114,15 @@ def _save_html(path: Path, result: Inspection) -> None:
     stderr_console().print(f"saved the heap picture of PID {pid} to {path}")
 
 
+def _save_corruption_html(path: Path, error: HeapCorruptionError) -> None:
+    from memforensics.cli.output import stderr_console
+    from memforensics.render.corruption import corruption_html
+    from memforensics.sources.files.atomic_file import write_atomically
+
+    write_atomically(path, corruption_html(error).encode(), hint="choose a writable --html path")
+    stderr_console().print(f"saved the corrupt heap's report of PID {error.pid} to {path}")
+
+
 def _mi_logger(line: str) -> None:
     sys.stderr.write(f"gdb {line}\n")
     sys.stderr.flush()
@@ -373,12 +382,15 @@ def _failed(
     explicit: bool,
     several: bool,
     documents: list[dict[str, Any]] | None,
+    html: str | None = None,
 ) -> int:
     """One target's error handled: its exit code (0 for a --name match that exited by
     itself); a corrupt heap is a finding, its report printed (or its JSON document added
     to ``documents``, when they are collected) like any other; an error that ends the only
     target is raised."""
     if isinstance(exc, HeapCorruptionError):
+        if html is not None:
+            _save_corruption_html(save_xml_path(html, pid, several=several), exc)
         if documents is not None:
             documents.append(_corruption_document(exc))
         else:
@@ -424,7 +436,12 @@ def _report_targets(
                 _save_html(save_xml_path(html_path, pid, several=several), result)
         except MemforensicsError as exc:
             worst = worst_exit_code(
-                (worst, _failed(exc, pid, explicit=explicit, several=several, documents=docs))
+                (
+                    worst,
+                    _failed(
+                        exc, pid, explicit=explicit, several=several, documents=docs, html=html_path
+                    ),
+                )
             )
             continue
         if as_json:

@@ -1,9 +1,10 @@
-"""A corrupt heap's report: each failed check in glibc's words (terminal and the
-``memforensics/heap-corrupt/1`` JSON document), and the figures of every bin that did read
-back consistently, marked incomplete."""
+"""A corrupt heap's report: each failed check in glibc's words (terminal, the
+``memforensics/heap-corrupt/1`` JSON document, a self-contained HTML page), and the figures of
+every bin that did read back consistently, marked incomplete."""
 
 from __future__ import annotations
 
+import html
 from typing import TYPE_CHECKING, Any
 
 from memforensics.model.heapscan import HeapScan
@@ -110,3 +111,50 @@ def render_corruption(error: HeapCorruptionError) -> RenderableType:
             )
         parts.append(measured)
     return Group(*parts)
+
+
+def corruption_html(error: HeapCorruptionError) -> str:
+    """A self-contained page (`inspect --html`): the failed checks and what was measured."""
+    document = corruption_document(error)
+    esc = html.escape
+
+    def table(head: list[str], rows: list[list[object]]) -> str:
+        cells = "".join(f"<th>{esc(h)}</th>" for h in head)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{esc(str(c))}</td>" for c in row) + "</tr>" for row in rows
+        )
+        return f"<table><tr>{cells}</tr>{body}</table>"
+
+    findings = table(
+        ["arena", "bin", "chunk", "check (glibc's words)", "what was read"],
+        [
+            [f["arena"], f["bin"], f["chunk_address"], f["check"], f["detail"]]
+            for f in document["corruption"]
+        ],
+    )
+    arenas = table(
+        ["arena", "address", "complete", "free measured (bytes)", "chunks", "not read"],
+        [
+            [
+                a["index"],
+                a["address"],
+                "yes" if a["complete"] else "no",
+                a["measured_free_bytes"],
+                a["measured_chunks"],
+                ", ".join(map(str, a["unmeasured_bins"])) or "-",
+            ]
+            for a in document["arenas"]
+        ],
+    )
+    title = f"PID {error.pid}: the heap is corrupt"
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<title>{esc(title)}</title><style>body{{font-family:sans-serif;margin:2em}}"
+        "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #999;"
+        "padding:.2em .5em;text-align:left}h1{color:#a00}</style></head><body>"
+        f"<h1>{esc(title)}</h1><p>{esc(error.message)}</p>"
+        "<p>Nothing was called into the process (no malloc_info, no malloc_trim, no gdb).</p>"
+        f"<h2>Checks that failed</h2>{findings}"
+        "<h2>Measured before the corruption (incomplete: corrupt and unread bins left out)</h2>"
+        f"{arenas}</body></html>\n"
+    )

@@ -300,3 +300,19 @@ def test_a_corrupt_core_is_reported_within_bounds(
     assert missing_keys(document, "memforensics/heap-corrupt/1") == []
     found = {int(f["arena_address"], 16) for f in document["corruption"]}
     assert set(said.arenas.values()) <= found, (said, document["corruption"])
+
+
+def test_the_html_page_names_each_failed_check(tmp_path: Path, fake_gdb: tuple[Path, Path]) -> None:
+    """`inspect --html FILE` on a corrupt heap writes the findings' page (exit 8)."""
+    page = tmp_path / "heap.html"
+    folder, record = fake_gdb
+    with corrupt_target(RELEASES[1], ["intact", "cycle", "topsize"]) as (target, said):
+        run = _run(["inspect", "--html", str(page), str(target.pid)], folder)
+        _assert_sound_run(run, True)
+        assert not record.exists()
+        _assert_left_intact(target, said)
+    text = page.read_text()
+    assert "the heap is corrupt" in text
+    for number in said.corrupted:
+        assert f"{said.arenas[number]:#x}" in text  # each corrupted arena's row
+    assert "malloc(): corrupted top size" in text
