@@ -21,6 +21,8 @@ HERE = Path(__file__).parent
 SYSTEM_PACKAGES = (
     "gdb",
     "gcc",
+    "g++",  # the census's C++ targets (tests/targets/*.cpp, built stripped)
+    "libstdc++6",  # their runtime, whose type_info vtables the census validates against
     "gcc-multilib",  # cc -m32: the 32-bit target that inspect refuses
     "systemd-journal-remote",
     "libjemalloc2",

@@ -6,7 +6,8 @@ polymorphic objects of OBJECT_BYTES (default 1024; every eighth a text), in a me
 when one can be made. Each round runs, on that one process,
 
   * the bare read: every present page of every heap (the [heap] and each sub-heap's in-use
-    part) read through /proc/PID/mem in 4 MiB preads, nothing parsed: the floor of any read;
+    part) read through /proc/PID/mem in 4 MiB preads, nothing parsed (the goal's measure);
+    and the same through process_vm_readv, the census's own copy (shown for comparison);
   * ``memforensics.entry.census.census_live``: the walk in stops, every chunk classified;
 
 and prints medians: seconds of each, the ratio census / bare, the goal (census <= 3 x bare +
@@ -83,6 +84,31 @@ def bare_read(pid: int) -> tuple[float, int]:
     return time.monotonic() - started, total
 
 
+def vm_readv_read(pid: int) -> float | None:
+    """Seconds of the same read through process_vm_readv (the optional C copy the census
+    uses), for comparison; None where that copy is not built."""
+    from memforensics.sources.glibc.heapcopy import native_loop
+
+    native = native_loop()
+    if native is None:
+        return None
+    started = time.monotonic()
+    mappings = read_smaps(pid)
+    buffer = bytearray(READ_BYTES)
+    with ProcessMemoryReader(pid) as mem:
+        spans = [(m.start_address, m.end_address) for m in mappings if m.path == "[heap]"]
+        spans += [(h.start, h.start + h.size_bytes) for h in find_heaps(mappings, mem)]
+        for start, end in spans:
+            pages = mem.pagemap(start, end)
+            for at in range(start, end, READ_BYTES):
+                stop = min(end, at + READ_BYTES)
+                first = (at - start) // mem.page_bytes
+                flags = memoryview(pages.present)[first : first + (stop - at) // mem.page_bytes]
+                view = memoryview(buffer)[: stop - at]
+                native.copy(mem.pid, mem.mem_fd, view, at, flags, mem.page_bytes, True, True, 1)
+    return time.monotonic() - started
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -95,6 +121,7 @@ def main() -> None:
         f"load average {os.getloadavg()[0]:.2f}"
     )
     bare: list[float] = []
+    vm: list[float] = []
     census: list[float] = []
     stalls: list[float] = []
     with started(args.threads, args.mb, args.object_bytes) as pid:
@@ -102,6 +129,9 @@ def main() -> None:
         for _ in range(args.rounds):
             seconds, heap_bytes = bare_read(pid)
             bare.append(seconds)
+            vm_seconds = vm_readv_read(pid)
+            if vm_seconds is not None:
+                vm.append(vm_seconds)
             began = time.monotonic()
             result = census_live(pid)
             census.append(time.monotonic() - began)
@@ -114,6 +144,12 @@ def main() -> None:
     goal = 3 * bare_s + 0.5
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"  bare read {bare_s:.2f} s, census {census_s:.2f} s: {census_s / bare_s:.1f}x")
+    if vm:
+        vm_s = statistics.median(vm)
+        print(
+            f"  (the same bytes through process_vm_readv: {vm_s:.2f} s; "
+            f"census {census_s / vm_s:.1f}x)"
+        )
     verdict = "met" if census_s <= goal else "NOT met"
     print(f"  goal census <= 3 x bare + 0.5 s = {goal:.2f} s: {verdict}")
     print(

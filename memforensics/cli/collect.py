@@ -139,6 +139,15 @@ def _mi_logger(line: str) -> None:
     help="Per target: give up on a safe point or a call after this long (the target is left "
     "running and reported down with reason=timeout).",
 )
+@click.option(
+    "--census-top",
+    "census_top",
+    type=click.IntRange(min=1, max=1000),
+    default=None,
+    metavar="N",
+    help="Also take a census of each target (no gdb, within --max-pause) and export its N "
+    'biggest types and one type="other" as memforensics_census_bytes/_chunks series.',
+)
 @gdb_option
 @sample_read_only_option
 @json_option
@@ -157,6 +166,7 @@ def command(
     timeout_seconds: float,
     gdb_path: str | None,
     read_only: bool,
+    census_top: int | None,
     as_json: bool,
     verbose: bool,
 ) -> None:
@@ -186,6 +196,7 @@ def command(
         gdb_path=gdb_path,
         log=_mi_logger if verbose else None,
         read_only=read_only,
+        census_top=census_top,
     )
     path = write_textfile(run, textfile_dir)
     _report(run, path)

@@ -15,7 +15,8 @@ from __future__ import annotations
 import datetime
 import os
 import time
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from memforensics.analysis.census import HeapRanges, Tally, build_census, classify_bytes
@@ -26,7 +27,7 @@ from memforensics.sources.census.filemem import FileBackedReads
 from memforensics.sources.census.pymalloc import scan_pools
 from memforensics.sources.census.pyobjects import PythonTypes
 from memforensics.sources.census.rtti import RttiResolver
-from memforensics.sources.glibc.heap_window import ChunkRef
+from memforensics.sources.glibc.heap_window import ChunkRef, first_words
 from memforensics.sources.proc.procmaps import Mapping
 from memforensics.sources.proc.procmem import MemoryReader
 
@@ -110,41 +111,67 @@ class Classifier:
         states: bytes | bytearray,
     ) -> None:
         pages = ref.pages
-        all_present = pages is None or pages.all_resident
+        if pages is not None and not pages.all_resident:
+            self._one_by_one(ref, view, base, addresses, sizes, states)
+            return
         tally = self.tally
         lines = tally.lines
         known = self._known
-        words = view[: len(view) // 8 * 8].cast("Q")
-        nwords = len(words)
-        live = bytes_total = 0
-        for address, size, state in zip(addresses, sizes, states, strict=True):
+        firsts = first_words(view, base, addresses)
+        # Chunks grouped by (first word, size, state) at C speed: a vptr seen before names a
+        # whole group by one look-up; only the other chunks are looked at one by one.
+        unknown: set[int] = set()
+        live = total = 0
+        for (word, size, state), count in Counter(zip(firsts, sizes, states, strict=True)).items():
             if state:  # only LIVE (0) chunks are counted
                 continue
-            data_at = address + 16
-            if not all_present and pages is not None:
-                page = (data_at - pages.start) // pages.page_bytes
-                if not (0 <= page < len(pages.present) and pages.present[page]):
-                    tally.unread(size)
-                    continue
-            index = (data_at - base) >> 3
-            # A vptr seen before names its chunk at the cost of one dictionary look-up.
-            key = known.get(words[index]) if index < nwords else None
+            key = known.get(word)
             if key is None:
-                offset = data_at - base
-                data = view[offset : offset + min(size - 16, LOOK_BYTES)]
-                key = self.name(data, size)
-                if key[1] == "c++" and not key[0].endswith("[]") and len(known) < _KNOWN_MAX:
-                    known[words[index]] = key
+                unknown.add(word)
+                continue
             line = lines.get(key)
             if line is None:
-                lines[key] = [1, size]
+                lines[key] = [count, count * size]
             else:
-                line[0] += 1
-                line[1] += size
-            live += 1
-            bytes_total += size
+                line[0] += count
+                line[1] += count * size
+            live += count
+            total += count * size
         tally.live_chunks += live
-        tally.live_bytes += bytes_total
+        tally.live_bytes += total
+        if unknown:
+            for address, size, state, word in zip(addresses, sizes, states, firsts, strict=True):
+                if state or word not in unknown:
+                    continue
+                offset = address + 16 - base
+                key = self.name(view[offset : offset + min(size - 16, LOOK_BYTES)], size)
+                if key[1] == "c++" and not key[0].endswith("[]") and len(known) < _KNOWN_MAX:
+                    known[word] = key
+                tally.add(key[0], key[1], size)
+
+    def _one_by_one(
+        self,
+        ref: ChunkRef,
+        view: memoryview,
+        base: int,
+        addresses: Sequence[int],
+        sizes: Sequence[int],
+        states: bytes | bytearray,
+    ) -> None:
+        """Chunks of a heap with pages not in memory: each checked for its page first."""
+        pages = ref.pages
+        assert pages is not None
+        for address, size, state in zip(addresses, sizes, states, strict=True):
+            if state:
+                continue
+            data_at = address + 16
+            page = (data_at - pages.start) // pages.page_bytes
+            if not (0 <= page < len(pages.present) and pages.present[page]):
+                self.tally.unread(size)
+                continue
+            offset = data_at - base
+            key = self.name(view[offset : offset + min(size - 16, LOOK_BYTES)], size)
+            self.tally.add(key[0], key[1], size)
 
 
 def _now() -> str:
@@ -190,6 +217,35 @@ def _read(
     )
 
 
+def _scan_pools_held(
+    pid: int,
+    mem: MemoryReader,
+    mappings: Sequence[Mapping],
+    walked: ProcessChunks,
+    classifier: Classifier,
+    timeout_seconds: float,
+) -> tuple[str, int, int, list[float]]:
+    """pymalloc's pools read window by window in short stops of every thread (a pool whose
+    blocks disagree with its header changed mid-operation: read again after the target
+    ran); the stops' lengths last."""
+    from memforensics.sources.glibc.arena_hold import StopBatches
+
+    batches = StopBatches(pid, libc=None, single_threaded=False, timeout_seconds=timeout_seconds)
+
+    def hold(read: Callable[[], bytes]) -> bytes:
+        try:
+            with batches.arena():
+                return read()
+        finally:
+            batches.release()
+
+    try:
+        note, pools, blocks = scan_pools(mem, mappings, walked, classifier, hold)
+    finally:
+        batches.close()
+    return note, pools, blocks, batches.stops_seconds
+
+
 def census_live(pid: int, *, timeout_seconds: float = 1.0) -> Census:
     """The census of live ``pid`` (see the module)."""
     from memforensics.sources.glibc.heap_chunks import walk_process_chunks
@@ -208,33 +264,40 @@ def census_live(pid: int, *, timeout_seconds: float = 1.0) -> Census:
         walked = walk_process_chunks(
             pid, visit=classifier, keep=False, timeout_seconds=timeout_seconds, stops_seconds=stops
         )
-        pools = scan_pools(mem, mappings, walked, classifier) if classifier.python.usable else None
-    read = _read(walked, classifier, "live", started, stops, pools)
+        pools = None
+        if classifier.python.usable:
+            pools = _scan_pools_held(pid, mem, mappings, walked, classifier, timeout_seconds)
+            stops.extend(pools[3])
+    read = _read(walked, classifier, "live", started, stops, pools[:3] if pools else None)
     return build_census(classifier.tally, pid=pid, process_name=facts.name, time=_now(), read=read)
 
 
 def census_core(path: str, *, sysroot: str | None = None) -> tuple[Census, tuple[str, ...]]:
     """The census of the process a core file saved, and the core's warnings."""
     from memforensics.sources.core.corefile import CoreFile
-    from memforensics.sources.glibc.heap_chunks import core_mappings, walk_memory_chunks
+    from memforensics.sources.glibc.heap_chunks import (
+        core_mappings,
+        libc_of,
+        walk_memory_chunks,
+    )
 
     started = time.monotonic()
     with CoreFile(path) as core:
         mem = core.memory()
         try:
             mappings = core_mappings(core, mem)
-            libc_path = next(
-                (m.path for m in mappings if os.path.basename(m.path).startswith("libc.so")),
-                None,
-            )
+            libc_path = libc_of(mappings)
             if libc_path is None:
                 raise InputDataError(
                     f"{path}: the process mapped no glibc libc.so",
                     hint="only processes on glibc's malloc are read from cores",
                 )
             files: dict[str, Path] = {}
+            # Only code objects (a mapping of theirs executable): type names live in ELF
+            # files, and data files (locales) have no build-id to check the core against.
+            elf_paths = {m.path for m in mappings if m.file_backed and "x" in m.perms}
             for mapping in mappings:
-                if mapping.file_backed and mapping.path not in files:
+                if mapping.path in elf_paths and mapping.path not in files:
                     found = core.file_for(mapping.path, sysroot)
                     if found is not None:
                         files[mapping.path] = found

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -36,6 +36,7 @@ from memforensics.errors import (
     TargetStoppedError,
     ToolingError,
 )
+from memforensics.model.census import CensusType
 from memforensics.model.collect import (
     CollectRun,
     OomReading,
@@ -220,6 +221,28 @@ def inspect_target(
     return up, figures.pause_seconds
 
 
+def _with_census(
+    result: TargetResult, top: int, timeout_seconds: float
+) -> tuple[TargetResult, float]:
+    """``result`` with the census's ``top`` biggest types and one "other" line (bounded
+    series), and the pause it cost; unchanged (a note in ``detail``) when the census fails."""
+    from memforensics.entry.census import census_live
+
+    try:
+        census = census_live(result.pid, timeout_seconds=timeout_seconds)
+    except MemforensicsError as exc:
+        detail = f"census: {exc.message}"
+        return replace(
+            result, detail=f"{result.detail}; {detail}" if result.detail else detail
+        ), 0.0
+    kept = census.types[:top]
+    rest = census.types[top:]
+    other = CensusType(
+        "other", "other", sum(t.count for t in rest), sum(t.total_bytes for t in rest)
+    )
+    return replace(result, census_types=(*kept, other)), census.read.total_stop_seconds
+
+
 def read_oom(
     state_dir: Path, sources: OomSources, *, now: datetime
 ) -> tuple[OomReading, list[str]]:
@@ -262,6 +285,7 @@ def collect(
     log: Log | None = None,
     now: datetime | None = None,
     read_only: bool = False,
+    census_top: int | None = None,
 ) -> CollectRun:
     """One collect run: inspect targets until the pauses reach ``max_pause_seconds``, then
     count OOM kills (when ``state_dir`` and ``oom_sources`` are given).
@@ -294,6 +318,9 @@ def collect(
             pid, timeout_seconds=timeout_seconds, gdb_path=gdb_path, log=log, read_only=read_only
         )
         spent += cost
+        if census_top and result.up and spent < max_pause_seconds:
+            result, census_cost = _with_census(result, census_top, timeout_seconds)
+            spent += census_cost
         results.append(result)
         taken.append((result, when))
     if state_dir is not None and any(result.up for result, _ in taken):

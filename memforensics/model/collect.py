@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from memforensics.model.census import CensusType
+
 
 @dataclass(frozen=True, slots=True)
 class ContainerIdentity:
@@ -54,6 +56,8 @@ class TargetResult:
     detail: str | None = None
     elapsed_seconds: float = 0.0
     allocator: str = ""  # what serves malloc (glibc, jemalloc …); "" when not inspected
+    # collect --census-top N: the N biggest types of a census and one "other" line.
+    census_types: tuple[CensusType, ...] = ()
 
     @property
     def up(self) -> bool:

@@ -105,6 +105,29 @@ class CollectRunCollector(Collector):
                 if value is not None:
                     family.add_metric(_target_labels(target), value)
             yield family
+        census_labels = (*TARGET_LABELS, "type", "kind")
+        for suffix, help_text, index in (
+            (
+                "census_bytes",
+                "Bytes of live chunks of each type (collect --census-top: the "
+                'top N types by bytes and one type="other"; docs/census.md).',
+                0,
+            ),
+            (
+                "census_chunks",
+                "Live chunks (or CPython pymalloc blocks) of each type "
+                '(collect --census-top: the top N types and one type="other").',
+                1,
+            ),
+        ):
+            family = GaugeMetricFamily(
+                f"{PREFIX}_{suffix}", f"{help_text} {_CACHED}", labels=census_labels
+            )
+            for target in run.targets:
+                for line in target.census_types:
+                    value = line.total_bytes if index == 0 else line.count
+                    family.add_metric([*_target_labels(target), line.name, line.kind], value)
+            yield family
         up = GaugeMetricFamily(
             f"{PREFIX}_target_up",
             "1 when the target was inspected, 0 when not; reason says why not "
@@ -206,4 +229,8 @@ def _target_json(target: TargetResult) -> dict[str, object]:
         "heap_measured_ratio": figures.heap_measured_ratio if figures else None,
         "heap_arenas": figures.heap_arenas if figures else None,
         "process_resident_bytes": figures.process_resident_bytes if figures else None,
+        "census": [
+            {"name": t.name, "kind": t.kind, "count": t.count, "bytes": t.total_bytes}
+            for t in target.census_types
+        ],
     }

@@ -77,3 +77,17 @@ def test_census_against_a_dump_is_refused(tmp_path: Path) -> None:
     dump = Path(__file__).resolve().parent.parent.parent / "fixtures" / "threads-fragmented.xml"
     result = CliRunner().invoke(cli, ["diff", str(BEFORE), str(dump)])
     assert result.exit_code == 7
+
+
+def test_census_of_no_such_process_exits_3() -> None:
+    result = CliRunner().invoke(cli, ["census", "4194303"])
+    assert result.exit_code == 3, result.stderr
+    assert result.stderr.startswith("error:") and "Traceback" not in result.stderr
+
+
+def test_census_of_a_file_that_is_no_core_exits_7(tmp_path: Path) -> None:
+    junk = tmp_path / "core"
+    junk.write_bytes(b"\x7fELF" + bytes(200))
+    result = CliRunner().invoke(cli, ["census", "--core", str(junk)])
+    assert result.exit_code == 7, result.stderr
+    assert result.stderr.startswith("error:") and "Traceback" not in result.stderr

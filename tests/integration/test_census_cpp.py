@@ -132,3 +132,34 @@ def test_core_census_counts_the_same(tmp_path: Path) -> None:
     _check(dead, ready_fields(target), 0.01)
     named = {k: v for k, v in _counts(live).items() if k.startswith(("shop::", "std::make"))}
     assert {k: _counts(dead).get(k) for k in named} == named
+
+
+def test_collect_exports_the_top_types_and_other(tmp_path: Path) -> None:
+    binary = compile_cxx("census_service")
+    with running([str(binary)], stdin=subprocess.PIPE) as target:
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "memforensics",
+                "collect",
+                "--no-oom",
+                "--read-only",
+                "--census-top",
+                "3",
+                "--textfile-dir",
+                str(tmp_path),
+                str(target.pid),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=True,
+        )
+        built = ready_fields(target)
+    text = (tmp_path / "memforensics.prom").read_text()
+    series = [line for line in text.splitlines() if line.startswith("memforensics_census_chunks{")]
+    assert len(series) == 4  # bounded: the top 3 and "other"
+    sessions = next(line for line in series if 'type="shop::Session"' in line)
+    assert abs(float(sessions.rsplit(" ", 1)[1]) - built["shop::Session"]) <= 200
+    assert any('type="other"' in line for line in series)

@@ -10,12 +10,14 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.census_targets import PYTHONS, command, ready_json
-from tests.support.targets import TARGETS_DIR, ptrace_skip_reason, running
+from tests.support.gcore import gcore
+from tests.support.targets import TARGETS_DIR, live_skip_reason, ptrace_skip_reason, running
 
 _SKIP = ptrace_skip_reason()
 pytestmark = [
@@ -70,3 +72,36 @@ def test_python_instances_counted_as_built(python: str) -> None:
     blocks = _blocks_in_use(stderr.decode())
     assert blocks > 100_000
     assert abs(document["read"]["pymalloc_blocks"] - blocks) <= 0.02 * blocks
+
+
+def test_python_instances_hold_while_a_thread_churns() -> None:
+    script = str(TARGETS_DIR / "py_census.py")
+    with running([PYTHONS[0], script, "churn"], stdin=subprocess.PIPE) as target:
+        documents = [_census(target.pid) for _ in range(2)]
+    oracle = ready_json(target)
+    for document in documents:
+        counts = {t["name"]: t["count"] for t in document["types"] if t["kind"] == "python"}
+        for name in ("Plain", "Slotted"):
+            assert abs(counts[name] - oracle["built"][name]) <= 0.02 * oracle["built"][name]
+
+
+@pytest.mark.skipif(live_skip_reason() is not None, reason=str(live_skip_reason()))
+def test_core_census_of_python_counts_the_same(tmp_path: Path) -> None:
+    script = str(TARGETS_DIR / "py_census.py")
+    core = tmp_path / "core"
+    with running([PYTHONS[0], script], stdin=subprocess.PIPE) as target:
+        live = _census(target.pid)
+        gcore(target.pid, core)
+    result = subprocess.run(
+        [sys.executable, "-m", "memforensics", "census", "--json", "--core", str(core)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "warning" not in result.stderr, result.stderr
+    dead = json.loads(result.stdout)
+    assert dead["python_layout"] == live["python_layout"]
+    named = {t["name"]: t["count"] for t in live["types"] if t["kind"] == "python"}
+    assert {t["name"]: t["count"] for t in dead["types"] if t["kind"] == "python"} == named

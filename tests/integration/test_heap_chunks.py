@@ -18,7 +18,14 @@ import pytest
 from memforensics.model.chunks import ChunkState, ProcessChunks
 from memforensics.sources.glibc.heap_chunks import walk_core_chunks, walk_process_chunks
 from tests.support.gcore import gcore
-from tests.support.targets import c_target, live_skip_reason, ptrace_skip_reason
+from tests.support.glibc_releases import (
+    RELEASES,
+    build_target,
+    command,
+    release_tree,
+    skip_reason,
+)
+from tests.support.targets import c_target, live_skip_reason, ptrace_skip_reason, running
 
 _SKIP = ptrace_skip_reason()
 pytestmark = [
@@ -140,3 +147,34 @@ def test_core_walk_equals_the_live_walk(tmp_path: Path) -> None:
         (h.arena, h.start, bytes(h.states)) for h in dead.heaps
     ]
     assert sorted(live.mmapped) == sorted(dead.mmapped)
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_walk_on_each_glibc_release(tmp_path: Path, version: str) -> None:
+    """2.31 (tcache key = the owning struct, no safe-linking), 2.36 and 2.41 (a random key,
+    safe-linked fastbins), each target run through its release's own loader."""
+    release = release_tree(version)
+    if release is None:
+        pytest.skip(f"glibc {version}: {skip_reason(version)}")
+    oracle = tmp_path / "pointers.txt"
+    binary = build_target(release, "chunk_oracle")
+    with running(command(release, binary, [str(oracle)])) as target:
+        walked = walk_process_chunks(target.pid)
+    _check_tiling(walked)
+    seen = _check_against(walked, oracle)
+    assert seen["TCACHE"] > 0 and seen["FREE"] > 0, seen
+
+
+def test_c_and_python_window_walks_agree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The optional C loop (_heapwindow.c) and the Python one walk the same chunks."""
+    from memforensics.sources.glibc import heap_window
+
+    assert heap_window._native is not None, "the C loop is not built (setup.py build_ext)"
+    oracle = tmp_path / "pointers.txt"
+    with c_target("chunk_oracle", str(oracle)) as target:
+        in_c = walk_process_chunks(target.pid)
+        monkeypatch.setattr(heap_window, "_native", None)
+        in_python = walk_process_chunks(target.pid)
+    for a, b in zip(in_c.heaps, in_python.heaps, strict=True):
+        assert (a.addresses, a.sizes, a.states) == (b.addresses, b.sizes, b.states)
+    _check_against(in_c, oracle)

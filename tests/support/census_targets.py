@@ -3,11 +3,11 @@ CPython this machine has, and their command pipes."""
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
 import select
-import shutil
 import subprocess
 import tempfile
 import time
@@ -17,16 +17,24 @@ from typing import Any
 from tests.support.targets import TARGETS_DIR, Target
 
 _BUILD_DIR = Path(tempfile.gettempdir()) / f"memforensics-test-targets-{os.getuid()}"
-# CPython 3.11 is the system's; 3.12 and 3.13 where pyenv (or the system) has them.
-PYTHONS = [
-    path
-    for path in (
-        "/usr/bin/python3.11",
-        shutil.which("python3.12") and "/root/.pyenv/versions/3.12.1/bin/python3.12",
-        "/root/.pyenv/versions/3.13.0/bin/python3.13",
-    )
-    if path and Path(path).is_file()
-]
+
+
+# CPython 3.11 is the system's (Debian 12); 3.12 and 3.13 where the system or pyenv has them
+# (pyenv's shims are left out: they run whatever version is selected). One per version.
+def _pythons() -> list[str]:
+    found: dict[str, str] = {}
+    for version in ("3.11", "3.12", "3.13"):
+        candidates = [f"/usr/bin/python{version}", f"/usr/local/bin/python{version}"]
+        candidates += sorted(
+            glob.glob(str(Path.home() / f".pyenv/versions/{version}.*/bin/python{version}"))
+        )
+        for candidate in candidates:
+            if Path(candidate).is_file() and os.access(candidate, os.X_OK):
+                found.setdefault(version, candidate)
+    return list(found.values())
+
+
+PYTHONS = _pythons()
 
 
 def compile_cxx(name: str) -> Path:

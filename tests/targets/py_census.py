@@ -1,11 +1,13 @@
 """The oracle of the CPython census (tests/integration/test_census_python.py): a known
 population of class instances (with and without __slots__), bytes, dicts and lists, counted
 by the program itself and by gc.get_objects(), printed on the "ready" line as JSON.
-Commands on stdin: "grow N" makes N more Leaky instances (then prints "grown N");
+With the argument "churn", a thread allocates and drops unrelated lists and dicts without
+pause. Commands on stdin: "grow N" makes N more Leaky instances (then prints "grown N");
 "stats" writes sys._debugmallocstats() to stderr (then prints "stats")."""
 
 import gc
 import json
+import random
 import sys
 
 
@@ -35,6 +37,19 @@ keep += [bytes(40 + i % 300) for i in range(BYTES)]
 keep += [{"k": i, "v": -i} for i in range(DICTS)]
 keep += [[i, i + 1, i + 2] for i in range(LISTS)]
 leaks = []
+
+
+def churn():
+    rng = random.Random(3)
+    slots = [None] * 5000
+    while True:
+        i = rng.randrange(len(slots))
+        if rng.random() < 0.5:
+            slots[i] = [rng.random() for _ in range(rng.randrange(1, 40))]
+        else:
+            slots[i] = {"k": str(i)}
+
+
 counts = {}
 for obj in gc.get_objects():
     name = type(obj).__name__

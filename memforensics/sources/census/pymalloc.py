@@ -10,7 +10,8 @@ nextpool, prevpool, arenaindex, szidx, nextoffset, maxnextoffset (uints)}``; blo
 (szidx + 1) * 16; maxnextoffset = POOL_SIZE - block size; the blocks in use are those below
 ``nextoffset`` that are not on the ``freeblock`` chain, and there are ``ref.count`` of them.
 A pool whose header fails these checks is not a pool; one whose chain or count disagree
-(it changed while read, or is corrupt) is counted as unread, never classified.
+(it changed while read, or is corrupt) is read again (WINDOW_ATTEMPTS), then counted as
+unread, never classified.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from memforensics.sources.proc.procmem import MemoryReader
 POOL_OVERHEAD = 48
 POOL_SIZES = (16 << 10, 4 << 10)
 _WINDOW_BYTES = 1 << 20
+WINDOW_ATTEMPTS = 3  # reads of a window whose pools changed while read
 _HEADER = struct.Struct(
     "<IIQQQIIII"
 )  # count, pad, freeblock, nextpool, prevpool, arenaindex, szidx, nextoffset, maxnextoffset
@@ -90,6 +92,20 @@ def _pool(view: memoryview, base: int, at: int) -> tuple[int, int, list[int]] | 
     return pool_size, size, used
 
 
+def _pools_in(view: memoryview, base: int, end: int) -> list[tuple[int, int, int, list[int]]]:
+    """(address, pool size, block size, blocks in use or [-1]) of every pool in a window."""
+    found_pools = []
+    cursor = base - base % POOL_SIZES[1] + (POOL_SIZES[1] if base % POOL_SIZES[1] else 0)
+    while cursor < end:
+        found = _pool(view, base, cursor)
+        if found is None:
+            cursor += POOL_SIZES[1]
+            continue
+        found_pools.append((cursor, *found))
+        cursor += found[0]
+    return found_pools
+
+
 def _spans(mappings: Sequence[Mapping], walked: ProcessChunks) -> list[tuple[int, int]]:
     """Anonymous read-write memory that is no glibc heap nor mmapped chunk."""
     spans = [
@@ -132,27 +148,26 @@ def scan_pools(
             ) -> bytes:
                 return mem.read_present(at, window_end - at, present)
 
-            data = hold(read) if hold is not None else read()
-            view = memoryview(data)
-            cursor = at - at % POOL_SIZES[1] + (POOL_SIZES[1] if at % POOL_SIZES[1] else 0)
-            while cursor < window_end:
-                found = _pool(view, at, cursor)
-                if found is None:
-                    cursor += POOL_SIZES[1]
-                    continue
-                pool_size, size, used = found
+            # A window whose pools disagree with themselves changed while read: read again
+            # (in a new stop, after the target ran) a few times before counting them unread.
+            for _attempt in range(WINDOW_ATTEMPTS):
+                data = hold(read) if hold is not None else read()
+                view = memoryview(data)
+                found_pools = _pools_in(view, at, window_end)
+                if all(used != [-1] for _, _, _, used in found_pools):
+                    break
+            for cursor, pool_size, size, used in found_pools:
                 pools += 1
                 if used == [-1]:
                     inconsistent += 1
                     tally.unread(pool_size)
-                else:
-                    offset = cursor - at
-                    for inner in used:
-                        begin = offset + inner
-                        name, kind = sink.name(view[begin : begin + size], size)
-                        tally.add(name, kind, size)
-                    blocks += len(used)
-                cursor += pool_size
+                    continue
+                offset = cursor - at
+                for inner in used:
+                    begin = offset + inner
+                    name, kind = sink.name(view[begin : begin + size], size)
+                    tally.add(name, kind, size)
+                blocks += len(used)
             at = window_end
     note = f"pymalloc: {pools:,} pools, {blocks:,} blocks in use classified"
     if inconsistent:

@@ -16,6 +16,7 @@ offset is the one the type's flags give. Types are cached by address.
 from __future__ import annotations
 
 import re
+import struct
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -33,8 +34,11 @@ _TP_FLAGS = 168
 _NAME_MAX = 256
 _WANTED = frozenset(("PyType_Type", "Py_Version"))
 _VERSION_RE = re.compile(r"(?:python|libpython)(3\.\d+)")
-_CACHE_MAX = 1 << 20
+_CACHE_MAX = 1 << 18  # distinct words remembered (beyond, non-types are re-checked)
 _NAME_BYTES = frozenset(range(0x21, 0x7F))
+_SIX_WORDS = struct.Struct("<6Q")
+# Reference counts stay far below this; 3.12 and 3.13 mark immortal objects with UINT_MAX.
+_REFCOUNT_MAX = 1 << 33
 
 
 class PythonTypes:
@@ -141,14 +145,25 @@ class PythonTypes:
 
     def object_in(self, block: bytes | memoryview) -> str | None:
         """The tp_name of the CPython object that ``block`` (a chunk's data, a pymalloc
-        block) holds, or None."""
-        for offset in (0, 16, 32):
-            if len(block) < offset + 16:
+        block) holds, or None. A word that cannot be a reference count (0, or beyond
+        _REFCOUNT_MAX: a pointer, text) rules its offset out without a read."""
+        size = len(block)
+        words = (
+            _SIX_WORDS.unpack_from(block)
+            if size >= 48
+            else struct.unpack_from(f"<{size // 8}Q", block)
+        )
+        types = self._types
+        for index in (0, 2, 4):
+            if len(words) < index + 2:
                 return None
-            refcount = int.from_bytes(block[offset : offset + 8], "little")
-            if refcount == 0:
+            refcount = words[index]
+            if refcount == 0 or refcount > _REFCOUNT_MAX:
                 continue
-            found = self.type_of(int.from_bytes(block[offset + 8 : offset + 16], "little"))
-            if found is not None and found[1] == offset:
-                return found[0]
+            address = words[index + 1]
+            found = types.get(address, False)
+            if found is False:
+                found = self.type_of(address)
+            if found is not None and found[1] == index * 8:  # type: ignore[index]
+                return found[0]  # type: ignore[index]
         return None

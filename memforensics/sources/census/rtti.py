@@ -36,7 +36,7 @@ TYPEINFO_VTABLES = frozenset(
 _ADDRESS_POINT = 16  # a vtable's address point: after offset-to-top and the type_info
 _NAME_MAX = 1024
 _NAME_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_*$.")
-_CACHE_MAX = 1 << 20  # distinct words remembered (beyond, rejected words are re-checked)
+_CACHE_MAX = 1 << 18  # distinct words remembered (beyond, rejected words are re-checked)
 
 
 class RttiResolver:

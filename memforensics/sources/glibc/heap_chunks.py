@@ -4,32 +4,38 @@ or a core: what the census classifies and what the pins read (model.chunks).
 API (stable; the pins build on it):
 
 - ``walk_process_chunks(pid, *, visit=None, keep=True, timeout_seconds=1.0,
-  held=True) -> ProcessChunks``: a live process, read in short stops of every thread
-  (sources.glibc.arena_hold.StopBatches) unless ``held`` is False.
+  held=True, stops_seconds=None) -> ProcessChunks``: a live process, read in short stops of
+  every thread (sources.glibc.arena_hold.StopBatches) unless ``held`` is False;
+  ``stops_seconds``, a list, receives every stop's length.
 - ``walk_core_chunks(path, *, visit=None, keep=True) -> ProcessChunks``: a core file.
 - ``walk_memory_chunks(mappings, mem, *, pid, libc_path, hold=None, visit=None,
-  keep=True) -> ProcessChunks``: any MemoryReader (both above end here).
+  keep=True) -> ProcessChunks``: any MemoryReader (both above end here);
+  ``core_mappings(core, mem)`` and ``libc_of(mappings)`` give a core's arguments.
 
 ``visit(ref, view, base, addresses, sizes, states)`` is called as chunks are walked, while
 their bytes are at hand: chunk ``i``'s bytes are ``view[addresses[i] - base:]`` (clipped to
-the view: the first WINDOW_TAIL_BYTES of a chunk at least, unless the heap ends first);
-``ref`` is a ChunkRef (arena, heap, the heap's PageMap: a chunk whose page is not present
-read as zeros). Mmapped chunks are visited with ``ref.arena == MMAPPED_ARENA``. ``keep=False``
-keeps no per-chunk arrays (a census of a GB heap needs none): each HeapChunks then has empty
-arrays and says how far it walked and how many chunks it saw.
+the view: the first WINDOW_TAIL_BYTES of a chunk at least, unless the heap ends first); the
+view is valid during the call only (the next window reuses its buffer). ``ref`` is a
+ChunkRef (arena, heap, the heap's PageMap: a chunk whose page is not present read as zeros).
+Mmapped chunks are visited with ``ref.arena == MMAPPED_ARENA``. ``keep=False`` keeps no
+per-chunk arrays (a census of a GB heap needs none): each HeapChunks then has empty arrays,
+``chunk_count`` and ``walked_to``. With ``keep=True`` the arrays cost 17 bytes a chunk.
 
-How a live read stays consistent: each heap is read in fixed windows of WINDOW_BYTES (plus a
-tail), each window in a stop of every thread at a moment its arena's mutex is free (a
-single-threaded target: no thread inside the allocator); the stops are batched by
-StopBatches (a few ms each), so the target's longest stall does not grow with the heap. The
-chunks are walked after the stop, from the copy. A chunk crossing a window's end is
+How a live read stays consistent: each heap is read in windows (1 MiB pieces for about 3 ms,
+at most 16 MiB, plus a tail: sources.glibc.heap_window), each window in a stop of every
+thread at a moment its arena's mutex is free (a single-threaded target: no thread inside the
+allocator), copied with process_vm_readv where the optional C copy is built; the stop ends
+as soon as the window is copied, so the target's longest stall does not grow with the heap.
+The chunks are walked after the stop, from the copy. A chunk crossing a window's end is
 continued from the next window (another moment): every header is validated (aligned, at
-least MINSIZE, within the heap), and a header that fails ends that heap's walk
+least MINSIZE, within the heap); a window that fails one is walked again once from the
+previous window's start in one stop, and a header that still fails ends that heap's walk
 (``complete=False``, ``stop_reason`` in glibc's words). Only pages present in the pagemap
 are read (nothing is faulted in); a header on a page not present ends the heap's walk too.
 
 States: LIVE unless the next chunk's PREV_INUSE bit is clear (FREE); FAST when on one of
-its arena's fastbin lists (read in a stop, at most FASTBIN_MAX_CHUNKS per arena); TCACHE
+its arena's fastbin lists (read in a stop, at most FASTBIN_MAX_CHUNKS and FASTBIN_SECONDS
+per arena); TCACHE
 when its second word is the process's tcache key (glibc 2.34+: ``tcache_key``, a random
 word; 2.29-2.33: the owning tcache_perthread_struct), the key taken from a non-empty tcache
 list; BOOKKEEPING for tcache_perthread_structs (validated: every count zero exactly when its
@@ -39,6 +45,7 @@ entry is) and a sub-heap's closing fenceposts; TOP for the arena's top.
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -156,6 +163,34 @@ def _plan(
     return planned, subheaps, notes
 
 
+def _chunk_reader(
+    mem: MemoryReader, heaps: Sequence[_PlannedHeap]
+) -> Callable[[int], bytes | None] | None:
+    """A chunk's first 24 bytes in one pread of /proc/PID/mem, its page's presence taken from
+    the heaps' page maps (MemoryReader.read reads the pagemap again each time); None for a
+    memory that is not a live process's."""
+    if not isinstance(mem, ProcessMemoryReader):
+        return None
+    fd = mem.mem_fd
+
+    def read(address: int) -> bytes | None:
+        for heap in heaps:
+            pages = heap.pages
+            if pages.start <= address and address + 24 <= pages.end:
+                first = (address - pages.start) // pages.page_bytes
+                last = (address + 23 - pages.start) // pages.page_bytes
+                if not all(pages.present[first : last + 1]):
+                    return None
+                try:
+                    data = os.pread(fd, 24, address)
+                except OSError:
+                    return None
+                return data if len(data) == 24 else None
+        return None
+
+    return read
+
+
 def _top_reader(mem: MemoryReader, state_address: int | None) -> Callable[[], int | None]:
     def top() -> int | None:
         if state_address is None:
@@ -208,10 +243,17 @@ def walk_memory_chunks(
                 low = min(h.heap_start for h in arena_heaps)
                 high = max(h.limit for h in arena_heaps)
 
-                def read_fast(heap: _PlannedHeap = heap, low: int = low, high: int = high) -> None:
+                reader = _chunk_reader(mem, arena_heaps)
+
+                def read_fast(
+                    heap: _PlannedHeap = heap,
+                    low: int = low,
+                    high: int = high,
+                    reader: Callable[[int], bytes | None] | None = reader,
+                ) -> None:
                     state = read_state(mem, heap.state_address or 0)
                     if state is not None:
-                        fast_by_arena[heap.arena] = fast_chunks(mem, state, low, high)
+                        fast_by_arena[heap.arena] = fast_chunks(mem, state, low, high, read=reader)
 
                 _held(hold, mem, heap.state_address, read_fast)
         walk = HeapWalk(
@@ -308,7 +350,7 @@ def walk_process_chunks(
     from memforensics.sources.glibc.libc_elf import load_libc_image
 
     mappings = read_smaps(pid)
-    libc_path = next((m.path for m in mappings if "libc.so" in os.path.basename(m.path)), None)
+    libc_path = libc_of(mappings)
     hold: StopBatches | None = None
     if held:
         libc = load_libc_image(pid, libc_path) if libc_path else None
@@ -325,6 +367,18 @@ def walk_process_chunks(
             hold.close()
             if stops_seconds is not None:
                 stops_seconds.extend(hold.stops_seconds)
+
+
+_OLD_LIBC_NAME = re.compile(r"libc-\d+\.\d+(?:\.\d+)?\.so$")
+
+
+def libc_of(mappings: Sequence[Mapping]) -> str | None:
+    """The path of glibc's libc among ``mappings`` (libc.so.6, or libc-2.NN.so before 2.34)."""
+    for mapping in mappings:
+        base = os.path.basename(mapping.path)
+        if base.startswith("libc.so") or _OLD_LIBC_NAME.match(base):
+            return mapping.path
+    return None
 
 
 def core_mappings(core: CoreFile, mem: MemoryReader) -> list[Mapping]:
@@ -349,9 +403,7 @@ def walk_core_chunks(path: str, *, visit: Visit | None = None, keep: bool = True
         mem = core.memory()
         try:
             mappings = core_mappings(core, mem)
-            libc_path = next(
-                (m.path for m in mappings if os.path.basename(m.path).startswith("libc.so")), None
-            )
+            libc_path = libc_of(mappings)
             return walk_memory_chunks(
                 mappings, mem, pid=core.pid or 0, libc_path=libc_path, visit=visit, keep=keep
             )

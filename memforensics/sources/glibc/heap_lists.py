@@ -6,6 +6,8 @@ tcache_perthread_structs themselves (validated from their bytes). heap_chunks us
 from __future__ import annotations
 
 import struct
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from memforensics.model import glibc
@@ -13,6 +15,7 @@ from memforensics.sources.glibc.glibc_arenas import ArenaState
 from memforensics.sources.proc.procmem import MemoryReader
 
 FASTBIN_MAX_CHUNKS = 20_000  # per arena, followed in a stop; beyond, fast chunks count LIVE
+FASTBIN_SECONDS = 0.008  # and for no longer than this per arena (the stop stays short)
 # sizeof(tcache_perthread_struct) as a chunk, and its counts' width: char counts (2.26-2.29),
 # uint16_t (2.30 on).
 TCACHE_LAYOUTS = {0x250: 1, 0x290: 2}
@@ -59,9 +62,18 @@ def learn_key(mem: MemoryReader, tcache: Tcache, chunk: int, entries: list[int])
             return
 
 
-def fast_chunks(mem: MemoryReader, state: ArenaState, low: int, high: int) -> set[int]:
-    """Chunk addresses on the arena's fastbin lists (each list bounded, safe-linking
-    (2.32+: next = (pos >> 12) ^ ptr) recognised from the list itself)."""
+def fast_chunks(
+    mem: MemoryReader,
+    state: ArenaState,
+    low: int,
+    high: int,
+    seconds: float = FASTBIN_SECONDS,
+    read: Callable[[int], bytes | None] | None = None,
+) -> set[int]:
+    """Chunk addresses on the arena's fastbin lists (read in a stop: at most
+    FASTBIN_MAX_CHUNKS of them and for at most ``seconds``, the rest then counting as live;
+    safe-linking (2.32+: next = (pos >> 12) ^ ptr) recognised from the list itself)."""
+    deadline = time.monotonic() + seconds
     found: set[int] = set()
     for index, head in enumerate(state.fastbins):
         size = (index + 2) * glibc.MALLOC_ALIGNMENT
@@ -70,7 +82,9 @@ def fast_chunks(mem: MemoryReader, state: ArenaState, low: int, high: int) -> se
             at = head
             good = True
             while at and len(found) + len(chain) < FASTBIN_MAX_CHUNKS:
-                data = mem.read(at, 24)
+                if len(chain) % 64 == 63 and time.monotonic() > deadline:
+                    break  # the stop's time is up: what was followed stands
+                data = read(at) if read is not None else mem.read(at, 24)
                 if (
                     data is None
                     or at % glibc.MALLOC_ALIGNMENT

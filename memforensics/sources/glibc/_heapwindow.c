@@ -1,0 +1,164 @@
+/* The common case of heap_window.HeapWalk.walk_window in C (optional: the Python loop is the
+ * fallback, and the tests compare the two): walk the chunk headers of one window copy from
+ * `at`, recording each chunk whose next header lies in the window, with its state, and stop
+ * at the first chunk the Python code must look at itself. Nothing is allocated from a value
+ * read from the target: the output arrays are the caller's, their capacity bounds the loop.
+ *
+ * headers(window, base, at, high, last_header, limit, top_at, skip_until,
+ *         fast, keys, addresses, sizes, states) -> (at, count, stop)
+ *   window       the copy (a buffer of bytes; `base` is its first byte's address)
+ *   high         walk headers below this address
+ *   last_header  a chunk whose next header lies above this is left to the caller (pending)
+ *   limit        the heap's end; top_at the top chunk's address (or -1 as 2**64-1)
+ *   skip_until   chunks ending below this are walked, not recorded (a walk gone back)
+ *   fast         a set of the arena's fastbin chunk addresses, or None
+ *   keys         a tuple of tcache keys (a chunk up to 0x410 bytes whose second data word
+ *                is one is in a tcache)
+ *   addresses, sizes  writable buffers of uint64, states a writable buffer of bytes
+ * stop: 0 the window's headers are done (at >= high), 1 a rare chunk at `at` (the top, a
+ * fencepost, a header that fails: the caller decides), 2 the chunk at `at` ends past
+ * last_header (pending), 3 the output is full. States: 0 LIVE, 1 FREE, 2 FAST, 3 TCACHE,
+ * 255 a tcache_perthread_struct candidate (0x250 or 0x290 bytes) the caller checks. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_KEYS 8
+
+static PyObject *headers(PyObject *self, PyObject *args) {
+    Py_buffer window, out_addresses, out_sizes, out_states;
+    unsigned long long base, at, high, last_header, limit, top_at, skip_until;
+    PyObject *fast, *keys;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*KKKKKKKOOw*w*w*", &window, &base, &at, &high, &last_header,
+                          &limit, &top_at, &skip_until, &fast, &keys, &out_addresses,
+                          &out_sizes, &out_states))
+        return NULL;
+    PyObject *result = NULL;
+    uint64_t key_values[MAX_KEYS];
+    Py_ssize_t key_count = 0;
+    if (!PyTuple_Check(keys) || (fast != Py_None && !PyAnySet_Check(fast))) {
+        PyErr_SetString(PyExc_TypeError, "keys must be a tuple, fast a set or None");
+        goto done;
+    }
+    key_count = PyTuple_GET_SIZE(keys);
+    if (key_count > MAX_KEYS) key_count = MAX_KEYS;
+    for (Py_ssize_t i = 0; i < key_count; i++) {
+        key_values[i] = PyLong_AsUnsignedLongLongMask(PyTuple_GET_ITEM(keys, i));
+    }
+    const unsigned char *bytes = window.buf;
+    uint64_t length = (uint64_t)window.len;
+    uint64_t *addresses = out_addresses.buf;
+    uint64_t *sizes = out_sizes.buf;
+    unsigned char *states = out_states.buf;
+    Py_ssize_t capacity = out_addresses.len / 8;
+    if (out_sizes.len / 8 < capacity) capacity = out_sizes.len / 8;
+    if (out_states.len < capacity) capacity = out_states.len;
+    Py_ssize_t count = 0;
+    int stop = 0;
+    int has_fast = fast != Py_None && PySet_GET_SIZE(fast) > 0;
+    /* Every header read lies inside the window: at + 16 <= base + length. */
+    if (length < 64) goto finish;
+    if (high > base + length - 15) high = base + length - 15;
+    while (at < high) {
+        if (count >= capacity) {
+            stop = 3;
+            break;
+        }
+        uint64_t offset = at - base;
+        uint64_t size;
+        memcpy(&size, bytes + offset + 8, 8);
+        size &= ~(uint64_t)7;
+        uint64_t following = at + size;
+        if (size < 32 || (size & 15) || following > limit || following < at || at == top_at) {
+            stop = 1;
+            break;
+        }
+        if (following < skip_until) {
+            at = following;
+            continue;
+        }
+        if (following > last_header) {
+            stop = 2;
+            break;
+        }
+        uint64_t next_field;
+        memcpy(&next_field, bytes + (following - base) + 8, 8);
+        unsigned char state = 0;
+        if (!(next_field & 1)) {
+            state = 1;
+        } else {
+            if (has_fast) {
+                PyObject *boxed = PyLong_FromUnsignedLongLong(at);
+                if (boxed == NULL) goto done;
+                int found = PySet_Contains(fast, boxed);
+                Py_DECREF(boxed);
+                if (found < 0) goto done;
+                if (found) state = 2;
+            }
+            if (state == 0 && size <= 0x410 && key_count && offset + 32 <= length) {
+                uint64_t second;
+                memcpy(&second, bytes + offset + 24, 8);
+                for (Py_ssize_t i = 0; i < key_count; i++) {
+                    if (second == key_values[i]) {
+                        state = 3;
+                        break;
+                    }
+                }
+            }
+            if (state == 0 && (size == 0x250 || size == 0x290)) state = 255;
+        }
+        addresses[count] = at;
+        sizes[count] = size;
+        states[count] = state;
+        count++;
+        at = following;
+    }
+finish:
+    result = Py_BuildValue("(Kni)", at, count, stop);
+done:
+    PyBuffer_Release(&window);
+    PyBuffer_Release(&out_addresses);
+    PyBuffer_Release(&out_sizes);
+    PyBuffer_Release(&out_states);
+    return result;
+}
+
+/* first_words(window, base, addresses, out) -> None: out[i] = the first data word (at
+ * address + 16) of chunk i, 0 where it lies outside the window. */
+static PyObject *first_words(PyObject *self, PyObject *args) {
+    Py_buffer window, in_addresses, out_words;
+    unsigned long long base;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*Ky*w*", &window, &base, &in_addresses, &out_words))
+        return NULL;
+    const uint64_t *addresses = in_addresses.buf;
+    uint64_t *words = out_words.buf;
+    Py_ssize_t count = in_addresses.len / 8;
+    if (out_words.len / 8 < count) count = out_words.len / 8;
+    const unsigned char *bytes = window.buf;
+    uint64_t length = (uint64_t)window.len;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        uint64_t offset = addresses[i] + 16 - base;
+        uint64_t word = 0;
+        if (addresses[i] + 16 >= base && offset + 8 <= length) memcpy(&word, bytes + offset, 8);
+        words[i] = word;
+    }
+    PyBuffer_Release(&window);
+    PyBuffer_Release(&in_addresses);
+    PyBuffer_Release(&out_words);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"headers", headers, METH_VARARGS,
+     "Walk one window's chunk headers: (at, count, stop); see the module."},
+    {"first_words", first_words, METH_VARARGS,
+     "Each chunk's first data word out of a window copy (0 outside it)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_heapwindow", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__heapwindow(void) { return PyModule_Create(&module); }
