@@ -7,6 +7,8 @@ TimeoutError, bad input a ValueError. Errors about one process carry its ``pid``
 
 from __future__ import annotations
 
+from typing import Any
+
 # Exit codes: the contract in README.md and every command's --help epilog.
 EXIT_OK = 0
 EXIT_GATE = 1
@@ -16,6 +18,7 @@ EXIT_PERMISSION = 4
 EXIT_TOOLING = 5
 EXIT_TIMEOUT = 6
 EXIT_INPUT = 7
+EXIT_CORRUPT = 8
 
 EXIT_CODE_TABLE: tuple[tuple[int, str], ...] = (
     (EXIT_OK, "success"),
@@ -29,6 +32,7 @@ EXIT_CODE_TABLE: tuple[tuple[int, str], ...] = (
     (EXIT_TOOLING, "tooling problem (gdb or journalctl missing or unusable)"),
     (EXIT_TIMEOUT, "timeout (no safe point or a call did not return; target left running)"),
     (EXIT_INPUT, "invalid input data (malformed, truncated or hostile dump or log)"),
+    (EXIT_CORRUPT, "the heap is corrupt: reported as a finding, nothing called into it"),
 )
 
 
@@ -103,7 +107,17 @@ class DeadlineError(MemforensicsError, TimeoutError):
     """No safe point was reached, or a call did not return in time; target left running."""
 
     exit_code = EXIT_TIMEOUT
-    default_hint = "retry with a longer deadline; the target was detached and left running"
+    default_hint = "retry with a longer deadline"
+
+
+class HoldTimeoutError(DeadlineError):
+    """A read's hold of every thread gave up: nothing was called, and each thread held was
+    released (the kernel ends a tracer's seizes when it lets go)."""
+
+    default_hint = (
+        "retry with a longer deadline; nothing was called into the target and every thread "
+        "was released: it was left running"
+    )
 
 
 class ArenaLockedError(ReadOnlyRefusedError, DeadlineError):
@@ -126,6 +140,33 @@ class GdbNotForAllocatorError(TargetError):
     and trims glibc's malloc only, their own calls are made without gdb."""
 
     default_hint = "the allocator's own calls are made without gdb"
+
+
+class HeapCorruptionError(TargetError):
+    """The target's heap failed glibc's own checks in a read made while its threads were
+    held still: it is corrupt, not moving. A finding about the target, reported with each
+    failed check (``findings``); nothing is ever called into such a heap (no malloc_info,
+    no malloc_trim), on any path. ``partial``: what the read measured nonetheless (the
+    read's HeapScan, for a report of the bins that did read consistently), where known."""
+
+    exit_code = EXIT_CORRUPT
+    default_hint = (
+        "the process has corrupted its own heap (a use-after-free or an overflow into a chunk "
+        "header): its next malloc or free may crash or hang it; nothing was called into it"
+    )
+
+    def __init__(
+        self,
+        message: str,
+        findings: tuple[Any, ...],  # model.corruption.HeapCorruption (errors sit below model)
+        *,
+        hint: str | None = None,
+        pid: int | None = None,
+        partial: object = None,
+    ) -> None:
+        super().__init__(message, hint=hint, pid=pid)
+        self.findings = findings
+        self.partial = partial
 
 
 class TargetPermissionError(MemforensicsError, PermissionError):

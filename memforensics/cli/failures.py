@@ -11,6 +11,7 @@ from collections.abc import Iterable
 import click
 
 from memforensics.errors import (
+    EXIT_CORRUPT,
     EXIT_OK,
     EXIT_TIMEOUT,
     EXIT_TOOLING,
@@ -18,6 +19,7 @@ from memforensics.errors import (
     GdbMayHelpError,
     GdbNotForAllocatorError,
     GdbUnavailableError,
+    HeapCorruptionError,
     MemforensicsError,
     NoSuchProcessError,
     StatisticsOnlyError,
@@ -40,6 +42,12 @@ FLAG_HINTS: tuple[tuple[type[MemforensicsError], str | None, str], ...] = (
         "--read-only",
         "without --gdb the heap is read from memory, gdb only where that read is refused",
     ),
+    (
+        HeapCorruptionError,
+        "--accept-corrupt-heap-risk",
+        "--gdb gdb --accept-corrupt-heap-risk calls into it anyway, at the risk of hanging "
+        "or crashing the process",
+    ),
     (TargetStoppedError, "--allow-stopped", "or pass --allow-stopped to inspect it as it is"),
     (GdbMayHelpError, "--gdb", "try it with --gdb gdb"),
     (StatisticsOnlyError, "--read-only", "drop --read-only"),
@@ -49,7 +57,10 @@ FLAG_HINTS: tuple[tuple[type[MemforensicsError], str | None, str], ...] = (
     (UnsafeDirectoryError, "--state-dir", "or pass --state-dir DIR"),
 )
 # The same for failures known only by their exit code (a trim target's recorded failure).
-_FLAG_HINTS_BY_EXIT_CODE = {EXIT_TIMEOUT: FLAG_HINTS[0]}
+_FLAG_HINTS_BY_EXIT_CODE = {
+    EXIT_TIMEOUT: FLAG_HINTS[0],
+    EXIT_CORRUPT: next(rule for rule in FLAG_HINTS if rule[0] is HeapCorruptionError),
+}
 
 
 def command_options(command: click.Command | None) -> frozenset[str]:

@@ -12,6 +12,7 @@ import click
 
 from memforensics.cli.failures import exit_code_for, report_failure, worst_exit_code
 from memforensics.cli.options import (
+    accept_corrupt_risk_option,
     exit_codes_epilog,
     gdb_option,
     heap_view_options,
@@ -21,7 +22,7 @@ from memforensics.cli.options import (
     verbose_option,
 )
 from memforensics.entry.early import collector_paused, resume_collector, take_scan
-from memforensics.errors import MemforensicsError, NoSuchProcessError
+from memforensics.errors import HeapCorruptionError, MemforensicsError, NoSuchProcessError
 
 if TYPE_CHECKING:
     from memforensics.model.inspection import Inspection
@@ -72,6 +73,19 @@ def _print_report(result: Inspection, *, top: int, sort: SortKey) -> None:
     stdout_console().print(render_inspection(result, top=top, sort=sort))
 
 
+def _corruption_document(error: HeapCorruptionError) -> dict[str, Any]:
+    from memforensics.render.corruption import corruption_document
+
+    return corruption_document(error)
+
+
+def _print_corruption(error: HeapCorruptionError) -> None:
+    from memforensics.cli.output import stdout_console
+    from memforensics.render.corruption import render_corruption
+
+    stdout_console().print(render_corruption(error))
+
+
 def _save_xml(path: Path, xml: bytes, pid: int) -> None:
     from memforensics.cli.output import stderr_console
     from memforensics.sources.files.atomic_file import write_atomically
@@ -100,6 +114,15 @@ def _save_html(path: Path, result: Inspection) -> None:
     stderr_console().print(f"saved the heap picture of PID {pid} to {path}")
 
 
+def _save_corruption_html(path: Path, error: HeapCorruptionError) -> None:
+    from memforensics.cli.output import stderr_console
+    from memforensics.render.corruption import corruption_html
+    from memforensics.sources.files.atomic_file import write_atomically
+
+    write_atomically(path, corruption_html(error).encode(), hint="choose a writable --html path")
+    stderr_console().print(f"saved the corrupt heap's report of PID {error.pid} to {path}")
+
+
 def _mi_logger(line: str) -> None:
     sys.stderr.write(f"gdb {line}\n")
     sys.stderr.flush()
@@ -126,6 +149,7 @@ def _mi_logger(line: str) -> None:
 )
 @timeout_option("10s")
 @gdb_option
+@accept_corrupt_risk_option
 @click.option(
     "--allow-stopped",
     is_flag=True,
@@ -186,6 +210,7 @@ def command(
     save_xml: str | None,
     timeout_seconds: float,
     gdb_path: str | None,
+    accept_corrupt_risk: bool,
     allow_stopped: bool,
     read_only: bool,
     core_path: str | None,
@@ -233,6 +258,7 @@ def command(
             allow_stopped,
             verbose,
             pins=pins or html_path is not None,
+            accept_corrupt_risk=accept_corrupt_risk,
         ),
         as_json=as_json,
         # The JSON's shape follows the command line, never what happened to be running:
@@ -255,6 +281,7 @@ def _targets_and_reader(
     verbose: bool,
     *,
     pins: bool = False,
+    accept_corrupt_risk: bool = False,
 ) -> tuple[list[tuple[int, bool]], Callable[[int], Inspection]]:
     """The targets, and how each is inspected (entry.inspect decides the way); ``pins``:
     the memory way also walks every heap's chunks."""
@@ -285,6 +312,7 @@ def _targets_and_reader(
             log=_mi_logger if verbose else None,
             scan=first_scan if pids and pid == pids[0] else None,
             pins=pins,
+            accept_corrupt_risk=accept_corrupt_risk,
         )
         if inspection.gdb_fallback is not None:
             _say_fallback(pid, inspection.gdb_fallback)
@@ -319,7 +347,14 @@ def _inspect_core(
     from memforensics.entry.inspect import inspect_core
     from memforensics.sources.files.atomic_file import write_atomically
 
-    result, warnings = inspect_core(core_path, exe=exe_path, sysroot=sysroot, pins=pins)
+    try:
+        result, warnings = inspect_core(core_path, exe=exe_path, sysroot=sysroot, pins=pins)
+    except HeapCorruptionError as exc:  # a finding: its report on stdout, then exit 8
+        if as_json:
+            emit_json(_corruption_document(exc))
+        else:
+            _print_corruption(exc)
+        raise
     for warning in warnings:
         stderr_console().print(f"warning: {warning}", markup=False, highlight=False)
     if save_xml is not None:
@@ -340,6 +375,38 @@ def _keep_xml(result: Inspection, template: str, pid: int, *, several: bool) -> 
         _save_xml(save_xml_path(template, pid, several=several), result.capture.xml, pid)
 
 
+def _failed(
+    exc: MemforensicsError,
+    pid: int,
+    *,
+    explicit: bool,
+    several: bool,
+    documents: list[dict[str, Any]] | None,
+    html: str | None = None,
+) -> int:
+    """One target's error handled: its exit code (0 for a --name match that exited by
+    itself); a corrupt heap is a finding, its report printed (or its JSON document added
+    to ``documents``, when they are collected) like any other; an error that ends the only
+    target is raised."""
+    if isinstance(exc, HeapCorruptionError):
+        if html is not None:
+            _save_corruption_html(save_xml_path(html, pid, several=several), exc)
+        if documents is not None:
+            documents.append(_corruption_document(exc))
+        else:
+            _print_corruption(exc)
+        report_failure(exc, prefix=f"PID {pid}: " if several else "")
+        return exit_code_for(exc)
+    gone_by_itself = isinstance(exc, NoSuchProcessError) and not explicit
+    if not several and not gone_by_itself:
+        raise exc
+    if gone_by_itself:  # a --name match that came and went: the others are the report
+        click.echo(f"note: PID {pid} (matched by --name) exited; skipped", err=True)
+        return 0
+    report_failure(exc, prefix=f"PID {pid}: ")
+    return exit_code_for(exc)
+
+
 def _report_targets(
     targets: list[tuple[int, bool]],
     inspect_one: Callable[[int], Inspection],
@@ -356,6 +423,7 @@ def _report_targets(
     one failure does not stop the others."""
     several = len(targets) > 1
     documents: list[dict[str, Any]] = []
+    docs = documents if as_json else None  # where a corrupt heap's document goes
     worst = 0
     for index, (pid, explicit) in enumerate(targets):
         if index:
@@ -367,14 +435,14 @@ def _report_targets(
             if html_path is not None:
                 _save_html(save_xml_path(html_path, pid, several=several), result)
         except MemforensicsError as exc:
-            gone_by_itself = isinstance(exc, NoSuchProcessError) and not explicit
-            if not several and not gone_by_itself:
-                raise
-            if gone_by_itself:  # a --name match that came and went: the others are the report
-                click.echo(f"note: PID {pid} (matched by --name) exited; skipped", err=True)
-            else:
-                report_failure(exc, prefix=f"PID {pid}: ")
-                worst = worst_exit_code((worst, exit_code_for(exc)))
+            worst = worst_exit_code(
+                (
+                    worst,
+                    _failed(
+                        exc, pid, explicit=explicit, several=several, documents=docs, html=html_path
+                    ),
+                )
+            )
             continue
         if as_json:
             documents.append(_document(result))

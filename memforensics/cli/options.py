@@ -137,6 +137,19 @@ def gdb_option_with(help_text: str) -> Callable[[F], F]:
     )
 
 
+def accept_corrupt_risk_option(func: F) -> F:
+    """``--accept-corrupt-heap-risk``: with ``--gdb``, call into a heap found corrupt."""
+    return click.option(
+        "--accept-corrupt-heap-risk",
+        "accept_corrupt_risk",
+        is_flag=True,
+        help="With --gdb: call malloc_info/malloc_trim even into a heap found corrupt. The "
+        "call follows the corrupt lists: it may hang the target for good or crash it, and "
+        "leave an arena's lock held. Without it a corrupt heap is reported (exit 8), never "
+        "called into.",
+    )(func)
+
+
 # The commands that read a heap (inspect, watch, collect, demo's inspection).
 gdb_option = gdb_option_with(
     "Read the heap through this gdb: malloc_info called at a safe point ('gdb': the one on "

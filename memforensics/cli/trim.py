@@ -11,6 +11,7 @@ import click
 from memforensics.cli.options import (
     DURATION,
     SIZE,
+    accept_corrupt_risk_option,
     exit_codes_epilog,
     json_option,
     timeout_option,
@@ -63,6 +64,7 @@ from memforensics.cli.options import (
 @json_option
 @timeout_option("10s")
 @trim_gdb_option
+@accept_corrupt_risk_option
 @verbose_option
 def command(
     *,
@@ -76,6 +78,7 @@ def command(
     as_json: bool,
     timeout_seconds: float,
     gdb_path: str | None,
+    accept_corrupt_risk: bool,
     verbose: bool,
 ) -> None:
     """Give a process's free heap memory back to the OS with glibc's malloc_trim, and prove it.
@@ -111,4 +114,5 @@ def command(
         timeout_seconds=timeout_seconds,
         gdb_path=gdb_path,
         verbose=verbose,
+        accept_corrupt_risk=accept_corrupt_risk,
     )

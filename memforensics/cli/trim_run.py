@@ -112,6 +112,7 @@ def run_trim(
     timeout_seconds: float,
     gdb_path: str | None,
     verbose: bool,
+    accept_corrupt_risk: bool = False,
 ) -> None:
     """Trim the targets once, or every ``interval_seconds`` (the options of `trim`)."""
     err = stderr_console(soft_wrap=True, highlight=True)
@@ -135,6 +136,7 @@ def run_trim(
         timeout_seconds=timeout_seconds,
         gdb_path=gdb_path,
         log=log,
+        accept_corrupt_risk=accept_corrupt_risk,
     )
     if interval_seconds is None:
         outcomes = [

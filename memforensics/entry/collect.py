@@ -27,6 +27,7 @@ from memforensics.entry.collect_state import (
 from memforensics.entry.oomscan import scan_default
 from memforensics.errors import (
     DeadlineError,
+    HeapCorruptionError,
     MemforensicsError,
     NoSuchProcessError,
     NotGlibcMallocError,
@@ -60,6 +61,7 @@ REASONS = (
     "timeout",  # no safe point or a call did not return in time (left running)
     "not_glibc",  # another allocator or libc: malloc_info says nothing
     "stopped",  # stopped by someone else (state T): left alone
+    "corrupt",  # its heap failed glibc's own checks: a finding, nothing called into it
     "target",  # another refusal: zombie, kernel thread, already traced
     "tooling",  # gdb missing or failing
     "internal",  # a bug in memforensics: the message says which
@@ -116,6 +118,8 @@ def _reason(exc: BaseException) -> str:
         return "not_glibc"
     if isinstance(exc, TargetStoppedError):
         return "stopped"
+    if isinstance(exc, HeapCorruptionError):
+        return "corrupt"
     if isinstance(exc, TargetError):
         return "target"
     if isinstance(exc, ToolingError):

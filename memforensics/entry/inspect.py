@@ -9,6 +9,10 @@ read as memory is (``inspect_core``). The policy, here and nowhere else:
 - ``gdb`` always uses gdb; ``read-only`` never does, nor makes any call;
 - ``auto`` reads memory, and falls back to gdb's way only when that read was refused as
   impossible for this target (ReadOnlyRefusedError), saying so in ``gdb_fallback``;
+- a heap found corrupt (its lists failed glibc's checks in a read made while its threads
+  were held: HeapCorruptionError, exit 8) is never called into, by any way: no fallback,
+  and ``gdb`` reads memory first and refuses it unless ``accept_corrupt_risk``
+  (``refuse_if_corrupt``, which trim's choice of gdb uses too);
 - samples taken without a person watching (``watch``, ``collect``: the fleet, where pods are
   deleted with everything in them) never fall back: gdb's way is the one that a SIGKILL of
   our whole side can leave half-done (``sample_method``'s ``no-gdb``: memory, or a foreign
@@ -23,6 +27,9 @@ from typing import TYPE_CHECKING, Literal
 from memforensics.entry.common import Log
 from memforensics.errors import (
     GdbNotForAllocatorError,
+    HeapCorruptionError,
+    MemforensicsError,
+    NoSuchProcessError,
     ReadOnlyRefusedError,
     StatisticsOnlyError,
     TargetError,
@@ -36,7 +43,14 @@ if TYPE_CHECKING:
 
 InspectMethod = Literal["auto", "read-only", "no-gdb", "gdb"]
 
-__all__ = ["InspectMethod", "inspect_core", "inspect_live", "inspect_method", "sample_method"]
+__all__ = [
+    "InspectMethod",
+    "inspect_core",
+    "inspect_live",
+    "inspect_method",
+    "refuse_if_corrupt",
+    "sample_method",
+]
 
 
 def inspect_method(*, read_only: bool, gdb_path: str | None) -> InspectMethod:
@@ -54,6 +68,37 @@ def sample_method(*, gdb_path: str | None) -> InspectMethod:
     return "gdb" if gdb_path is not None else "no-gdb"
 
 
+def refuse_if_corrupt(
+    pid: int, *, accept_risk: bool, timeout_seconds: float, allow_stopped: bool = False
+) -> None:
+    """The one rule on calling into a heap (malloc_info, malloc_trim, through gdb or not):
+    never into one found corrupt. Before a call no read of this run has cleared (gdb's
+    way, asked for or trim's stand-in), the heap is read from memory, held still:
+    HeapCorruptionError when it fails glibc's checks, unless ``accept_risk`` (the user
+    accepts that the call may hang or crash the target and leave an arena's lock held). A
+    read that fails for another reason says nothing about corruption and does not refuse."""
+    if accept_risk:
+        return
+    from memforensics.entry.readers.memory import inspect_read_only
+
+    try:
+        inspect_read_only(
+            pid, timeout_seconds=min(timeout_seconds, 1.0), allow_stopped=allow_stopped
+        )
+    except HeapCorruptionError as exc:
+        raise HeapCorruptionError(
+            f"{exc.message}; no call is made into a corrupt heap",
+            exc.findings,
+            hint=exc.hint,
+            pid=pid,
+            partial=exc.partial,
+        ) from exc
+    except NoSuchProcessError:
+        raise
+    except MemforensicsError:
+        return
+
+
 def inspect_live(
     pid: int,
     *,
@@ -64,6 +109,7 @@ def inspect_live(
     log: Log | None = None,
     scan: BackgroundScan | None = None,
     pins: bool = False,
+    accept_corrupt_risk: bool = False,
 ) -> Inspection:
     """One live inspection of ``pid`` by ``method`` (see the module for the policy).
     ``scan``: a residency scan already started for ``pid``, which gdb's way takes over;
@@ -94,17 +140,27 @@ def inspect_live(
             if method != "auto":
                 raise
             refused = exc.message
+    else:
+        refuse_if_corrupt(
+            pid,
+            accept_risk=accept_corrupt_risk,
+            timeout_seconds=timeout_seconds,
+            allow_stopped=allow_stopped,
+        )
     from memforensics.entry.readers.gdb import inspect_process  # the gdb machinery: only now
+    from memforensics.sources.glibc.after_call import checked_after_call
 
-    inspection = inspect_process(
-        pid,
-        timeout_seconds=timeout_seconds,
-        gdb_path=gdb_path,
-        allow_stopped=allow_stopped,
-        log=log,
-        scan=scan,
-        facts=facts,
-    )
+    # A call that fails is reported with the target's state as checked, never as assumed.
+    with checked_after_call(pid, facts.libc_path):
+        inspection = inspect_process(
+            pid,
+            timeout_seconds=timeout_seconds,
+            gdb_path=gdb_path,
+            allow_stopped=allow_stopped,
+            log=log,
+            scan=scan,
+            facts=facts,
+        )
     return inspection if refused is None else replace(inspection, gdb_fallback=refused)
 
 

@@ -28,7 +28,9 @@ def choose_trimmer(pid: int, facts: ProcessFacts, settings: TrimSettings) -> Tri
     """The way ``pid`` is trimmed: its foreign allocator's purge; else malloc_trim through
     the self-restoring direct call; gdb where asked for (``settings.gdb_path``), or where
     the machine cannot make the direct call (not x86-64, a shadow stack), which the result's
-    notes then say."""
+    notes then say. gdb's way is refused for a heap found corrupt (entry.inspect's
+    refuse_if_corrupt), unless ``settings.accept_corrupt_risk``; the direct way's own read
+    refuses it."""
     foreign = facts.allocator.foreign
     if foreign is not None and foreign.serves_malloc:
         if settings.gdb_path is not None:
@@ -44,8 +46,13 @@ def choose_trimmer(pid: int, facts: ProcessFacts, settings: TrimSettings) -> Tri
 
         if direct_unavailable(pid) is None:
             return DirectTrimmer(pid, facts, settings)
+    from memforensics.entry.inspect import refuse_if_corrupt
     from memforensics.entry.trimmers.gdb import GdbTrimmer
 
+    # gdb calls malloc_info and malloc_trim: never into a heap found corrupt.
+    refuse_if_corrupt(
+        pid, accept_risk=settings.accept_corrupt_risk, timeout_seconds=settings.timeout_seconds
+    )
     return GdbTrimmer(pid, facts, settings)
 
 
@@ -53,9 +60,14 @@ def trim_process(pid: int, settings: TrimSettings) -> TrimResult:
     """Measure RSS, read and forecast, trim (unless skipped), measure again, by the way
     ``choose_trimmer`` picks. Raises the project's errors; the target is left running."""
     # Refuses what is neither glibc's malloc nor a foreign allocator it can call.
+    from memforensics.sources.glibc.after_call import checked_after_call
+
     facts = procfs.check_target(pid, foreign_ok=True)
     try:
-        return _trim(pid, facts, settings, choose_trimmer(pid, facts, settings))
+        # A call that fails (gdb's malloc_info for the forecast, or the trim itself) is
+        # reported with the target's state as checked afterwards, never as assumed.
+        with checked_after_call(pid, facts.libc_path):
+            return _trim(pid, facts, settings, choose_trimmer(pid, facts, settings))
     except MemforensicsError as exc:
         if isinstance(exc, NoSuchProcessError) or not pid_alive(pid):
             raise exited_error(pid, exc) from exc

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memforensics.model.corruption import HeapCorruption
 from memforensics.model.process import HeapSegment
 
 
@@ -74,6 +75,9 @@ class ArenaScan:
     figures: BinFigures | None = None
     # Times the arena was found locked (its mutex held) and read again after the target ran.
     lock_retries: int = 0
+    # Checks glibc's own that failed in a copy made while the target was held: the heap is
+    # corrupt there (its bins are left unmeasured, never estimated).
+    corruption: tuple[HeapCorruption, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,6 +61,8 @@ class Arena:
     def chunk(self, offset: int, size: int) -> int:
         address = self.base + offset
         self.word(address + 8, size | 1)
+        if offset + size + 8 <= len(self.map):
+            self.word(address + size, size)  # glibc's set_foot: the next chunk's prev_size
         return address
 
     def head(self, index: int) -> int:

@@ -101,6 +101,10 @@ def _link_list(segments: list[Segment], chunks: list[tuple[int, int]]) -> None:
         back = chunks[position - 1][0] if position else HEAD
         for offset, word in ((8, size | 1), (16, forward), (24, back)):
             _poke(segments, address + offset, word)
+        # glibc's set_foot: the next chunk's prev_size repeats a free chunk's size.
+        foot = address + size
+        if any(s.start <= foot and foot + 8 <= s.end for s in segments):
+            _poke(segments, foot, size)
 
 
 def _outcome(call: Callable[[], object]) -> Outcome:
@@ -227,6 +231,7 @@ def _long_list(heaps: Heaps, count: int) -> tuple[list[Segment], int, int]:
     words[1 : 4 * count : 4] = array.array("Q", [32 | 1]) * count
     words[2 : 4 * count : 4] = array.array("Q", [*addresses[1:], HEAD])
     words[3 : 4 * count : 4] = array.array("Q", [HEAD, *addresses[:-1]])
+    words[4 : 4 * count + 1 : 4] = array.array("Q", [32]) * count  # each next prev_size
     return [segment], addresses[0], addresses[-1]
 
 
@@ -281,6 +286,7 @@ def test_a_copy_that_moves_under_the_loop_stops_at_the_chunk_limit(heaps: Heaps)
         chunk = (first, second)[first_page]
         following = (second, first)[first_page]
         struct.pack_into("<4Q", segment.view, chunk - START, 0, 0x40 | 1, following, back)
+        struct.pack_into("<Q", segment.view, chunk - START + 0x40, 0x40)  # its foot
 
     segments = [source]
     source.whole = False
@@ -412,6 +418,8 @@ def test_the_c_loop_lets_other_threads_run() -> None:
         words[slot + 1] = 32 | 1
         words[slot + 2] = forward
         words[slot + 3] = back
+        if slot + 4 < len(words):
+            words[slot + 4] = 32  # the next chunk's prev_size (glibc's set_foot)
     calls: list[tuple[float, float, object]] = []
     copies = [(words, START, None)]
 

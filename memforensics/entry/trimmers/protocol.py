@@ -23,6 +23,8 @@ class TrimSettings:
     # No gdb: the heap read from memory, malloc_trim called through a self-restoring signal
     # frame (trimmers.direct), where the machine allows it; a gdb_path given means gdb.
     direct: bool = True
+    # Call malloc_trim through gdb even into a heap found corrupt (--accept-corrupt-heap-risk).
+    accept_corrupt_risk: bool = False
 
 
 @dataclass(frozen=True)

@@ -135,7 +135,7 @@ def gdb_error(
         if call:
             return DeadlineError(
                 f"a call into PID {pid} did not return within {timeout_seconds:g} s; "
-                "it was interrupted and unwound",
+                "gdb interrupted it and says it unwound it",
                 pid=pid,
             )
         if not attached:
@@ -148,7 +148,8 @@ def gdb_error(
         return ToolingError(f"gdb exited unexpectedly during {command} on PID {pid}", pid=pid)
     if call and "signaled while in a function called from GDB" in message:
         return TargetError(
-            f"the call into PID {pid} raised a signal; gdb unwound it: {message}", pid=pid
+            f"the call into PID {pid} raised a signal; gdb says it unwound it: {message}",
+            pid=pid,
         )
     if not attached:
         return GdbUnavailableError(f"gdb rejected {doing!r}: {message or 'error'}")

@@ -305,7 +305,8 @@ static void mtrim_pages(uint64_t chunk, uint64_t size, uint64_t page, uint64_t *
  * 32-byte header inside a segment; 16-byte aligned; bk naming the chunk before; at most
  * chunk_limit chunks (a static copy cannot cycle without coming back to the head once every
  * bk names the chunk before, so this is a backstop); the clock every 65,536 chunks; size
- * within [low, high] and the chunk within its segment. At the end: bk names the last chunk. */
+ * within [low, high] and the chunk within its segment; the next chunk's prev_size equal to
+ * the size (where in the copy, on a page in RAM). At the end: bk names the last chunk. */
 static Tally follow_list(const Seg *segs, Py_ssize_t nsegs, uint64_t head, uint64_t fd,
                          uint64_t bk, uint64_t low, uint64_t high, uint64_t page,
                          double deadline) {
@@ -328,6 +329,13 @@ static Tally follow_list(const Seg *segs, Py_ssize_t nsegs, uint64_t head, uint6
         }
         uint64_t raw = word_at(seg->base, slot + 1), size = raw & ~(uint64_t)7;
         if (size < low || size > high || (slot + (size >> 3)) > (seg->length >> 3))
+            goto inconsistent;
+        /* glibc's set_foot: the next chunk's prev_size repeats a binned chunk's size ("corrupted
+         * size vs. prev_size"), checked where that word is in the copy on a page in RAM. */
+        uint64_t foot = offset + size;
+        if (foot + 8 <= seg->length &&
+            (seg->present == NULL || (foot / page < seg->pages && seg->present[foot / page])) &&
+            word_at(seg->base, foot >> 3) != size)
             goto inconsistent;
         t.total += size;
         t.raw_total += raw;

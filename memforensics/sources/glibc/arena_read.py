@@ -111,4 +111,5 @@ def _arena_scan(
         top_resident_runs=walk.top_resident_runs,
         bins=tuple((index, *counts) for index, counts in sorted(walk.bins.items())),
         figures=bin_figures(mem, state, heaps, walk, is_main) if figures else None,
+        corruption=tuple(walk.corruption),
     )

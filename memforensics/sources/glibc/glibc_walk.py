@@ -22,7 +22,10 @@ from itertools import compress
 from operator import ne
 
 from memforensics.model import glibc
+from memforensics.model.corruption import HeapCorruption
+from memforensics.sources.glibc import heap_checks
 from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap, parse_state, read_state
+from memforensics.sources.glibc.heap_checks import bin_head
 from memforensics.sources.glibc.heapcopy import (
     EMPTY_TALLY,
     BufferPool,
@@ -32,10 +35,11 @@ from memforensics.sources.glibc.heapcopy import (
     copy_into,
     follow_fastbin,
     follow_list,
+    resident_runs,
     walk_copies,
     walk_fastbin_copies,
 )
-from memforensics.sources.proc.procmem import MemoryReader, PageMap
+from memforensics.sources.proc.procmem import MemoryReader, ProcessMemoryReader
 
 BIN_RETRIES = 4
 _LAZY_FILL_PAGES = 16  # a big arena read lazily: 64 KiB per read
@@ -53,14 +57,9 @@ _COPY_SLICE_BYTES = 4 << 20  # ~1 ms of copying: the longest a pause waits for t
 _TOP_RUNS_MAX = 4096  # a top with more runs of resident pages is estimated, not listed
 
 
-def _bin_head(state: ArenaState, index: int) -> int:
-    """Address glibc's bin_at() gives bin ``index``: its fd/bk slots posing as a chunk's."""
-    return state.address + glibc.OFF_BINS + 16 * (index - 1) - 16
-
-
 def _nonempty_bins(state: ArenaState, first: int) -> list[int]:
     """Bins from ``first`` on whose fd does not point back at the bin itself."""
-    heads = range(_bin_head(state, 1), _bin_head(state, glibc.NBINS), 16)
+    heads = range(bin_head(state, 1), bin_head(state, glibc.NBINS), 16)
     # compress/map: the 127 comparisons in C (a held read makes one per arena, 1,500 of them
     # within a few stops).
     indexes = compress(range(1, glibc.NBINS), map(ne, state.bins[0::2], heads))
@@ -91,30 +90,9 @@ class ArenaWalk:
     # Main arena only: the top's resident pages as [start, end) runs (None: too fragmented
     # to list, or not the main arena); what systrim releases is decided from them.
     top_resident_runs: tuple[tuple[int, int], ...] | None = None
-
-
-def resident_runs(
-    pages: PageMap, start: int, end: int, max_runs: int
-) -> tuple[tuple[int, int], ...] | None:
-    """The resident pages wholly inside [start, end) as sorted [start, end) address runs;
-    None when there are more than ``max_runs`` of them."""
-    size = pages.page_bytes
-    first = max((max(start, pages.start) - pages.start + size - 1) // size, 0)
-    last = (min(end, pages.end) - pages.start) // size
-    present = pages.present
-    runs: list[tuple[int, int]] = []
-    index = first
-    while index < last:
-        begin = present.find(1, index, last)
-        if begin < 0:
-            break
-        stop = present.find(0, begin, last)
-        stop = last if stop < 0 else stop
-        runs.append((pages.start + begin * size, pages.start + stop * size))
-        if len(runs) > max_runs:
-            return None
-        index = stop
-    return tuple(runs)
+    # What failed glibc's checks in a copy made while the target was held (heap_checks):
+    # those bins are corrupt, not moving, and are not read again.
+    corruption: list[HeapCorruption] = field(default_factory=list)
 
 
 class ArenaWalker:
@@ -136,6 +114,8 @@ class ArenaWalker:
         # threads are stopped, so its CPUs are idle), with no pause between slices (there is
         # no gdb session to make way for).
         self._held = held
+        # A core file's memory does not move either: a list failing there is corrupt too.
+        self._static = not isinstance(mem, ProcessMemoryReader)
         # Called between slices of a whole copy: a caller may hold the walk there (the scan
         # beside a gdb session parks while gdb attaches, background.QuietGate), and a closed
         # gate then waits for one slice (~1 ms), not for a whole arena's copy (~5 ms).
@@ -338,6 +318,7 @@ class ArenaWalker:
         walk = ArenaWalk()
         clock = time.monotonic
         pending: list[int] = []
+        corrupt_bins: list[int] = []  # failed glibc's checks: unmeasured, never read again
         in_stop = self._held and snapshot is None
         lazy = in_stop and self._lazy_in_stop
         for attempt in range(BIN_RETRIES + 1 + lazy):
@@ -370,6 +351,7 @@ class ArenaWalker:
                 pending = [_FASTBIN, *_nonempty_bins(state, 1)]
                 self._measure_top(state, walk)
             failed: list[int] = []
+            inconsistent: list[int] = []
             for position, index in enumerate(pending):
                 if clock() > self._deadline:
                     walk.budget_reached = clock() > deadline
@@ -392,6 +374,7 @@ class ArenaWalker:
                     break
                 if result is None:
                     failed.append(index)
+                    inconsistent.append(index)
                 else:
                     if lazy_round:
                         lazy_left -= result[0]
@@ -401,13 +384,45 @@ class ArenaWalker:
                         walk.fastbin_chunks = self._fastbin_chunks
                     else:
                         walk.bin_sizes[index] = (result[0], *result[4:7])
+            # A copy made while every thread was held cannot have moved: a list that fails
+            # there is corrupt (named by heap_checks), and is not read again.
+            stop_copy = self._static or (
+                self._held
+                and ((in_stop and not lazy_round) or (attempt == 0 and snapshot is not None))
+            )
+            if stop_copy and inconsistent:
+                corrupt = self._check(state, walk, inconsistent)
+                failed = [index for index in failed if index not in corrupt]
+                corrupt_bins.extend(sorted(corrupt))
+            if attempt == 0 and snapshot is not None and self._held:
+                self._check(state, walk, ())
             pending = failed
             if not pending or walk.budget_reached:
                 break
             # What the lazy round leaves is read in the next: no retry (the target is held).
             walk.retries += not lazy_round and attempt < BIN_RETRIES + lazy
-        walk.unmeasured_bins.extend(pending)
+        if in_stop or self._static:
+            self._check(state, walk, ())
+        walk.unmeasured_bins.extend(sorted({*pending, *corrupt_bins}))
         return walk
+
+    def _check(self, state: ArenaState, walk: ArenaWalk, indexes: Sequence[int]) -> set[int]:
+        """heap_checks over a copy made in a stop: the bins of ``indexes`` (read back
+        inconsistently) that fail one of glibc's checks, returned; without ``indexes``, the
+        top and the large bins' nextsize rings. Findings go to ``walk.corruption``."""
+        fill = None if all(segment.whole for segment in self._segments) else self._fill
+        if not indexes:
+            large = [i for i, sizes in sorted(walk.bin_sizes.items()) if i >= 64 and sizes[0]]
+            found = {
+                0: heap_checks.check_unlisted(state, self._segments, large, self._page, fill=fill)
+            }
+        else:
+            found = heap_checks.diagnose_bins(
+                state, self._segments, indexes, self._page, self._deadline, self._mangled, fill=fill
+            )
+        for findings in found.values():
+            walk.corruption.extend(findings)
+        return set(found)
 
     def _reread_heads(self, state: ArenaState, index: int) -> ArenaState:
         """``state`` with bin ``index``'s head (or the fastbin heads) read again just now."""
@@ -441,7 +456,7 @@ class ArenaWalker:
             self._fastbin_chunks = tuple(counts)
             return chunks, total, resident, 0, 0, 0, 0
         fd, bk = state.bins[2 * (index - 1)], state.bins[2 * (index - 1) + 1]
-        head = _bin_head(state, index)
+        head = bin_head(state, index)
         if fd == head and bk == head:
             return EMPTY_TALLY  # emptied meanwhile: measured, nothing in it
         low, high = glibc.bin_size_range(index)

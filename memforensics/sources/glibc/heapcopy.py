@@ -226,6 +226,30 @@ def _zero_hole(segment: Segment, start: int, stop: int, page: int) -> None:
         segment.view[start:stop] = bytes(stop - start)
 
 
+def resident_runs(
+    pages: PageMap, start: int, end: int, max_runs: int
+) -> tuple[tuple[int, int], ...] | None:
+    """The resident pages wholly inside [start, end) as sorted [start, end) address runs;
+    None when there are more than ``max_runs`` of them."""
+    size = pages.page_bytes
+    first = max((max(start, pages.start) - pages.start + size - 1) // size, 0)
+    last = (min(end, pages.end) - pages.start) // size
+    present = pages.present
+    runs: list[tuple[int, int]] = []
+    index = first
+    while index < last:
+        begin = present.find(1, index, last)
+        if begin < 0:
+            break
+        stop = present.find(0, begin, last)
+        stop = last if stop < 0 else stop
+        runs.append((pages.start + begin * size, pages.start + stop * size))
+        if len(runs) > max_runs:
+            return None
+        index = stop
+    return tuple(runs)
+
+
 # What a list loop measured: (chunks, chunk bytes, bytes on resident pages, bytes mtrim
 # would release from resident pages; fastbins release nothing to mtrim: 0, then the smallest
 # and largest size word with its flag bits and their sum: glibc's chunksize_nomask, which
@@ -315,7 +339,9 @@ def follow_list(
     in the same order, the same figures. Per chunk: its 32-byte header inside a segment;
     16-byte aligned; its ``bk`` naming the chunk before (the head, for the first); at most
     chunk_limit() chunks (or ``max_chunks``) followed, more is a cycle; its size within
-    [low, high] and the chunk within its segment. At the end: ``bk`` names the last chunk.
+    [low, high] and the chunk within its segment; the next chunk's prev_size equal to the
+    size (glibc's set_foot), where that word is in the copy on a page in RAM. At the end:
+    ``bk`` names the last chunk.
 
     ``fill``: called before a chunk header is read from a page whose ``filled`` flag is 0
     (a copy made block by block); without it every copy is taken as whole. OutOfTime when
@@ -369,6 +395,15 @@ def follow_list(
         size = raw & ~7
         if not low <= size <= high or offset + size > length:
             return None
+        # glibc's set_foot: the next chunk's prev_size repeats a binned chunk's size, checked
+        # where that word is in the copy, on a page in RAM.
+        foot = offset + size
+        if foot + 8 <= length and (all_resident or pages.present[foot >> shift]):
+            # (On the header's page, the fill that copied the header copied it too.)
+            if fill is not None and foot >> shift != offset >> shift and not filled[foot >> shift]:
+                fill(segment, foot >> shift)
+            if words[foot >> 3] != size:
+                return None
         total += size
         raw_total += raw
         if count == 1 or raw < raw_min:

@@ -399,7 +399,11 @@ class _HeapRead:
             header = mem.read(state.top, glibc.CHUNK_HEADER_BYTES)
             if header is not None and brk[0] <= state.top < brk[1] + glibc.HEAP_MAX_BYTES:
                 top_end = state.top + (int.from_bytes(header[8:], "little") & ~7)
-                brk = self.brk = (brk[0], max(glibc.page_ceil(top_end, mem.page_bytes), brk[0]))
+                # A size read from the target: the break moves by what a busy heap grows in
+                # a moment, never by an absurd top (heap_checks names that one corrupt).
+                if top_end <= brk[1] + glibc.HEAP_MAX_BYTES:
+                    brk = (brk[0], max(glibc.page_ceil(top_end, mem.page_bytes), brk[0]))
+                    self.brk = brk
             first = Heap(brk[0], 0, brk[1] - brk[0], brk[1] - brk[0])
             first.pages = mem.pagemap(brk[0], brk[1])
             heaps = [first, *(h for h in self.main_heaps if h.ar_ptr)]

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from memforensics.errors import ArenaLockedError, ReadOnlyRefusedError
+from memforensics.errors import ArenaLockedError, HeapCorruptionError, ReadOnlyRefusedError
 from memforensics.model import glibc
 from memforensics.model.heapscan import BinFigures, HeapScan, MallocParams
 
@@ -97,12 +97,34 @@ def _totals(arenas: Sequence[BinFigures], dialect: Dialect) -> tuple[int, int, i
     return fast_chunks, fast_bytes, rest_chunks, rest_bytes
 
 
+def raise_if_corrupt(scan: HeapScan) -> None:
+    """HeapCorruptionError (exit 8) with every finding, numbered by arena in malloc_info's
+    order, when any arena failed glibc's checks in a read made while the target was held."""
+    findings = tuple(
+        finding.numbered(number)
+        for number, arena in enumerate(scan.arenas)
+        for finding in arena.corruption
+    )
+    if not findings:
+        return
+    first = findings[0]
+    more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
+    raise HeapCorruptionError(
+        f"the heap is corrupt: arena {first.arena}, {first.bin}, chunk "
+        f"{first.chunk_address:#x}: {first.check}{more}",
+        findings,
+        pid=scan.pid,
+        partial=scan,
+    )
+
+
 def malloc_info_xml(scan: HeapScan, release: str | None) -> bytes:
     """The malloc_info(0) document of the heap ``scan`` read (with ``figures``), as glibc
     ``release`` ("2.36") prints it. ReadOnlyRefusedError when any arena's figures or the
     ``mp_`` counters are missing, or the arenas are not in malloc_info's order: a document
     with a part guessed would not be malloc_info's."""
     params: MallocParams | None = scan.malloc_params
+    raise_if_corrupt(scan)
     missing = [str(position) for position, arena in enumerate(scan.arenas) if arena.figures is None]
     if not scan.chained or not scan.arenas or not scan.arenas[0].is_main:
         raise ReadOnlyRefusedError(

@@ -42,6 +42,10 @@ LAYOUTS = (
     _Layout("2.35", ints=60, mmapped=80, huge_pages=40),
     _Layout("2.26", ints=40, mmapped=56, huge_pages=None),
 )
+# glibc < 2.34's ld.so copies GLIBC_TUNABLES with sbrk before malloc runs: malloc's
+# sbrk_base then lies that far past the start of [heap], unaligned (the variable's text and
+# its NUL: 43 bytes for GLIBC_TUNABLES=glibc.malloc.tcache_count=0 on 2.31).
+LOADER_SBRK_SLACK_BYTES = 64 << 10
 _STRUCT_BYTES = 104  # the longest prefix read (2.35: up to sbrk_base)
 
 
@@ -73,7 +77,6 @@ def parse_malloc_par(
         and mmapped <= max_mmapped
         and (n_mmaps == 0) == (mmapped == 0)
         and (max_n_mmaps == 0) == (max_mmapped == 0)
-        and sbrk_base % 16 == 0
     )
     if not plausible:
         return None
@@ -100,7 +103,8 @@ def find_malloc_par(
     """``mp_`` in libc's writable data (``regions``): the one place that reads as a
     plausible malloc_par under one of ``layouts`` and whose ``sbrk_base`` is one of
     ``sbrk_bases`` (the start of [heap], or of the first segment a main arena mmapped when
-    sbrk failed; 0 when the main arena never grew). None when no place, or more than one,
+    sbrk failed; 0 when the main arena never grew), or lies less than LOADER_SBRK_SLACK_BYTES
+    past one. None when no place, or more than one,
     qualifies."""
     found: list[MallocParams] = []
     page = mem.page_bytes
@@ -110,7 +114,10 @@ def find_malloc_par(
         for offset in range(0, len(data) - _STRUCT_BYTES + 1, 8):
             for layout in layouts:
                 # The cheapest test first: most words of .data are no sbrk_base.
-                if struct.unpack_from("<Q", data, offset + layout.mmapped + 16)[0] not in bases:
+                word = struct.unpack_from("<Q", data, offset + layout.mmapped + 16)[0]
+                if word not in bases and not any(
+                    0 < word - base < LOADER_SBRK_SLACK_BYTES for base in bases if base
+                ):
                     continue
                 at = region.start_address + offset
                 params = parse_malloc_par(at, data[offset:], layout, page)

@@ -12,7 +12,6 @@ allocator in an unstripped executable is only named there).
 from __future__ import annotations
 
 import contextlib
-import os
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from pathlib import Path
 
 from memforensics.errors import NotGlibcMallocError, TargetError, TargetExitedError, ToolingError
 from memforensics.sources.proc.procmaps import Mapping, read_maps_of
+from memforensics.sources.proc.regular_file import read_regular
 
 _STT_FUNC = 2
 _STT_GNU_IFUNC = 10
@@ -72,21 +72,27 @@ def _read_mapped_file(pid: int, mapping: Mapping) -> bytes:
     that inode, not whatever now sits at the path. The inode is checked all the same.
     """
     entry = f"/proc/{pid}/map_files/{mapping.start_address:x}-{mapping.end_address:x}"
-    with open(entry, "rb") as handle:
-        if os.fstat(handle.fileno()).st_ino != mapping.inode:
-            raise OSError(0, "the mapped file's inode differs from the mapping's")
-        return handle.read()
+    return read_regular(entry, inode=mapping.inode)
 
 
 def read_mapped_file(pid: int, path: str) -> MappedFile:
     """The file mapped into PID at ``path`` (see the module). TargetError when only another
     file than the mapped one could be read."""
     mapping = file_mapping(pid, path)
+    # The mapped file itself first (map_files: that very inode, whatever the path now names);
+    # else the path, as the target's root sees it, checked on the open descriptor: a regular
+    # file of the mapping's inode, read within its size (regular_file), never a FIFO or a
+    # device put there by the target, nor a symlink resolved against our root.
+    with contextlib.suppress(OSError):
+        return MappedFile(
+            path, _read_mapped_file(pid, mapping), mapping.start_address, mapping.deleted
+        )
     candidates = [Path(f"/proc/{pid}/root") / path.lstrip("/"), Path(path)]
     for candidate in candidates:
         with contextlib.suppress(OSError):
-            if not mapping.deleted and candidate.stat().st_ino == mapping.inode:
-                return MappedFile(path, candidate.read_bytes(), mapping.start_address, False)
+            if not mapping.deleted:
+                data = read_regular(candidate, inode=mapping.inode)
+                return MappedFile(path, data, mapping.start_address, False)
     try:
         data = _read_mapped_file(pid, mapping)
     except OSError as exc:

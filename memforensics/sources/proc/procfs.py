@@ -23,7 +23,7 @@ from memforensics.model.allocator import FOREIGN_KINDS, ForeignLibrary
 from memforensics.model.process import AllocatorInfo, ProcessFacts, ProcessMemory
 from memforensics.sources.allocators.library import LIBRARY_PREFIXES, linked_copy
 from memforensics.sources.proc.binaries import scan_binary
-from memforensics.sources.proc.procmaps import file_paths, replaced_file
+from memforensics.sources.proc.procmaps import file_paths, mapped_file
 
 PROC = Path("/proc")
 # PF_KTHREAD from include/linux/sched.h: the task is a kernel thread (no user memory at all).
@@ -70,6 +70,11 @@ def _status(pid: int) -> dict[str, str]:
     return fields
 
 
+def tracer_pid(pid: int) -> int:
+    """The PID tracing PID now (TracerPid in /proc/PID/status), 0 for none."""
+    return int(_status(pid).get("TracerPid", "0") or 0)
+
+
 def _is_kernel_thread(pid: int) -> bool:
     # Field 9 of stat is `flags`; after splitting at ')' it is index 6.
     return bool(int(_stat_fields(pid)[6]) & _PF_KTHREAD)
@@ -93,17 +98,10 @@ def _maps_paths(pid: int) -> list[str]:
     return file_paths(_read_text(pid, "maps"))
 
 
-def _libc_file(pid: int, path: str) -> Path:  # the mapped one, even if replaced on disk
-    return replaced_file(pid, path) or _open_in_target(pid, path)
-
-
-def _open_in_target(pid: int, path: str) -> Path:
-    """The path as seen from the target's root (a container has another filesystem)."""
-    inside = _proc(pid, "root") / path.lstrip("/")
-    try:
-        return inside if inside.exists() else Path(path)
-    except OSError:  # /proc/PID/root of another user's process: EACCES without the cap
-        return Path(path)
+def _libc_file(pid: int, path: str) -> tuple[Path, int | None]:
+    """The mapped libc itself (map_files), else its path in the target's root, and the
+    mapping's inode: scan_binary opens it as hostile input and checks that inode."""
+    return mapped_file(pid, path)
 
 
 def _readable(path: Path) -> bool:
@@ -114,7 +112,8 @@ def _glibc_version(pid: int, libc_path: str) -> str | None:
     old_name = _OLD_LIBC_NAME_RE.search(os.path.basename(libc_path))
     if old_name:
         return old_name.group(1)
-    return scan_binary(_libc_file(pid, libc_path))[1]
+    where, inode = _libc_file(pid, libc_path)
+    return scan_binary(where, inode=inode)[1]
 
 
 def _is_glibc_libc(path: str) -> bool:
@@ -151,7 +150,7 @@ def detect_allocator(pid: int) -> AllocatorInfo:
     libc_path = next((p for p in paths if _is_glibc_libc(p)), None)
     if libc_path is not None:
         version = _glibc_version(pid, libc_path)
-        if version is None and _readable(_libc_file(pid, libc_path)):
+        if version is None and _readable(_libc_file(pid, libc_path)[0]):
             return AllocatorInfo(
                 kind="unknown",
                 detail=f"{libc_path} is not glibc (no glibc version banner in it)",

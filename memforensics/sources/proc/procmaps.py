@@ -154,3 +154,20 @@ def replaced_file(pid: int, path: str) -> Path | None:
                 )
                 return entry if os.access(entry, os.R_OK) else None
     return None
+
+
+def mapped_file(pid: int, path: str) -> tuple[Path, int | None]:
+    """Where to read the file PID maps at ``path``, and the mapping's inode (None when PID
+    maps no such file): the mapped file itself through /proc/PID/map_files where readable
+    (root), else the path as the target's root sees it, to be opened as hostile input and
+    checked against the inode (regular_file)."""
+    with contextlib.suppress(NoSuchProcessError, TargetPermissionError):
+        mappings = read_maps_of(pid, path)[1]
+        if mappings:
+            first = mappings[0]
+            entry = Path(f"/proc/{pid}/map_files/{first.start_address:x}-{first.end_address:x}")
+            if os.access(entry, os.R_OK):
+                return entry, first.inode
+            inside = Path(f"/proc/{pid}/root") / path.lstrip("/")
+            return (inside if os.access(inside, os.R_OK) else Path(path)), first.inode
+    return Path(path), None

@@ -38,6 +38,8 @@ _SWAPPED_TABLE = bytes(
     for byte in range(256)
 )
 _READ_MAX_BYTES = 4 << 20  # read_present reads at most this much per preadv
+# The end of x86-64 user space with 5-level page tables (57-bit): no mapping lies above.
+USER_SPACE_END = 1 << 56
 
 
 class PagemapUnavailableError(MemforensicsError):
@@ -171,6 +173,13 @@ class ProcessMemoryReader:
         "all resident" or "none resident".
         """
         pages = (end - start) // self.page_bytes
+        if not 0 <= start <= end <= USER_SPACE_END:
+            # Addresses come from the target: a range no process can map is never read
+            # (nor a buffer sized by it allocated).
+            raise PagemapUnavailableError(
+                f"no process maps [{start:#x}, {end:#x}): which pages are resident is unknown",
+                pid=self.pid,
+            )
         try:
             data = os.pread(self._pagemap_fd, 8 * pages, 8 * (start // self.page_bytes))
         except OSError as exc:

@@ -45,7 +45,7 @@ from types import TracebackType
 from typing import Literal, TypeVar
 
 from memforensics.errors import (
-    DeadlineError,
+    HoldTimeoutError,
     NoSuchProcessError,
     TargetError,
     TargetExitedError,
@@ -458,13 +458,13 @@ class ThreadHold:
             tracee.signal = stop_signal
         return True
 
-    def _late(self, tids: list[int]) -> DeadlineError:
+    def _late(self, tids: list[int]) -> HoldTimeoutError:
         states = []
         for tid in tids[:4]:
             status = _thread_status(self.pid, tid)
             states.append(f"{tid} ({'gone' if status is None else 'state ' + status[0]})")
         more = f" and {len(tids) - 4} more" if len(tids) > 4 else ""
-        return DeadlineError(
+        return HoldTimeoutError(
             f"PID {self.pid} ({_comm(self.pid)}): {len(tids)} of {len(self._tracees)} "
             f"threads did not stop within {self.timeout_seconds:g} s: "
             f"{', '.join(states)}{more}",
@@ -475,7 +475,7 @@ class ThreadHold:
         if self._release.is_set():
             raise _Released
         if time.monotonic() >= deadline:
-            raise DeadlineError(
+            raise HoldTimeoutError(
                 f"PID {self.pid} ({_comm(self.pid)}): its threads could not all be seized "
                 f"within {self.timeout_seconds:g} s ({len(self._tracees)} were)",
                 pid=self.pid,

@@ -1,0 +1,318 @@
+"""Corrupt heaps, as a user meets them: `inspect` and `trim` (their defaults) on targets that
+corrupted their own free lists (tests/targets/corrupt_heap.c), on glibc 2.31, 2.36 and 2.41.
+
+Oracles that are not memforensics' code: the target prints which arena it corrupted (its
+malloc_state, found from its own unsorted bin) and what it wrote; after each command this
+test itself reads /proc: the target alive, asleep (state S), untraced (TracerPid 0) in every
+thread, and each arena's mutex word 0, read from /proc/PID/mem here. A fake `gdb` first on
+PATH records any start of gdb: on a corrupt heap none may be started (malloc_info would be
+called into it). Each command's own peak RSS comes from wait4.
+
+The fuzzer: seeded random corruptions of free-chunk headers (size, fd, bk, fd_nextsize,
+bk_nextsize set to random values, to other chunks, to small integers, to themselves), seven
+per target process (one per thread arena) plus an intact main arena: 203 seeds in the default
+run, 1,001 more under `slow`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memforensics.model import corruption as checks
+from tests.support.glibc_releases import RELEASES, GlibcRelease, build_target, command, release_tree
+from tests.support.glibc_releases import skip_reason as release_skip_reason
+from tests.support.schema import missing_keys
+from tests.support.targets import Target, live_skip_reason, running
+
+_SKIP = live_skip_reason()
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")]
+
+MEMFORENSICS = [sys.executable, "-m", "memforensics"]
+DEADLINE_SECONDS = 30.0  # the issue's bound on each command
+PEAK_RSS_MAX_KIB = 200 * 1024
+EXIT_CORRUPT = 8
+TUNABLES = {"GLIBC_TUNABLES": "glibc.malloc.tcache_count=0"}  # frees reach the bins
+NAMED = ("cycle", "self", "unmapped", "fastloop", "largeloop", "topsize", "badsize", "zerosize")
+SEEDS_PER_TARGET = 7  # one per thread arena: 8 arenas fit the arena limit of any machine
+DEFAULT_SEEDS = range(1, 204)  # 29 targets x 7
+SLOW_SEEDS = range(1000, 2001)
+KNOWN_CHECKS = {
+    value for name, value in vars(checks).items() if name.isupper() and isinstance(value, str)
+}
+
+
+@dataclass
+class Corrupted:
+    """What the target says it did: arena number -> (its malloc_state, what was corrupted)."""
+
+    arenas: dict[int, int]
+    corrupted: dict[int, str]
+
+
+@pytest.fixture
+def fake_gdb() -> Iterator[tuple[Path, Path]]:
+    """A directory whose `gdb` records that it ran (and fails), and the record's path."""
+    with tempfile.TemporaryDirectory(prefix="corrupt-heaps-") as folder:
+        record = Path(folder) / "gdb-started"
+        gdb = Path(folder) / "gdb"
+        gdb.write_text(f'#!/bin/sh\necho "$@" >> {record}\nexit 1\n')
+        gdb.chmod(0o755)
+        yield Path(folder), record
+
+
+def _release(version: str) -> GlibcRelease:
+    release = release_tree(version)
+    if release is None:
+        pytest.skip(f"glibc {version}: {release_skip_reason(version)}")
+    return release
+
+
+@contextlib.contextmanager
+def corrupt_target(version: str, specs: list[str]) -> Iterator[tuple[Target, Corrupted]]:
+    """tests/targets/corrupt_heap.c with ``specs`` on ``version``, and what it says it did."""
+    release = _release(version)
+    binary = build_target(release, "corrupt_heap")
+    with running(command(release, binary, specs), env=TUNABLES, ready_timeout_seconds=30) as target:
+        yield target, _said(target.ready_line, len(specs))
+
+
+def _said(ready_line: str, n: int) -> Corrupted:
+    """The target's own lines, repeated on its ready line after " ; "."""
+    arenas: dict[int, int] = {}
+    corrupted: dict[int, str] = {}
+    for line in ready_line.split(" ; ")[1:]:
+        if match := re.match(r"arena (\d+) (0x[0-9a-f]+)", line):
+            arenas[int(match[1])] = int(match[2], 16)
+        elif match := re.match(r"corrupted (\d+) (.*)", line):
+            corrupted[int(match[1])] = match[2]
+    assert len(arenas) == n, ready_line
+    return Corrupted(arenas, corrupted)
+
+
+@dataclass
+class Run:
+    exit_code: int
+    stdout: str
+    stderr: str
+    seconds: float
+    peak_rss_kib: int
+
+
+def _run(args: list[str], path_first: Path) -> Run:
+    """One memforensics command, its wall time and its own peak RSS (wait4)."""
+    env = dict(os.environ, PATH=f"{path_first}:{os.environ['PATH']}")
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        started = time.monotonic()
+        proc = subprocess.Popen([*MEMFORENSICS, *args], stdout=out, stderr=err, env=env)
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() - started > DEADLINE_SECONDS + 30:
+                proc.kill()
+                proc.wait()
+                pytest.fail(f"{args} still running after {DEADLINE_SECONDS + 30} s")
+            time.sleep(0.01)
+        seconds = time.monotonic() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        return Run(
+            proc.returncode, out.read().decode(), err.read().decode(), seconds, usage.ru_maxrss
+        )
+
+
+def _assert_left_intact(target: Target, said: Corrupted) -> None:
+    """Alive, asleep and untraced in every thread; every arena's mutex free (read here)."""
+    pid = target.pid
+    assert target.proc.poll() is None, "the target died"
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        status = dict(
+            line.split(":\t", 1)
+            for line in (task / "status").read_text().splitlines()
+            if ":\t" in line
+        )
+        assert status["State"].startswith("S"), (task.name, status["State"])
+        assert status["TracerPid"].strip() == "0", (task.name, status["TracerPid"])
+    with open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
+        for number, address in said.arenas.items():
+            mem.seek(address)
+            assert mem.read(4) == bytes(4), f"arena {number}'s mutex is held"
+
+
+def _assert_sound_run(run: Run, expect_corrupt: bool) -> None:
+    assert run.exit_code == (EXIT_CORRUPT if expect_corrupt else 0), (run.exit_code, run.stderr)
+    assert run.seconds < DEADLINE_SECONDS, run.seconds
+    assert run.peak_rss_kib <= PEAK_RSS_MAX_KIB, run.peak_rss_kib
+    assert "Traceback" not in run.stderr and "internal error" not in run.stderr, run.stderr
+
+
+def _check_inspect(target: Target, said: Corrupted, fake: tuple[Path, Path]) -> dict[str, Any]:
+    folder, record = fake
+    run = _run(["inspect", "--json", str(target.pid)], folder)
+    _assert_sound_run(run, bool(said.corrupted))
+    assert not record.exists(), f"gdb was started: {record.read_text()}"
+    _assert_left_intact(target, said)
+    document = json.loads(run.stdout)
+    if not said.corrupted:
+        assert document["schema"] == "memforensics/heap/1"
+        return document
+    assert document["schema"] == "memforensics/heap-corrupt/1"
+    assert missing_keys(document, "memforensics/heap-corrupt/1") == []
+    found = {int(f["arena_address"], 16): f for f in document["corruption"]}
+    for number, address in said.arenas.items():
+        if number in said.corrupted:
+            assert address in found, (number, said.corrupted[number], document["corruption"])
+            assert found[address]["check"] in KNOWN_CHECKS
+        else:
+            assert address not in found, (number, found[address])
+    return document
+
+
+def _check_trim(target: Target, said: Corrupted, fake: tuple[Path, Path]) -> None:
+    folder, record = fake
+    run = _run(["trim", str(target.pid)], folder)
+    _assert_sound_run(run, bool(said.corrupted))
+    assert not record.exists(), f"gdb was started: {record.read_text()}"
+    if said.corrupted:
+        assert "corrupt" in run.stderr, run.stderr
+    _assert_left_intact(target, said)
+
+
+@pytest.mark.parametrize("version", RELEASES, ids=[f"glibc-{v}" for v in RELEASES])
+@pytest.mark.parametrize("half", [0, 1], ids=["cases-1", "cases-2"])
+def test_named_corruptions_are_reported_never_called_into(
+    version: str, half: int, fake_gdb: tuple[Path, Path]
+) -> None:
+    """The issue's cases, four per target (one per arena), beside an intact main arena."""
+    specs = ["intact", *NAMED[half * 4 : half * 4 + 4]]
+    with corrupt_target(version, specs) as (target, said):
+        assert set(said.corrupted) == {1, 2, 3, 4}
+        _check_inspect(target, said, fake_gdb)
+        _check_trim(target, said, fake_gdb)
+
+
+@pytest.mark.parametrize("version", RELEASES, ids=[f"glibc-{v}" for v in RELEASES])
+def test_an_intact_heap_is_not_reported_corrupt(version: str) -> None:
+    """The control: four intact arenas. Here the real gdb is on PATH: on glibc 2.31 with
+    tcache off the read does not find mp_ (its shape reads two ways) and falls back to gdb's
+    malloc_info, which is allowed on a heap that is not corrupt."""
+    with corrupt_target(version, ["intact"] * 4) as (target, said):
+        assert not said.corrupted
+        run = _run(["inspect", "--json", str(target.pid)], Path("/nonexistent"))
+        _assert_sound_run(run, False)
+        _assert_left_intact(target, said)
+        document = json.loads(run.stdout)
+        assert document["schema"] == "memforensics/heap/1"
+        assert "corrupt" not in run.stderr
+
+
+def _seed_batches(seeds: range) -> list[tuple[str, list[int]]]:
+    batches = [
+        list(seeds[i : i + SEEDS_PER_TARGET]) for i in range(0, len(seeds), SEEDS_PER_TARGET)
+    ]
+    return [(RELEASES[n % len(RELEASES)], batch) for n, batch in enumerate(batches)]
+
+
+def _fuzz(version: str, batch: list[int], fake: tuple[Path, Path], *, trim: bool) -> None:
+    specs = ["intact", *(str(seed) for seed in batch)]
+    with corrupt_target(version, specs) as (target, said):
+        assert set(said.corrupted) == set(range(1, len(specs))), said.corrupted
+        _check_inspect(target, said, fake)
+        if trim:
+            _check_trim(target, said, fake)
+
+
+@pytest.mark.parametrize(
+    ("version", "batch"),
+    _seed_batches(DEFAULT_SEEDS),
+    ids=[f"glibc-{v}-seeds-{b[0]}-{b[-1]}" for v, b in _seed_batches(DEFAULT_SEEDS)],
+)
+def test_fuzzed_headers_are_reported(
+    version: str, batch: list[int], fake_gdb: tuple[Path, Path]
+) -> None:
+    _fuzz(version, batch, fake_gdb, trim=batch[0] % 5 == 1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("version", "batch"),
+    _seed_batches(SLOW_SEEDS),
+    ids=[f"glibc-{v}-seeds-{b[0]}-{b[-1]}" for v, b in _seed_batches(SLOW_SEEDS)],
+)
+def test_fuzzed_headers_are_reported_slow(
+    version: str, batch: list[int], fake_gdb: tuple[Path, Path]
+) -> None:
+    _fuzz(version, batch, fake_gdb, trim=True)
+
+
+@pytest.mark.parametrize("version", RELEASES, ids=[f"glibc-{v}" for v in RELEASES])
+def test_gdb_given_is_refused_on_a_corrupt_heap_unless_the_risk_is_accepted(
+    version: str, fake_gdb: tuple[Path, Path]
+) -> None:
+    """`--gdb` reads memory first: a corrupt heap is refused (exit 8) before gdb attaches
+    (the fake gdb may be started to be checked, never given the target); with
+    --accept-corrupt-heap-risk the gdb way goes ahead (here the fake gdb then fails)."""
+    folder, record = fake_gdb
+    gdb = str(folder / "gdb")
+    with corrupt_target(version, ["intact", "cycle", "fastloop"]) as (target, said):
+        pid = str(target.pid)
+        for command_line in (["inspect", "--gdb", gdb, pid], ["trim", "--gdb", gdb, pid]):
+            run = _run(command_line, folder)
+            _assert_sound_run(run, True)
+            assert "no call is made into a corrupt heap" in run.stderr, run.stderr
+            started = record.read_text() if record.exists() else ""
+            assert pid not in started and "attach" not in started, started
+            _assert_left_intact(target, said)
+        run = _run(["inspect", "--gdb", gdb, "--accept-corrupt-heap-risk", pid], folder)
+        assert run.exit_code not in (0, EXIT_CORRUPT), run.stderr
+        _assert_left_intact(target, said)
+
+
+def test_a_corrupt_core_is_reported_within_bounds(
+    tmp_path: Path, fake_gdb: tuple[Path, Path]
+) -> None:
+    """A core of a corrupt heap (gdb's gcore of the target) is bad input too: the same
+    findings, exit 8, within the deadline and the RSS bound; nothing live is touched."""
+    core = tmp_path / "corrupt.core"
+    with corrupt_target(RELEASES[1], ["cycle", "topsize", "fastloop"]) as (target, said):
+        from tests.integration.test_corefile_live import _gcore
+
+        _gcore(target.pid, core)
+        binary = Path(os.readlink(f"/proc/{target.pid}/exe"))
+    folder, _record = fake_gdb
+    run = _run(["inspect", "--json", "--core", str(core), "--exe", str(binary)], folder)
+    _assert_sound_run(run, True)
+    document = json.loads(run.stdout)
+    assert missing_keys(document, "memforensics/heap-corrupt/1") == []
+    found = {int(f["arena_address"], 16) for f in document["corruption"]}
+    assert set(said.arenas.values()) <= found, (said, document["corruption"])
+
+
+def test_the_html_page_names_each_failed_check(tmp_path: Path, fake_gdb: tuple[Path, Path]) -> None:
+    """`inspect --html FILE` on a corrupt heap writes the findings' page (exit 8)."""
+    page = tmp_path / "heap.html"
+    folder, record = fake_gdb
+    with corrupt_target(RELEASES[1], ["intact", "cycle", "topsize"]) as (target, said):
+        run = _run(["inspect", "--html", str(page), str(target.pid)], folder)
+        _assert_sound_run(run, True)
+        assert not record.exists()
+        _assert_left_intact(target, said)
+    text = page.read_text()
+    assert "the heap is corrupt" in text
+    for number in said.corrupted:
+        assert f"{said.arenas[number]:#x}" in text  # each corrupted arena's row
+    assert "malloc(): corrupted top size" in text
