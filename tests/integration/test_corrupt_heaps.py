@@ -20,6 +20,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -111,28 +112,41 @@ class Run:
     peak_rss_kib: int
 
 
+# Runs the command as its child and reports its peak RSS: wait4's ru_maxrss of a process
+# forked from this test process would count this process's own peak too (the kernel keeps the
+# parent's high-water mark across fork and exec), and the suite's process grows large.
+_MEASURE = (
+    "import os, subprocess, sys\n"
+    "child = subprocess.Popen(sys.argv[1:])\n"
+    "_, status, usage = os.wait4(child.pid, 0)\n"
+    "sys.stderr.write(f'\\n@peak-rss-kib {usage.ru_maxrss}\\n')\n"
+    "sys.exit(os.waitstatus_to_exitcode(status))\n"
+)
+
+
 def _run(args: list[str], path_first: Path) -> Run:
-    """One memforensics command, its wall time and its own peak RSS (wait4)."""
+    """One memforensics command, its wall time and its own peak RSS (wait4, see _MEASURE)."""
     env = dict(os.environ, PATH=f"{path_first}:{os.environ['PATH']}")
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         started = time.monotonic()
-        proc = subprocess.Popen([*MEMFORENSICS, *args], stdout=out, stderr=err, env=env)
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() - started > DEADLINE_SECONDS + 30:
-                proc.kill()
-                proc.wait()
-                pytest.fail(f"{args} still running after {DEADLINE_SECONDS + 30} s")
-            time.sleep(0.01)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _MEASURE, *MEMFORENSICS, *args],
+            stdout=out,
+            stderr=err,
+            env=env,
+            start_new_session=True,
+        )
+        try:
+            proc.wait(timeout=DEADLINE_SECONDS + 30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            pytest.fail(f"{args} still running after {DEADLINE_SECONDS + 30} s")
         seconds = time.monotonic() - started
-        proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        return Run(
-            proc.returncode, out.read().decode(), err.read().decode(), seconds, usage.ru_maxrss
-        )
+        stderr, _, peak = err.read().decode().rpartition("\n@peak-rss-kib ")
+        return Run(proc.returncode, out.read().decode(), stderr, seconds, int(peak))
 
 
 def _assert_left_intact(target: Target, said: Corrupted) -> None:

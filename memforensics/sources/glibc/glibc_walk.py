@@ -139,6 +139,7 @@ class ArenaWalker:
         self._lazy_in_stop = held and resident <= HELD_LAZY_MAX_BYTES
         self._fill_pages = _LAZY_FILL_PAGES
         self._max_chunks: int | None = None  # a list longer than this reads as inconsistent
+        self._lazy_left = 0  # chunks a lazy round (in a stop) may still read
         self._deadline = float("inf")
 
     def close(self) -> None:
@@ -332,15 +333,7 @@ class ArenaWalker:
             # which a busy allocator holds often: a chase round gets a short time box.
             self._deadline = min(deadline, clock() + CHASE_SECONDS) if chase else deadline
             lazy_round = lazy and attempt == 0
-            if attempt == 0 and snapshot is not None:
-                fresh: ArenaState | None = snapshot
-            elif lazy_round:
-                # The caller read ``state`` in this stop, and the target has not moved since.
-                self._reset(_LAZY_FILL_PAGES)
-                fresh = state
-                lazy_left = HELD_LAZY_MAX_CHUNKS
-            else:
-                fresh = self._snapshot(state, chase=chase)
+            fresh = self._round_state(state, snapshot if attempt == 0 else None, lazy_round, chase)
             if fresh is None:
                 break
             state = fresh
@@ -350,40 +343,9 @@ class ArenaWalker:
                 # unsorted bin into a large bin that the earlier state showed empty.
                 pending = [_FASTBIN, *_nonempty_bins(state, 1)]
                 self._measure_top(state, walk)
-            failed: list[int] = []
-            inconsistent: list[int] = []
-            for position, index in enumerate(pending):
-                if clock() > self._deadline:
-                    walk.budget_reached = clock() > deadline
-                    failed.extend(pending[position:])
-                    break
-                if chase:
-                    state = self._reread_heads(state, index)
-                if lazy_round:
-                    # Fastbins wait for the whole copy: a long one read lazily would also
-                    # decide safe-linking from a list cut short.
-                    if (index == _FASTBIN and any(state.fastbins)) or lazy_left <= 0:
-                        failed.append(index)
-                        continue
-                    self._max_chunks = lazy_left
-                try:
-                    result = self._walk_bin(state, index)
-                except OutOfTime:
-                    walk.budget_reached = clock() > deadline
-                    failed.extend(pending[position:])
-                    break
-                if result is None:
-                    failed.append(index)
-                    inconsistent.append(index)
-                else:
-                    if lazy_round:
-                        lazy_left -= result[0]
-                    self._add(walk, result)
-                    walk.bins[index] = (result[0], result[1])
-                    if index == _FASTBIN:
-                        walk.fastbin_chunks = self._fastbin_chunks
-                    else:
-                        walk.bin_sizes[index] = (result[0], *result[4:7])
+            state, failed, inconsistent = self._walk_bins(
+                state, pending, walk, deadline=deadline, chase=chase, lazy_round=lazy_round
+            )
             # A copy made while every thread was held cannot have moved: a list that fails
             # there is corrupt (named by heap_checks), and is not read again.
             stop_copy = self._static or (
@@ -405,6 +367,74 @@ class ArenaWalker:
             self._check(state, walk, ())
         walk.unmeasured_bins.extend(sorted({*pending, *corrupt_bins}))
         return walk
+
+    def _round_state(
+        self, state: ArenaState, snapshot: ArenaState | None, lazy_round: bool, chase: bool
+    ) -> ArenaState | None:
+        """The arena's state a round walks from: the caller's ``snapshot`` (first round), the
+        state read in this stop (a lazy round: the target has not moved), else a fresh
+        snapshot (None when it cannot be read)."""
+        if snapshot is not None:
+            return snapshot
+        if lazy_round:
+            self._reset(_LAZY_FILL_PAGES)
+            self._lazy_left = HELD_LAZY_MAX_CHUNKS
+            return state
+        return self._snapshot(state, chase=chase)
+
+    def _walk_bins(
+        self,
+        state: ArenaState,
+        pending: list[int],
+        walk: ArenaWalk,
+        *,
+        deadline: float,
+        chase: bool,
+        lazy_round: bool,
+    ) -> tuple[ArenaState, list[int], list[int]]:
+        """One round over the bins of ``pending``: each measured into ``walk``, or left
+        (failed) for a later round; (the state, failed, those read inconsistently)."""
+        clock = time.monotonic
+        failed: list[int] = []
+        inconsistent: list[int] = []
+        for position, index in enumerate(pending):
+            if clock() > self._deadline:
+                walk.budget_reached = clock() > deadline
+                failed.extend(pending[position:])
+                break
+            if chase:
+                state = self._reread_heads(state, index)
+            if lazy_round and not self._lazy_may_walk(state, index):
+                failed.append(index)
+                continue
+            try:
+                result = self._walk_bin(state, index)
+            except OutOfTime:
+                walk.budget_reached = clock() > deadline
+                failed.extend(pending[position:])
+                break
+            if result is None:
+                failed.append(index)
+                inconsistent.append(index)
+                continue
+            if lazy_round:
+                self._lazy_left -= result[0]
+            self._add(walk, result)
+            walk.bins[index] = (result[0], result[1])
+            if index == _FASTBIN:
+                walk.fastbin_chunks = self._fastbin_chunks
+            else:
+                walk.bin_sizes[index] = (result[0], *result[4:7])
+        return state, failed, inconsistent
+
+    def _lazy_may_walk(self, state: ArenaState, index: int) -> bool:
+        """Whether a lazy round walks bin ``index`` (capped at what it has left). Fastbins
+        wait for the whole copy: a long one read lazily would also decide safe-linking from a
+        list cut short."""
+        if (index == _FASTBIN and any(state.fastbins)) or self._lazy_left <= 0:
+            return False
+        self._max_chunks = self._lazy_left
+        return True
 
     def _check(self, state: ArenaState, walk: ArenaWalk, indexes: Sequence[int]) -> set[int]:
         """heap_checks over a copy made in a stop: the bins of ``indexes`` (read back

@@ -320,6 +320,38 @@ def walk_fastbin_copies(
     )
 
 
+def _segment_holding(segments: Sequence[Segment], starts: list[int], chunk: int) -> Segment | None:
+    """The segment whose copy holds ``chunk``'s 32-byte header, or None."""
+    position = bisect.bisect_right(starts, chunk) - 1
+    if position < 0:
+        return None
+    segment = segments[position]
+    return segment if 0 <= chunk - segment.start <= segment.length - 32 else None
+
+
+def _next_checkpoint(count: int, limit: int, deadline: float, clock: Callable[[], float]) -> int:
+    """The count of chunks at which a list's walk looks again at its limit and the clock;
+    -1 when ``count`` is past the limit (a cycle). OutOfTime past ``deadline``."""
+    if count > limit:
+        return -1
+    if not count & CLOCK_EVERY_CHUNKS and clock() > deadline:
+        raise OutOfTime
+    return min(limit + 1, (count | CLOCK_EVERY_CHUNKS) + 1)
+
+
+def _foot_matches(segment: Segment, offset: int, size: int, shift: int, fill: Fill | None) -> bool:
+    """glibc's set_foot: the next chunk's prev_size repeats a binned chunk's size. Checked
+    where that word is in the copy, on a page in RAM (else it passes)."""
+    foot = offset + size
+    pages = segment.pages
+    if foot + 8 > segment.length or not (pages.all_resident or pages.present[foot >> shift]):
+        return True
+    # (On the header's page, the fill that copied the header copied it too.)
+    if fill is not None and foot >> shift != offset >> shift and not segment.filled[foot >> shift]:
+        fill(segment, foot >> shift)
+    return bool(segment.words[foot >> 3] == size)
+
+
 def follow_list(
     segments: Sequence[Segment],
     head: int,
@@ -367,16 +399,14 @@ def follow_list(
     while chunk != head:
         offset = chunk - start
         if not 0 <= offset <= length - 32:
-            position = bisect.bisect_right(starts, chunk) - 1
-            if position < 0:
+            found = _segment_holding(segments, starts, chunk)
+            if found is None:
                 return None
-            segment = segments[position]
+            segment = found
             start, length, pages = segment.start, segment.length, segment.pages
             words, filled = segment.words, segment.filled
             prefix, all_resident = pages.prefix, pages.all_resident
             offset = chunk - start
-            if not 0 <= offset <= length - 32:
-                return None
         if chunk & 15:
             return None
         if fill is not None and not filled[offset >> shift]:
@@ -385,29 +415,22 @@ def follow_list(
         if words[slot + 3] != previous:
             return None
         count += 1
-        if count >= checkpoint:
-            if count > limit:
-                return None
-            if not count & CLOCK_EVERY_CHUNKS and clock() > deadline:
-                raise OutOfTime
-            checkpoint = min(limit + 1, (count | CLOCK_EVERY_CHUNKS) + 1)
+        if (
+            count >= checkpoint
+            and (checkpoint := _next_checkpoint(count, limit, deadline, clock)) < 0
+        ):
+            return None  # more chunks than the heaps can hold: a cycle
         raw = words[slot + 1]
         size = raw & ~7
-        if not low <= size <= high or offset + size > length:
+        if (
+            not low <= size <= high
+            or offset + size > length
+            or not _foot_matches(segment, offset, size, shift, fill)
+        ):
             return None
-        # glibc's set_foot: the next chunk's prev_size repeats a binned chunk's size, checked
-        # where that word is in the copy, on a page in RAM.
-        foot = offset + size
-        if foot + 8 <= length and (all_resident or pages.present[foot >> shift]):
-            # (On the header's page, the fill that copied the header copied it too.)
-            if fill is not None and foot >> shift != offset >> shift and not filled[foot >> shift]:
-                fill(segment, foot >> shift)
-            if words[foot >> 3] != size:
-                return None
         total += size
         raw_total += raw
-        if count == 1 or raw < raw_min:
-            raw_min = raw
+        raw_min = raw if count == 1 else min(raw_min, raw)
         raw_max = max(raw_max, raw)
         # Every page of the chunk resident (the segment's, or the prefix sums say so)?
         if (
@@ -417,8 +440,7 @@ def follow_list(
             > last - first
         ):
             resident += size
-            if size >= min_trim:
-                trimmable += whole_pages(chunk, size, page)
+            trimmable += whole_pages(chunk, size, page) if size >= min_trim else 0
         else:
             resident += pages.resident_bytes(chunk, chunk + size)
             trimmable += pages.whole_pages_resident_bytes(*glibc.mtrim_span(chunk, size, page))
