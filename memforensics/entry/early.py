@@ -43,7 +43,17 @@ VALUE_OPTIONS = frozenset(
         "--html",
     }
 )
-FLAG_OPTIONS = frozenset({"--json", "--allow-stopped", "--read-only", "--pins", "-v", "--verbose"})
+FLAG_OPTIONS = frozenset(
+    {
+        "--json",
+        "--allow-stopped",
+        "--read-only",
+        "--pins",
+        "--accept-corrupt-heap-risk",
+        "-v",
+        "--verbose",
+    }
+)
 
 _scans: dict[int, BackgroundScan] = {}
 

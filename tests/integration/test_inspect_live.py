@@ -151,14 +151,20 @@ def test_name_selects_targets() -> None:
 
 
 def _attached_by_gdb(target: Target) -> int:
-    """Wait until some gdb traces the target; return the tracer's PID."""
+    """Wait until gdb traces the target; return gdb's PID. (memforensics itself may hold the
+    target a moment first: `--gdb` reads the heap from memory before any call, to refuse a
+    corrupt one; its tracer is not gdb.)"""
     tracer: list[int] = []
 
     def traced() -> bool:
         value = int(_status(target.pid)["TracerPid"])
-        if value:
+        try:
+            by_gdb = value != 0 and Path(f"/proc/{value}/comm").read_text().strip() == "gdb"
+        except OSError:
+            by_gdb = False
+        if by_gdb:
             tracer.append(value)
-        return bool(value)
+        return by_gdb
 
     _wait_for(traced, 20, "gdb to attach")
     return tracer[-1]
