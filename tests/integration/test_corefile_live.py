@@ -45,12 +45,12 @@ from memforensics.sources.core.elf64 import (
 )
 from memforensics.sources.proc.procmaps import Mapping, read_maps
 from memforensics.sources.proc.procmem import ProcessMemoryReader
+from tests.support.gcore import gcore as write_gcore
 from tests.support.targets import Target, c_target, live_skip_reason
 
 pytestmark = pytest.mark.integration
 
 THREADS = 3
-GDB_TIMEOUT_SECONDS = 120
 MAGIC = 0x5EEDC0DE00000000
 # pause(2) on x86-64, and rt_sigsuspend(2) where a libc implements pause() with it.
 PAUSE_SYSCALLS = ("34", "130")
@@ -127,27 +127,6 @@ def _snapshot(target: Target) -> LiveProcess:
     )
 
 
-def _gcore(pid: int, core: Path) -> None:
-    result = subprocess.run(
-        [
-            "gdb",
-            "--batch",
-            "-nx",
-            "-iex",
-            "set debuginfod enabled off",
-            "-p",
-            str(pid),
-            "-ex",
-            f"gcore {core}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=GDB_TIMEOUT_SECONDS,
-        check=False,
-    )
-    assert core.is_file(), f"gcore wrote no core: {result.stdout}{result.stderr}"
-
-
 def kernel_core_skip_reason() -> str | None:
     """Why the kernel cannot write a core into a test's directory here, or None."""
     pattern = Path("/proc/sys/kernel/core_pattern").read_text().strip()
@@ -169,7 +148,7 @@ def gcore(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveProces
     try:
         with c_target("core_target", str(directory), str(THREADS)) as target:
             live = _snapshot(target)
-            _gcore(target.pid, path)
+            write_gcore(target.pid, path)
             assert target.alive() and target.state() == "S", "gcore left the target stopped"
         with CoreFile(path) as core:
             yield live, core
