@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from memforensics.cli import cli
 from memforensics.errors import EXIT_TOOLING, GdbUnavailableError
+from memforensics.sources.gdb import gdb_probe
 from memforensics.sources.gdb.gdb_probe import check_call_restores, cpu_has_amx
 from tests.support.targets import c_target
 
@@ -61,3 +64,23 @@ def test_the_probe_names_the_failure_on_this_machine() -> None:
         assert "cannot make a call safely" in exc.message
     else:
         raise AssertionError("gdb 13 on an AMX CPU passed the probe")
+
+
+def test_a_verdict_is_kept_per_binary_and_probed_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probe costs a gdb start and a call: it runs once per gdb binary (and kernel), its
+    verdict kept in the user's cache and found again by the next run."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    starts = tmp_path / "starts"
+    fake = tmp_path / "gdb"
+    fake.write_text(f"#!/bin/sh\necho started >> {starts}\n")
+    fake.chmod(0o755)
+    info = fake.stat()
+    key = (str(fake), info.st_mtime_ns, info.st_size)
+    assert gdb_probe._remembered(key) is None  # not a gdb: no call made, not the probe's to judge
+    assert gdb_probe._remembered(key) is None
+    assert starts.read_text().count("started") == 1
+    kept = Path(gdb_probe._verdict_file(key))
+    kept.write_text("it cannot write back this CPU's extended register state")
+    assert gdb_probe._remembered(key) == "it cannot write back this CPU's extended register state"

@@ -11,14 +11,17 @@ called function's frame: the process dies when it resumes. Elsewhere no probe is
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import subprocess
 
 from memforensics.errors import GdbUnavailableError
 
 PROBE_SECONDS = 20.0
+_FINE = "fine"
 _XSTATE_FAILURE = "Couldn't write extended state"
-# (realpath, mtime, size) of a gdb binary -> why it cannot restore a thread (None: it can).
+# (realpath, mtime, size) of a gdb binary -> why it cannot restore a thread (None: it can);
+# kept in this user's cache too, so that a run pays for the probe once per binary and kernel.
 _verdicts: dict[tuple[str, int, int], str | None] = {}
 
 
@@ -64,6 +67,33 @@ def _probe(gdb: str) -> str | None:
         child.wait()
 
 
+def _verdict_file(key: tuple[str, int, int]) -> str:
+    """Where this user's cache keeps the verdict on one gdb binary, for this kernel."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    text = f"{key}|{os.uname().release}"
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return os.path.join(base, "memforensics", f"gdb-probe-{digest}")
+
+
+def _remembered(key: tuple[str, int, int]) -> str | None:
+    """The probe's verdict on the gdb of ``key``: from this user's cache where an earlier
+    run kept it (the same binary, the same kernel), else probed now and kept (written whole:
+    a temporary file renamed into place)."""
+    path = _verdict_file(key)
+    with contextlib.suppress(OSError, UnicodeDecodeError), open(path, encoding="utf-8") as f:
+        kept = f.read(4096)
+        if kept:
+            return None if kept == _FINE else kept
+    why = _probe(key[0])
+    with contextlib.suppress(OSError):
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        temporary = f"{path}.{os.getpid()}"
+        with open(temporary, "w", encoding="utf-8") as f:
+            f.write(why or _FINE)
+        os.replace(temporary, path)
+    return why
+
+
 def check_call_restores(gdb: str) -> None:
     """GdbUnavailableError (exit 5) when ``gdb`` cannot put a thread back after a call on
     this machine (see the module); the target is not touched."""
@@ -75,7 +105,7 @@ def check_call_restores(gdb: str) -> None:
         return  # the start of gdb reports it
     key = (os.path.realpath(gdb), info.st_mtime_ns, info.st_size)
     if key not in _verdicts:
-        _verdicts[key] = _probe(gdb)
+        _verdicts[key] = _remembered(key)
     why = _verdicts[key]
     if why is not None:
         raise GdbUnavailableError(
