@@ -303,9 +303,9 @@ def test_a_corrupt_core_is_reported_within_bounds(
     findings, exit 8, within the deadline and the RSS bound; nothing live is touched."""
     core = tmp_path / "corrupt.core"
     with corrupt_target(RELEASES[1], ["cycle", "topsize", "fastloop"]) as (target, said):
-        from tests.integration.test_corefile_live import _gcore
+        from tests.support.gcore import gcore
 
-        _gcore(target.pid, core)
+        gcore(target.pid, core)
         binary = Path(os.readlink(f"/proc/{target.pid}/exe"))
     folder, _record = fake_gdb
     run = _run(["inspect", "--json", "--core", str(core), "--exe", str(binary)], folder)
