@@ -46,6 +46,8 @@ from memforensics.sources.proc import procfs
 from memforensics.sources.proc.procfs import pid_alive
 from memforensics.sources.proc.procmem import TargetMemory
 
+# A non-stop interrupt that has not stopped its thread after this long is sent again.
+_INTERRUPT_AGAIN_SECONDS = 0.5
 # Non-stop run-forward: how long the threads run between two looks.
 _RESAMPLE_SECONDS = 0.002
 # How long cleanup may wait for gdb to stop a running target or delete breakpoints.
@@ -208,12 +210,21 @@ class ThreadControl:
                 return str(payload.get("id")) == thread_id
             return _is_stopped(record) and str(payload.get("thread-id")) == thread_id
 
-        try:
-            record = mi.wait_async(
-                this_thread, timeout_seconds=max(deadline - time.monotonic(), 0.1)
-            )
-        except MiTimeout:
-            self._give_up(f"thread {thread_id} did not stop when interrupted")
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                record = mi.wait_async(
+                    this_thread, timeout_seconds=max(min(left, _INTERRUPT_AGAIN_SECONDS), 0.1)
+                )
+                break
+            except MiTimeout:
+                if left <= _INTERRUPT_AGAIN_SECONDS:
+                    self._give_up(f"thread {thread_id} did not stop when interrupted")
+            # gdb can lose a non-stop interrupt of a thread that a stream of signals keeps
+            # stopping and resuming (a 2 ms SIGALRM): ask again. A thread that stopped
+            # meanwhile makes gdb refuse this one; its stop is still on its way.
+            with contextlib.suppress(MemforensicsError):
+                self._command(f"-exec-interrupt --thread {thread_id}")
         return record.get("message") != "thread-exited"
 
     def _release(self, thread_id: str) -> None:
