@@ -1,5 +1,5 @@
 """Build hook for the optional C accelerators: the residency walk's copy and loops, the
-census walk's window loop, and the ptrace hold's per-thread requests.
+census walk's window loop and its classifying loops, and the ptrace hold's per-thread requests.
 
 Everything else is declared in pyproject.toml. The extensions are optional: without a C
 compiler ``pip install .`` still succeeds and memforensics uses its pure-Python loops.
@@ -17,6 +17,11 @@ setup(
         Extension(
             "memforensics.sources.glibc._heapwindow",
             ["memforensics/sources/glibc/_heapwindow.c"],
+            optional=True,
+        ),
+        Extension(
+            "memforensics.sources.census._censuswindow",
+            ["memforensics/sources/census/_censuswindow.c"],
             optional=True,
         ),
         Extension(

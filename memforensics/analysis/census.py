@@ -14,6 +14,7 @@ unknown by size class), and the tally of a census into its lines.
 from __future__ import annotations
 
 import bisect
+from array import array
 from collections.abc import Sequence
 
 from memforensics.model.census import Census, CensusRead, CensusType
@@ -36,6 +37,9 @@ class HeapRanges:
                 merged.append((start, end))
         self.starts = [s for s, _ in merged]
         self.ends = [e for _, e in merged]
+        # The same spans as machine words, for the census's C loop.
+        self.starts_array = array("Q", self.starts)
+        self.ends_array = array("Q", self.ends)
         self.low = self.starts[0] if merged else 0
         self.high = self.ends[-1] if merged else 0
 
@@ -109,6 +113,17 @@ class Tally:
             line[0] += 1
             line[1] += size_bytes
         self.live_chunks += 1
+        self.live_bytes += size_bytes
+
+    def add_many(self, name: str, kind: str, count: int, size_bytes: int) -> None:
+        """``count`` chunks of ``size_bytes`` in all."""
+        line = self.lines.get((name, kind))
+        if line is None:
+            self.lines[(name, kind)] = [count, size_bytes]
+        else:
+            line[0] += count
+            line[1] += size_bytes
+        self.live_chunks += count
         self.live_bytes += size_bytes
 
     def unread(self, size_bytes: int) -> None:

@@ -15,14 +15,21 @@ from __future__ import annotations
 import datetime
 import os
 import time
-from collections import Counter
+from array import array
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from memforensics.analysis.census import HeapRanges, Tally, build_census, classify_bytes
+from memforensics.analysis.census import (
+    HeapRanges,
+    Tally,
+    build_census,
+    classify_bytes,
+    size_class,
+)
 from memforensics.errors import InputDataError
 from memforensics.model.census import Census, CensusRead
 from memforensics.model.chunks import ProcessChunks
+from memforensics.sources import optional_native
 from memforensics.sources.census.filemem import FileBackedReads
 from memforensics.sources.census.pymalloc import scan_pools
 from memforensics.sources.census.pyobjects import PythonTypes
@@ -36,6 +43,34 @@ _COOKIE_MAX = 1 << 24  # an array cookie (the element count) is below this
 _KNOWN_MAX = 1 << 16  # distinct vptrs remembered with their line
 _MAKE_SHARED = "std::_Sp_counted_ptr_inplace<"
 _SHARED_PTR = "std::_Sp_counted_ptr<"
+_PLAIN_KINDS = ("zeros", "text", "pointers")  # plain_census' order
+_native = optional_native("memforensics.sources.census._censuswindow")
+
+
+def _as_words(values: Sequence[int]) -> array[int]:
+    """``values`` as an array of machine words (the C loops take buffers)."""
+    return values if isinstance(values, array) else array("Q", values)
+
+
+def live_groups(
+    firsts: Sequence[int], sizes: Sequence[int], states: bytes | bytearray
+) -> dict[int, list[int]]:
+    """The live chunks (state 0) grouped by their first data word: {word: [count, bytes]}
+    (in C where built)."""
+    if _native is not None:
+        groups: dict[int, list[int]] = _native.live_groups(firsts, sizes, states)
+        return groups
+    groups = {}
+    for word, size, state in zip(firsts, sizes, states, strict=True):
+        if state:
+            continue
+        line = groups.get(word)
+        if line is None:
+            groups[word] = [1, size]
+        else:
+            line[0] += 1
+            line[1] += size
+    return groups
 
 
 def _first_argument(name: str, prefix: str) -> str:
@@ -114,40 +149,74 @@ class Classifier:
         if pages is not None and not pages.all_resident:
             self._one_by_one(ref, view, base, addresses, sizes, states)
             return
-        tally = self.tally
-        lines = tally.lines
-        known = self._known
+        addresses, sizes = _as_words(addresses), _as_words(sizes)
         firsts = first_words(view, base, addresses)
-        # Chunks grouped by (first word, size, state) at C speed: a vptr seen before names a
-        # whole group by one look-up; only the other chunks are looked at one by one.
-        unknown: set[int] = set()
-        live = total = 0
-        for (word, size, state), count in Counter(zip(firsts, sizes, states, strict=True)).items():
-            if state:  # only LIVE (0) chunks are counted
-                continue
-            key = known.get(word)
+        undecided: set[int] = set()
+        for word, (count, size_bytes) in live_groups(firsts, sizes, states).items():
+            key = self._known.get(word) or self._vptr_key(word)
             if key is None:
-                unknown.add(word)
-                continue
-            line = lines.get(key)
-            if line is None:
-                lines[key] = [count, count * size]
+                undecided.add(word)
             else:
-                line[0] += count
-                line[1] += count * size
-            live += count
-            total += count * size
-        tally.live_chunks += live
-        tally.live_bytes += total
-        if unknown:
-            for address, size, state, word in zip(addresses, sizes, states, firsts, strict=True):
-                if state or word not in unknown:
-                    continue
-                offset = address + 16 - base
-                key = self.name(view[offset : offset + min(size - 16, LOOK_BYTES)], size)
-                if key[1] == "c++" and not key[0].endswith("[]") and len(known) < _KNOWN_MAX:
-                    known[word] = key
-                tally.add(key[0], key[1], size)
+                self.tally.add_many(key[0], key[1], count, size_bytes)
+        if undecided:
+            self._by_bytes(view, base, addresses, sizes, states, firsts, undecided)
+
+    def _vptr_key(self, word: int) -> tuple[str, str] | None:
+        """The line of the chunks whose first word is ``word`` when it is a vptr (RTTI names
+        it: name() would say the same of each), remembered; None when it is not one."""
+        if not self.rtti.usable:
+            return None
+        found = self.rtti.name(word)
+        if found is None:
+            return None
+        key = (cxx_name(found), "c++")
+        if len(self._known) < _KNOWN_MAX:
+            self._known[word] = key
+        return key
+
+    def _by_bytes(
+        self,
+        view: memoryview,
+        base: int,
+        addresses: Sequence[int],
+        sizes: Sequence[int],
+        states: bytes | bytearray,
+        firsts: Sequence[int],
+        words: set[int],
+    ) -> None:
+        """The live chunks whose first word is in ``words`` (no vptr), each named by name():
+        in one C pass where built and no Python object can be among them, the chunks it
+        cannot judge alone (a possible array cookie, non-ASCII text) then one by one."""
+        tally = self.tally
+        picks: Sequence[int]
+        if _native is not None and not self.python.usable:
+            kinds, by_size, picks = _native.plain_census(
+                view,
+                base,
+                addresses,
+                sizes,
+                states,
+                firsts,
+                array("Q", sorted(words)),
+                LOOK_BYTES,
+                self.heap.starts_array,
+                self.heap.ends_array,
+                _COOKIE_MAX if self.rtti.usable else 0,
+            )
+            for kind, (count, size_bytes) in zip(_PLAIN_KINDS, kinds, strict=True):
+                if count:
+                    tally.add_many(kind, kind, count, size_bytes)
+            for size, (count, size_bytes) in by_size.items():
+                tally.add_many(size_class(size), "unknown", count, size_bytes)
+        else:
+            picks = [i for i, word in enumerate(firsts) if not states[i] and word in words]
+        for i in picks:
+            size = sizes[i]
+            offset = addresses[i] + 16 - base
+            key = self.name(view[offset : offset + min(size - 16, LOOK_BYTES)], size)
+            if key[1] == "c++" and not key[0].endswith("[]") and len(self._known) < _KNOWN_MAX:
+                self._known[firsts[i]] = key
+            tally.add(key[0], key[1], size)
 
     def _one_by_one(
         self,
