@@ -10,7 +10,7 @@
  *   high         walk headers below this address
  *   last_header  a chunk whose next header lies above this is left to the caller (pending)
  *   limit        the heap's end; top_at the top chunk's address (or -1 as 2**64-1)
- *   skip_until   chunks ending below this are walked, not recorded (a walk gone back)
+ *   skip_until   chunks ending at or below this are walked, not recorded (a walk gone back)
  *   fast         a set of the arena's fastbin chunk addresses, or None
  *   keys         a tuple of tcache keys (a chunk up to 0x410 bytes whose second data word
  *                is one is in a tcache)
@@ -75,7 +75,7 @@ static PyObject *headers(PyObject *self, PyObject *args) {
             stop = 1;
             break;
         }
-        if (following < skip_until) {
+        if (following <= skip_until) {
             at = following;
             continue;
         }

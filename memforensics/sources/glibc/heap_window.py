@@ -77,7 +77,7 @@ class _Window:
     top_at: int  # the arena's top (-1: unknown)
     all_present: bool  # every page of the heap is present (no header needs checking)
     native: bool  # the common chunks are walked in C
-    skip_until: int  # a walk gone back: chunks ending below this were emitted before
+    skip_until: int  # a walk gone back: chunks ending at or below this were emitted before
     resync: tuple[int, int] | None  # this is a walk gone back (from, emitted to)
     entry_at: int  # the first header this window walks
     addresses: array[int] = field(default_factory=lambda: array("Q"))
@@ -356,7 +356,7 @@ class HeapWalk:
             following = at + size
             if size < 32 or size & 15 or following > limit or at == top_at:
                 return at, _RARE  # the top, a sub-heap's fenceposts, a header that fails
-            if following < skip_until:  # emitted before the walk went back
+            if following <= skip_until:  # emitted before the walk went back
                 at = following
                 continue
             if following > last_header:
