@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import struct
 import time
 from collections.abc import Callable
@@ -24,9 +25,9 @@ from memforensics.errors import (
     NoSuchProcessError,
     NotGlibcMallocError,
     TargetError,
-    ThreadVanishedError,
     ToolingError,
 )
+from memforensics.sources.gdb.call_context import entry_point
 from memforensics.sources.gdb.gdb_probe import check_call_restores
 from memforensics.sources.gdb.gdb_setup import (
     gdb_error,
@@ -39,7 +40,6 @@ from memforensics.sources.gdb.gdb_setup import (
 from memforensics.sources.gdb.gdb_spawn import GdbProcess, find_gdb, take_gdb
 from memforensics.sources.gdb.gdb_threads import CLEANUP_SECONDS, ThreadControl
 from memforensics.sources.gdb.gdbmi import MiError, MiGdbExited, MiResult, MiTimeout, MiTransport
-from memforensics.sources.gdb.safepoint import in_allocator
 from memforensics.sources.gdb.signals import TerminationHandlers, deferred_signals
 from memforensics.sources.gdb.watchdog_link import Watchdog
 from memforensics.sources.glibc.libc_elf import LibcImage, load_libc_image
@@ -59,8 +59,35 @@ _READ_BYTES_PER_US = 200  # 200 MB/s, a fifth of what /proc/PID/mem reads here
 # --- the session ----------------------------------------------------------------------------
 
 
-class GdbSession(ThreadControl):
-    """Attach to PID under gdb/MI, reach a safe point, make calls, always detach."""
+class _ThreadsPort:
+    """A GdbSession as its ThreadControl sees it (gdb_threads.SessionPort): nothing more."""
+
+    def __init__(self, session: GdbSession) -> None:
+        self._session = session
+
+    @property
+    def non_stop(self) -> bool:
+        return self._session.non_stop
+
+    def command(self, text: str, *, timeout_seconds: float | None = None) -> MiResult:
+        return self._session._command(text, timeout_seconds=timeout_seconds)
+
+    def mi(self) -> MiTransport:
+        return self._session._mi_or_fail()
+
+    def libc(self) -> LibcImage:
+        return self._session._libc_or_fail()
+
+
+class GdbSession:
+    """Attach to PID under gdb/MI, reach a safe point, make calls, always detach.
+
+    The threads (choosing the caller, holding it, running forward) are ``_threads``'s, a
+    ThreadControl that reaches the session only through a _ThreadsPort. The session owns the
+    gdb process, the attach and its time, the target's libc and memory, the watchdog and the
+    calls; ``non_stop`` (decided from the target's state before the attach, fixed after it) is
+    the session's too, read by ``_threads`` through the port.
+    """
 
     def __init__(
         self,
@@ -79,7 +106,6 @@ class GdbSession(ThreadControl):
         self.timeout_seconds = timeout_seconds
         self.gdb_path = gdb_path
         self.allow_stopped = allow_stopped
-        self.safe_point = "not reached"
         self._log = log
         self._mi: MiTransport | None = None
         self._watchdog: Watchdog | None = None
@@ -88,10 +114,9 @@ class GdbSession(ThreadControl):
         self._detached_at: float | None = None
         self._detached_cleanly = False  # gdb acknowledged -target-detach: it holds nothing
         self._attached = False
-        self._running = False  # the target was resumed by -exec-continue and not stopped yet
         self._was_running = True
-        self._breakpoints: list[str] = []
         self._signal_handlers = TerminationHandlers()
+        # gdb answered that the process is gone (_threads.target_exited: the threads saw it).
         self._target_exited = False
         self._call_abandoned = False  # a call was interrupted: make no further calls
         self._memory: TargetMemory | None = None
@@ -99,10 +124,32 @@ class GdbSession(ThreadControl):
         self._gdb: GdbProcess | None = None
         self._pending_calls: dict[int, str] = {}  # token -> command of calls sent, not awaited
         self.non_stop = False  # set for a running target (see gdb_threads)
-        self._caller: str | None = None
         self.held_result: object = None  # what malloc_info's while_held returned
+        self._threads = ThreadControl(_ThreadsPort(self), pid=pid, timeout_seconds=timeout_seconds)
 
     # -- public API --------------------------------------------------------------------------
+
+    @property
+    def pause_seconds(self) -> float:
+        """How long the target was stopped (attach to detach; until now while attached)."""
+        if self._attach_started is None:
+            return 0.0
+        end = self._detached_at if self._detached_at is not None else time.monotonic()
+        return end - self._attach_started
+
+    @property
+    def attached(self) -> bool:
+        """True while gdb holds the target."""
+        return self._attached
+
+    @property
+    def safe_point(self) -> str:
+        """How the calling thread was chosen ("not reached" before it was)."""
+        return self._threads.safe_point
+
+    def release_bystanders(self) -> None:
+        """Resume threads that stopped at a breakpoint while another became the caller."""
+        self._threads.release_bystanders()
 
     def __enter__(self) -> GdbSession:
         self._signal_handlers.install()
@@ -235,7 +282,25 @@ class GdbSession(ThreadControl):
         # ours competes with gdb for a CPU meanwhile (see background.QuietGate).
         with self._quiet_while_stopping():
             self._attach()
-        self._reach_safe_point()
+        self._threads.reach_safe_point(self._attach_started)
+        self._tell_watchdog_the_caller()
+
+    def _tell_watchdog_the_call_dummy(self) -> None:
+        """Where gdb's calls return to, and the byte its breakpoint there replaces."""
+        address = entry_point(self.pid)
+        if address is None or self._watchdog is None or self._memory is None:
+            return
+        with contextlib.suppress(TargetError):
+            original = self._memory.read(address, 1)
+            self._watchdog.tell(f"entry {address:x} {original.hex()}")
+
+    def _tell_watchdog_the_caller(self) -> None:
+        """The caller's registers as gdb will restore them, for the watchdog's guardian."""
+        if self._watchdog is None:
+            return
+        line = self._threads.caller_guardian_line()
+        if line is not None:
+            self._watchdog.tell(line)
 
     def _send_settings(self, settings: list[str]) -> list[int]:
         """Send without waiting (_collect_settings waits); failures are gdb's own here."""
@@ -284,7 +349,7 @@ class GdbSession(ThreadControl):
     # -- calls ---------------------------------------------------------------------------------
 
     def _require_safe(self) -> LibcImage:
-        if not self._attached or self._running:
+        if not self._attached or self._threads.running:
             raise ToolingError("the gdb session is not attached at a safe point")
         if self._call_abandoned:
             raise DeadlineError(f"an earlier call into PID {self.pid} did not return; no more")
@@ -301,7 +366,7 @@ class GdbSession(ThreadControl):
             # gdb refused to start the call, so nothing ran: something resumed the caller
             # between two calls (seen on OpenJDK, 2 inspections in about 40). Hold it again
             # and call only if it is still outside the allocator.
-            self._hold_caller_again()
+            self._threads.hold_caller_again()
             result = self._command(command, call=True)
         value = str(result.payload.get("value", "")).split()[0] if result.payload else ""
         try:
@@ -309,24 +374,10 @@ class GdbSession(ThreadControl):
         except ValueError as exc:
             raise ToolingError(f"gdb returned {value!r} for {expression}") from exc
 
-    def _hold_caller_again(self) -> None:
-        caller = self._caller
-        deadline = time.monotonic() + self.timeout_seconds
-        if caller is None or not self._hold(caller, deadline):
-            raise ThreadVanishedError(f"the calling thread of PID {self.pid} is gone", pid=self.pid)
-        libc = self._libc_or_fail()
-        if in_allocator(libc, self._frames(caller)):
-            raise DeadlineError(
-                f"the calling thread of PID {self.pid} was resumed and ran into the allocator;"
-                " no more calls",
-                pid=self.pid,
-            )
-        self.safe_point += " (held again after gdb found it running)"
-
     def _best_effort_call(self, expression: str) -> None:
         with contextlib.suppress(MemforensicsError, MiError, MiTimeout, MiGdbExited):
             # After an abandoned call a lock may be held: cleaning up could hang the same way.
-            if self._attached and not self._running and not self._call_abandoned:
+            if self._attached and not self._threads.running and not self._call_abandoned:
                 self._call(expression)
 
     def _read_words(self, address: int) -> tuple[int, int]:
@@ -381,7 +432,8 @@ class GdbSession(ThreadControl):
 
     def _evaluate(self) -> str:
         """The evaluate command, bound to the calling thread once there is one."""
-        thread = f" --thread {self._caller}" if self._caller else ""
+        caller = self._threads.caller
+        thread = f" --thread {caller}" if caller else ""
         return f"-data-evaluate-expression{thread}"
 
     def _send_call(self, expression: str) -> int:
@@ -420,6 +472,21 @@ class GdbSession(ThreadControl):
                 self._target_exited = True
             raise error from exc
 
+    def _tell_call(self, running: bool) -> None:
+        if self._watchdog is not None:
+            self._watchdog.tell("call" if running else "ret")
+
+    def _unwind_call(self, token: int) -> None:
+        """Interrupt the call sent as ``token`` and wait for gdb's answer to it (MiTimeout or
+        MiGdbExited without one: the call may still run, and the watchdog may have to
+        rescue it). Once gdb answered, the call is over, and the watchdog hears so: told
+        nothing, it would still see a call running when gdb exits after the detach."""
+        self._threads.interrupt_call()
+        # An MiError is how gdb answers an interrupted call: it unwound the call.
+        with contextlib.suppress(MiError):
+            self._mi_or_fail().wait_result(token, timeout_seconds=CLEANUP_SECONDS)
+        self._tell_call(False)
+
     # -- cleanup -------------------------------------------------------------------------------
 
     def _cleanup(self) -> None:
@@ -447,18 +514,19 @@ class GdbSession(ThreadControl):
     def _detach(self) -> None:
         mi = self._mi
         # Detach also when the attach's answer never arrived (interrupted while waiting).
-        if mi is None or not mi.alive() or self._attach_started is None or self._target_exited:
+        exited = self._target_exited or self._threads.target_exited
+        if mi is None or not mi.alive() or self._attach_started is None or exited:
             self._mark_detached()
             return
         try:
             for token in list(mi.in_flight):
                 self._unwind_call(token)  # an abandoned call: gdb unwinds it (unwindonsignal)
-            if self._running:
-                self._stop_running()
+            if self._threads.running:
+                self._threads.stop_running()
             with contextlib.suppress(MiError):
-                self._delete_breakpoints()
+                self._threads.delete_breakpoints()
             if self.non_stop:
-                self.release_bystanders()
+                self._threads.release_bystanders()
             if not self._was_running:
                 # Leave a stopped target stopped: SIGSTOP is delivered as gdb lets go.
                 with contextlib.suppress(MiError):
@@ -479,6 +547,21 @@ class GdbSession(ThreadControl):
         if self._attach_started is not None and self._detached_at is None:
             self._detached_at = time.monotonic()
         self._attached = False
+
+    def _restore_target_state(self) -> None:
+        """A target that was running must not stay in T (stopped) after we let go of it."""
+        if not self._was_running or self._attach_started is None:
+            return
+        for _ in range(5):
+            try:
+                state = procfs.process_state(self.pid)
+            except MemforensicsError:
+                return
+            if state != "T":
+                return
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGCONT)
+            time.sleep(0.01)
 
     def _mi_or_fail(self) -> MiTransport:
         if self._mi is None:
