@@ -97,6 +97,31 @@ def test_facts_of_self_and_refusal_of_self() -> None:
         target_check.check_target(os.getpid())
 
 
+def test_facts_after_a_read_take_what_moves_from_status_and_keep_who_it_is() -> None:
+    """The report's closing facts: one status text read after the heap read brings state,
+    threads, tracer and uid up to date, as read_process would read them; a process that has
+    exited meanwhile is read again whole (no allocator, no exe, as read_process says)."""
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        deadline = time.monotonic() + 10
+        while procfs.process_state(child.pid) != "S" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        facts = process_facts.read_process(child.pid)
+        status = Path(f"/proc/{child.pid}/status").read_text()
+        after = process_facts.facts_after(facts, status)
+        assert after == process_facts.read_process(child.pid, allocator=facts.allocator)
+        assert (after.state, after.threads, after.tracer_pid) == ("S", 1, 0)
+        child.kill()
+        while procfs.process_state(child.pid) != "Z" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        exited = process_facts.facts_after(facts, Path(f"/proc/{child.pid}/status").read_text())
+        assert exited.state == "Z" and exited.exe is None
+        assert exited.allocator.detail == "no user memory"
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_no_such_process() -> None:
     child = subprocess.Popen(["true"])
     child.wait()

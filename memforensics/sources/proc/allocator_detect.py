@@ -17,26 +17,22 @@ from memforensics.sources.proc.procmaps import file_paths, mapped_file
 _OLD_LIBC_NAME_RE = re.compile(r"libc-(\d+\.\d+(?:\.\d+)?)\.so")
 
 
-def _maps_paths(pid: int) -> list[str]:
-    """Distinct file paths mapped into PID, in address order."""
-    return file_paths(read_text(pid, "maps"))
-
-
-def _libc_file(pid: int, path: str) -> tuple[Path, int | None]:
+def _libc_file(pid: int, path: str, maps: str) -> tuple[Path, int | None]:
     """The mapped libc itself (map_files), else its path in the target's root, and the
-    mapping's inode: scan_binary opens it as hostile input and checks that inode."""
-    return mapped_file(pid, path)
+    mapping's inode, found in PID's ``maps`` text: scan_binary opens it as hostile input and
+    checks that inode."""
+    return mapped_file(pid, path, maps=maps)
 
 
 def _readable(path: Path) -> bool:
     return os.access(path, os.R_OK)
 
 
-def _glibc_version(pid: int, libc_path: str) -> str | None:
+def _glibc_version(pid: int, libc_path: str, maps: str) -> str | None:
     old_name = _OLD_LIBC_NAME_RE.search(os.path.basename(libc_path))
     if old_name:
         return old_name.group(1)
-    where, inode = _libc_file(pid, libc_path)
+    where, inode = _libc_file(pid, libc_path, maps)
     return scan_binary(where, inode=inode)[1]
 
 
@@ -50,8 +46,10 @@ def detect_allocator(pid: int) -> AllocatorInfo:
 
     Decided from the libraries in /proc/PID/maps; a binary mapping no shared libc at all is
     static, and its /proc/PID/exe is searched for glibc's banner to say which libc it carries.
+    The maps are read once: their file paths and the libc's mapping both come from that text.
     """
-    paths = _maps_paths(pid)
+    maps = read_text(pid, "maps")
+    paths = file_paths(maps)  # distinct file paths, in address order
     for path in paths:
         base = os.path.basename(path)
         for prefix, kind in LIBRARY_PREFIXES:
@@ -61,7 +59,7 @@ def detect_allocator(pid: int) -> AllocatorInfo:
                     kind=kind,
                     detail=f"{kind} ({path}) replaces glibc malloc",
                     libc_path=libc,
-                    glibc_version=_glibc_version(pid, libc) if libc else None,
+                    glibc_version=_glibc_version(pid, libc, maps) if libc else None,
                     foreign=ForeignLibrary(kind=kind, path=path),
                 )
     for path in paths:
@@ -73,8 +71,8 @@ def detect_allocator(pid: int) -> AllocatorInfo:
             return AllocatorInfo(kind="musl", detail=f"musl libc ({path})", libc_path=path)
     libc_path = next((p for p in paths if _is_glibc_libc(p)), None)
     if libc_path is not None:
-        version = _glibc_version(pid, libc_path)
-        if version is None and _readable(_libc_file(pid, libc_path)[0]):
+        version = _glibc_version(pid, libc_path, maps)
+        if version is None and _readable(_libc_file(pid, libc_path, maps)[0]):
             return AllocatorInfo(
                 kind="unknown",
                 detail=f"{libc_path} is not glibc (no glibc version banner in it)",

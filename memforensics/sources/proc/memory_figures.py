@@ -20,14 +20,16 @@ def _kib_fields(text: str, *, summed: bool = False) -> dict[str, int]:
     return fields
 
 
-def read_memory(pid: int) -> ProcessMemory:
+def read_memory(pid: int, *, status: str | None = None) -> ProcessMemory:
     """RSS, anonymous, file, shmem, swap, PSS and USS bytes of PID.
 
     smaps_rollup walks the page tables, so its Rss/Anonymous are exact where /proc/PID/status
     holds per-CPU counter approximations; shmem comes from status (rollup has no RSS split for
     it) and file-backed is what remains. USS = private clean + private dirty, as psutil counts it.
+    ``status``: the text of /proc/PID/status the caller has just read (for the process's facts
+    of the same moment), rather than read again.
     """
-    status = _kib_fields(read_text(pid, "status"))
+    status_kib = _kib_fields(read_text(pid, "status") if status is None else status)
     try:
         rollup = _kib_fields(read_text(pid, "smaps_rollup"))
     except TargetPermissionError:
@@ -36,9 +38,9 @@ def read_memory(pid: int) -> ProcessMemory:
         # status was read, so the process exists: this kernel has no smaps_rollup (< 4.14);
         # smaps has the same fields per mapping, and the rollup is their sum.
         rollup = _kib_fields(read_text(pid, "smaps"), summed=True)
-    rss = rollup.get("Rss", status.get("VmRSS"))
-    anon = rollup.get("Anonymous", status.get("RssAnon"))
-    shmem = status.get("RssShmem")
+    rss = rollup.get("Rss", status_kib.get("VmRSS"))
+    anon = rollup.get("Anonymous", status_kib.get("RssAnon"))
+    shmem = status_kib.get("RssShmem")
     file_backed: int | None = None
     if rss is not None and anon is not None:
         file_backed = max(rss - anon - (shmem or 0), 0)
@@ -50,7 +52,7 @@ def read_memory(pid: int) -> ProcessMemory:
         anon_bytes=anon,
         file_bytes=file_backed,
         shmem_bytes=shmem,
-        swap_bytes=rollup.get("Swap", status.get("VmSwap")),
+        swap_bytes=rollup.get("Swap", status_kib.get("VmSwap")),
         pss_bytes=rollup.get("Pss"),
         uss_bytes=uss,
     )

@@ -45,13 +45,18 @@ def process_state(pid: int) -> str:
     return stat_fields(pid)[0]
 
 
-def status_fields(pid: int) -> dict[str, str]:
-    """/proc/PID/status as ``{key: value}`` (values stripped)."""
+def parse_status(text: str) -> dict[str, str]:
+    """A /proc/PID/status text as ``{key: value}`` (values stripped)."""
     fields: dict[str, str] = {}
-    for line in read_text(pid, "status").splitlines():
+    for line in text.splitlines():
         key, _, value = line.partition(":")
         fields[key] = value.strip()
     return fields
+
+
+def status_fields(pid: int) -> dict[str, str]:
+    """/proc/PID/status as ``{key: value}`` (values stripped)."""
+    return parse_status(read_text(pid, "status"))
 
 
 def tracer_pid(pid: int) -> int:
@@ -59,10 +64,11 @@ def tracer_pid(pid: int) -> int:
     return int(status_fields(pid).get("TracerPid", "0") or 0)
 
 
-def is_kernel_thread(pid: int) -> bool:
-    """PID is a kernel thread (PF_KTHREAD in stat's flags): it has no user memory."""
+def is_kernel_thread(fields: list[str]) -> bool:
+    """The process whose ``stat_fields`` these are is a kernel thread (PF_KTHREAD in its
+    flags): it has no user memory."""
     # Field 9 of stat is `flags`; after splitting at ')' it is index 6.
-    return bool(int(stat_fields(pid)[6]) & _PF_KTHREAD)
+    return bool(int(fields[6]) & _PF_KTHREAD)
 
 
 def pid_alive(pid: int) -> bool:

@@ -5,6 +5,7 @@ one we may not trace, a 32-bit program, an allocator other than glibc's malloc."
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from memforensics.errors import (
@@ -24,6 +25,7 @@ from memforensics.sources.proc.procfs import proc_path
 # e_ident of an ELF file: the magic, then EI_CLASS (1 = ELFCLASS32, 2 = ELFCLASS64).
 _ELF_MAGIC = b"\x7fELF"
 ELFCLASS32 = 1
+ELFCLASS64 = 2
 
 
 def elf_class(path: Path) -> int | None:
@@ -37,6 +39,21 @@ def elf_class(path: Path) -> int | None:
     return ident[4] if len(ident) == 5 and ident.startswith(_ELF_MAGIC) else None
 
 
+def _refuse_unreadable_exe(pid: int, facts: ProcessFacts) -> None:
+    """Reading exe needs the same ptrace access check, in its weaker "read" mode: if even that
+    is refused, an attach will be too. Say why now instead of after gdb fails. Where
+    ``facts.exe`` is known, read_process has read the link already; only an unknown one is
+    read again, to tell a refusal from no exe."""
+    if facts.exe is not None:
+        return
+    try:
+        os.readlink(proc_path(pid, "exe"))
+    except PermissionError:
+        raise diagnose_attach_failure(pid, f"/proc/{pid}/exe: Permission denied") from None
+    except OSError:
+        pass  # no exe (deleted binary, exited): the checks below and the attach decide
+
+
 def check_target(
     pid: int, *, allow_stopped: bool = False, foreign_ok: bool = False
 ) -> ProcessFacts:
@@ -47,7 +64,8 @@ def check_target(
     stopped by someone else (unless ``allow_stopped``); TargetPermissionError when another
     tracer holds it; NotGlibcMallocError naming the allocator that was found, unless
     ``foreign_ok`` and it is jemalloc, tcmalloc or mimalloc beside a glibc libc (whose
-    ``__restore_rt`` their calls return through).
+    ``__restore_rt`` their calls return through). The facts returned carry the executable's
+    ELF class (``elf_class``) read for the 32-bit refusal.
     """
     if pid <= 0:
         raise NoSuchProcessError(f"no process with PID {pid}")
@@ -76,15 +94,9 @@ def check_target(
         raise TargetStoppedError(
             f"{label} is stopped (state {facts.state}) by someone else", pid=pid
         )
-    try:
-        os.readlink(proc_path(pid, "exe"))
-    except PermissionError:
-        # Reading exe needs the same ptrace access check, in its weaker "read" mode: if even
-        # that is refused, an attach will be too. Say why now instead of after gdb fails.
-        raise diagnose_attach_failure(pid, f"/proc/{pid}/exe: Permission denied") from None
-    except OSError:
-        pass  # no exe (deleted binary, exited): the checks below and the attach decide
-    if elf_class(proc_path(pid, "exe")) == ELFCLASS32:
+    _refuse_unreadable_exe(pid, facts)
+    exe_class = elf_class(proc_path(pid, "exe"))
+    if exe_class == ELFCLASS32:
         # glibc's 32-bit layout (4-byte words, 1 MiB sub-heaps) would be read wrong.
         raise TargetError(
             f"{label} is a 32-bit program ({facts.exe or 'its executable'} is ELFCLASS32): "
@@ -95,6 +107,7 @@ def check_target(
         )
     if facts.allocator.kind == "unknown" and facts.allocator.detail.endswith("not readable"):
         detect_allocator(pid)  # raises the TargetPermissionError with its own message
+    facts = replace(facts, elf_class=exe_class)  # handed down: the heap read needs it too
     allocator = facts.allocator
     if foreign_ok and allocator.kind in FOREIGN_KINDS and allocator.libc_path is not None:
         return facts
