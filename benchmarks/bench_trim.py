@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memforensics.entry.trim import TrimSettings, trim_process
-from memforensics.sources.proc import procfs
+from memforensics.sources.proc import memory_figures
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.support.gdb_binary import use_test_gdb
@@ -114,7 +114,7 @@ def longest_gap(proc: subprocess.Popen[bytes], settle_seconds: float = 0.3) -> f
 
 
 def rss_bytes(pid: int) -> int:
-    return procfs.read_memory(pid).rss_bytes or 0
+    return memory_figures.read_memory(pid).rss_bytes or 0
 
 
 def manual(buffers: int) -> Sample:

@@ -318,12 +318,12 @@ def _scan_pools_held(
 def census_live(pid: int, *, timeout_seconds: float = 1.0) -> Census:
     """The census of live ``pid`` (see the module)."""
     from memforensics.sources.glibc.heap_chunks import walk_process_chunks
-    from memforensics.sources.proc import procfs
+    from memforensics.sources.proc import target_check
     from memforensics.sources.proc.procmaps import read_smaps
     from memforensics.sources.proc.procmem import ProcessMemoryReader
 
     started = time.monotonic()
-    facts = procfs.check_target(pid)
+    facts = target_check.check_target(pid)
     mappings = read_smaps(pid)
     root = Path(f"/proc/{pid}/root")
     files = {m.path: root / m.path.lstrip("/") for m in mappings if m.file_backed}

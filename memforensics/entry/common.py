@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 from memforensics.errors import MemforensicsError, TargetExitedError
 from memforensics.model.process import ProcessMemory
-from memforensics.sources.proc import procfs
+from memforensics.sources.proc import memory_figures
 
 Log = Callable[[str], None]
 
@@ -26,10 +26,10 @@ def now_utc() -> datetime:
 def settled_memory(pid: int) -> ProcessMemory:
     """RSS after a trim, measured until it stops moving (not guessed from the forecast)."""
     time.sleep(_SETTLE_FIRST_SECONDS)
-    memory = procfs.read_memory(pid)
+    memory = memory_figures.read_memory(pid)
     for _ in range(_SETTLE_MAX_READS - 1):
         time.sleep(_SETTLE_STEP_SECONDS)
-        again = procfs.read_memory(pid)
+        again = memory_figures.read_memory(pid)
         same = (
             memory.rss_bytes is not None
             and again.rss_bytes is not None

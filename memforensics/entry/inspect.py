@@ -36,7 +36,7 @@ from memforensics.errors import (
 )
 from memforensics.model.inspection import Inspection
 from memforensics.model.process import ProcessFacts
-from memforensics.sources.proc import procfs
+from memforensics.sources.proc import target_check
 
 if TYPE_CHECKING:
     from memforensics.entry.scanning import BackgroundScan
@@ -120,7 +120,7 @@ def inspect_live(
         from memforensics.sources.gdb.gdb_spawn import find_gdb
 
         find_gdb(gdb_path)  # no gdb to use: say so before the target is looked at
-    facts = procfs.check_target(pid, allow_stopped=allow_stopped, foreign_ok=True)
+    facts = target_check.check_target(pid, allow_stopped=allow_stopped, foreign_ok=True)
     foreign = facts.allocator.foreign
     if foreign is not None and foreign.serves_malloc:
         return _inspect_allocator(pid, facts, method, timeout_seconds)

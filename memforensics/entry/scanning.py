@@ -13,7 +13,7 @@ from memforensics.entry.background import QuietGate, lower_thread_priority
 from memforensics.errors import MemforensicsError
 from memforensics.model.heapscan import HeapScan
 from memforensics.sources.glibc.heapmaps import WALK_BUDGET_SECONDS, scan_heap
-from memforensics.sources.proc import procfs
+from memforensics.sources.proc import target_check
 
 
 class BackgroundScan:
@@ -68,7 +68,7 @@ def early_scan(pid: int, *, allow_stopped: bool) -> BackgroundScan | None:
     (it exists, is not stopped unless allowed, maps glibc); else None, and the session
     refuses it with its reason."""
     try:
-        facts = procfs.check_target(pid, allow_stopped=allow_stopped)
+        facts = target_check.check_target(pid, allow_stopped=allow_stopped)
     except MemforensicsError:
         return None
     if facts.libc_path is None:

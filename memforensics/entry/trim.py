@@ -18,7 +18,7 @@ from memforensics.entry.trimmers.protocol import Trimmer, TrimSettings
 from memforensics.errors import GdbNotForAllocatorError, MemforensicsError, NoSuchProcessError
 from memforensics.model.process import ProcessFacts
 from memforensics.model.trim import TrimFailure, TrimOutcome, TrimResult, before_after
-from memforensics.sources.proc import procfs
+from memforensics.sources.proc import memory_figures, target_check
 from memforensics.sources.proc.procfs import pid_alive
 
 __all__ = ["TrimSettings", "choose_trimmer", "resolve_pids", "trim_outcome", "trim_process"]
@@ -62,7 +62,7 @@ def trim_process(pid: int, settings: TrimSettings) -> TrimResult:
     # Refuses what is neither glibc's malloc nor a foreign allocator it can call.
     from memforensics.sources.glibc.after_call import checked_after_call
 
-    facts = procfs.check_target(pid, foreign_ok=True)
+    facts = target_check.check_target(pid, foreign_ok=True)
     try:
         # A call that fails (gdb's malloc_info for the forecast, or the trim itself) is
         # reported with the target's state as checked afterwards, never as assumed.
@@ -78,7 +78,7 @@ def _trim(pid: int, facts: ProcessFacts, settings: TrimSettings, way: Trimmer) -
     from memforensics.analysis.trim import skip_reason
 
     started = now_utc()
-    before = procfs.read_memory(pid)
+    before = memory_figures.read_memory(pid)
     if before.rss_bytes is None:
         raise exited_error(pid)
     reading = way.read()

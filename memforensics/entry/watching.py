@@ -36,7 +36,7 @@ from memforensics.model.series import Sample, SeriesEvent
 from memforensics.model.watch import WatchedProcess
 from memforensics.sources.logs.journal import JournalReader
 from memforensics.sources.logs.kmsg import KmsgReader
-from memforensics.sources.proc import procfs
+from memforensics.sources.proc import memory_figures, process_facts, procfs
 from memforensics.sources.proc.runtime import detect_runtime
 from memforensics.units import format_bytes, format_duration
 
@@ -142,7 +142,7 @@ class Watch:
         self.processes = [
             WatchedProcess(
                 pid=pid,
-                process=procfs.read_process(pid).name,
+                process=process_facts.read_process(pid).name,
                 started=started,
                 runtime=detect_runtime(pid),
             )
@@ -176,7 +176,7 @@ class Watch:
     def _rss(self, proc: WatchedProcess) -> None:
         taken = now_utc()
         try:
-            memory = procfs.read_memory(proc.pid)
+            memory = memory_figures.read_memory(proc.pid)
         except NoSuchProcessError:
             self._end(proc, "the process exited")
             return
@@ -346,7 +346,7 @@ class Watch:
 def _traced(pid: int) -> bool:
     """True when another tracer (a debugger, another memforensics) holds ``pid`` now."""
     try:
-        return procfs.read_process(pid).tracer_pid != 0
+        return process_facts.read_process(pid).tracer_pid != 0
     except MemforensicsError:
         return False
 

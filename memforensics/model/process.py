@@ -56,6 +56,9 @@ class ProcessFacts:
     tracer_pid: int  # 0 when nobody traces the process
     kernel_thread: bool = False
     exe: str | None = None
+    # EI_CLASS of /proc/PID/exe (1 = 32-bit, 2 = 64-bit) where check_target read it; None
+    # where it was not read, or the executable is unreadable or no ELF file.
+    elf_class: int | None = None
 
     @property
     def glibc_version(self) -> str | None:

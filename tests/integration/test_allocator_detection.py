@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from memforensics.sources.proc import procfs
+from memforensics.sources.proc import allocator_detect
 from tests.support.targets import compile_target, live_skip_reason, proc_status, running
 
 _SKIP = live_skip_reason()
@@ -43,7 +43,7 @@ def test_jemalloc_linked_into_the_executable_is_named_and_not_called() -> None:
         pytest.skip(f"{STATIC_JEMALLOC} is missing: install the Debian package libjemalloc-dev")
     binary = compile_target("linked_allocator", str(STATIC_JEMALLOC), "-ldl", "-lm")
     with running([str(binary)], stdin=subprocess.PIPE) as target:
-        info = procfs.detect_allocator(target.pid)
+        info = allocator_detect.detect_allocator(target.pid)
         assert info.kind == "jemalloc", info
         assert info.foreign is not None and info.foreign.serves_malloc
         assert info.foreign.path == str(binary) and info.foreign.prefix == ""
@@ -60,7 +60,7 @@ def test_jemalloc_linked_into_the_executable_is_named_and_not_called() -> None:
 def test_a_renamed_copy_is_reported_beside_glibc(prefix: str) -> None:
     binary = compile_target("linked_allocator", f"-DPREFIXED_MALLCTL={prefix}mallctl")
     with running([str(binary)], stdin=subprocess.PIPE) as target:
-        info = procfs.detect_allocator(target.pid)
+        info = allocator_detect.detect_allocator(target.pid)
         assert info.kind == "glibc", info  # glibc serves malloc
         assert info.foreign is not None and not info.foreign.serves_malloc
         assert info.foreign.kind == "jemalloc" and info.foreign.prefix == prefix
@@ -77,5 +77,5 @@ def test_a_renamed_copy_is_reported_beside_glibc(prefix: str) -> None:
 def test_a_plain_program_has_no_allocator_beside_glibc() -> None:
     binary = compile_target("linked_allocator")
     with running([str(binary)], stdin=subprocess.PIPE) as target:
-        info = procfs.detect_allocator(target.pid)
+        info = allocator_detect.detect_allocator(target.pid)
         assert info.kind == "glibc" and info.foreign is None

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from memforensics.cli import cli
-from memforensics.sources.proc import procfs
+from memforensics.sources.proc import memory_figures
 from memforensics.units import parse_size
 from tests.support.targets import needs_live, running
 
@@ -25,7 +25,7 @@ def test_child_keeps_its_freed_memory_resident() -> None:
             "--max-seconds", "60", "--no-progress"]  # fmt: skip
     with running(argv) as child:
         assert "allocated_bytes=40960000" in child.ready_line and "kept=1" in child.ready_line
-        memory = procfs.read_memory(child.pid)
+        memory = memory_figures.read_memory(child.pid)
         assert memory.anon_bytes is not None and memory.anon_bytes > 40 * MIB
         assert child.state() in ("S", "R")  # idle in sleep (a safe point), not stopped
 

@@ -26,7 +26,7 @@ from memforensics.sources.gdb.gdb_capture import capture_malloc_info
 from memforensics.sources.gdb.watchdog_link import Watchdog
 from memforensics.sources.glibc.libc_elf import load_libc_image
 from memforensics.sources.malloc_info.malloc_xml import parse_dump
-from memforensics.sources.proc import procfs
+from memforensics.sources.proc import process_facts
 from tests.support.targets import (
     Target,
     c_target,
@@ -120,7 +120,7 @@ def test_session_makes_several_calls_and_trim_returns_an_int() -> None:
 
 def test_allocator_range_covers_malloc_internals_and_not_ordinary_functions() -> None:
     with c_target("idle_arenas", "1", "10") as target:
-        facts = procfs.read_process(target.pid)
+        facts = process_facts.read_process(target.pid)
         assert facts.libc_path is not None
         libc = load_libc_image(target.pid, facts.libc_path)
         for name in ("malloc", "free", "malloc_info", "malloc_trim"):

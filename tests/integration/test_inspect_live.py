@@ -118,6 +118,46 @@ def test_report_json_and_saved_xml(tmp_path: Path) -> None:
         assert _untraced_and_not_stopped(target.pid)
 
 
+# Counts the opens of /proc/PID/<file> made by one default `inspect PID` (an audit hook, in a
+# process of its own: a hook cannot be removed from the test's).
+_COUNT_PROC_OPENS = """
+import collections, json, sys
+from memforensics.__main__ import main
+prefix = f"/proc/{sys.argv[1]}/"
+opened = collections.Counter()
+def hook(event, args):
+    if event == "open" and isinstance(args[0], str) and args[0].startswith(prefix):
+        opened[args[0][len(prefix):].split("/")[0]] += 1
+sys.addaudithook(hook)
+sys.argv = ["memforensics", "inspect", "--json", sys.argv[1]]
+try:
+    main()
+finally:
+    print(json.dumps(opened), file=sys.stderr)
+"""
+
+
+def test_the_default_inspect_reads_each_fact_of_its_target_once() -> None:
+    """The facts about a process are read once and handed down: status once for the check
+    and once for the memory figures and the report's closing facts together; stat, comm and
+    cmdline once; maps once to find the allocator and once for libc's ELF mapping; exe opened
+    once for a linked-in allocator and once for its ELF class (the heap read takes the
+    class from the check)."""
+    with c_target("idle_arenas", "2", "100") as target:
+        result = subprocess.run(  # noqa: PLW1510
+            [sys.executable, "-c", _COUNT_PROC_OPENS, str(target.pid)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["process"]["pid"] == target.pid
+    opened = json.loads(result.stderr.strip().splitlines()[-1])
+    facts = {name: opened.get(name, 0) for name in ("status", "stat", "comm", "cmdline")}
+    assert facts == {"status": 2, "stat": 1, "comm": 1, "cmdline": 1}, opened
+    assert (opened.get("maps"), opened.get("exe")) == (2, 2), opened
+
+
 def test_several_targets_one_report_each_and_the_worst_exit_code() -> None:
     with (
         c_target("idle_arenas", "2", "100") as first,

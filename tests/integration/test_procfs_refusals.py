@@ -23,7 +23,13 @@ from memforensics.errors import (
     TargetPermissionError,
     TargetStoppedError,
 )
-from memforensics.sources.proc import procfs
+from memforensics.sources.proc import (
+    allocator_detect,
+    attach_diagnosis,
+    process_facts,
+    procfs,
+    target_check,
+)
 from tests.support.targets import TARGETS_DIR, c_target, have_cc, running
 
 pytestmark = [
@@ -71,7 +77,7 @@ def _wait_state(pid: int, states: str, timeout_seconds: float = 5.0) -> str:
 def test_glibc_target_passes_with_facts() -> None:
     """A normal dynamic program: glibc allocator, the same glibc version this Python runs."""
     with c_target("proc_idle") as target:
-        facts = procfs.check_target(target.pid)
+        facts = target_check.check_target(target.pid)
         assert facts.pid == target.pid
         assert facts.allocator.kind == "glibc"
         assert facts.libc_path is not None and "libc.so" in facts.libc_path
@@ -86,12 +92,12 @@ def test_glibc_target_passes_with_facts() -> None:
 def test_static_binary_refused_naming_it() -> None:
     """A static binary maps no libc.so: gdb cannot load libc's symbols alone; say what it is."""
     with c_target("proc_idle", cflags=("-static",)) as target:
-        info = procfs.detect_allocator(target.pid)
+        info = allocator_detect.detect_allocator(target.pid)
         assert info.kind == "static"
         assert "static binary" in info.detail
         assert "glibc linked in" in info.detail
         with pytest.raises(NotGlibcMallocError, match="static binary") as err:
-            procfs.check_target(target.pid)
+            target_check.check_target(target.pid)
         assert err.value.exit_code == 3
 
 
@@ -109,12 +115,12 @@ def test_musl_refused() -> None:
             capture_output=True,
         )
         with running([str(binary)]) as target:
-            info = procfs.detect_allocator(target.pid)
+            info = allocator_detect.detect_allocator(target.pid)
             # Debian's musl-gcc links dynamically against .../x86_64-linux-musl/libc.so.
             assert info.kind == "musl"
             assert info.glibc_version is None
             with pytest.raises(NotGlibcMallocError, match="musl") as err:
-                procfs.check_target(target.pid)
+                target_check.check_target(target.pid)
             assert err.value.exit_code == 3
 
 
@@ -128,12 +134,12 @@ def test_preloaded_allocator_refused(library: Path, package: str, kind: str) -> 
     that serves malloc named."""
     _need(library, package)
     with c_target("proc_idle", env={"LD_PRELOAD": str(library)}) as target:
-        info = procfs.detect_allocator(target.pid)
+        info = allocator_detect.detect_allocator(target.pid)
         assert info.kind == kind
         assert str(library.name) in info.detail
         with pytest.raises(NotGlibcMallocError, match=kind):
-            procfs.check_target(target.pid)
-        facts = procfs.check_target(target.pid, foreign_ok=True)
+            target_check.check_target(target.pid)
+        facts = target_check.check_target(target.pid, foreign_ok=True)
         assert facts.allocator.foreign is not None and facts.allocator.foreign.serves_malloc
         assert facts.allocator.foreign.kind == kind
         assert library.name.split(".so")[0] in facts.allocator.foreign.path
@@ -145,10 +151,12 @@ def test_zombie_refused() -> None:
     try:
         _wait_state(child.pid, "Z")
         with pytest.raises(TargetError, match="zombie") as err:
-            procfs.check_target(child.pid)
+            target_check.check_target(child.pid)
         assert err.value.exit_code == 3
         assert "parent" in (err.value.hint or "")
-        assert isinstance(procfs.diagnose_attach_failure(child.pid, "ptrace: ..."), TargetError)
+        assert isinstance(
+            attach_diagnosis.diagnose_attach_failure(child.pid, "ptrace: ..."), TargetError
+        )
     finally:
         child.wait()
 
@@ -168,11 +176,11 @@ def test_kernel_thread_refused() -> None:
     pid = _a_kernel_thread()
     if pid is None:
         pytest.skip("no kernel thread is visible in this PID namespace")
-    facts = procfs.read_process(pid)
+    facts = process_facts.read_process(pid)
     assert facts.kernel_thread
     assert facts.cmdline == ()
     with pytest.raises(TargetError, match="kernel thread") as err:
-        procfs.check_target(pid)
+        target_check.check_target(pid)
     assert err.value.exit_code == 3
 
 
@@ -183,11 +191,11 @@ def test_stopped_target_refused_unless_allowed() -> None:
         try:
             _wait_state(target.pid, "T")
             with pytest.raises(TargetStoppedError, match="stopped") as err:
-                procfs.check_target(target.pid)
+                target_check.check_target(target.pid)
             assert err.value.pid == target.pid
             assert "kill -CONT" in (err.value.hint or "")
             assert procfs.process_state(target.pid) == "T"  # still stopped: not resumed
-            facts = procfs.check_target(target.pid, allow_stopped=True)
+            facts = target_check.check_target(target.pid, allow_stopped=True)
             assert facts.state == "T"
         finally:
             os.kill(target.pid, signal.SIGCONT)
@@ -214,11 +222,13 @@ def _traced(pid: int) -> Iterator[int]:
 def test_already_traced_refused_with_tracer_named() -> None:
     """TracerPid set: exit 4 naming the tracer, both before attaching and after a failure."""
     with c_target("proc_idle") as target, _traced(target.pid) as tracer_pid:
-        assert procfs.read_process(target.pid).tracer_pid == tracer_pid
+        assert process_facts.read_process(target.pid).tracer_pid == tracer_pid
         with pytest.raises(TargetPermissionError, match=f"TracerPid {tracer_pid} \\(python") as err:
-            procfs.check_target(target.pid)
+            target_check.check_target(target.pid)
         assert err.value.exit_code == 4
-        diagnosed = procfs.diagnose_attach_failure(target.pid, "ptrace: Operation not permitted.")
+        diagnosed = attach_diagnosis.diagnose_attach_failure(
+            target.pid, "ptrace: Operation not permitted."
+        )
         assert isinstance(diagnosed, TargetPermissionError)
         assert f"already traced by TracerPid {tracer_pid}" in diagnosed.message
 
@@ -227,8 +237,8 @@ def test_gone_process_diagnosed_as_exited() -> None:
     child = subprocess.Popen(["true"])
     child.wait()
     with pytest.raises(NoSuchProcessError):
-        procfs.check_target(child.pid)
-    diagnosed = procfs.diagnose_attach_failure(child.pid, "ptrace: No such process.")
+        target_check.check_target(child.pid)
+    diagnosed = attach_diagnosis.diagnose_attach_failure(child.pid, "ptrace: No such process.")
     assert isinstance(diagnosed, NoSuchProcessError)
     assert diagnosed.exit_code == 3
 
@@ -246,11 +256,11 @@ def _diagnose_as_nobody(
     if child == 0:  # pragma: no cover - runs in the child
         try:
             os.close(read_end)
-            procfs._ptrace_scope = lambda: scope  # type: ignore[assignment]
+            attach_diagnosis._ptrace_scope = lambda: scope  # type: ignore[assignment]
             os.setgroups([])
             os.setresgid(NOBODY, NOBODY, NOBODY)
             os.setresuid(NOBODY, NOBODY, NOBODY)
-            err = procfs.diagnose_attach_failure(pid, gdb_message)
+            err = attach_diagnosis.diagnose_attach_failure(pid, gdb_message)
             text = f"{type(err).__name__}\n{err.message}\n{err.hint}"
             os.write(write_end, text.encode())
         finally:
@@ -309,10 +319,10 @@ def test_root_without_cap_sys_ptrace_refused_before_attaching() -> None:
     user's process: check_target says so up front, as exit 4, instead of gdb failing later."""
     code = (
         "import sys\n"
-        "from memforensics.sources.proc import procfs\n"
+        "from memforensics.sources.proc import target_check\n"
         "from memforensics.errors import MemforensicsError\n"
         "try:\n"
-        "    procfs.check_target(int(sys.argv[1]))\n"
+        "    target_check.check_target(int(sys.argv[1]))\n"
         "except MemforensicsError as err:\n"
         "    print(err.exit_code, err.message, '|', err.hint)\n"
     )

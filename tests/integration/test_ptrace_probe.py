@@ -15,7 +15,7 @@ import time
 import pytest
 
 from memforensics.sources.glibc.libc_elf import LibcImage, load_libc_image
-from memforensics.sources.proc import procfs
+from memforensics.sources.proc import process_facts
 from memforensics.sources.proc.elf_dynsym import function_symbols, read_mapped_file
 from memforensics.sources.proc.ptrace_call import ScratchRef, caller_thread
 from memforensics.sources.proc.ptrace_hold import ThreadHold
@@ -53,7 +53,7 @@ def _seconds(scratch: bytes) -> float:
 def test_calls_read_back_the_targets_clocks_and_leave_it_undisturbed() -> None:
     binary = compile_target("integrity", "-mavx2")
     with running([str(binary)]) as target:
-        libc_path = procfs.read_process(target.pid).libc_path
+        libc_path = process_facts.read_process(target.pid).libc_path
         assert libc_path is not None
         libc = load_libc_image(target.pid, libc_path)
         assert libc.restore_rt is not None and libc.pop3_ret is not None

@@ -26,7 +26,7 @@ from memforensics.model.heap import HeapDump
 from memforensics.render.process_json import residency_json, waterfall_json
 from memforensics.sources.gdb.gdb_capture import capture_malloc_info
 from memforensics.sources.malloc_info.malloc_xml import parse_dump
-from memforensics.sources.proc import procfs
+from memforensics.sources.proc import memory_figures, procfs, target_check
 from memforensics.sources.proc.procmaps import read_maps
 from tests.support.targets import Target, c_target, compile_target, have_cc, memory_cgroup, running
 
@@ -110,9 +110,9 @@ def limited_arenas_target(*args: str) -> Iterator[Arenas]:
 
 
 def _released_after_trim(arenas: Arenas) -> int:
-    before = procfs.read_memory(arenas.pid).rss_bytes
+    before = memory_figures.read_memory(arenas.pid).rss_bytes
     arenas.trim()
-    after = procfs.read_memory(arenas.pid).rss_bytes
+    after = memory_figures.read_memory(arenas.pid).rss_bytes
     assert before is not None and after is not None
     return before - after
 
@@ -191,7 +191,7 @@ def test_demo_case_forecast_and_after_trim_waterfall() -> None:
     """
     with limited_arenas_target("0", "200000", "1024", "allbutlast", "0") as arenas:
         dump = arenas.dump()
-        memory = procfs.read_memory(arenas.pid)
+        memory = memory_figures.read_memory(arenas.pid)
         residency = read_heap_residency(arenas.pid, dump)
         wf = waterfall(memory, dump, residency)
         assert (wf.get("arena_free_resident") or 0) > 190 * MIB
@@ -204,7 +204,7 @@ def test_demo_case_forecast_and_after_trim_waterfall() -> None:
         assert abs(forecast.releasable_bytes - released) <= FORECAST_TOLERANCE * released
 
         after_dump = arenas.dump()
-        after_memory = procfs.read_memory(arenas.pid)
+        after_memory = memory_figures.read_memory(arenas.pid)
         assert after_memory.rss_bytes is not None and after_memory.rss_bytes < 16 * MIB
         assert after_dump.free_bytes > 190 * MIB  # glibc still calls it free
         after = read_heap_residency(arenas.pid, after_dump)
@@ -221,7 +221,7 @@ def test_waterfall_adds_up_to_anonymous_rss() -> None:
     thread stacks are found; JSON carries every line as *_bytes."""
     with arenas_target("3", "2000", "1024", "alternate", "3") as arenas:
         dump = arenas.dump()
-        memory = procfs.read_memory(arenas.pid)
+        memory = memory_figures.read_memory(arenas.pid)
         residency = read_heap_residency(arenas.pid, dump)
         wf = waterfall(memory, dump, residency)
         assert memory.anon_bytes is not None and memory.rss_bytes is not None
@@ -278,7 +278,7 @@ def test_single_arena_python_process() -> None:
         "time.sleep(120)\n"
     )
     with running([sys.executable, "-c", code]) as target:
-        facts = procfs.check_target(target.pid)
+        facts = target_check.check_target(target.pid)
         assert facts.allocator.kind == "glibc"
         dump = _gdb_dump(target.pid)
         residency = read_heap_residency(target.pid, dump, libc_path=facts.libc_path)
@@ -419,7 +419,7 @@ def test_forked_child_whose_heap_shows_as_two_mappings_is_walked_whole() -> None
         try:
             heaps = [m for m in read_maps(child) if m.path == "[heap]"]
             assert len(heaps) >= 2, "precondition: the kernel split the child's heap"
-            facts = procfs.check_target(child)
+            facts = target_check.check_target(child)
             dump = _gdb_dump(child)
             row = read_heap_residency(child, dump, libc_path=facts.libc_path).arena(0)
             assert row is not None and row.free_method == "walked" and not row.estimated_bins

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from memforensics.errors import TargetError
-from memforensics.sources.proc import procfs
+from memforensics.sources.proc import process_facts, target_check
 from tests.support.targets import compile_target, have_cc, running
 
 pytestmark = [
@@ -60,7 +60,7 @@ def test_a_32bit_program_is_refused_with_exit_3_and_a_hint() -> None:
         pytest.skip(f"this kernel does not run 32-bit programs: {exc}")
     try:
         with pytest.raises(TargetError, match="32-bit") as refused:
-            procfs.check_target(target.pid)
+            target_check.check_target(target.pid)
         assert refused.value.exit_code == 3
         assert refused.value.hint and "64-bit" in refused.value.hint
 
@@ -75,6 +75,6 @@ def test_a_32bit_program_is_refused_with_exit_3_and_a_hint() -> None:
         assert "32-bit" in command.stderr
         # Refused before any attach: the target runs on, untraced.
         assert target.alive()
-        assert procfs.read_process(target.pid).tracer_pid == 0
+        assert process_facts.read_process(target.pid).tracer_pid == 0
     finally:
         started.__exit__(None, None, None)

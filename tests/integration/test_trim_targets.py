@@ -17,7 +17,7 @@ from memforensics.cli import cli
 from memforensics.entry.trim import TrimSettings, trim_process
 from memforensics.sources.gdb.gdb import GdbSession
 from memforensics.sources.malloc_info.malloc_xml import parse_dump
-from memforensics.sources.proc import procfs
+from memforensics.sources.proc import memory_figures, process_facts
 from tests.support.schema import missing_keys
 from tests.support.targets import c_target, needs_live
 
@@ -62,7 +62,7 @@ def test_forecast_matches_measured_release_on_multi_arena_fragmented_target(
 
 def test_dry_run_changes_nothing() -> None:
     with c_target("trim_fragmented", *FRAGMENTED_ARGS) as target:
-        before = procfs.read_memory(target.pid)
+        before = memory_figures.read_memory(target.pid)
         with GdbSession(target.pid) as session:
             dump_before = parse_dump(session.malloc_info())
         runner = CliRunner()
@@ -73,7 +73,7 @@ def test_dry_run_changes_nothing() -> None:
         assert document["dry_run"] is True and document["skipped"] == "dry-run"
         assert document["trim_returned"] is None and document["rss_after_bytes"] is None
         assert document["forecast_bytes"] > 4 * MIB
-        after = procfs.read_memory(target.pid)
+        after = memory_figures.read_memory(target.pid)
         with GdbSession(target.pid) as session:
             dump_after = parse_dump(session.malloc_info())
         # Calling malloc_info allocates its stream buffer in the target: allow a few pages.
@@ -158,7 +158,7 @@ def test_periodic_rounds_then_ctrl_c_stops_cleanly() -> None:
         assert "stopped by Ctrl-C" in err
         time.sleep(0.1)
         assert target.alive() and target.state() in ("S", "R")
-        assert procfs.read_process(target.pid).tracer_pid == 0
+        assert process_facts.read_process(target.pid).tracer_pid == 0
 
 
 def test_name_match_that_exits_mid_trim_is_skipped_and_the_others_trimmed() -> None:
@@ -172,7 +172,7 @@ def test_name_match_that_exits_mid_trim_is_skipped_and_the_others_trimmed() -> N
         def kill_first_once_attached() -> None:
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
-                if procfs.read_process(first.pid).tracer_pid:
+                if process_facts.read_process(first.pid).tracer_pid:
                     break
                 time.sleep(0.0005)
             os.kill(first.pid, signal.SIGKILL)

@@ -19,7 +19,7 @@ from memforensics.entry.trim import TrimSettings, trim_process
 from memforensics.errors import MemforensicsError, TargetError
 from memforensics.model.inspection import Inspection
 from memforensics.model.trim import TrimResult
-from memforensics.sources.proc import procfs
+from memforensics.sources.proc import memory_figures
 from tests.support.kernel_heaps import KernelHeaps, kernel_heaps, stopped
 from tests.support.service_figures import (
     FORECAST_TOLERANCE,
@@ -197,7 +197,7 @@ def await_steady_anon(
     deadline = time.monotonic() + timeout_seconds
     reads: list[int] = []
     while True:
-        reads.append(procfs.read_memory(pid).anon_bytes or 0)
+        reads.append(memory_figures.read_memory(pid).anon_bytes or 0)
         recent = reads[-window:]
         if len(recent) == window:
             mean = sum(recent) / window

@@ -18,7 +18,7 @@ from memforensics.sources.glibc.heap_search import (
     main_arena_segments,
     subtract_spans,
 )
-from memforensics.sources.proc import procfs, procmem
+from memforensics.sources.proc import procmem, target_check
 from memforensics.sources.proc.procmem import ProcessMemoryReader
 from tests.unit.test_page_selection import NONE, PAGE, PID, PRESENT, SWAPPED, FakeProcess
 
@@ -86,10 +86,10 @@ def test_elf_class_of_a_32bit_and_a_64bit_header(tmp_path: Path) -> None:
     (tmp_path / "i386").write_bytes(b"\x7fELF\x01\x01\x01" + bytes(57))
     (tmp_path / "x86_64").write_bytes(b"\x7fELF\x02\x01\x01" + bytes(57))
     (tmp_path / "script").write_bytes(b"#!/bin/sh\n")
-    assert procfs.elf_class(tmp_path / "i386") == procfs.ELFCLASS32
-    assert procfs.elf_class(tmp_path / "x86_64") == 2
-    assert procfs.elf_class(tmp_path / "script") is None
-    assert procfs.elf_class(tmp_path / "missing") is None
+    assert target_check.elf_class(tmp_path / "i386") == target_check.ELFCLASS32
+    assert target_check.elf_class(tmp_path / "x86_64") == 2
+    assert target_check.elf_class(tmp_path / "script") is None
+    assert target_check.elf_class(tmp_path / "missing") is None
 
 
 def test_a_chunk_inside_a_segment_that_looks_like_its_first_is_not_taken_for_its_start(

@@ -15,7 +15,14 @@ import pytest
 
 from memforensics.errors import NoSuchProcessError, TargetError
 from memforensics.sources.glibc.heapmaps import scan_heap
-from memforensics.sources.proc import process_search, procfs, procmem
+from memforensics.sources.proc import (
+    memory_figures,
+    process_facts,
+    process_search,
+    procfs,
+    procmem,
+    target_check,
+)
 from memforensics.sources.proc.procmem import PagemapUnavailableError, ProcessMemoryReader
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -31,7 +38,7 @@ def _status_bytes(key: str) -> int:
 def test_read_memory_matches_kernel_and_psutil() -> None:
     """File-backed agrees with the kernel's own RssFile counter (read independently); USS
     agrees with psutil's (both private clean + dirty)."""
-    memory = procfs.read_memory(os.getpid())
+    memory = memory_figures.read_memory(os.getpid())
     assert memory.rss_bytes and memory.anon_bytes and memory.file_bytes is not None
     # status's counters are per-CPU approximations: allow a few pages per CPU either way.
     kernel_file = _status_bytes("RssFile")
@@ -48,11 +55,11 @@ def test_read_memory_matches_kernel_and_psutil() -> None:
 def test_read_memory_puts_new_memory_in_the_right_class(flags: int, grows: str) -> None:
     """Private anonymous memory counts as anonymous; shared anonymous memory is shmem."""
     size = 32 * 1024 * 1024
-    before = procfs.read_memory(os.getpid())
+    before = memory_figures.read_memory(os.getpid())
     region = mmap.mmap(-1, size, flags=flags)
     try:
         region.write(b"x" * size)
-        after = procfs.read_memory(os.getpid())
+        after = memory_figures.read_memory(os.getpid())
         grown = {
             "anon": (after.anon_bytes or 0) - (before.anon_bytes or 0),
             "shmem": (after.shmem_bytes or 0) - (before.shmem_bytes or 0),
@@ -69,11 +76,11 @@ def test_read_memory_counts_a_mapped_file_as_file_backed(tmp_path: Path) -> None
     path = tmp_path / "mapped.bin"
     path.write_bytes(b"y" * size)
     with path.open("rb") as handle:
-        before = procfs.read_memory(os.getpid())
+        before = memory_figures.read_memory(os.getpid())
         region = mmap.mmap(handle.fileno(), size, prot=mmap.PROT_READ)
         try:
             touched = sum(region[offset] for offset in range(0, size, PAGE))
-            after = procfs.read_memory(os.getpid())
+            after = memory_figures.read_memory(os.getpid())
         finally:
             region.close()
     assert touched == ord("y") * (size // PAGE)
@@ -82,22 +89,47 @@ def test_read_memory_counts_a_mapped_file_as_file_backed(tmp_path: Path) -> None
 
 
 def test_facts_of_self_and_refusal_of_self() -> None:
-    facts = procfs.read_process(os.getpid())
+    facts = process_facts.read_process(os.getpid())
     assert facts.allocator.kind == "glibc"
     assert facts.glibc_version == os.confstr("CS_GNU_LIBC_VERSION").split()[1]  # type: ignore[union-attr]
     assert procfs.process_state(os.getpid()) == "R"
     with pytest.raises(TargetError, match="memforensics itself"):
-        procfs.check_target(os.getpid())
+        target_check.check_target(os.getpid())
+
+
+def test_facts_after_a_read_take_what_moves_from_status_and_keep_who_it_is() -> None:
+    """The report's closing facts: one status text read after the heap read brings state,
+    threads, tracer and uid up to date, as read_process would read them; a process that has
+    exited meanwhile is read again whole (no allocator, no exe, as read_process says)."""
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        deadline = time.monotonic() + 10
+        while procfs.process_state(child.pid) != "S" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        facts = process_facts.read_process(child.pid)
+        status = Path(f"/proc/{child.pid}/status").read_text()
+        after = process_facts.facts_after(facts, status)
+        assert after == process_facts.read_process(child.pid, allocator=facts.allocator)
+        assert (after.state, after.threads, after.tracer_pid) == ("S", 1, 0)
+        child.kill()
+        while procfs.process_state(child.pid) != "Z" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        exited = process_facts.facts_after(facts, Path(f"/proc/{child.pid}/status").read_text())
+        assert exited.state == "Z" and exited.exe is None
+        assert exited.allocator.detail == "no user memory"
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_no_such_process() -> None:
     child = subprocess.Popen(["true"])
     child.wait()
-    for call in (procfs.process_state, procfs.read_memory, procfs.read_process):
+    for call in (procfs.process_state, memory_figures.read_memory, process_facts.read_process):
         with pytest.raises(NoSuchProcessError):
             call(child.pid)
     with pytest.raises(NoSuchProcessError):
-        procfs.check_target(-5)
+        target_check.check_target(-5)
 
 
 def test_find_pids_by_name_excludes_self_and_matches_cmdline() -> None:
@@ -128,9 +160,11 @@ def test_process_name_is_completed_past_the_kernels_15_characters(
     child = subprocess.Popen([str(program), "30"])
     renamed = subprocess.Popen(["x" + name[:10], "30"], executable=str(program))
     try:
-        assert procfs.read_process(child.pid).name == name == psutil.Process(child.pid).name()
+        assert (
+            process_facts.read_process(child.pid).name == name == psutil.Process(child.pid).name()
+        )
         # argv[0] does not start with the kernel's name: the kernel's 15 characters stand.
-        assert procfs.read_process(renamed.pid).name == name[:15]
+        assert process_facts.read_process(renamed.pid).name == name[:15]
         assert psutil.Process(renamed.pid).name() == name[:15]
     finally:
         for proc in (child, renamed):
@@ -181,10 +215,10 @@ def test_without_smaps_rollup_memory_is_summed_from_smaps(
         deadline = time.monotonic() + 10
         while procfs.process_state(proc.pid) not in "S" and time.monotonic() < deadline:
             time.sleep(0.01)  # until exec'd and asleep: its memory no longer moves
-        real = procfs.read_memory(proc.pid)
+        real = memory_figures.read_memory(proc.pid)
         names = ("status", "smaps", "stat")
         monkeypatch.setattr(procfs, "PROC", _proc_like(tmp_path, proc.pid, names))
-        summed = procfs.read_memory(proc.pid)
+        summed = memory_figures.read_memory(proc.pid)
     finally:
         proc.kill()
         proc.wait()
@@ -201,7 +235,7 @@ def test_gone_process_is_still_no_such_process_without_smaps_rollup(
 ) -> None:
     monkeypatch.setattr(procfs, "PROC", tmp_path)
     with pytest.raises(NoSuchProcessError):
-        procfs.read_memory(os.getpid())
+        memory_figures.read_memory(os.getpid())
 
 
 def test_unreadable_pagemap_is_unknown_not_a_guess(

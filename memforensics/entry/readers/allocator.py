@@ -24,7 +24,7 @@ from memforensics.sources.allocators import jemalloc, mimalloc, tcmalloc
 from memforensics.sources.allocators.library import ForeignImage, load_foreign
 from memforensics.sources.allocators.moment import AllocatorCalls
 from memforensics.sources.glibc.libc_elf import load_libc_image
-from memforensics.sources.proc import procfs
+from memforensics.sources.proc import memory_figures, process_facts
 from memforensics.sources.proc.procfs import pid_alive
 from memforensics.sources.proc.ptrace_call import shadow_stack_enabled
 
@@ -100,8 +100,8 @@ def inspect_foreign(pid: int, facts: ProcessFacts, *, timeout_seconds: float) ->
 
     try:
         heap = read_foreign(pid, facts, timeout_seconds)
-        memory = procfs.read_memory(pid)
-        after = procfs.read_process(pid, allocator=facts.allocator)
+        memory = memory_figures.read_memory(pid)
+        after = process_facts.read_process(pid, allocator=facts.allocator)
     except Exception as exc:
         raise target_error(pid, exc) from exc
     capture = Capture(

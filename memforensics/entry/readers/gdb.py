@@ -25,7 +25,7 @@ from memforensics.model.inspection import Inspection
 from memforensics.model.process import HeapResidency, ProcessFacts, Waterfall
 from memforensics.sources.gdb.gdb_capture import capture_malloc_info
 from memforensics.sources.glibc.heapmaps import WALK_BUDGET_SECONDS, scan_heap
-from memforensics.sources.proc import procfs
+from memforensics.sources.proc import memory_figures, process_facts, target_check
 from memforensics.sources.proc.procfs import pid_alive
 
 if TYPE_CHECKING:
@@ -70,11 +70,11 @@ def inspect_process(
 ) -> Inspection:
     """Capture malloc_info safely (the session refuses what it cannot inspect) while the
     residency scan reads /proc; ``scan``: one already started for ``pid`` (early_scan);
-    ``facts``: what procfs.check_target already gave for ``pid``.
+    ``facts``: what target_check.check_target already gave for ``pid``.
 
     A process that exits at any moment after the first look gives TargetExitedError.
     """
-    first = facts or procfs.check_target(pid, allow_stopped=allow_stopped)  # no PID: exit 3
+    first = facts or target_check.check_target(pid, allow_stopped=allow_stopped)  # no PID: exit 3
     held_read = read_while_held(pid, first)
     if scan is None and first.libc_path is not None:
         # No glibc mapped: the session refuses the target before anything else touches it.
@@ -102,7 +102,7 @@ def read_while_held(pid: int, facts: ProcessFacts) -> Callable[[], HeapScan] | N
     else None, and the reads beside and after the session stand alone."""
     if facts.threads != 1 or facts.libc_path is None:
         return None
-    anon = procfs.read_memory(pid).anon_bytes
+    anon = memory_figures.read_memory(pid).anon_bytes
     if anon is None or anon > HELD_READ_MAX_ANON_BYTES:
         return None
     libc_path = facts.libc_path
@@ -138,8 +138,8 @@ def _inspect(
     from memforensics.analysis.residency_build import build_residency
     from memforensics.sources.malloc_info.malloc_xml import parse_dump
 
-    facts = procfs.read_process(pid)
-    memory = procfs.read_memory(pid)
+    facts = process_facts.read_process(pid)
+    memory = memory_figures.read_memory(pid)
     dump = parse_dump(capture.xml, name=process_source(pid))
     residency: HeapResidency | None = None
     flow: Waterfall | None = None

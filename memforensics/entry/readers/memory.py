@@ -41,7 +41,7 @@ from memforensics.sources.glibc.arena_hold import StopBatches
 from memforensics.sources.glibc.heapmaps import scan_heap
 from memforensics.sources.glibc.libc_elf import load_libc_image
 from memforensics.sources.glibc.malloc_info_image import malloc_info_xml
-from memforensics.sources.proc import procfs
+from memforensics.sources.proc import memory_figures, process_facts, procfs, target_check
 from memforensics.sources.proc.binaries import glibc_banner_version
 from memforensics.sources.proc.procfs import pid_alive
 from memforensics.sources.proc.procmem import MemoryReader, ProcessMemoryReader
@@ -127,14 +127,14 @@ def inspect_read_only(
     pins: bool = False,
 ) -> Inspection:
     """The heap report of ``pid`` read from its memory (see the module). Refuses what the gdb
-    path refuses (procfs.check_target), and a heap it cannot read consistently (TargetError,
+    path refuses (target_check.check_target), and a heap it cannot read consistently (TargetError,
     exit 3, with a hint to use the gdb path). The target is left running (or stopped, if
     someone else had stopped it). Trimmable figures are for malloc_trim(``pad_bytes``).
-    ``facts``: what procfs.check_target already gave for ``pid`` (its glibc refusals still
+    ``facts``: what target_check.check_target already gave for ``pid`` (its glibc refusals still
     apply), so that /proc and the executable are not read twice. ``pins``: also walk every
     heap's chunks for its pins and map (entry/pins.py), after the figures' stops."""
     if facts is None or not facts.allocator.is_glibc_malloc:
-        facts = procfs.check_target(pid, allow_stopped=allow_stopped)
+        facts = target_check.check_target(pid, allow_stopped=allow_stopped)
     try:
         return _inspect(pid, facts, timeout_seconds, pad_bytes, pins)
     except MemforensicsError as exc:
@@ -157,8 +157,10 @@ def _inspect(
         pid, libc=libc, single_threaded=facts.threads == 1, timeout_seconds=timeout_seconds
     )
     started = time.monotonic()
+    # The executable's class as check_target read it (its 32-bit refusal), not read again.
+    is_64 = None if facts.elf_class is None else facts.elf_class == target_check.ELFCLASS64
     try:
-        scan = scan_heap(pid, libc_path=libc_path, figures=True, hold=batches)
+        scan = scan_heap(pid, libc_path=libc_path, figures=True, hold=batches, is_64=is_64)
     finally:
         batches.close()
     read_seconds = time.monotonic() - started
@@ -175,7 +177,10 @@ def _inspect(
         ) from exc
     with ProcessMemoryReader(pid) as mem:
         heap_info, tcache = layout_evidence(scan, mem)
-    memory = procfs.read_memory(pid)
+    # One read of status for the memory figures and the report's closing facts (the state,
+    # threads and tracer after the read; who the process is, as check_target found it).
+    status = procfs.read_text(pid, "status")
+    memory = memory_figures.read_memory(pid, status=status)
     analysis, residency, flow, residency_error = report_parts(dump, scan, memory, pad_bytes)
     picture: HeapPicture | None = None
     pins_error: str | None = PINS_NOT_ASKED
@@ -188,6 +193,7 @@ def _inspect(
         picture, pins_error = read_picture(
             pid, timeout_seconds=timeout_seconds, stops_seconds=stops
         )
+        status = procfs.read_text(pid, "status")  # the closing facts come after the walk too
     extra_advice: tuple[Advice, ...] = ()
     if picture is not None:
         from memforensics.analysis.pins import pin_advice
@@ -215,7 +221,7 @@ def _inspect(
         ),
     )
     return Inspection(
-        facts=procfs.read_process(pid, allocator=facts.allocator),
+        facts=process_facts.facts_after(facts, status),
         memory=memory,
         capture=capture,
         analysis=analysis,

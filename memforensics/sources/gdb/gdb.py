@@ -43,7 +43,7 @@ from memforensics.sources.gdb.gdbmi import MiError, MiGdbExited, MiResult, MiTim
 from memforensics.sources.gdb.signals import TerminationHandlers, deferred_signals
 from memforensics.sources.gdb.watchdog_link import Watchdog
 from memforensics.sources.glibc.libc_elf import LibcImage, load_libc_image
-from memforensics.sources.proc import procfs
+from memforensics.sources.proc import target_check
 from memforensics.sources.proc.procmem import TargetMemory
 
 # gdb's answer when a call is asked of a thread that is not stopped (it starts nothing then).
@@ -246,7 +246,7 @@ class GdbSession:
     def _start(self) -> None:
         gdb = find_gdb(self.gdb_path)
         check_call_restores(gdb)  # before the target is touched
-        facts = procfs.check_target(self.pid, allow_stopped=self.allow_stopped)
+        facts = target_check.check_target(self.pid, allow_stopped=self.allow_stopped)
         self._was_running = facts.state not in ("T", "t")
         self.non_stop = self._was_running
         if facts.libc_path is None:

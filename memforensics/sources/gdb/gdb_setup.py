@@ -18,7 +18,7 @@ from memforensics.errors import (
     ToolingError,
 )
 from memforensics.sources.gdb.gdbmi import MiError, MiGdbExited, MiTimeout
-from memforensics.sources.proc import procfs
+from memforensics.sources.proc import attach_diagnosis, procfs
 
 
 def mi_quote(text: str) -> str:
@@ -123,7 +123,7 @@ def gdb_error(
         # then, which the diagnosis would take for somebody else's.
         # ptrace refused: say why (Yama, capabilities, another tracer, another user). gdb says
         # "No such process" also when Yama refuses a live process, so the words prove nothing.
-        return procfs.diagnose_attach_failure(pid, message)
+        return attach_diagnosis.diagnose_attach_failure(pid, message)
     if not call and "No such process" in message:
         # The process lives (checked above): one of its threads exited between gdb's thread
         # list and its look at that thread (a JVM's compiler threads come and go). A race of

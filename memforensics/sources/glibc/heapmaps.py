@@ -153,6 +153,7 @@ def scan_heap(
     arenas_only: bool = False,
     figures: bool = False,
     hold: ArenaHold | None = None,
+    is_64: bool | None = None,
 ) -> HeapScan:
     """Read every arena of ``pid``: heaps, residency, free lists (within the time budget).
 
@@ -162,7 +163,9 @@ def scan_heap(
     mmapped chunks and thread stacks (those figures are then 0 and ``arenas_only`` says so);
     the quick read made while gdb holds a target. ``figures``: also malloc_info's figures
     (ArenaScan.figures, HeapScan.malloc_params), each arena's from one moment: read inside
-    ``hold`` (a live target) or from a memory that does not move (a core file).
+    ``hold`` (a live target) or from a memory that does not move (a core file). ``is_64``:
+    whether the target is a 64-bit program, where its executable's ELF class was read
+    already (check_target's); else read here.
     """
     started = time.monotonic()
     mappings = read_smaps(pid)
@@ -181,6 +184,7 @@ def scan_heap(
                 arenas_only,
                 figures=figures,
                 hold=hold,
+                is_64=is_64,
             )
             return replace(scan, arenas_only=arenas_only)
     finally:

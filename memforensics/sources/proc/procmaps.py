@@ -125,13 +125,17 @@ def read_maps(pid: int) -> list[Mapping]:
     return parse_maps(_read_proc_text(pid, "maps"))
 
 
-def read_maps_of(pid: int, path: str) -> tuple[bool, list[Mapping]]:
-    """(whether PID maps anything at all, its mappings of ``path``): only the lines that
-    name the path are parsed."""
-    text = _read_proc_text(pid, "maps")
+def mappings_of(text: str, path: str) -> list[Mapping]:
+    """The mappings of ``path`` in a /proc/PID/maps text: only the lines that name the path
+    are parsed."""
     lines = [line for line in text.splitlines() if path in line]
-    found = [m for m in map(parse_maps_line, lines) if m is not None and m.path == path]
-    return bool(text.strip()), found
+    return [m for m in map(parse_maps_line, lines) if m is not None and m.path == path]
+
+
+def read_maps_of(pid: int, path: str) -> tuple[bool, list[Mapping]]:
+    """(whether PID maps anything at all, its mappings of ``path``)."""
+    text = _read_proc_text(pid, "maps")
+    return bool(text.strip()), mappings_of(text, path)
 
 
 def read_smaps(pid: int) -> list[Mapping]:
@@ -156,13 +160,14 @@ def replaced_file(pid: int, path: str) -> Path | None:
     return None
 
 
-def mapped_file(pid: int, path: str) -> tuple[Path, int | None]:
+def mapped_file(pid: int, path: str, *, maps: str | None = None) -> tuple[Path, int | None]:
     """Where to read the file PID maps at ``path``, and the mapping's inode (None when PID
     maps no such file): the mapped file itself through /proc/PID/map_files where readable
     (root), else the path as the target's root sees it, to be opened as hostile input and
-    checked against the inode (regular_file)."""
+    checked against the inode (regular_file). ``maps``: PID's /proc/PID/maps text, where the
+    caller has it already."""
     with contextlib.suppress(NoSuchProcessError, TargetPermissionError):
-        mappings = read_maps_of(pid, path)[1]
+        mappings = read_maps_of(pid, path)[1] if maps is None else mappings_of(maps, path)
         if mappings:
             first = mappings[0]
             entry = Path(f"/proc/{pid}/map_files/{first.start_address:x}-{first.end_address:x}")

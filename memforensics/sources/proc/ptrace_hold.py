@@ -51,7 +51,7 @@ from memforensics.errors import (
     TargetExitedError,
     TargetPermissionError,
 )
-from memforensics.sources.proc import procfs, ptrace_regs
+from memforensics.sources.proc import attach_diagnosis, ptrace_regs
 
 # Requests and options from <sys/ptrace.h> and <linux/ptrace.h>.
 _PTRACE_DETACH = 17
@@ -147,7 +147,7 @@ class ThreadHold:
     seized; one that stops by itself meanwhile, on a signal or a new thread, stops a little
     longer). ``stop_kinds`` says how each held
     thread stopped; ``deferred_signals`` the signals held back in signal-delivery-stops and
-    delivered at release. The caller refuses what ``procfs.check_target`` refuses first
+    delivered at release. The caller refuses what ``target_check.check_target`` refuses first
     (kernel threads, other allocators); this class only holds.
     """
 
@@ -371,7 +371,9 @@ class ThreadHold:
     def _refusal(self, tid: int, tracer_pid: int, exc: OSError) -> Exception:
         """The error for a thread the kernel would not let us seize."""
         if not tracer_pid:
-            return procfs.diagnose_attach_failure(self.pid, str(exc.strerror), tool="ptrace")
+            return attach_diagnosis.diagnose_attach_failure(
+                self.pid, str(exc.strerror), tool="ptrace"
+            )
         tracer = f"TracerPid {tracer_pid} ({_comm(tracer_pid)})"
         whose = f"PID {self.pid} ({_comm(self.pid)})"
         if tid != self.pid:
