@@ -43,7 +43,7 @@ from memforensics.sources.gdb.gdbmi import MiError, MiGdbExited, MiResult, MiTim
 from memforensics.sources.gdb.signals import TerminationHandlers, deferred_signals
 from memforensics.sources.gdb.watchdog_link import Watchdog
 from memforensics.sources.glibc.libc_elf import LibcImage, load_libc_image
-from memforensics.sources.proc import target_check
+from memforensics.sources.proc import procfs, target_check
 from memforensics.sources.proc.procmem import TargetMemory
 
 # gdb's answer when a call is asked of a thread that is not stopped (it starts nothing then).
