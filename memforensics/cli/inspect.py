@@ -21,7 +21,7 @@ from memforensics.cli.options import (
     timeout_option,
     verbose_option,
 )
-from memforensics.entry.early import collector_paused, resume_collector, take_scan
+from memforensics.entry.early import collector_paused, resume_collector
 from memforensics.errors import HeapCorruptionError, MemforensicsError, NoSuchProcessError
 
 if TYPE_CHECKING:
@@ -289,18 +289,6 @@ def _targets_and_reader(
     from memforensics.entry.targets import resolve_targets
 
     method = inspect_method(read_only=read_only, gdb_path=gdb_path)
-    first_scan = None
-    if method == "gdb":
-        # gdb's start-up and the imports below take about as long each: gdb starts first, and
-        # the first session takes it over (one less wait before the attach). Likewise the
-        # first target's residency scan: it reads /proc while the rest imports. The
-        # program's entry (memforensics/entry/early.py) may have started both already.
-        from memforensics.entry.scanning import early_scan
-        from memforensics.sources.gdb.gdb_spawn import prestart
-
-        prestart(gdb_path)
-        if pids:
-            first_scan = take_scan(pids[0]) or early_scan(pids[0], allow_stopped=allow_stopped)
 
     def read(pid: int) -> Inspection:
         inspection = inspect_live(
@@ -310,7 +298,6 @@ def _targets_and_reader(
             allow_stopped=allow_stopped,
             gdb_path=gdb_path,
             log=_mi_logger if verbose else None,
-            scan=first_scan if pids and pid == pids[0] else None,
             pins=pins,
             accept_corrupt_risk=accept_corrupt_risk,
         )

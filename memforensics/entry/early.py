@@ -1,21 +1,13 @@
-"""What `inspect PID` and `oom --file` can begin before their command line is parsed.
+"""What a command line may begin before it is parsed: the collector's pause for `inspect`,
+and the search of a saved log for `oom --file`.
 
-(And the garbage collector's pause for the command's start, pause_collector.)
-
-Python spends the first ~50 ms of a command importing click and the command's modules. For
-`memforensics inspect --gdb PATH PID …` (the gdb path; the default reads the target's
-memory and has neither to begin) the two slowest pieces of work need nothing of that: gdb's own
-start-up (gdb_spawn.prestart) and the first target's residency scan (scanning.early_scan).
-``begin`` recognises such a command line from ``sys.argv`` with the standard library alone
-and starts both; the command then takes them over (``take_scan``). Anything it does not
-recognise for certain (another command, --help, an option it does not know, a value it
-cannot read) starts nothing: click parses the command line as always and the command starts
-the same work itself, a little later. Only the command line decides what is started, and the
-scan reads /proc of the PID named there, as the command would.
-
-`memforensics oom --file LOG …` likewise starts the search of LOG's bytes in a child process
+Python spends the first ~50 ms of a command importing click and the command's modules.
+`inspect` pauses the garbage collector from the start (pause_collector says why).
+`memforensics oom --file LOG …` starts the search of LOG's bytes in a child process
 (sources/logs/logsearch.py), on the second core while this one imports (the collector paused
-until the command resumes it).
+until the command resumes it). Anything ``oom_file`` does not recognise for certain (another
+command, --help, an option it does not know, a value it cannot read) starts nothing: click
+parses the command line as always and the command does the same work itself, a little later.
 """
 
 from __future__ import annotations
@@ -23,39 +15,6 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from memforensics.entry.scanning import BackgroundScan
-
-# The options of `inspect` (cli/inspect.py; tests/unit/test_early.py keeps the two in step).
-VALUE_OPTIONS = frozenset(
-    {
-        "--name",
-        "--save-xml",
-        "--timeout",
-        "--gdb",
-        "--top",
-        "--sort",
-        "--core",
-        "--exe",
-        "--sysroot",
-        "--html",
-    }
-)
-FLAG_OPTIONS = frozenset(
-    {
-        "--json",
-        "--allow-stopped",
-        "--read-only",
-        "--pins",
-        "--accept-corrupt-heap-risk",
-        "-v",
-        "--verbose",
-    }
-)
-
-_scans: dict[int, BackgroundScan] = {}
 
 # The options of `oom` (cli/oom.py; tests/unit/test_early.py keeps the two in step).
 OOM_VALUE_OPTIONS = frozenset(
@@ -99,57 +58,9 @@ def oom_file(argv: Sequence[str]) -> str | None:
     return files[0] if files and files[0] != "-" else None
 
 
-def inspect_command(argv: Sequence[str]) -> tuple[list[int], str | None, bool] | None:
-    """(PIDs, --gdb, --allow-stopped) of an `inspect` command line; None when ``argv`` (the
-    arguments after the program's name) is anything else or not certainly understood."""
-    if not argv or argv[0] != "inspect":
-        return None
-    pids: list[int] = []
-    gdb_path: str | None = None
-    allow_stopped = False
-    tokens = iter(argv[1:])
-    positional_only = False
-    for token in tokens:
-        if positional_only or not token.startswith("-"):
-            if not token.isascii() or not token.isdigit() or int(token) < 1:
-                return None
-            pids.append(int(token))
-        elif token == "--":
-            positional_only = True
-        else:
-            understood = _inspect_option(token, tokens)
-            if understood is None:
-                return None
-            name, value = understood
-            if name == "--gdb":
-                gdb_path = value
-            allow_stopped = allow_stopped or name == "--allow-stopped"
-    return (pids, gdb_path, allow_stopped) if pids else None
-
-
-def _inspect_option(token: str, tokens: Iterator[str]) -> tuple[str, str | None] | None:
-    """(option, value) of one option of an `inspect` command line, its value taken from
-    ``tokens`` where it is the next one; None for what this reader does not start early."""
-    name, has_value, value = token.partition("=")
-    if name in ("--core", "--exe", "--sysroot"):
-        return None  # a core file: no process to begin reading, no gdb to start
-    if name in VALUE_OPTIONS:
-        if not has_value:
-            following = next(tokens, None)
-            if following is None:
-                return None
-            value = following
-        return name, value
-    if name in FLAG_OPTIONS and not has_value and name != "--read-only":
-        return name, None
-    # --read-only (no gdb to start), --help, a short option cluster, a typo: click's to judge
-    return None
-
-
 def begin(argv: Sequence[str]) -> None:
-    """Pause the collector for an `inspect PID …` command, and start gdb and the first
-    target's scan when it takes the gdb path (--gdb PATH);
-    the search of the first saved log when it is an `oom --file LOG …` command."""
+    """Pause the collector for an `inspect` command; start the search of the first saved
+    log of an `oom --file LOG …` command."""
     path = oom_file(argv)
     if path is not None:
         pause_collector()  # `oom` resumes it once imported, before it parses
@@ -157,26 +68,8 @@ def begin(argv: Sequence[str]) -> None:
 
         logsearch.start(path)
         return
-    command = inspect_command(argv)
-    if command is None:
-        return
-    pids, gdb_path, allow_stopped = command
-    pause_collector()
-    if gdb_path is None:
-        return  # the default reads the target's memory itself: no gdb to start, no scan
-    try:
-        # The scan first: it is the longer of the two (gdb starts in ~40 ms, the scan of a
-        # 400 MB heap takes ~130 ms), and each import delays what follows it.
-        from memforensics.entry.scanning import early_scan
-
-        scan = early_scan(pids[0], allow_stopped=allow_stopped)
-        if scan is not None:
-            _scans[pids[0]] = scan
-        from memforensics.sources.gdb.gdb_spawn import prestart
-
-        prestart(gdb_path)
-    except Exception:  # the command starts the same work itself, and reports on it
-        return
+    if argv and argv[0] == "inspect":
+        pause_collector()
 
 
 def pause_collector() -> None:
@@ -209,8 +102,3 @@ def collector_paused() -> Iterator[None]:
         yield
     finally:
         resume_collector()
-
-
-def take_scan(pid: int) -> BackgroundScan | None:
-    """The scan ``begin`` started for ``pid``, handed over once; None if there is none."""
-    return _scans.pop(pid, None)

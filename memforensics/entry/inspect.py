@@ -22,7 +22,7 @@ read as memory is (``inspect_core``). The policy, here and nowhere else:
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from memforensics.entry.common import Log
 from memforensics.errors import (
@@ -37,9 +37,6 @@ from memforensics.errors import (
 from memforensics.model.inspection import Inspection
 from memforensics.model.process import ProcessFacts
 from memforensics.sources.proc import target_check
-
-if TYPE_CHECKING:
-    from memforensics.entry.scanning import BackgroundScan
 
 InspectMethod = Literal["auto", "read-only", "no-gdb", "gdb"]
 
@@ -107,12 +104,10 @@ def inspect_live(
     allow_stopped: bool = False,
     gdb_path: str | None = None,
     log: Log | None = None,
-    scan: BackgroundScan | None = None,
     pins: bool = False,
     accept_corrupt_risk: bool = False,
 ) -> Inspection:
     """One live inspection of ``pid`` by ``method`` (see the module for the policy).
-    ``scan``: a residency scan already started for ``pid``, which gdb's way takes over;
     ``pins``: the memory way also walks every heap's chunks for its pins (gdb's reads none).
     The target's facts are read once, here, and handed to the way that reads it; a target
     no way can read is refused before any gdb is started."""
@@ -158,7 +153,6 @@ def inspect_live(
             gdb_path=gdb_path,
             allow_stopped=allow_stopped,
             log=log,
-            scan=scan,
             facts=facts,
         )
     return inspection if refused is None else replace(inspection, gdb_fallback=refused)

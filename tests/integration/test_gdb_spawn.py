@@ -1,4 +1,4 @@
-"""gdb started lean and early (gdb_spawn), the scan in a worker thread, what a session leaves."""
+"""gdb started lean (gdb_spawn), the scan in a worker thread, what a session leaves."""
 
 from __future__ import annotations
 
@@ -6,13 +6,12 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
-from memforensics.entry.scanning import BackgroundScan
+from memforensics.entry.readers.gdb_scan import BackgroundScan
 from memforensics.errors import GdbUnavailableError, NoSuchProcessError
 from memforensics.sources.gdb import gdb_spawn
 from memforensics.sources.gdb.gdb_capture import capture_malloc_info
@@ -30,30 +29,6 @@ pytestmark = [
 
 def _private_dirs() -> set[str]:
     return {p.name for p in Path(tempfile.gettempdir()).glob("memforensics-gdb-*")}
-
-
-def _gone(pid: int, timeout_seconds: float = 5.0) -> bool:
-    """True once ``pid`` is no more (reaped, not a zombie), polling up to the deadline."""
-    deadline = time.monotonic() + timeout_seconds
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                time.sleep(0.02)
-                continue
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.02)
-    return False
-
-
-@pytest.fixture
-def no_prestarted() -> Iterator[None]:
-    """Each test starts and ends with no gdb waiting to be taken over."""
-    gdb_spawn._discard_prestarted()
-    try:
-        yield
-    finally:
-        gdb_spawn._discard_prestarted()
 
 
 def _fake_gdb(prefix: Path, *, python: bool) -> Path:
@@ -117,45 +92,23 @@ def test_a_killed_build_of_the_cache_leaves_nothing_a_later_run_trips_on(
     assert lean is not None and Path(lean).name.startswith("gdb-data-")
 
 
-@pytest.mark.usefixtures("no_prestarted")
-def test_prestarted_gdb_is_taken_over_and_nothing_is_left_behind() -> None:
+def test_a_sessions_gdb_ends_with_it_and_nothing_is_left_behind() -> None:
     before = _private_dirs()
-    gdb_spawn.prestart(None)
-    prestarted = gdb_spawn._prestarted
-    assert prestarted is not None and prestarted.alive()
     with c_target("idle_arenas", "4") as target:
         capture = capture_malloc_info(target.pid, timeout_seconds=20)
         assert len(parse_dump(capture.xml).arenas) >= 4
-        assert gdb_spawn._prestarted is None  # the session took it
-        # gdb exits in the background after the clean detach, and is reaped there.
-        assert _gone(prestarted.process.pid)
         assert target.alive()
-    assert not [c for c in psutil.Process().children() if "gdb" in c.name()]
+        # gdb exits in the background after the clean detach, and is reaped there.
+        deadline = time.monotonic() + 5.0
+        while [c for c in psutil.Process().children() if "gdb" in c.name()]:
+            assert time.monotonic() < deadline, "gdb still running after the session"
+            time.sleep(0.02)
     assert _private_dirs() == before  # no folder of its own in /tmp
 
 
-@pytest.mark.usefixtures("no_prestarted")
-def test_prestart_without_a_gdb_does_nothing_and_the_session_says_why() -> None:
-    gdb_spawn.prestart("/nonexistent/gdb")
-    assert gdb_spawn._prestarted is None
+def test_without_a_gdb_the_session_says_why() -> None:
     with pytest.raises(GdbUnavailableError, match="/nonexistent/gdb"):
-        gdb_spawn.take_gdb(gdb_spawn.find_gdb("/nonexistent/gdb"))
-
-
-@pytest.mark.usefixtures("no_prestarted")
-def test_a_prestarted_gdb_of_another_path_is_discarded(tmp_path: Path) -> None:
-    gdb_spawn.prestart(None)
-    first = gdb_spawn._prestarted
-    assert first is not None
-    other = tmp_path / "gdb"
-    other.symlink_to(first.gdb)
-    taken = gdb_spawn.take_gdb(str(other))
-    try:
-        assert taken.process.pid != first.process.pid
-        assert _gone(first.process.pid)
-    finally:
-        taken.discard()
-    assert _gone(taken.process.pid)
+        gdb_spawn.start_gdb(gdb_spawn.find_gdb("/nonexistent/gdb"))
 
 
 def test_background_scan_gives_the_scan_or_its_error() -> None:

@@ -260,7 +260,7 @@ def test_the_c_copy_lets_other_threads_run() -> None:
 
 def test_a_scan_may_be_held_between_slices_of_an_arena_copy() -> None:
     """``pause`` comes between every ~1 ms slice of a whole arena's copy, not only between
-    arenas: a gdb session closing the gate waits for one slice (background.QuietGate). Four
+    arenas: a gdb session closing the gate waits for one slice (gdb_background.QuietGate). Four
     worker arenas of ~15 MiB each: four slices each, three pauses inside each copy."""
     calls: list[float] = []
     with c_target("many_arenas", "4", "30000") as target:

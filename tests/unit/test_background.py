@@ -1,4 +1,4 @@
-"""background.QuietGate with real threads: workers park at checkpoints while gdb attaches."""
+"""gdb_background.QuietGate with real threads: workers park at checkpoints while gdb attaches."""
 
 from __future__ import annotations
 
@@ -7,7 +7,11 @@ import sys
 import threading
 import time
 
-from memforensics.entry.background import QuietGate, lower_thread_priority, prompt_thread_switches
+from memforensics.entry.readers.gdb_background import (
+    QuietGate,
+    lower_thread_priority,
+    prompt_thread_switches,
+)
 
 
 def test_quiet_waits_for_a_busy_worker_to_park_and_holds_it_until_done() -> None:

@@ -1,4 +1,5 @@
-"""early.py: which command lines start gdb and the first scan before click parses them."""
+"""early.py: which command lines pause the collector or start a log's search before click
+parses them."""
 
 from __future__ import annotations
 
@@ -9,59 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from memforensics.cli import cli
-from memforensics.cli.inspect import command
 from memforensics.entry import early
-from memforensics.sources.gdb import gdb_spawn
-from tests.support.targets import c_target, live_skip_reason
-
-
-@pytest.mark.parametrize(
-    ("argv", "expected"),
-    [
-        (["inspect", "42"], ([42], None, False)),
-        (["inspect", "42", "43", "--json"], ([42, 43], None, False)),
-        (["inspect", "--top", "5", "42"], ([42], None, False)),  # 5 is --top's, not a PID
-        (["inspect", "--top=5", "--sort", "free", "42"], ([42], None, False)),
-        (["inspect", "--gdb", "/opt/gdb/bin/gdb", "42"], ([42], "/opt/gdb/bin/gdb", False)),
-        (["inspect", "--gdb=gdb-13", "--allow-stopped", "42"], ([42], "gdb-13", True)),
-        (["inspect", "-v", "--name", "postgres", "42"], ([42], None, False)),
-        (["inspect", "--", "42"], ([42], None, False)),
-        (["inspect", "--name", "postgres"], None),  # no PID: nothing to scan early
-        (["inspect", "42", "--help"], None),
-        (["inspect", "-h", "42"], None),
-        (["inspect", "-vv", "42"], None),  # a short option cluster: click's to judge
-        (["inspect", "42", "--bogus"], None),
-        (["inspect", "--json=yes", "42"], None),  # a flag given a value
-        (["inspect", "--timeout"], None),  # a value missing
-        (["inspect", "0"], None),
-        (["inspect", "abc"], None),
-        (["inspect", "４２"], None),  # digits, but not ASCII ones
-        (["trim", "42"], None),
-        (["--version"], None),
-        ([], None),
-    ],
-)
-def test_only_a_certainly_understood_inspect_line_is_recognised(
-    argv: list[str], expected: tuple[list[int], str | None, bool] | None
-) -> None:
-    assert early.inspect_command(argv) == expected
-
-
-def test_the_options_known_early_are_the_commands_own() -> None:
-    """Both sets must follow cli/inspect.py: an option missing here only costs the early
-    start, but a flag taken for an option with a value would take a PID for its value."""
-    values = {
-        o
-        for p in command.params
-        if p.opts[0].startswith("-") and not getattr(p, "is_flag", False)
-        for o in p.opts
-    }
-    flags = {o for p in command.params if getattr(p, "is_flag", False) for o in p.opts}
-    assert values == early.VALUE_OPTIONS
-    assert flags == early.FLAG_OPTIONS
-
-
-_SKIP = live_skip_reason()
 
 
 def test_the_collector_pauses_for_an_inspect_and_comes_back_with_the_start_up_frozen() -> None:
@@ -71,8 +20,8 @@ def test_the_collector_pauses_for_an_inspect_and_comes_back_with_the_start_up_fr
     try:
         early.begin(["trim", "1"])
         assert gc.isenabled()  # another command: the collector runs as always
-        early.begin(["inspect", "--json", "999999999"])  # no such PID: nothing starts, but
-        assert not gc.isenabled()  # the command is an inspect, whose start-up is paused
+        early.begin(["inspect", "--json", "999999999"])
+        assert not gc.isenabled()  # an inspect, whose start-up is paused
         cycle: list[object] = []
         cycle.append(cycle)
         early.resume_collector()
@@ -81,7 +30,6 @@ def test_the_collector_pauses_for_an_inspect_and_comes_back_with_the_start_up_fr
         early.resume_collector()  # twice is harmless
         assert gc.isenabled()
     finally:
-        gdb_spawn._discard_prestarted()  # begin started gdb for that inspect
         gc.unfreeze()
         gc.enable()
 
@@ -95,31 +43,8 @@ def test_the_inspect_command_leaves_the_collector_on_for_its_caller() -> None:
         assert result.exit_code == 3, result.output
         assert gc.isenabled()
     finally:
-        gdb_spawn._discard_prestarted()
         gc.unfreeze()
         gc.enable()
-
-
-@pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")
-def test_begin_starts_the_scan_and_gdb_that_the_command_takes_over() -> None:
-    gdb_spawn._discard_prestarted()
-    try:
-        early.begin(["trim", "1"])
-        assert gdb_spawn._prestarted is None  # another command: nothing started
-        with c_target("idle_arenas", "4") as target:
-            early.begin(["inspect", "--json", str(target.pid)])
-            # The default reads the target's memory: neither gdb nor the gdb path's scan.
-            assert gdb_spawn._prestarted is None
-            assert early.take_scan(target.pid) is None
-            early.begin(["inspect", "--gdb", "gdb", "--json", str(target.pid)])
-            assert gdb_spawn._prestarted is not None and gdb_spawn._prestarted.alive()
-            scan = early.take_scan(target.pid)
-            assert scan is not None
-            assert len(scan.result().arenas) >= 4
-            assert early.take_scan(target.pid) is None  # handed over once
-    finally:
-        gdb_spawn._discard_prestarted()
-        early.resume_collector()  # begin paused it, as for a real `inspect`
 
 
 def test_the_oom_options_known_early_are_the_commands_own() -> None:

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from memforensics.entry.background import prompt_thread_switches
 from memforensics.entry.common import exited_error
-from memforensics.entry.scanning import BackgroundScan
+from memforensics.entry.readers.gdb_background import prompt_thread_switches
+from memforensics.entry.readers.gdb_scan import BackgroundScan
 from memforensics.errors import MemforensicsError, NoSuchProcessError
 from memforensics.model.advice import Advice
 from memforensics.model.heap import process_source

@@ -37,7 +37,7 @@ from memforensics.sources.gdb.gdb_setup import (
     private_sysroot,
     signal_handling_file,
 )
-from memforensics.sources.gdb.gdb_spawn import GdbProcess, find_gdb, take_gdb
+from memforensics.sources.gdb.gdb_spawn import GdbProcess, find_gdb, start_gdb
 from memforensics.sources.gdb.gdb_threads import CLEANUP_SECONDS, ThreadControl
 from memforensics.sources.gdb.gdbmi import MiError, MiGdbExited, MiResult, MiTimeout, MiTransport
 from memforensics.sources.gdb.signals import TerminationHandlers, deferred_signals
@@ -253,7 +253,7 @@ class GdbSession:
             raise NotGlibcMallocError(f"PID {self.pid} maps no shared glibc")
         # Signals wait while the helper processes start, so that none is left unrecorded.
         with deferred_signals():
-            self._gdb = take_gdb(gdb)
+            self._gdb = start_gdb(gdb)
             self._mi = MiTransport(self._gdb.process, log=self._log)
         # gdb works through its settings (the executable's symbols, the signal table) while
         # we read libc's symbols and start the watchdog: 4-6 ms each, overlapped.
@@ -279,7 +279,7 @@ class GdbSession:
             )
         self._collect_settings(sent)
         # The target's threads are stopped and resumed one by one as gdb attaches: no work of
-        # ours competes with gdb for a CPU meanwhile (see background.QuietGate).
+        # ours competes with gdb for a CPU meanwhile (see gdb_background.QuietGate).
         with self._quiet_while_stopping():
             self._attach()
         self._threads.reach_safe_point(self._attach_started)

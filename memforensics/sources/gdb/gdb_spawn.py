@@ -1,14 +1,8 @@
-"""gdb's process for a session: found, started lean, and possibly started before it is needed.
-
-Importing what drives a session (the MI parser, the safe-point logic, /proc readers) takes
-longer than gdb's own start-up, so a command may call ``prestart`` first: gdb then starts
-while Python imports, and the session takes that process over. Only the standard library
-and the error classes are imported here, so that calling it early is cheap.
-"""
+"""gdb's process for a session: found, and started lean (without its Python package, whose
+import is most of gdb's start-up) in its own session, out of the OOM killer's choice."""
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import hashlib
 import os
@@ -162,37 +156,3 @@ def start_gdb(gdb: str) -> GdbProcess:
         resource.prlimit(process.pid, resource.RLIMIT_CORE, (0, 0))
     protect_from_oom_killer(process.pid)
     return GdbProcess(gdb, process, data_directory)
-
-
-_prestarted: GdbProcess | None = None
-
-
-def prestart(gdb_path: str | None) -> None:
-    """Start gdb now for a session about to begin; nothing happens (and nothing is said)
-    when gdb cannot be found or run: the session then fails with the real reason."""
-    global _prestarted
-    if _prestarted is not None:
-        return
-    try:
-        _prestarted = start_gdb(find_gdb(gdb_path))
-    except GdbUnavailableError:
-        return
-    atexit.register(_discard_prestarted)
-
-
-def take_gdb(gdb: str) -> GdbProcess:
-    """The prestarted gdb when it is this ``gdb`` and still running, else a new one."""
-    global _prestarted
-    ready, _prestarted = _prestarted, None
-    if ready is not None:
-        if ready.gdb == gdb and ready.alive():
-            return ready
-        ready.discard()
-    return start_gdb(gdb)
-
-
-def _discard_prestarted() -> None:
-    global _prestarted
-    if _prestarted is not None:
-        _prestarted.discard()
-        _prestarted = None

@@ -117,7 +117,7 @@ class ArenaWalker:
         # A core file's memory does not move either: a list failing there is corrupt too.
         self._static = not isinstance(mem, ProcessMemoryReader)
         # Called between slices of a whole copy: a caller may hold the walk there (the scan
-        # beside a gdb session parks while gdb attaches, background.QuietGate), and a closed
+        # beside a gdb session parks while gdb attaches, gdb_background.QuietGate), and a closed
         # gate then waits for one slice (~1 ms), not for a whole arena's copy (~5 ms).
         self._pause = pause or (lambda: None)
         self._pool = pool

@@ -159,7 +159,7 @@ def scan_heap(
 
     ``pause`` is called before each arena is read and between slices of its copy (every
     ~1 ms of work): a caller may hold the scan there (while gdb attaches, see
-    scanning.BackgroundScan). ``arenas_only``: the arenas alone, without the search for
+    gdb_scan.BackgroundScan). ``arenas_only``: the arenas alone, without the search for
     mmapped chunks and thread stacks (those figures are then 0 and ``arenas_only`` says so);
     the quick read made while gdb holds a target. ``figures``: also malloc_info's figures
     (ArenaScan.figures, HeapScan.malloc_params), each arena's from one moment: read inside

@@ -1,7 +1,5 @@
-"""Work in background threads that yields to gdb and the target: thread priority and switches.
-
-Only the standard library is imported here: the CLI calls it before its heavy imports.
-"""
+"""The gdb way's background work, made to yield to gdb and the target: thread priority and
+switches, and the gate that parks the scan while gdb stops the target's threads."""
 
 from __future__ import annotations
 

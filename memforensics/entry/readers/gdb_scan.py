@@ -1,19 +1,14 @@
-"""The residency scan of a live process in a worker thread, started before its gdb session.
-
-A command may start it before importing the gdb machinery and the analysis: the scan then
-runs while Python imports and gdb starts, and the session's figures wait for it only at the
-end. Only /proc readers are imported here.
-"""
+"""The gdb way's residency scan of a live process, in a worker thread beside its gdb session:
+the scan reads /proc while gdb attaches and calls, and the session's figures wait for it only
+at the end."""
 
 from __future__ import annotations
 
 import threading
 
-from memforensics.entry.background import QuietGate, lower_thread_priority
-from memforensics.errors import MemforensicsError
+from memforensics.entry.readers.gdb_background import QuietGate, lower_thread_priority
 from memforensics.model.heapscan import HeapScan
 from memforensics.sources.glibc.heapmaps import WALK_BUDGET_SECONDS, scan_heap
-from memforensics.sources.proc import target_check
 
 
 class BackgroundScan:
@@ -28,7 +23,7 @@ class BackgroundScan:
     def __init__(
         self, pid: int, *, libc_path: str | None, budget_seconds: float = WALK_BUDGET_SECONDS
     ) -> None:
-        # The scan parks between arenas while gdb attaches and detaches (background.QuietGate).
+        # The scan parks between arenas while gdb attaches and detaches (gdb_background.QuietGate).
         self.gate = QuietGate()
         self._scan: HeapScan | None = None
         self._error: BaseException | None = None
@@ -61,16 +56,3 @@ class BackgroundScan:
         if self._scan is None:
             raise AssertionError("a scan thread that ended neither returned nor raised")
         return self._scan
-
-
-def early_scan(pid: int, *, allow_stopped: bool) -> BackgroundScan | None:
-    """Start the scan of ``pid`` now, if it is a target the session will not refuse outright
-    (it exists, is not stopped unless allowed, maps glibc); else None, and the session
-    refuses it with its reason."""
-    try:
-        facts = target_check.check_target(pid, allow_stopped=allow_stopped)
-    except MemforensicsError:
-        return None
-    if facts.libc_path is None:
-        return None
-    return BackgroundScan(pid, libc_path=facts.libc_path)
