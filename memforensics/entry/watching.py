@@ -216,16 +216,7 @@ class Watch:
             transient = isinstance(exc, (DeadlineError, TargetStoppedError)) or _traced(proc.pid)
             if not transient and (not proc.heap or proc.failures >= MAX_FAILURES):
                 raise
-            gap = SeriesEvent(
-                kind="gap",
-                time=taken,
-                pid=proc.pid,
-                process=proc.process,
-                message=f"heap sample skipped: {exc.message}",
-                rss_bytes=proc.last_rss_bytes,
-            )
-            proc.gaps.append(gap)
-            self._emit(gap, proc)
+            self._gap(proc, taken, f"heap sample skipped: {exc.message}")
             return
         proc.failures = 0
         residency = result.residency
@@ -249,6 +240,19 @@ class Watch:
         proc.pause_seconds += result.capture.pause_seconds
         proc.trend = compute_trend([*proc.heap, *proc.rss])
         self._emit(sample, proc)
+
+    def _gap(self, proc: WatchedProcess, taken: datetime, message: str) -> None:
+        """A sample of ``proc`` skipped at ``taken``: recorded as a gap event and emitted."""
+        gap = SeriesEvent(
+            kind="gap",
+            time=taken,
+            pid=proc.pid,
+            process=proc.process,
+            message=message,
+            rss_bytes=proc.last_rss_bytes,
+        )
+        proc.gaps.append(gap)
+        self._emit(gap, proc)
 
     def _census(self, proc: WatchedProcess) -> None:
         """One census sample of ``proc`` (watch --census), or a gap when its pause budget
@@ -275,16 +279,7 @@ class Watch:
                     return
                 reason = f"census skipped: {exc.message}"
         if reason is not None:
-            gap = SeriesEvent(
-                kind="gap",
-                time=now_utc(),
-                pid=proc.pid,
-                process=proc.process,
-                message=reason,
-                rss_bytes=proc.last_rss_bytes,
-            )
-            proc.gaps.append(gap)
-            self._emit(gap, proc)
+            self._gap(proc, now_utc(), reason)
             return
         kept = census.types[: settings.census_top]
         rest = census.types[settings.census_top :]
