@@ -25,7 +25,6 @@ import contextlib
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -39,7 +38,7 @@ from memforensics.sources.glibc.glibc_arenas import find_heaps  # noqa: E402
 from memforensics.sources.proc.procmaps import read_smaps  # noqa: E402
 from memforensics.sources.proc.procmem import ProcessMemoryReader  # noqa: E402
 from tests.support.census_targets import compile_cxx  # noqa: E402
-from tests.support.targets import memory_cgroup  # noqa: E402
+from tests.support.targets import started_in_cgroup  # noqa: E402
 
 READ_BYTES = 4 << 20
 
@@ -47,26 +46,13 @@ READ_BYTES = 4 << 20
 @contextlib.contextmanager
 def started(threads: int, megabytes: int, object_bytes: int) -> Iterator[int]:
     binary = compile_cxx("census_bench")
-    group = memory_cgroup("memforensics-bench-census", (threads * megabytes + 512) << 21)
-    env = dict(os.environ, GLIBC_TUNABLES=f"glibc.malloc.arena_max={threads + 1}")
-    argv = [str(binary), str(threads), str(megabytes), str(object_bytes)]
-    if group is not None:
-        argv = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(group), *argv]
-    proc = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env, start_new_session=True
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline().decode()
-        if not line.startswith("ready"):
-            raise RuntimeError(f"target did not start: {line!r}")
-        yield proc.pid
-    finally:
-        proc.kill()
-        proc.wait()
-        if group is not None:
-            with contextlib.suppress(OSError):
-                group.rmdir()
+    with started_in_cgroup(
+        [str(binary), str(threads), str(megabytes), str(object_bytes)],
+        group_name="memforensics-bench-census",
+        limit_bytes=(threads * megabytes + 512) << 21,
+        arena_max=threads + 1,
+    ) as pid:
+        yield pid
 
 
 def bare_read(pid: int) -> tuple[float, int]:

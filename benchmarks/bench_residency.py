@@ -35,7 +35,6 @@ import os
 import signal
 import statistics
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -59,15 +58,11 @@ from memforensics.sources.glibc.glibc_arenas import (  # noqa: E402
 from memforensics.sources.malloc_info.malloc_xml import parse_dump  # noqa: E402
 from memforensics.sources.proc.procmaps import read_smaps  # noqa: E402
 from memforensics.sources.proc.procmem import ProcessMemoryReader  # noqa: E402
-from tests.support.targets import compile_target, memory_cgroup  # noqa: E402
+from tests.support.targets import compile_target, started_in_cgroup  # noqa: E402
 
 T = TypeVar("T")
 BLOCK_BYTES = 144  # a 160-byte chunk: above the fastbin limit, so every free one is binned
 LIMIT_BYTES = 3 << 30
-
-
-def _memory_cgroup() -> Path | None:
-    return memory_cgroup("memforensics-bench-residency", LIMIT_BYTES)
 
 
 @contextlib.contextmanager
@@ -84,26 +79,13 @@ def started(argv: list[str], arena_max: int) -> Iterator[int]:
     """The compiled target argv[0] with argv[1:], in a memory cgroup when one can be made;
     its PID once it printed "ready"."""
     binary = compile_target(argv[0])
-    group = _memory_cgroup()
-    env = dict(os.environ, GLIBC_TUNABLES=f"glibc.malloc.arena_max={arena_max}")
-    argv = [str(binary), *argv[1:]]
-    if group is not None:
-        argv = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(group), *argv]
-    proc = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env, start_new_session=True
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline().decode()
-        if not line.startswith("ready"):
-            raise RuntimeError(f"target did not start: {line!r}")
-        yield proc.pid
-    finally:
-        proc.kill()
-        proc.wait()
-        if group is not None:
-            with contextlib.suppress(OSError):
-                group.rmdir()
+    with started_in_cgroup(
+        [str(binary), *argv[1:]],
+        group_name="memforensics-bench-residency",
+        limit_bytes=LIMIT_BYTES,
+        arena_max=arena_max,
+    ) as pid:
+        yield pid
 
 
 def dump_of(pid: int, control: Path) -> HeapDump:

@@ -197,6 +197,34 @@ def memory_cgroup(name: str, limit_bytes: int) -> Path | None:
     return group
 
 
+@contextlib.contextmanager
+def started_in_cgroup(
+    argv: list[str], *, group_name: str, limit_bytes: int, arena_max: int
+) -> Iterator[int]:
+    """``argv`` (a built target) run with glibc.malloc.arena_max=``arena_max``, in a fresh
+    memory cgroup of ``limit_bytes`` when one can be made; its PID once it printed "ready".
+    Killed, and its cgroup removed, at the end."""
+    group = memory_cgroup(group_name, limit_bytes)
+    env = dict(os.environ, GLIBC_TUNABLES=f"glibc.malloc.arena_max={arena_max}")
+    if group is not None:
+        argv = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(group), *argv]
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env, start_new_session=True
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().decode()
+        if not line.startswith("ready"):
+            raise RuntimeError(f"target did not start: {line!r}")
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+        if group is not None:
+            with contextlib.suppress(OSError):
+                group.rmdir()
+
+
 def proc_status(pid: int, tid: int | None = None) -> dict[str, str]:
     """/proc/PID/status (or a thread's, /proc/PID/task/TID/status) as a dict of its fields."""
     path = Path(f"/proc/{pid}/status" if tid is None else f"/proc/{pid}/task/{tid}/status")
