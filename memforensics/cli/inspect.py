@@ -301,8 +301,8 @@ def _targets_and_reader(
             pins=pins,
             accept_corrupt_risk=accept_corrupt_risk,
         )
-        if inspection.gdb_fallback is not None:
-            _say_fallback(pid, inspection.gdb_fallback)
+        if inspection.fallback is not None:
+            _say_fallback(pid, inspection.fallback.reason)
         return inspection
 
     return resolve_targets(pids, names), read
@@ -315,7 +315,10 @@ def _say(line: str) -> None:
 
 
 def _say_fallback(pid: int, why: str) -> None:
-    _say(f"note: PID {pid} was inspected through gdb: its memory could not be read ({why})")
+    _say(
+        f"note: PID {pid} was inspected by calling its malloc_info (without gdb): its memory "
+        f"could not be read ({why})"
+    )
 
 
 def _inspect_core(
