@@ -137,16 +137,13 @@ def inspect_live(
             if method != "auto":
                 raise
             from memforensics.entry.readers.call import inspect_by_call
-            from memforensics.sources.glibc.after_call import checked_after_call
 
-            # A failure of the calls is reported with the target's state as checked.
-            with checked_after_call(pid, facts.libc_path):
-                return inspect_by_call(
-                    pid,
-                    facts,
-                    timeout_seconds=timeout_seconds,
-                    fallback=Fallback(way="call", reason=exc.message),
-                )
+            return inspect_by_call(
+                pid,
+                facts,
+                timeout_seconds=timeout_seconds,
+                fallback=Fallback(way="call", reason=exc.message),
+            )
     refuse_if_corrupt(
         pid,
         accept_risk=accept_corrupt_risk,

@@ -29,6 +29,7 @@ from memforensics.model.capture import Capture
 from memforensics.model.heap import process_source
 from memforensics.model.inspection import Fallback, Inspection
 from memforensics.model.process import ProcessFacts
+from memforensics.sources.glibc.after_call import verified_state
 from memforensics.sources.glibc.called_malloc_info import (
     MallocInfoChain,
     kernel_refusal,
@@ -107,26 +108,35 @@ def call_malloc_info(pid: int, facts: ProcessFacts, timeout_seconds: float) -> C
                 )
             chain: MallocInfoChain | None = None
             document: bytes | None = None
-            with ThreadHold(pid, timeout_seconds=min(remaining, 1.0), registers=True) as hold:
-                caller = caller_thread(hold, pid)
-                if caller is not None and not unsafe_moment(hold, libc, mutexes, mem):
-                    chain = MallocInfoChain(pid, libc)
-                    document = call_chain(
-                        hold,
-                        caller,
-                        chain.calls(),
-                        restore_rt=libc.restore_rt,
-                        deadline=deadline,
-                        pop3_ret=libc.pop3_ret,
+            try:
+                with ThreadHold(pid, timeout_seconds=min(remaining, 1.0), registers=True) as hold:
+                    caller = caller_thread(hold, pid)
+                    if caller is not None and not unsafe_moment(hold, libc, mutexes, mem):
+                        chain = MallocInfoChain(pid, libc)
+                        document = call_chain(
+                            hold,
+                            caller,
+                            chain.calls(),
+                            restore_rt=libc.restore_rt,
+                            deadline=deadline,
+                            pop3_ret=libc.pop3_ret,
+                        )
+                holds += 1
+                if chain is not None and document is None:
+                    raise DeadlineError(
+                        f"PID {pid}: malloc_info's calls had not ended after "
+                        f"{timeout_seconds:g} s; the call in flight goes on and restores the "
+                        "thread by itself",
+                        pid=pid,
                     )
-            holds += 1
-            if chain is not None and document is None:
-                left = f"; it leaves {' and '.join(chain.leaked)}" if chain.leaked else ""
-                raise DeadlineError(
-                    f"PID {pid}: malloc_info's calls had not ended after {timeout_seconds:g} s; "
-                    f"the call in flight goes on and restores the thread by itself{left}",
-                    pid=pid,
-                )
+            except MemforensicsError as exc:
+                if chain is None or isinstance(exc, NoSuchProcessError):
+                    raise  # nothing was called
+                # What the calls left, and the target's state as checked, never as assumed.
+                left = f"; it may leave {' and '.join(chain.leaked)}" if chain.leaked else ""
+                exc.message = f"{exc.message}{left}; {verified_state(pid, libc.path)}"
+                exc.args = (exc.message,)
+                raise
             if document is not None:
                 return CalledDocument(document, hold.stop_seconds, holds)
             time.sleep(min(wait, max(deadline - time.monotonic(), 0)))

@@ -42,11 +42,11 @@ import itertools
 import os
 import struct
 from collections.abc import Generator
-from pathlib import Path
 
 from memforensics.errors import TargetError
 from memforensics.sources.glibc.libc_elf import LibcImage
-from memforensics.sources.proc.procmaps import Mapping, parse_maps
+from memforensics.sources.proc.procmaps import Mapping, read_maps
+from memforensics.sources.proc.procmem import ProcessMemoryReader
 from memforensics.sources.proc.ptrace_call import ScratchRef
 from memforensics.sources.proc.ptrace_probe import ProbeCall
 
@@ -108,10 +108,6 @@ def choose_region(mappings: list[Mapping], size: int = REGION_BYTES) -> int | No
     return best
 
 
-def _maps(pid: int) -> list[Mapping]:
-    return parse_maps(Path(f"/proc/{pid}/maps").read_text())
-
-
 def region_mapped(pid: int, region: int, size: int = REGION_BYTES) -> bool:
     """/proc/PID/maps has [region, region + size) as one private anonymous read-write
     mapping (ours: the address was in a gap, checked while every thread was held)."""
@@ -120,61 +116,47 @@ def region_mapped(pid: int, region: int, size: int = REGION_BYTES) -> bool:
         and m.end_address == region + size
         and m.perms.startswith("rw-p")
         and m.inode == 0
-        for m in _maps(pid)
+        for m in read_maps(pid)
     )
 
 
 def region_overlapped(pid: int, region: int, size: int = REGION_BYTES) -> bool:
     """Anything is mapped in [region, region + size)."""
-    return any(m.start_address < region + size and region < m.end_address for m in _maps(pid))
+    return any(m.start_address < region + size and region < m.end_address for m in read_maps(pid))
 
 
-def _read(pid: int, address: int, size: int) -> bytes:
-    fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        return os.pread(fd, size, address)
-    except OSError:
-        return b""
-    finally:
-        os.close(fd)
+def _word(mem: ProcessMemoryReader, address: int) -> int | None:
+    data = mem.read(address, 8)
+    return int.from_bytes(data, "little") if data is not None else None
 
 
-def _word(pid: int, address: int) -> int | None:
-    data = _read(pid, address, 8)
-    return int.from_bytes(data, "little") if len(data) == 8 else None
-
-
-def _is_our_stream(pid: int, fp: int, region: int) -> bool:
+def _is_our_stream(mem: ProcessMemoryReader, fp: int, region: int) -> bool:
     """``fp`` is a FILE (glibc's magic) whose fmemopen cookie writes into the region."""
-    head = _read(pid, fp, 4)
-    if len(head) != 4 or int.from_bytes(head, "little") & _IO_MAGIC_MASK != _IO_MAGIC:
+    head = mem.read(fp, 4)
+    if head is None or int.from_bytes(head, "little") & _IO_MAGIC_MASK != _IO_MAGIC:
         return False
-    cookie = _word(pid, fp + _COOKIE_OFFSET)
-    if not cookie:
-        return False
-    data = _read(pid, cookie, _COOKIE.size)
-    if len(data) != _COOKIE.size:
+    cookie = _word(mem, fp + _COOKIE_OFFSET)
+    data = mem.read(cookie, _COOKIE.size) if cookie else None
+    if data is None:
         return False
     buffer, mybuffer, _append, size = _COOKIE.unpack(data)
     return bool(buffer == region and mybuffer == 0 and size == REGION_BYTES)
 
 
-def read_document(pid: int, region: int) -> bytes:
+def read_document(mem: ProcessMemoryReader, region: int) -> bytes:
     """The NUL-terminated document at ``region``, read in growing pieces (a few KiB per
-    arena: the first piece holds most). TargetError when it fills the region."""
+    arena: the first piece holds most; pages it never reached read as zeros). TargetError
+    when it fills the region."""
+    pid = mem.pid
     parts: list[bytes] = []
     offset, piece = 0, _READ_FIRST_BYTES
     while offset < REGION_BYTES:
-        data = _read(pid, region + offset, min(piece, REGION_BYTES - offset))
-        if not data:
-            raise TargetError(f"could not read malloc_info's document from PID {pid}", pid=pid)
+        data = mem.read_present(region + offset, min(piece, REGION_BYTES - offset))
         end = data.find(b"\0")
         if end >= 0:
-            parts.append(data[:end])
-            document = b"".join(parts)
             if offset + end >= REGION_BYTES - 1:
                 break
-            return document
+            return b"".join([*parts, data[:end]])
         parts.append(data)
         offset += len(data)
         piece *= 2
@@ -196,8 +178,12 @@ class MallocInfoChain:
         self.leaked: list[str] = []  # what a failure part-way left in the target
 
     def calls(self) -> Generator[ProbeCall, bytes, bytes]:
+        with ProcessMemoryReader(self.pid) as mem:
+            return (yield from self._calls(mem))
+
+    def _calls(self, mem: ProcessMemoryReader) -> Generator[ProbeCall, bytes, bytes]:
         pid, fn = self.pid, self._functions
-        region = choose_region(_maps(pid))
+        region = choose_region(read_maps(pid))
         if region is None:
             raise TargetError(f"PID {pid} has no gap in its address space for the call", pid=pid)
         self.region = region
@@ -206,33 +192,35 @@ class MallocInfoChain:
             fn["mmap"], (region, REGION_BYTES, _PROT_READ_WRITE, _MAP_FLAGS, -1, 0), b""
         )
         if not region_mapped(pid, region):
+            self.leaked = []
             if region_overlapped(pid, region):  # not the mapping asked for: leave it be
                 raise TargetError(f"PID {pid}: the region at {region:#x} is not ours", pid=pid)
-            self.leaked = []
             raise TargetError(f"PID {pid}: mmap made no mapping for the call", pid=pid)
         failure: TargetError | None = None
         keep_region = False
         document = b""
         try:
-            before = _word(pid, self._io_list_all)
+            before = _word(mem, self._io_list_all)
+            if before is None:
+                raise TargetError(f"PID {pid}: libc's _IO_list_all could not be read", pid=pid)
             self.leaked.append("an fmemopen FILE on it")
             yield ProbeCall(fn["fmemopen"], (region, REGION_BYTES, ScratchRef(0)), b"w\0")
-            fp = _word(pid, self._io_list_all)
-            if fp is None or before is None or fp == before:
+            fp = _word(mem, self._io_list_all)
+            if fp == before:
                 self.leaked.pop()
                 raise TargetError(f"PID {pid}: fmemopen opened no stream", pid=pid)
-            if not _is_our_stream(pid, fp, region):
-                keep_region = True  # an unknown FILE may point into it
+            if fp is None or not _is_our_stream(mem, fp, region):
+                keep_region = True  # a FILE we do not know may point into it
                 raise TargetError(
-                    f"PID {pid}: the newest FILE ({fp:#x}) is not the stream on our region; "
-                    f"it and the region at {region:#x} are left as they are",
+                    f"PID {pid}: the newest FILE is not recognised as the stream on our "
+                    f"region; it and the region at {region:#x} are left as they are",
                     pid=pid,
                 )
             yield ProbeCall(fn["setvbuf"], (fp, 0, _IONBF, 0), b"")
             yield ProbeCall(fn["malloc_info"], (0, fp), b"")
             yield ProbeCall(fn["fclose"], (fp,), b"")
             self.leaked.pop()
-            document = read_document(pid, region)
+            document = read_document(mem, region)
         except TargetError as exc:
             failure = exc
         if not keep_region:

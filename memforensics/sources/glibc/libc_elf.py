@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from memforensics.errors import NotGlibcMallocError
+from memforensics.sources.census.symbols import dynamic_symbols
 from memforensics.sources.proc.elf_dynsym import function_symbols, read_mapped_file
 
 # Exported functions defined in glibc's malloc/malloc.c (which #includes arena.c, hooks.c and,
@@ -141,9 +142,7 @@ def _pop3_ret(data: bytes, loads: Sequence[tuple[int, int, int, int]], bias: int
 
 def _parse_libc(data: bytes, base: int, path: str) -> LibcImage:
     """Parse ELF64 little-endian dynamic symbols; see load_libc_image."""
-    found = function_symbols(
-        data, base, path, _RESOLVED_FUNCTIONS | frozenset(OPTIONAL_FUNCTIONS), objects=_DATA_SYMBOLS
-    )
+    found = function_symbols(data, base, path, _RESOLVED_FUNCTIONS | frozenset(OPTIONAL_FUNCTIONS))
     symbols = list(found.symbols)
     functions = found.defaults
     missing = sorted(name for name in _RESOLVED_FUNCTIONS if name not in functions)
@@ -173,5 +172,5 @@ def _parse_libc(data: bytes, base: int, path: str) -> LibcImage:
         function_starts=tuple(s for s, _ in ordered),
         function_names=tuple(n for _, n in ordered),
         text_range=(symbols[0][0], max(s + size for s, size, _n in symbols)),
-        io_list_all=found.objects.get("_IO_list_all"),
+        io_list_all=dynamic_symbols(data, base, _DATA_SYMBOLS).get("_IO_list_all"),
     )

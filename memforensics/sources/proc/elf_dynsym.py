@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from memforensics.errors import NotGlibcMallocError, TargetError, TargetExitedError, ToolingError
@@ -30,7 +30,6 @@ _PT_LOAD = 1
 _VERSYM_HIDDEN = 0x8000
 _SYMBOL = struct.Struct("<IBBHQQ")  # Elf64_Sym
 _FUNCTION_KINDS = frozenset((_STT_FUNC, _STT_GNU_IFUNC))
-_STT_OBJECT = 1
 
 Load = tuple[int, int, int, int]  # a PT_LOAD's (p_flags, p_offset, p_vaddr, p_filesz)
 
@@ -53,8 +52,6 @@ class FunctionSymbols:
     loads: tuple[Load, ...]
     symbols: tuple[tuple[int, int, str], ...]  # (address, size, name), sorted, all versions
     defaults: dict[str, int]  # name -> address of the default (not hidden) STT_FUNC version
-    # name -> address of the default STT_OBJECT (data) symbols asked for (``objects``)
-    objects: dict[str, int] = field(default_factory=dict)
 
 
 def file_mapping(pid: int, path: str) -> Mapping:
@@ -123,13 +120,11 @@ def function_symbols(
     wanted: frozenset[str] | None = None,
     *,
     full_table: bool = False,
-    objects: frozenset[str] = frozenset(),
 ) -> FunctionSymbols:
     """The function symbols of the ELF64 little-endian ``data`` mapped at ``base``; with
     ``wanted``, ``defaults`` names those only (``symbols`` keeps every function, for the
     code ranges); with ``full_table``, .symtab's as well (static functions too: a caller
-    that derives code ranges from exported neighbours must not ask for them); ``objects``:
-    the data symbols (default versions) to give in ``objects``. ToolingError
+    that derives code ranges from exported neighbours must not ask for them). ToolingError
     for what is not such a file; NotGlibcMallocError without a dynamic symbol table."""
     if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         raise ToolingError(f"{path} is not a 64-bit little-endian ELF file; unsupported")
@@ -159,7 +154,6 @@ def function_symbols(
     tables = [(dynsym, versions)]
     if full_table:
         tables += [(s, ()) for s in sections if s[1] == _SHT_SYMTAB]
-    found_objects: dict[str, int] = {}
     for section, section_versions in tables:
         str_offset = sections[section[6]][4]
         # One pass with struct.iter_unpack (libc has ~3,000 dynamic symbols: a read of each
@@ -168,12 +162,6 @@ def function_symbols(
             _SYMBOL.iter_unpack(_table(data, section))
         ):
             kind = info & 0xF
-            if kind == _STT_OBJECT and objects and shndx != 0 and section_versions:
-                begin = str_offset + name_off
-                name = data[begin : name_end(b"\0", begin)].decode(errors="replace")
-                if name in objects and not section_versions[i] & _VERSYM_HIDDEN:
-                    found_objects.setdefault(name, value + bias)
-                continue
             if kind not in _FUNCTION_KINDS or shndx == 0 or value == 0:
                 continue
             begin = str_offset + name_off
@@ -185,6 +173,4 @@ def function_symbols(
             if (wanted is None or name in wanted) and not hidden and kind == _STT_FUNC:
                 defaults.setdefault(name, start)
     ordered = tuple(sorted((start, size, name) for (start, name), size in symbols.items()))
-    return FunctionSymbols(
-        bias=bias, loads=tuple(loads), symbols=ordered, defaults=defaults, objects=found_objects
-    )
+    return FunctionSymbols(bias=bias, loads=tuple(loads), symbols=ordered, defaults=defaults)
