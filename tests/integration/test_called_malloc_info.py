@@ -170,6 +170,7 @@ def test_the_default_stands_in_with_the_call_where_the_read_is_refused(
     assert document["fallback"] == {"way": "call", "reason": "made to refuse by the test"}
     assert document["read_only"] is None
     assert "called without gdb" in document["safe_point"]
+    assert "gdb" not in document["pins_error"]
     assert "by calling its malloc_info (without gdb)" in result.stderr
     assert document["totals"]["arenas"] == len(heaps(own.read_text()))
     assert len(heaps(saved.read_text())) == len(heaps(own.read_text()))

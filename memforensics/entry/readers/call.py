@@ -197,4 +197,5 @@ def _inspect(
         extra_advice=(),
         residency_error=residency_error,
         fallback=fallback,
+        pins_error="not read: malloc_info was called, the read from memory having been refused",
     )
