@@ -1,5 +1,6 @@
 """`memforensics inspect`: a live heap report of running processes (from their memory, or
-through gdb/MI where that read is refused), or of a core file."""
+by calling their malloc_info without gdb where that read is refused; through gdb/MI with
+--gdb), or of a core file."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ Examples:
   memforensics inspect --name postgres        every process whose name/cmdline matches
   memforensics inspect --json 4242 | jq '.totals.free_bytes, .pause_seconds'
   memforensics inspect --save-xml dump.xml 4242 && memforensics parse dump.xml
-  memforensics inspect --read-only 4242       never gdb: fail rather than fall back
+  memforensics inspect --read-only 4242       no call: fail rather than fall back
   memforensics inspect --gdb gdb 4242         malloc_info called through gdb instead
   memforensics inspect --core core.4242       the same report from a core file
 \b
@@ -224,7 +225,8 @@ def command(
 ) -> None:
     """Live glibc heap report of running processes: per-arena free vs in use, where the RSS
     went, and how long the target was paused. Read from the target's memory in stops of a
-    few ms (gdb's call at a safe point where that is refused); the target is left running."""
+    few ms (where that is refused, its malloc_info called without gdb, at a moment no thread
+    is in the allocator); the target is left running."""
     if core_path is not None:
         if pids or names:
             raise click.UsageError("--core reads a core file: give no PID or --name with it")
@@ -301,8 +303,8 @@ def _targets_and_reader(
             pins=pins,
             accept_corrupt_risk=accept_corrupt_risk,
         )
-        if inspection.gdb_fallback is not None:
-            _say_fallback(pid, inspection.gdb_fallback)
+        if inspection.fallback is not None:
+            _say_fallback(pid, inspection.fallback.reason)
         return inspection
 
     return resolve_targets(pids, names), read
@@ -315,7 +317,10 @@ def _say(line: str) -> None:
 
 
 def _say_fallback(pid: int, why: str) -> None:
-    _say(f"note: PID {pid} was inspected through gdb: its memory could not be read ({why})")
+    _say(
+        f"note: PID {pid} was inspected by calling its malloc_info (without gdb): its memory "
+        f"could not be read ({why})"
+    )
 
 
 def _inspect_core(

@@ -171,10 +171,10 @@ def read_only_option_with(help_text: str) -> Callable[[F], F]:
 
 
 read_only_option = read_only_option_with(
-    "Never gdb: where malloc_info cannot be rebuilt from the target's memory (glibc 2.26+, "
-    "64-bit; docs/inspect.md), fail instead of calling it through gdb."
+    "No call into the target: where malloc_info cannot be rebuilt from its memory (glibc "
+    "2.26+, 64-bit; docs/inspect.md), fail instead of calling it (without gdb)."
 )
-# watch and collect: their samples never fall back to gdb (entry.inspect.sample_method).
+# watch and collect: their samples never fall back to a call (entry.inspect.sample_method).
 sample_read_only_option = read_only_option_with(
     "Read each sample from the target's memory, with no gdb: the default here (a refused "
     "read is a gap, never a gdb session); kept for scripts that pass it."

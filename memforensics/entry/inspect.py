@@ -7,8 +7,12 @@ read as memory is (``inspect_core``). The policy, here and nowhere else:
 - a process on jemalloc, tcmalloc or mimalloc is read by its allocator's statistics; memory
   only (``read-only``) and gdb's way are refused for it, saying why;
 - ``gdb`` always uses gdb; ``read-only`` never does, nor makes any call;
-- ``auto`` reads memory, and falls back to gdb's way only when that read was refused as
-  impossible for this target (ReadOnlyRefusedError), saying so in ``gdb_fallback``;
+- ``auto`` reads memory, and falls back only when that read was refused as impossible for
+  this target (ReadOnlyRefusedError), saying so in ``fallback``: to the target's own
+  malloc_info called without gdb, through the self-restoring call (entry.readers.call), so
+  that no gdb runs behind the user's back and a SIGKILL of our side at any moment leaves the
+  target alive and running (at worst with a region and a FILE leaked); the default never
+  starts gdb;
 - a heap found corrupt (its lists failed glibc's checks in a read made while its threads
   were held: HeapCorruptionError, exit 8) is never called into, by any way: no fallback,
   and ``gdb`` reads memory first and refuses it unless ``accept_corrupt_risk``
@@ -21,7 +25,6 @@ read as memory is (``inspect_core``). The policy, here and nowhere else:
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Literal
 
 from memforensics.entry.common import Log
@@ -34,7 +37,7 @@ from memforensics.errors import (
     StatisticsOnlyError,
     TargetError,
 )
-from memforensics.model.inspection import Inspection
+from memforensics.model.inspection import Fallback, Inspection
 from memforensics.model.process import ProcessFacts
 from memforensics.sources.proc import target_check
 
@@ -119,7 +122,6 @@ def inspect_live(
     foreign = facts.allocator.foreign
     if foreign is not None and foreign.serves_malloc:
         return _inspect_allocator(pid, facts, method, timeout_seconds)
-    refused: str | None = None
     if method != "gdb":
         from memforensics.entry.readers.memory import inspect_read_only
 
@@ -134,20 +136,26 @@ def inspect_live(
         except ReadOnlyRefusedError as exc:
             if method != "auto":
                 raise
-            refused = exc.message
-    else:
-        refuse_if_corrupt(
-            pid,
-            accept_risk=accept_corrupt_risk,
-            timeout_seconds=timeout_seconds,
-            allow_stopped=allow_stopped,
-        )
+            from memforensics.entry.readers.call import inspect_by_call
+
+            return inspect_by_call(
+                pid,
+                facts,
+                timeout_seconds=timeout_seconds,
+                fallback=Fallback(way="call", reason=exc.message),
+            )
+    refuse_if_corrupt(
+        pid,
+        accept_risk=accept_corrupt_risk,
+        timeout_seconds=timeout_seconds,
+        allow_stopped=allow_stopped,
+    )
     from memforensics.entry.readers.gdb import inspect_process  # the gdb machinery: only now
     from memforensics.sources.glibc.after_call import checked_after_call
 
     # A call that fails is reported with the target's state as checked, never as assumed.
     with checked_after_call(pid, facts.libc_path):
-        inspection = inspect_process(
+        return inspect_process(
             pid,
             timeout_seconds=timeout_seconds,
             gdb_path=gdb_path,
@@ -155,7 +163,6 @@ def inspect_live(
             log=log,
             facts=facts,
         )
-    return inspection if refused is None else replace(inspection, gdb_fallback=refused)
 
 
 def _inspect_allocator(

@@ -16,6 +16,14 @@ from memforensics.model.process import HeapResidency, ProcessFacts, ProcessMemor
 
 
 @dataclass(frozen=True)
+class Fallback:
+    """Another way stood in for the read from memory, which was refused as impossible."""
+
+    way: str  # "call": the target's malloc_info called without gdb (entry.readers.call)
+    reason: str  # why the read from memory was refused
+
+
+@dataclass(frozen=True)
 class Inspection:
     """Everything inspect learned about one process."""
 
@@ -28,7 +36,7 @@ class Inspection:
     extra_advice: tuple[Advice, ...]
     residency_error: str | None = None
     read_only: ReadOnlyRead | None = None  # how a read-only report was read (no gdb)
-    gdb_fallback: str | None = None  # why the read-only read was refused, when gdb stood in
+    fallback: Fallback | None = None  # the way that stood in for a refused read, and why
     foreign: ForeignHeap | None = None  # jemalloc's, tcmalloc's or mimalloc's own figures
     picture: HeapPicture | None = None  # each heap's pins and map (entry/pins.py)
     pins_error: str | None = None  # why there is no picture, when there is none

@@ -65,9 +65,13 @@ def render_inspection(result: Inspection, *, top: int, sort: SortKey) -> Rendera
         ),
         Text(f"safe point: {result.capture.safe_point}", style="dim"),
     ]
-    if result.gdb_fallback is not None:
+    if result.fallback is not None:
         parts.append(
-            Text(f"through gdb: the memory read was refused ({result.gdb_fallback})", style="dim")
+            Text(
+                f"malloc_info called without gdb: the memory read was refused "
+                f"({result.fallback.reason})",
+                style="dim",
+            )
         )
     parts.append(Text(""))
     if result.waterfall is not None:

@@ -23,7 +23,10 @@ def inspection_document(result: Inspection) -> dict[str, Any]:
     document["residency"] = residency_json(result.residency) if result.residency else None
     document["waterfall"] = waterfall_json(result.waterfall) if result.waterfall else None
     document["residency_error"] = result.residency_error
-    document["gdb_fallback"] = result.gdb_fallback
+    fallback = result.fallback
+    document["fallback"] = (
+        {"way": fallback.way, "reason": fallback.reason} if fallback is not None else None
+    )
     document["allocator"] = allocator_json(result.facts.allocator, result.foreign)
     picture = result.picture
     document["pins"] = pins_json(picture) if picture is not None else None

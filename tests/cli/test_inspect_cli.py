@@ -117,7 +117,7 @@ def test_json_document_of_a_live_target(
         assert isinstance(document["pause_seconds"], float)
         assert safe_point in document["safe_point"]
         assert (document["read_only"] is not None) is read_only
-        assert document["gdb_fallback"] is None
+        assert document["fallback"] is None
         assert err == ""  # no fallback note
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from lxml import etree
 
+from tests.support.called_compare import assert_equal_but_the_callers_arena, heaps
 from tests.support.glibc_releases import (
     RELEASES,
     GlibcRelease,
@@ -351,3 +352,26 @@ def test_trim_release_matches_the_rss_drop(glibc: GlibcRelease) -> None:
         assert abs(drop - released) <= TRIM_TOLERANCE * released
         # The main arena alone (one free chunk, no fastbins to merge first): to the page.
         assert abs((heap_before - heap_after) - arenas[0]) <= 16 * 4096
+
+
+def test_malloc_info_called_without_gdb_equals_the_targets_own(
+    glibc: GlibcRelease, tmp_path: Path
+) -> None:
+    """The default's stand-in for a refused read (sources.glibc.called_malloc_info) on each
+    release: fmemopen's FILE found through that libc's _IO_list_all, its cookie recognised,
+    the document the target's own but for the calling thread's arena; the maps as before."""
+    from memforensics.entry.readers.call import call_malloc_info
+    from memforensics.sources.proc import target_check
+
+    binary = build_target(glibc, "heap_shapes")
+    own = tmp_path / "own.xml"
+    with running(
+        command(glibc, binary, ["31", "threads", str(own)]), ready_timeout_seconds=60
+    ) as target:
+        maps_before = Path(f"/proc/{target.pid}/maps").read_text()
+        facts = target_check.check_target(target.pid)
+        called = call_malloc_info(target.pid, facts, 10.0)
+        assert Path(f"/proc/{target.pid}/maps").read_text() == maps_before
+        _assert_untouched(target, _status(target.pid), "malloc_info called without gdb")
+    assert len(heaps(own.read_text())) >= 3
+    assert_equal_but_the_callers_arena(called.xml.decode(), own.read_text())

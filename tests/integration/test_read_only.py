@@ -308,59 +308,6 @@ def _assert_staller_carries_on(staller: StallTarget) -> None:
     assert staller.say("gap").startswith("gap ")
 
 
-def _tracer_process(pid: int) -> int | None:
-    """The process (thread group) of ``pid``'s tracer; TracerPid names the tracing thread."""
-    tracer = proc_status(pid)["TracerPid"]
-    if tracer == "0":
-        return None
-    try:
-        return int(proc_status(int(tracer))["Tgid"])
-    except (OSError, KeyError):
-        return None  # that thread is gone: look again
-
-
-@pytest.mark.slow
-def test_a_refused_read_falls_back_to_gdb_and_says_so() -> None:
-    """The main arena locked at every stop of the read (a thread inside malloc_stats):
-    plain `inspect` says the read was refused and why, and takes malloc_info through gdb,
-    whose call waits for the lock (released here once gdb is attached); the report is
-    gdb's, the target left running and untraced."""
-    staller = StallTarget(20000)
-    try:
-        assert staller.say("stall") == "stalling"
-        time.sleep(0.1)
-        proc = subprocess.Popen(
-            [*MEMFORENSICS, "inspect", "--json", "--timeout", "30s", str(staller.pid)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            deadline = time.monotonic() + CLI_TIMEOUT_SECONDS
-            # The read's seizes come and go (the tracer is then a thread of memforensics);
-            # gdb's attach is the one whose tracer belongs to another process.
-            while _tracer_process(staller.pid) in (None, proc.pid):
-                assert proc.poll() is None, proc.communicate()
-                assert time.monotonic() < deadline, "gdb never attached"
-                time.sleep(0.005)
-            staller.drain_stderr()  # malloc_stats returns: the lock is free for malloc_info
-            out, err = proc.communicate(timeout=CLI_TIMEOUT_SECONDS)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        assert proc.returncode == 0, err
-        document = json.loads(out)
-        assert "locked at every stop" in document["gdb_fallback"]
-        assert document["read_only"] is None
-        assert "outside the allocator" in document["safe_point"]
-        assert f"note: PID {staller.pid} was inspected through gdb" in err
-        assert document["totals"]["arenas"] >= 1
-        _assert_staller_carries_on(staller)
-    finally:
-        staller.close()
-
-
 def test_no_gdb_on_path_inspect_reads_memory_and_gdb_path_says_so(tmp_path: Path) -> None:
     """A host without gdb: `inspect` needs nothing but /proc (its document is the target's
     own malloc_info); `inspect --gdb gdb` exits 5 and says the default needs no gdb."""

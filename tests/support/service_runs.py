@@ -62,7 +62,7 @@ def inspect(
             f"inspect failed: {type(exc).__name__}: {exc}; afterwards {health()}"
         ) from exc
     inspection_figure(service, inspection)
-    assert inspection.gdb_fallback is None, f"{service}: read refused: {inspection.gdb_fallback}"
+    assert inspection.fallback is None, f"{service}: read refused: {inspection.fallback}"
     assert (inspection.read_only is None) is (method == "gdb")
     return inspection
 

@@ -38,8 +38,11 @@ def direct_unavailable(pid: int) -> str | None:
     return None
 
 
-def _busy(hold: ThreadHold, libc: LibcImage, mutexes: list[int], mem: ProcessMemoryReader) -> bool:
-    """A thread is inside the allocator, or an arena's mutex is held: no call now."""
+def unsafe_moment(
+    hold: ThreadHold, libc: LibcImage, mutexes: list[int], mem: ProcessMemoryReader
+) -> bool:
+    """A thread is inside the allocator, or an arena's mutex is held: no call now (the
+    malloc_trim here, malloc_info in entry.readers.call)."""
     counters = hold.program_counters
     if any(tid not in counters or in_allocator(libc, *counters[tid]) for tid in hold.thread_ids):
         return True
@@ -76,7 +79,7 @@ def call_malloc_trim(
             with ThreadHold(pid, timeout_seconds=min(timeout, 1.0), registers=True) as hold:
                 caller = caller_thread(hold, pid)
                 outcome = None
-                if caller is not None and not _busy(hold, libc, mutexes, mem):
+                if caller is not None and not unsafe_moment(hold, libc, mutexes, mem):
                     outcome = call(
                         hold,
                         caller,

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from memforensics.errors import NotGlibcMallocError
+from memforensics.sources.census.symbols import dynamic_symbols
 from memforensics.sources.proc.elf_dynsym import function_symbols, read_mapped_file
 
 # Exported functions defined in glibc's malloc/malloc.c (which #includes arena.c, hooks.c and,
@@ -43,6 +44,11 @@ _CALLED_FUNCTIONS = (
     "usleep",
 )
 _RESOLVED_FUNCTIONS = frozenset(_CALLED_FUNCTIONS + ENTRY_FUNCTIONS)
+# Functions the self-restoring malloc_info (sources.glibc.called_malloc_info) calls besides
+# those; not required of a libc (an old or odd one just cannot be read that way).
+OPTIONAL_FUNCTIONS = ("mmap", "munmap", "fmemopen", "setvbuf")
+# libc's list of open FILEs: the head is the stream opened last (fopencookie links it there).
+_DATA_SYMBOLS = frozenset(("_IO_list_all",))
 
 _PF_X = 1
 _RESTORE_RT = bytes.fromhex("48c7c00f0000000f05")  # __restore_rt: mov $0xf,%rax; syscall
@@ -68,6 +74,8 @@ class LibcImage:
     # Three pops and a return, in libc's code: how a call without gdb passes a 7th to 9th
     # argument on the stack (sources.proc.ptrace_call); None when not found.
     pop3_ret: int | None = None
+    # The address of libc's ``_IO_list_all`` (the head of its open FILEs); None when absent.
+    io_list_all: int | None = None
 
     def in_allocator(self, pc: int) -> bool:
         """True when ``pc`` lies in the allocator's code."""
@@ -134,7 +142,7 @@ def _pop3_ret(data: bytes, loads: Sequence[tuple[int, int, int, int]], bias: int
 
 def _parse_libc(data: bytes, base: int, path: str) -> LibcImage:
     """Parse ELF64 little-endian dynamic symbols; see load_libc_image."""
-    found = function_symbols(data, base, path, _RESOLVED_FUNCTIONS)
+    found = function_symbols(data, base, path, _RESOLVED_FUNCTIONS | frozenset(OPTIONAL_FUNCTIONS))
     symbols = list(found.symbols)
     functions = found.defaults
     missing = sorted(name for name in _RESOLVED_FUNCTIONS if name not in functions)
@@ -164,4 +172,5 @@ def _parse_libc(data: bytes, base: int, path: str) -> LibcImage:
         function_starts=tuple(s for s, _ in ordered),
         function_names=tuple(n for _, n in ordered),
         text_range=(symbols[0][0], max(s + size for s, size, _n in symbols)),
+        io_list_all=dynamic_symbols(data, base, _DATA_SYMBOLS).get("_IO_list_all"),
     )

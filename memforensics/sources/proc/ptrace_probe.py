@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from memforensics.errors import DeadlineError, TargetError
 from memforensics.sources.proc import ptrace_regs
@@ -44,6 +45,7 @@ _PTRACE_SETOPTIONS = 0x4200
 _PTRACE_O_TRACESYSGOOD, _PTRACE_O_TRACECLONE = 0x1, 0x8
 _SYSCALL_STOP = 5 | 0x80  # SIGTRAP | 0x80: a system call's stop under TRACESYSGOOD
 _RT_SIGRETURN = 15
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -70,34 +72,68 @@ def call_reading(
     ptrace_call.build_frame). None when ``deadline`` came first: the call in flight goes on
     after the hold is released and restores the thread by itself; the rest are not made.
     TargetError when the thread is in no plain stop or its stack has no room."""
+    return call_chain(
+        hold, tid, _in_turn(calls), restore_rt=restore_rt, deadline=deadline, pop3_ret=pop3_ret
+    )
+
+
+def _in_turn(calls: Sequence[ProbeCall]) -> Generator[ProbeCall, bytes, list[bytes]]:
+    results: list[bytes] = []
+    for spec in calls:
+        results.append((yield spec))
+    return results
+
+
+def call_chain(
+    hold: ThreadHold,
+    tid: int,
+    chain: Generator[ProbeCall, bytes, R],
+    *,
+    restore_rt: int,
+    deadline: float,
+    pop3_ret: int | None = None,
+) -> R | None:
+    """Calls on held thread ``tid`` as ``call_reading`` makes them, each one the ``chain``
+    yields: it is sent the call's scratch as the function left it (after its return, the
+    thread restored), and may read the target's memory before it yields the next call, whose
+    arguments may depend on what the earlier ones left there. What the chain returns (not
+    None); None when ``deadline`` came first (the call in flight goes on after the hold is
+    released and restores the thread by itself; the chain is closed, GeneratorExit at its
+    yield). An exception the chain raises ends the series there, every thread restored."""
     pid = hold.pid
     if hold.stop_kinds.get(tid) != "interrupt":
         raise TargetError(f"thread {tid} of PID {pid} is not in a plain stop", pid=pid)
 
-    def work() -> list[bytes] | None:
-        results: list[bytes] = []
+    def work() -> R | None:
         try:
             ptrace_regs.request(
                 _PTRACE_SETOPTIONS, tid, _PTRACE_O_TRACECLONE | _PTRACE_O_TRACESYSGOOD
             )
             mask = signal_mask(pid, tid)  # one /proc read for the series, not one per call
-            for number, spec in enumerate(calls):
-                frame = enter_call(
-                    pid,
-                    tid,
-                    spec.function,
-                    spec.args,
-                    restore_rt=restore_rt,
-                    scratch=spec.scratch,
-                    pop3_ret=pop3_ret,
-                    again=number > 0,
-                    sigmask=mask,
-                )
-                scratch = _await_sigreturn(pid, tid, frame, len(spec.scratch), deadline)
-                if scratch is None:
-                    return None
-                results.append(scratch)
-            return results
+            number = 0
+            try:
+                spec = next(chain)
+                while True:
+                    frame = enter_call(
+                        pid,
+                        tid,
+                        spec.function,
+                        spec.args,
+                        restore_rt=restore_rt,
+                        scratch=spec.scratch,
+                        pop3_ret=pop3_ret,
+                        again=number > 0,
+                        sigmask=mask,
+                    )
+                    number += 1
+                    scratch = _await_sigreturn(pid, tid, frame, len(spec.scratch), deadline)
+                    if scratch is None:
+                        chain.close()
+                        return None
+                    spec = chain.send(scratch)
+            except StopIteration as done:
+                result: R = done.value
+                return result
         finally:
             # Whatever happened, the release detaches it with no stale signal; a thread
             # still calling calls on, and restores itself.
