@@ -23,7 +23,8 @@ Each round runs, on the one target of the shape, in an order reversed every othe
   stderr's error line, and counts as not met.
 
 Measured for each: the longest gap the target's own ticker saw (reset before, read after: the
-stop the process felt, whoever caused it), the wall time, and, for memforensics, the peak RSS
+stop the process felt, whoever caused it; each round also reads it over a second with no
+reader, the shape's own noise), the wall time, and, for memforensics, the peak RSS
 of its process (``os.wait4``'s ru_maxrss of the child; with a gdb fallback it includes gdb's,
 a child it waited for). Prints per shape the medians, the ratios to the recipe and the issue's
 bars: stall <= max(0.1 x recipe's, 15 ms), wall <= 1.5 x recipe's, peak RSS <= 256 MiB.
@@ -66,6 +67,7 @@ WALL_RATIO_BAR = 1.5
 RSS_BAR_BYTES = 256 * MIB
 CHILD_TIMEOUT_SECONDS = 600.0
 READY_TIMEOUT_SECONDS = 300.0
+QUIET_SECONDS = 1.0  # each round also reads the ticker's gap over this long with no reader
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,7 @@ SHAPES = (
         "1500", "1,500 arenas", "many_arenas", ["1500", "600"], "glibc.malloc.arena_max=1500", 2048
     ),
     Shape("2m", "2M-chunk unsorted bin", "seeds_heap", ["unsorted", "4000000"], "", 2048),
-    _arenas("32x100-t64", "32 x 100 MiB idle, 64 MiB threshold", 32, 100, False, 64 * MIB),
+    _arenas("32x100-t64", "32 x 100 MiB idle, t=64M", 32, 100, False, 64 * MIB),
     Shape("2m-smallbin", "2M-chunk small bin", "many_arenas", ["1", "4000000", "24"], "", 2048),
 )
 DEFAULT_SHAPES = "32x100,32x100-busy,8x1g,1500,2m"
@@ -155,6 +157,7 @@ class Run:
 @dataclass
 class Outcome:
     runs: dict[str, list[Run]] = field(default_factory=dict)
+    quiet: list[float] = field(default_factory=list)  # the ticker's gap with nothing attached
 
 
 def _run_child(argv: list[str], scratch: Path) -> tuple[float, int, int, Path, str]:
@@ -239,6 +242,9 @@ def measure(shape: Shape, rounds: int) -> Outcome:
                     run = METHODS[method_name](target.pid, scratch)
                     run.stall = target.longest_gap_seconds()
                     outcome.runs[method_name].append(run)
+                target.reset()
+                time.sleep(QUIET_SECONDS)
+                outcome.quiet.append(target.longest_gap_seconds())
     finally:
         target.close()
     return outcome
@@ -249,7 +255,7 @@ def _verdict(ok: bool) -> str:
 
 
 COLUMNS = (
-    f"{'shape':<24}{'method':<11}{'stall ms':>9}{'wall s':>8}{'RSS MiB':>8}"
+    f"{'shape':<26}{'method':<11}{'stall ms':>9}{'wall s':>8}{'RSS MiB':>8}"
     f"{'stall x':>8}{'wall x':>7}  {'stall bar':<10}{'wall bar':<10}{'RSS bar':<9}note"
 )
 
@@ -262,9 +268,11 @@ def report(shape: Shape, outcome: Outcome) -> list[str]:
     recipe_wall = statistics.median(r.wall for r in recipe)
     stall_bar = max(STALL_RATIO_BAR * recipe_stall, STALL_FLOOR_SECONDS)
     rows = [
-        f"{shape.title:<24}{'recipe':<11}{recipe_stall * 1000:>9.1f}{recipe_wall:>8.2f}"
+        f"{shape.title:<26}{'recipe':<11}{recipe_stall * 1000:>9.1f}{recipe_wall:>8.2f}"
         f"{'-':>8}{'1':>8}{'1':>7}  (stall bar {stall_bar * 1000:.1f} ms,"
-        f" wall bar {WALL_RATIO_BAR * recipe_wall:.2f} s)"
+        f" wall bar {WALL_RATIO_BAR * recipe_wall:.2f} s)",
+        f"{'':<26}{'nothing':<11}{statistics.median(outcome.quiet) * 1000:>9.1f}"
+        f"{QUIET_SECONDS:>8.2f}  (the ticker's own gap, no reader attached)",
     ]
     notes: list[str] = []
     for name in ("default", "read-only"):
@@ -282,7 +290,7 @@ def report(shape: Shape, outcome: Outcome) -> list[str]:
         peak = max(r.peak_rss or 0 for r in runs)
         if not done:
             rows.append(
-                f"{'':<24}{name:<11}{'-':>9}{'-':>8}{peak / MIB:>8.0f}{'-':>8}{'-':>7}  "
+                f"{'':<26}{name:<11}{'-':>9}{'-':>8}{peak / MIB:>8.0f}{'-':>8}{'-':>7}  "
                 f"{'NOT met':<10}{'NOT met':<10}{_verdict(peak <= RSS_BAR_BYTES):<9}"
                 + "; ".join(note)
             )
@@ -291,7 +299,7 @@ def report(shape: Shape, outcome: Outcome) -> list[str]:
         wall = statistics.median(r.wall for r in done)
         all_done = len(done) == len(runs)
         rows.append(
-            f"{'':<24}{name:<11}{stall * 1000:>9.1f}{wall:>8.2f}{peak / MIB:>8.0f}"
+            f"{'':<26}{name:<11}{stall * 1000:>9.1f}{wall:>8.2f}{peak / MIB:>8.0f}"
             f"{stall / recipe_stall:>8.3f}{wall / recipe_wall:>7.2f}  "
             f"{_verdict(all_done and stall <= stall_bar):<10}"
             f"{_verdict(all_done and wall <= WALL_RATIO_BAR * recipe_wall):<10}"
@@ -336,7 +344,7 @@ def main() -> int:
             try:
                 rows = report(shape, measure(shape, args.rounds))
             except Exception as exc:  # one shape's failure: said, and the next one runs
-                rows = [f"{shape.title:<24}failed: {exc}"]
+                rows = [f"{shape.title:<26}failed: {exc}"]
         print("\n".join(rows), flush=True)
     return 0
 
