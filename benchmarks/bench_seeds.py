@@ -1,0 +1,353 @@
+"""`memforensics inspect` on the seeds' heap shapes (issue 31), against the manual gdb recipe in
+the same run: the target's longest stall, the wall time and memforensics' own peak RSS.
+
+The shapes, each one target process in a memory cgroup sized for it (when one can be made):
+
+* "N x M MiB idle/busy": tests/targets/seeds_heap.c, N threads each with its own arena
+  (glibc.malloc.arena_max=N+1) of M MiB under a raised mmap threshold
+  (glibc.malloc.mmap_threshold, 32 MiB by default: the most mallopt and glibc's dynamic
+  threshold reach), big blocks (0.5-32 MiB) and small ones, some of each freed between live
+  ones; idle workers sleep, busy ones keep freeing and mallocing small blocks in their arena;
+* "1,500 arenas": tests/targets/many_arenas.c as benchmarks/bench_inspect.py runs it;
+* "2M-chunk unsorted bin": seeds_heap.c's main-arena shape, every other one of 4 million
+  small blocks freed and left in the unsorted bin (the main thread never mallocs again);
+* not run by default: the 32 x 100 MiB shape under a 64 MiB threshold (accepted by the
+  tunable, beyond what mallopt accepts), and bench_inspect's 2-million-chunk small bin.
+
+Each round runs, on the one target of the shape, in an order reversed every other round:
+
+* the recipe (bench_inspect.run_recipe: gdb calls malloc_info into a file);
+* `memforensics inspect --json PID`, the default: memory read, gdb only when that read is
+  refused (the JSON's ``gdb_fallback`` and stderr's note say so; then gdb's figures count);
+* `memforensics inspect --read-only --json PID`: never gdb; a refusal is its exit code and
+  stderr's error line, and counts as not met.
+
+Measured for each: the longest gap the target's own ticker saw (reset before, read after: the
+stop the process felt, whoever caused it; each round also reads it over a second with no
+reader, the shape's own noise), the wall time, and, for memforensics, the peak RSS
+of its process (``os.wait4``'s ru_maxrss of the child; with a gdb fallback it includes gdb's,
+a child it waited for). Prints per shape the medians, the ratios to the recipe and the issue's
+bars: stall <= max(0.1 x recipe's, 15 ms), wall <= 1.5 x recipe's, peak RSS <= 256 MiB.
+Asserts nothing. Every target started is killed in ``finally``.
+
+usage: python benchmarks/bench_seeds.py [--rounds N] [--shapes 32x100,32x100-busy,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from bench_inspect import Target, memforensics_command, run_recipe  # noqa: E402
+
+from tests.support.gdb_binary import use_test_gdb  # noqa: E402
+from tests.support.targets import compile_target, memory_cgroup  # noqa: E402
+
+MIB = 1 << 20
+THRESHOLD_BYTES = 32 * MIB  # glibc.malloc.mmap_threshold of the arena shapes
+STALL_FLOOR_SECONDS = 0.015
+STALL_RATIO_BAR = 0.1
+WALL_RATIO_BAR = 1.5
+RSS_BAR_BYTES = 256 * MIB
+CHILD_TIMEOUT_SECONDS = 600.0
+READY_TIMEOUT_SECONDS = 300.0
+QUIET_SECONDS = 1.0  # each round also reads the ticker's gap over this long with no reader
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One heap shape: the target that builds it and the memory cgroup limit it runs under."""
+
+    key: str
+    title: str
+    target: str
+    args: list[str]
+    tunables: str
+    limit_mib: int
+
+
+def _arenas(key: str, title: str, threads: int, mib: int, busy: bool, threshold: int) -> Shape:
+    return Shape(
+        key,
+        title,
+        "seeds_heap",
+        [str(threads), str(mib), "1" if busy else "0"],
+        f"glibc.malloc.arena_max={threads + 1}:glibc.malloc.mmap_threshold={threshold}",
+        threads * mib + 768,
+    )
+
+
+SHAPES = (
+    _arenas("32x100", "32 x 100 MiB idle", 32, 100, False, THRESHOLD_BYTES),
+    _arenas("32x100-busy", "32 x 100 MiB busy", 32, 100, True, THRESHOLD_BYTES),
+    _arenas("8x1g", "8 x 1 GiB idle", 8, 1024, False, THRESHOLD_BYTES),
+    Shape(
+        "1500", "1,500 arenas", "many_arenas", ["1500", "600"], "glibc.malloc.arena_max=1500", 2048
+    ),
+    Shape("2m", "2M-chunk unsorted bin", "seeds_heap", ["unsorted", "4000000"], "", 2048),
+    _arenas("32x100-t64", "32 x 100 MiB idle, t=64M", 32, 100, False, 64 * MIB),
+    Shape("2m-smallbin", "2M-chunk small bin", "many_arenas", ["1", "4000000", "24"], "", 2048),
+)
+DEFAULT_SHAPES = "32x100,32x100-busy,8x1g,1500,2m"
+
+
+class CgroupTarget(Target):
+    """bench_inspect's Target (driven by "reset" and "gap"), started inside a memory cgroup
+    (it joins it before exec, so all its memory is charged there) and given time to build."""
+
+    def __init__(self, shape: Shape) -> None:
+        binary = compile_target(shape.target)
+        self.group = memory_cgroup(f"memforensics-bench-seeds-{shape.key}", shape.limit_mib * MIB)
+        argv = [str(binary), *shape.args]
+        if self.group is not None:
+            argv = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(self.group), *argv]
+        env = dict(os.environ)
+        if shape.tunables:
+            env["GLIBC_TUNABLES"] = shape.tunables
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True
+        )
+        timer = threading.Timer(READY_TIMEOUT_SECONDS, self.proc.kill)
+        timer.start()
+        try:
+            assert self.proc.stdout is not None
+            line = self.proc.stdout.readline().decode()
+        finally:
+            timer.cancel()
+        if not line.startswith("ready"):
+            self.close()
+            raise RuntimeError(f"{shape.title}: target did not start ({line!r})")
+
+    def close(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+        self.proc.wait()
+        if self.group is not None:
+            with contextlib.suppress(OSError):
+                self.group.rmdir()
+
+
+@dataclass
+class Run:
+    """One method's run: what the target felt, how long it took, how it ended."""
+
+    stall: float
+    wall: float
+    peak_rss: int | None = None  # bytes; None for the recipe (not measured)
+    refused: str | None = None  # the error line of a run that did not produce a report
+    fallback: str | None = None  # why the default went through gdb
+
+
+@dataclass
+class Outcome:
+    runs: dict[str, list[Run]] = field(default_factory=dict)
+    quiet: list[float] = field(default_factory=list)  # the ticker's gap with nothing attached
+
+
+def _run_child(argv: list[str], scratch: Path) -> tuple[float, int, int, Path, str]:
+    """(wall seconds, exit code, peak RSS bytes, stdout file, stderr) of ``argv``, reaped by
+    os.wait4 for its ru_maxrss; killed after CHILD_TIMEOUT_SECONDS."""
+    out_path = scratch / "stdout"
+    with open(out_path, "wb") as out, open(scratch / "stderr", "w+b") as err:
+        started = time.monotonic()
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=scratch)
+        timer = threading.Timer(CHILD_TIMEOUT_SECONDS, proc.kill)
+        timer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        finally:
+            timer.cancel()
+        wall = time.monotonic() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        stderr = err.read().decode(errors="replace")
+    return wall, proc.returncode, usage.ru_maxrss * 1024, out_path, stderr
+
+
+def _error_line(code: int, stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error:")]
+    return f"exit {code}: {(errors or lines or ['(no message)'])[0]}"
+
+
+def run_default(pid: int, scratch: Path) -> Run:
+    """`memforensics inspect --json PID`: the default way, gdb only when the read is refused."""
+    wall, code, rss, out, stderr = _run_child(
+        [*memforensics_command(), "inspect", "--json", str(pid)], scratch
+    )
+    if code != 0:
+        return Run(0.0, wall, rss, refused=_error_line(code, stderr))
+    fallback = json.loads(out.read_bytes()).get("gdb_fallback")
+    if fallback is None and "inspected through gdb" in stderr:
+        fallback = stderr.strip().splitlines()[0]
+    return Run(0.0, wall, rss, fallback=fallback)
+
+
+def run_read_only(pid: int, scratch: Path) -> Run:
+    """`memforensics inspect --read-only --json PID`: memory only, a refusal is an error."""
+    wall, code, rss, _, stderr = _run_child(
+        [*memforensics_command(), "inspect", "--read-only", "--json", str(pid)], scratch
+    )
+    return Run(0.0, wall, rss, refused=_error_line(code, stderr) if code != 0 else None)
+
+
+def run_gdb_recipe(pid: int, scratch: Path) -> Run:
+    """bench_inspect's recipe, timed here."""
+    started = time.monotonic()
+    run_recipe(pid, scratch)
+    return Run(0.0, time.monotonic() - started)
+
+
+METHODS: dict[str, Callable[[int, Path], Run]] = {
+    "recipe": run_gdb_recipe,
+    "default": run_default,
+    "read-only": run_read_only,
+}
+
+
+def measure(shape: Shape, rounds: int) -> Outcome:
+    """Every method ``rounds`` times on one target of ``shape`` (after one unmeasured run of
+    each: page cache, bytecode), the order reversed every other round."""
+    outcome = Outcome({name: [] for name in METHODS})
+    target = CgroupTarget(shape)
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-seeds-") as name:
+            scratch = Path(name)
+            for method in METHODS.values():
+                method(target.pid, scratch)
+            for round_index in range(rounds):
+                names = list(METHODS) if round_index % 2 == 0 else list(METHODS)[::-1]
+                for method_name in names:
+                    target.reset()
+                    run = METHODS[method_name](target.pid, scratch)
+                    run.stall = target.longest_gap_seconds()
+                    outcome.runs[method_name].append(run)
+                target.reset()
+                time.sleep(QUIET_SECONDS)
+                outcome.quiet.append(target.longest_gap_seconds())
+    finally:
+        target.close()
+    return outcome
+
+
+def _verdict(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+COLUMNS = (
+    f"{'shape':<26}{'method':<11}{'stall ms':>9}{'wall s':>8}{'RSS MiB':>8}"
+    f"{'stall x':>8}{'wall x':>7}  {'stall bar':<10}{'wall bar':<10}{'RSS bar':<9}note"
+)
+
+
+def report(shape: Shape, outcome: Outcome) -> list[str]:
+    """The shape's rows (medians of the rounds that produced a report; peak RSS the most of
+    any round) and its notes."""
+    recipe = outcome.runs["recipe"]
+    recipe_stall = statistics.median(r.stall for r in recipe)
+    recipe_wall = statistics.median(r.wall for r in recipe)
+    stall_bar = max(STALL_RATIO_BAR * recipe_stall, STALL_FLOOR_SECONDS)
+    rows = [
+        f"{shape.title:<26}{'recipe':<11}{recipe_stall * 1000:>9.1f}{recipe_wall:>8.2f}"
+        f"{'-':>8}{'1':>8}{'1':>7}  (stall bar {stall_bar * 1000:.1f} ms,"
+        f" wall bar {WALL_RATIO_BAR * recipe_wall:.2f} s)",
+        f"{'':<26}{'nothing':<11}{statistics.median(outcome.quiet) * 1000:>9.1f}"
+        f"{QUIET_SECONDS:>8.2f}  (the ticker's own gap, no reader attached)",
+    ]
+    notes: list[str] = []
+    for name in ("default", "read-only"):
+        runs = outcome.runs[name]
+        done = [r for r in runs if r.refused is None]
+        refusals = sorted({r.refused for r in runs if r.refused is not None})
+        fallbacks = sorted({r.fallback for r in done if r.fallback is not None})
+        note = []
+        if refusals:
+            note.append(f"refused {len(runs) - len(done)}/{len(runs)}")
+            notes += [f"  {shape.title}, {name}: {why}" for why in refusals]
+        if fallbacks:
+            note.append(f"gdb fallback {sum(r.fallback is not None for r in done)}/{len(done)}")
+            notes += [f"  {shape.title}, {name} fell back to gdb: {why}" for why in fallbacks]
+        peak = max(r.peak_rss or 0 for r in runs)
+        if not done:
+            rows.append(
+                f"{'':<26}{name:<11}{'-':>9}{'-':>8}{peak / MIB:>8.0f}{'-':>8}{'-':>7}  "
+                f"{'NOT met':<10}{'NOT met':<10}{_verdict(peak <= RSS_BAR_BYTES):<9}"
+                + "; ".join(note)
+            )
+            continue
+        stall = statistics.median(r.stall for r in done)
+        wall = statistics.median(r.wall for r in done)
+        all_done = len(done) == len(runs)
+        rows.append(
+            f"{'':<26}{name:<11}{stall * 1000:>9.1f}{wall:>8.2f}{peak / MIB:>8.0f}"
+            f"{stall / recipe_stall:>8.3f}{wall / recipe_wall:>7.2f}  "
+            f"{_verdict(all_done and stall <= stall_bar):<10}"
+            f"{_verdict(all_done and wall <= WALL_RATIO_BAR * recipe_wall):<10}"
+            f"{_verdict(peak <= RSS_BAR_BYTES):<9}" + "; ".join(note)
+        )
+    return rows + notes
+
+
+@contextlib.contextmanager
+def _timed(label: str) -> Iterator[None]:
+    started = time.monotonic()
+    yield
+    print(f"  ({label}: {time.monotonic() - started:.0f} s)", file=sys.stderr)
+
+
+def main() -> int:
+    use_test_gdb()  # the recipe's gdb and the fallback's: the gdb 18 of the test extra
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--shapes",
+        default=DEFAULT_SHAPES,
+        help=f"comma-separated, of: {', '.join(s.key for s in SHAPES)}",
+    )
+    args = parser.parse_args()
+    if shutil.which("gdb") is None:
+        print("bench_seeds: gdb is not installed; nothing to measure", file=sys.stderr)
+        return 0
+    wanted = args.shapes.split(",")
+    unknown = set(wanted) - {s.key for s in SHAPES}
+    if unknown:
+        parser.error(f"unknown shapes: {', '.join(sorted(unknown))}")
+    print(
+        f"bench_seeds: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
+        f"{args.rounds} rounds; medians (peak RSS: the most of any round); x: ratio to recipe"
+    )
+    print(COLUMNS)
+    for shape in SHAPES:
+        if shape.key not in wanted:
+            continue
+        with _timed(shape.title):
+            try:
+                rows = report(shape, measure(shape, args.rounds))
+            except Exception as exc:  # one shape's failure: said, and the next one runs
+                rows = [f"{shape.title:<26}failed: {exc}"]
+        print("\n".join(rows), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,218 @@
+/* Benchmark target in the seeds' shapes (issue 31), with a ticker that feels every stop.
+ *
+ * usage: seeds_heap THREADS MEGABYTES BUSY
+ *        seeds_heap unsorted BLOCKS
+ *
+ * THREADS MEGABYTES BUSY: each of THREADS workers fills its own arena (run it with
+ * GLIBC_TUNABLES=glibc.malloc.arena_max=THREADS+1) with MEGABYTES MiB of blocks: four fifths
+ * in big blocks of 0.5 to 32 MiB (mostly under 4 MiB), one fifth in runs of small ones
+ * (24..1000 bytes), big and small interleaved. The big ones come from the arena only under a
+ * raised mmap threshold (GLIBC_TUNABLES=...:glibc.malloc.mmap_threshold=33554432, what
+ * glibc's dynamic threshold reaches after big frees; glibc ignores a value over 32 MiB, and
+ * a thread arena's 64 MiB heaps could not hold a bigger block anyway); the target sets none
+ * itself. Every byte is written (the heap is resident, as a real one is). Each worker then
+ * frees two big blocks in three and about 3,000 small ones, each between live blocks (the
+ * first and last of every small run stay live), so the free chunks cannot coalesce, and
+ * makes one request no free chunk fits so that malloc sorts its unsorted chunks into bins.
+ * BUSY 0: the workers then sleep. BUSY 1: each keeps replacing small blocks of a ring of
+ * 512 in its arena, 256 frees and mallocs every millisecond.
+ *
+ * unsorted BLOCKS: the main thread allocates BLOCKS blocks of 136..264 bytes (chunks too big
+ * for the fast bins), writes them, and frees every other one in a scattered order: BLOCKS/2
+ * chunks in the main arena's unsorted bin (but the few tcache holds), which stay there
+ * because the main thread never calls malloc again (stdin and stdout are unbuffered: no
+ * stdio buffer is malloc'ed later, and the ticker thread exists before the blocks do).
+ *
+ * A ticker thread wakes every millisecond and records the longest gap between two wake-ups:
+ * the longest stop the process felt. Prints "ready ..." once built. Then reads commands on
+ * stdin, one per line: "reset" clears the longest gap, "gap" prints "gap <microseconds>".
+ * On EOF it keeps sleeping.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SMALL_RUN 64           /* small blocks allocated in a row */
+#define SMALL_FREES 3000       /* about this many small blocks freed per arena */
+#define RING 512               /* a busy worker's small blocks */
+#define BIG_MAX ((32u << 20) - (64u << 10)) /* under a 32 MiB mmap threshold */
+
+static pthread_barrier_t barrier;
+static size_t bytes_per_arena;
+static int busy;
+static atomic_long longest_gap_us;
+
+static long now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000L + ts.tv_nsec / 1000L;
+}
+
+static uint64_t next_random(uint64_t *state) { /* xorshift64: the same heap every run */
+    uint64_t x = *state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *state = x;
+}
+
+static size_t big_size(uint64_t *state) {
+    uint64_t r = next_random(state);
+    unsigned bucket = (unsigned)(r % 64);
+    size_t low, high;
+    if (bucket < 40) low = 512u << 10, high = 1u << 20;
+    else if (bucket < 56) low = 1u << 20, high = 4u << 20;
+    else if (bucket < 62) low = 4u << 20, high = 16u << 20;
+    else low = 16u << 20, high = BIG_MAX;
+    return low + (size_t)((r >> 8) % (high - low));
+}
+
+static size_t small_size(uint64_t *state) { return 24 + (size_t)(next_random(state) % 62) * 16; }
+
+static void *must_malloc(size_t size) {
+    void *block = malloc(size);
+    if (!block) abort();
+    return block;
+}
+
+static void *worker(void *arg) {
+    uint64_t state = 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)arg * 0x100000001b3ull;
+    size_t big_budget = bytes_per_arena / 5 * 4, small_budget = bytes_per_arena - big_budget;
+    size_t big_cap = big_budget / (512u << 10) + 2, small_cap = small_budget / 24 + SMALL_RUN;
+    void **bigs = must_malloc(big_cap * sizeof(void *));
+    void **smalls = must_malloc(small_cap * sizeof(void *));
+    size_t nbig = 0, nsmall = 0, big_used = 0, small_used = 0;
+    while (big_used < big_budget || small_used < small_budget) {
+        /* Whichever kind is furthest behind its share comes next: big and small interleave. */
+        int big_next = small_used >= small_budget ||
+                       (big_used < big_budget &&
+                        (double)big_used / (double)big_budget <=
+                            (double)small_used / (double)small_budget);
+        if (big_next && nbig < big_cap) {
+            size_t size = big_size(&state);
+            bigs[nbig++] = must_malloc(size);
+            memset(bigs[nbig - 1], 0x42, size);
+            big_used += size;
+        } else if (nsmall + SMALL_RUN <= small_cap) {
+            for (int i = 0; i < SMALL_RUN; i++) {
+                size_t size = small_size(&state);
+                smalls[nsmall++] = must_malloc(size);
+                memset(smalls[nsmall - 1], 0x5a, size);
+                small_used += size;
+            }
+        } else {
+            break;
+        }
+    }
+    size_t stride = nsmall / SMALL_FREES > 2 ? nsmall / SMALL_FREES : 2;
+    for (size_t i = 0; i < nsmall; i++) {
+        size_t in_run = i % SMALL_RUN;
+        if (i % stride == stride / 2 && in_run != 0 && in_run != SMALL_RUN - 1) {
+            free(smalls[i]);
+            smalls[i] = NULL;
+        }
+    }
+    for (size_t i = 0; i < nbig; i++)
+        if (i % 3 != 0) {
+            free(bigs[i]);
+            bigs[i] = NULL;
+        }
+    void *volatile sorter = malloc(64 * 1024 - 64); /* volatile: the pair is not optimised away */
+    free(sorter);
+    void *ring[RING];
+    if (busy)
+        for (int i = 0; i < RING; i++) ring[i] = must_malloc(small_size(&state));
+    pthread_barrier_wait(&barrier);
+    if (!busy)
+        for (;;) pause();
+    struct timespec one_ms = {0, 1000000L};
+    for (;;) {
+        for (int i = 0; i < 256; i++) {
+            uint64_t r = next_random(&state);
+            unsigned slot = (unsigned)(r % RING);
+            free(ring[slot]);
+            ring[slot] = must_malloc(small_size(&state));
+            *(volatile char *)ring[slot] = 1;
+        }
+        nanosleep(&one_ms, NULL);
+    }
+    return NULL;
+}
+
+static void *ticker(void *arg) {
+    (void)arg;
+    struct timespec one_ms = {0, 1000000L};
+    long last = now_us();
+    for (;;) {
+        nanosleep(&one_ms, NULL);
+        long now = now_us();
+        long gap = now - last;
+        last = now;
+        long seen = atomic_load(&longest_gap_us);
+        while (gap > seen && !atomic_compare_exchange_weak(&longest_gap_us, &seen, gap)) {}
+    }
+    return NULL;
+}
+
+/* The main arena's unsorted bin of BLOCKS/2 chunks; the main thread mallocs nothing after. */
+static void build_unsorted(long blocks) {
+    void **block = must_malloc((size_t)blocks * sizeof(void *)); /* mmapped: not in the bins */
+    for (long i = 0; i < blocks; i++) {
+        size_t size = 136 + (size_t)(i % 9) * 16;
+        block[i] = must_malloc(size);
+        memset(block[i], 0x5a, size);
+    }
+    long odd = blocks / 2, stride = 7919; /* a prime: k * stride % odd visits all */
+    while (odd % stride == 0) stride += 2;
+    for (long k = 0; k < odd; k++) free(block[2 * ((k * stride) % odd) + 1]);
+}
+
+int main(int argc, char **argv) {
+    /* Unbuffered: a stdio buffer would be malloc'ed at the first fgets or printf, after the
+     * heap is built (and in the unsorted shape, sort part of the bin). */
+    setvbuf(stdin, NULL, _IONBF, 0);
+    setvbuf(stdout, NULL, _IONBF, 0);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    pthread_t tick;
+    if (pthread_create(&tick, &attr, ticker, NULL) != 0) return 1;
+    if (argc == 3 && strcmp(argv[1], "unsorted") == 0) {
+        long blocks = atol(argv[2]);
+        if (blocks < 2) return 2;
+        build_unsorted(blocks);
+        printf("ready unsorted=%ld\n", blocks / 2);
+    } else if (argc == 4) {
+        int threads = atoi(argv[1]);
+        bytes_per_arena = (size_t)atol(argv[2]) << 20;
+        busy = atoi(argv[3]) != 0;
+        if (threads < 1 || bytes_per_arena == 0) return 2;
+        pthread_barrier_init(&barrier, NULL, (unsigned)threads + 1);
+        for (int i = 0; i < threads; i++) {
+            pthread_t tid;
+            if (pthread_create(&tid, &attr, worker, (void *)(uintptr_t)(i + 1)) != 0) {
+                fprintf(stderr, "pthread_create failed at thread %d\n", i);
+                return 1;
+            }
+        }
+        pthread_barrier_wait(&barrier);
+        printf("ready threads=%d mb=%s busy=%d\n", threads, argv[2], busy);
+    } else {
+        fprintf(stderr, "usage: %s THREADS MEGABYTES BUSY | %s unsorted BLOCKS\n", argv[0], argv[0]);
+        return 2;
+    }
+    char line[64];
+    while (fgets(line, sizeof line, stdin)) {
+        if (strncmp(line, "reset", 5) == 0) {
+            atomic_store(&longest_gap_us, 0);
+        } else if (strncmp(line, "gap", 3) == 0) {
+            printf("gap %ld\n", atomic_load(&longest_gap_us));
+        }
+    }
+    for (;;) pause();
+}
