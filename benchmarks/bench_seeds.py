@@ -17,18 +17,18 @@ The shapes, each one target process in a memory cgroup sized for it (when one ca
 Each round runs, on the one target of the shape, in an order reversed every other round:
 
 * the recipe (bench_inspect.run_recipe: gdb calls malloc_info into a file);
-* `memforensics inspect --json PID`, the default: memory read, gdb only when that read is
-  refused (the JSON's ``gdb_fallback`` and stderr's note say so; then gdb's figures count);
-* `memforensics inspect --read-only --json PID`: never gdb; a refusal is its exit code and
+* `memforensics inspect --json PID`, the default: memory read; where that read is refused,
+  the target's malloc_info called without gdb (the JSON's ``fallback`` and stderr's note say
+  so; then that call's figures count);
+* `memforensics inspect --read-only --json PID`: no call; a refusal is its exit code and
   stderr's error line, and counts as not met.
 
 Measured for each: the longest gap the target's own ticker saw (reset before, read after: the
 stop the process felt, whoever caused it; each round also reads it over a second with no
-reader, the shape's own noise), the wall time, and, for memforensics, the peak RSS
-of its process (``os.wait4``'s ru_maxrss of the child; with a gdb fallback it includes gdb's,
-a child it waited for). Prints per shape the medians, the ratios to the recipe and the issue's
-bars: stall <= max(0.1 x recipe's, 15 ms), wall <= 1.5 x recipe's, peak RSS <= 256 MiB.
-Asserts nothing. Every target started is killed in ``finally``.
+reader, the shape's own noise), the wall time, and, for memforensics, the peak RSS of its
+process (``os.wait4``'s ru_maxrss of the child). Prints per shape the medians, the ratios to
+the recipe and the issue's bars: stall <= max(0.1 x recipe's, 15 ms), wall <= 1.5 x
+recipe's, peak RSS <= 256 MiB. Asserts nothing. Every target started is killed in ``finally``.
 
 usage: python benchmarks/bench_seeds.py [--rounds N] [--shapes 32x100,32x100-busy,...]
 """
@@ -151,7 +151,7 @@ class Run:
     wall: float
     peak_rss: int | None = None  # bytes; None for the recipe (not measured)
     refused: str | None = None  # the error line of a run that did not produce a report
-    fallback: str | None = None  # why the default went through gdb
+    fallback: str | None = None  # the way that stood in for the refused read, and why
 
 
 @dataclass
@@ -191,15 +191,14 @@ def _error_line(code: int, stderr: str) -> str:
 
 
 def run_default(pid: int, scratch: Path) -> Run:
-    """`memforensics inspect --json PID`: the default way, gdb only when the read is refused."""
+    """`memforensics inspect --json PID`: the default way (a call where the read is refused)."""
     wall, code, rss, out, stderr = _run_child(
         [*memforensics_command(), "inspect", "--json", str(pid)], scratch
     )
     if code != 0:
         return Run(0.0, wall, rss, refused=_error_line(code, stderr))
-    fallback = json.loads(out.read_bytes()).get("gdb_fallback")
-    if fallback is None and "inspected through gdb" in stderr:
-        fallback = stderr.strip().splitlines()[0]
+    stood_in = json.loads(out.read_bytes()).get("fallback")
+    fallback = f"{stood_in['way']}: {stood_in['reason']}" if stood_in else None
     return Run(0.0, wall, rss, fallback=fallback)
 
 
@@ -285,8 +284,8 @@ def report(shape: Shape, outcome: Outcome) -> list[str]:
             note.append(f"refused {len(runs) - len(done)}/{len(runs)}")
             notes += [f"  {shape.title}, {name}: {why}" for why in refusals]
         if fallbacks:
-            note.append(f"gdb fallback {sum(r.fallback is not None for r in done)}/{len(done)}")
-            notes += [f"  {shape.title}, {name} fell back to gdb: {why}" for why in fallbacks]
+            note.append(f"fallback {sum(r.fallback is not None for r in done)}/{len(done)}")
+            notes += [f"  {shape.title}, {name} fell back to {why}" for why in fallbacks]
         peak = max(r.peak_rss or 0 for r in runs)
         if not done:
             rows.append(
@@ -316,7 +315,7 @@ def _timed(label: str) -> Iterator[None]:
 
 
 def main() -> int:
-    use_test_gdb()  # the recipe's gdb and the fallback's: the gdb 18 of the test extra
+    use_test_gdb()  # the recipe's gdb: the gdb 18 of the test extra
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
