@@ -220,6 +220,19 @@ def test_mp_is_found_by_its_shape_in_either_layout(layout_name: str) -> None:
     assert parse_malloc_par(0, _malloc_par(layout_name, sbrk_base=base), other, PAGE) is None
 
 
+@pytest.mark.parametrize("layout_name", [layout.name for layout in LAYOUTS])
+def test_a_threshold_set_by_tunable_beyond_mallopts_bound_is_read(layout_name: str) -> None:
+    """glibc.malloc.mmap_threshold=64 MiB is taken as it is (and sets no_dyn_threshold);
+    the dynamic threshold never goes past 32 MiB, so such a value with it unset is no mp_."""
+    layout = next(layout for layout in LAYOUTS if layout.name == layout_name)
+    data = bytearray(_malloc_par(layout_name, sbrk_base=0x5555_5555_0000))
+    struct.pack_into("<Q", data, 16, 64 << 20)
+    assert parse_malloc_par(0, bytes(data), layout, PAGE) is None  # dynamic: not glibc's
+    struct.pack_into("<i", data, layout.ints + 12, 1)  # no_dyn_threshold
+    found = parse_malloc_par(0, bytes(data), layout, PAGE)
+    assert found is not None and found.mmap_threshold_bytes == 64 << 20
+
+
 def test_two_places_that_qualify_are_no_answer() -> None:
     base = 0x5555_5555_0000
     start = 0x7F00_0000_0000

@@ -26,7 +26,11 @@ from memforensics.model.heapscan import MallocParams
 from memforensics.sources.proc.procmaps import Mapping
 from memforensics.sources.proc.procmem import MemoryReader
 
-_MMAP_THRESHOLD_MAX_BYTES = 32 << 20  # HEAP_MAX_SIZE / 2: mallopt refuses more (64-bit)
+# The dynamic threshold stops at 32 MiB (DEFAULT_MMAP_THRESHOLD_MAX, 64-bit), as does
+# mallopt (HEAP_MAX_SIZE / 2); a threshold set through the glibc.malloc.mmap_threshold tunable
+# is held to no bound (and sets no_dyn_threshold): any below the user address space is real.
+_MMAP_THRESHOLD_MAX_BYTES = 32 << 20
+_SET_THRESHOLD_MAX_BYTES = 1 << 47
 _COUNT_MAX = 1 << 31
 
 
@@ -66,7 +70,10 @@ def parse_malloc_par(
         if not (_power_of_two_or_zero(thp) and _power_of_two_or_zero(huge)):
             return None
     plausible = (
-        threshold <= _MMAP_THRESHOLD_MAX_BYTES
+        (
+            threshold <= _MMAP_THRESHOLD_MAX_BYTES
+            or (no_dyn == 1 and threshold < _SET_THRESHOLD_MAX_BYTES)
+        )
         and 0 < arena_test < _COUNT_MAX
         and arena_max < _COUNT_MAX
         and 0 <= n_mmaps <= max_n_mmaps < _COUNT_MAX
