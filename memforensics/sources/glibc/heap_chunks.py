@@ -76,6 +76,7 @@ from memforensics.sources.glibc.heap_window import (
     ChunkRef,
     HeapWalk,
     Visit,
+    window_buffer,
 )
 from memforensics.sources.proc.procmaps import Mapping, read_smaps
 from memforensics.sources.proc.procmem import MemoryReader, PageMap, ProcessMemoryReader
@@ -223,10 +224,12 @@ def walk_memory_chunks(
     tcache = _first_tcache_keys(mem, planned)
     fast_by_arena: dict[int, set[int]] = {}
     heaps: list[HeapChunks] = []
+    buffer = window_buffer() if planned else None
     for heap in planned:
         if heap.arena not in fast_by_arena:
             fast_by_arena[heap.arena] = _arena_fast_chunks(mem, hold, heap, planned)
-        heaps.append(_walk_heap(mem, hold, heap, fast_by_arena[heap.arena], tcache, visit, keep))
+        fast = fast_by_arena[heap.arena]
+        heaps.append(_walk_heap(mem, hold, heap, fast, tcache, visit, keep, buffer))
     if hold is not None:
         hold.release()
     spans = anonymous_spans(mappings, subheaps)
@@ -291,9 +294,10 @@ def _walk_heap(
     tcache: Tcache,
     visit: Visit | None,
     keep: bool,
+    buffer: bytearray | None = None,
 ) -> HeapChunks:
-    """One heap walked window by window, each window read in a stop of ``hold`` and walked
-    with the target running."""
+    """One heap walked window by window, each window read in a stop of ``hold`` (into
+    ``buffer``, heap_window.window_buffer) and walked with the target running."""
     walk = HeapWalk(
         mem,
         ChunkRef(heap.arena, heap.index, heap.pages),
@@ -305,6 +309,7 @@ def _walk_heap(
         visit,
         keep,
         retry=hold is not None,
+        buffer=buffer,
     )
     while not walk.done:
         window = _held(hold, mem, heap.state_address, walk.read_window, WINDOW_BYTES)

@@ -45,6 +45,12 @@ class ChunkRef:
     pages: PageMap | None  # the heap's residency (None: every byte given was read)
 
 
+def window_buffer() -> bytearray:
+    """A buffer that holds any window read_window makes but a walk gone back far: to be made
+    once, before the first stop, and handed to every HeapWalk of a read in turn."""
+    return bytearray(WINDOW_MAX_BYTES + WINDOW_BYTES + WINDOW_TAIL_BYTES)
+
+
 def first_words(view: memoryview, base: int, addresses: Sequence[int]) -> array[int]:
     """Each chunk's first data word (at its address + 16) out of ``view`` (the window copy
     starting at ``base``), 0 where it lies outside: one C pass where built."""
@@ -117,6 +123,7 @@ class HeapWalk:
         visit: Visit | None,
         keep: bool,
         retry: bool = False,
+        buffer: bytearray | None = None,
     ) -> None:
         self.mem, self.ref, self.start, self.limit = mem, ref, start, limit
         self.top, self.fast, self.tcache, self.visit, self.keep = top, fast, tcache, visit, keep
@@ -137,7 +144,10 @@ class HeapWalk:
         self.window_start: int | None = None
         self.resync: tuple[int, int] | None = None  # (walk again from, already emitted to)
         self.resyncs = 0
-        self._buffer = bytearray(0)  # the window's copy, reused from window to window
+        # The window's copy, reused from window to window (and from heap to heap when the
+        # caller hands one in: window_buffer(), made outside any stop, where its pages are
+        # faulted in: a first window that made its own spent ~10 ms of its stop doing so).
+        self._buffer = buffer if buffer is not None else bytearray(0)
         self._out: tuple[array[int], array[int], bytearray] | None = None
 
     def _stop(self, reason: str) -> None:
