@@ -23,6 +23,8 @@ def inspection_document(result: Inspection) -> dict[str, Any]:
     document["residency"] = residency_json(result.residency) if result.residency else None
     document["waterfall"] = waterfall_json(result.waterfall) if result.waterfall else None
     document["residency_error"] = result.residency_error
+    # Kept for the scripts that read it (keys are never removed): no gdb stands in any more.
+    document["gdb_fallback"] = None
     fallback = result.fallback
     document["fallback"] = (
         {"way": fallback.way, "reason": fallback.reason} if fallback is not None else None

@@ -118,6 +118,7 @@ def test_json_document_of_a_live_target(
         assert safe_point in document["safe_point"]
         assert (document["read_only"] is not None) is read_only
         assert document["fallback"] is None
+        assert document["gdb_fallback"] is None  # kept for old scripts: gdb never stands in
         assert err == ""  # no fallback note
 
 
