@@ -22,7 +22,6 @@ from memforensics.model.census import Census, CensusRead, CensusType
 TEXT_MIN_CHARS = 4
 POINTER_WORDS = 32
 _PRINTABLE = bytes(range(0x20, 0x7F)) + b"\t\n\r" + bytes(range(0x80, 0x100))
-_DELETE_PRINTABLE = bytes.maketrans(b"", b"")
 
 
 class HeapRanges:
@@ -35,11 +34,9 @@ class HeapRanges:
                 merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
             else:
                 merged.append((start, end))
-        self.starts = [s for s, _ in merged]
-        self.ends = [e for _, e in merged]
-        # The same spans as machine words, for the census's C loop.
-        self.starts_array = array("Q", self.starts)
-        self.ends_array = array("Q", self.ends)
+        # Machine words: bisect reads them, and the census's C loop takes them as buffers.
+        self.starts = array("Q", [s for s, _ in merged])
+        self.ends = array("Q", [e for _, e in merged])
         self.low = self.starts[0] if merged else 0
         self.high = self.ends[-1] if merged else 0
 
@@ -106,6 +103,7 @@ class Tally:
         self.unread_bytes = 0
 
     def add(self, name: str, kind: str, size_bytes: int) -> None:
+        # add_many's body written out: this runs once per chunk or pymalloc block.
         line = self.lines.get((name, kind))
         if line is None:
             self.lines[(name, kind)] = [1, size_bytes]

@@ -199,8 +199,8 @@ class Classifier:
                 firsts,
                 array("Q", sorted(words)),
                 LOOK_BYTES,
-                self.heap.starts_array,
-                self.heap.ends_array,
+                self.heap.starts,
+                self.heap.ends,
                 _COOKIE_MAX if self.rtti.usable else 0,
             )
             for kind, (count, size_bytes) in zip(_PLAIN_KINDS, kinds, strict=True):
