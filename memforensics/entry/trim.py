@@ -42,7 +42,8 @@ def choose_trimmer(pid: int, facts: ProcessFacts, settings: TrimSettings) -> Tri
 
         return AllocatorTrimmer(pid, facts, settings)
     if settings.gdb_path is None and settings.direct:
-        from memforensics.entry.trimmers.direct import DirectTrimmer, direct_unavailable
+        from memforensics.entry.trimmers.direct import DirectTrimmer
+        from memforensics.sources.glibc.call_moment import direct_unavailable
 
         if direct_unavailable(pid) is None:
             return DirectTrimmer(pid, facts, settings)

@@ -17,7 +17,6 @@ import time
 from dataclasses import dataclass
 
 from memforensics.entry.common import exited_error
-from memforensics.entry.trimmers.direct import direct_unavailable, unsafe_moment
 from memforensics.errors import (
     DeadlineError,
     GdbMayHelpError,
@@ -30,6 +29,7 @@ from memforensics.model.heap import process_source
 from memforensics.model.inspection import Fallback, Inspection
 from memforensics.model.process import ProcessFacts
 from memforensics.sources.glibc.after_call import verified_state
+from memforensics.sources.glibc.call_moment import direct_unavailable, unsafe_moment
 from memforensics.sources.glibc.called_malloc_info import (
     MallocInfoChain,
     kernel_refusal,

@@ -19,38 +19,14 @@ import time
 from memforensics.entry.trimmers.protocol import CallMade, TrimReading, TrimSettings
 from memforensics.errors import DeadlineError, GdbMayHelpError, NotGlibcMallocError
 from memforensics.model.process import HeapResidency, ProcessFacts
-from memforensics.sources.glibc.arena_hold import in_allocator
-from memforensics.sources.glibc.libc_elf import LibcImage, load_libc_image
+from memforensics.sources.glibc.call_moment import unsafe_moment
+from memforensics.sources.glibc.libc_elf import load_libc_image
 from memforensics.sources.proc.procmem import ProcessMemoryReader
-from memforensics.sources.proc.ptrace_call import call, caller_thread, shadow_stack_enabled
+from memforensics.sources.proc.ptrace_call import call, caller_thread
 from memforensics.sources.proc.ptrace_hold import ThreadHold
 
 _RETRY_FIRST_SECONDS = 0.002
 _RETRY_MAX_SECONDS = 0.05
-
-
-def direct_unavailable(pid: int) -> str | None:
-    """Why malloc_trim cannot be called without gdb in ``pid``; None when it can."""
-    if os.uname().machine != "x86_64":
-        return "calls without gdb are made on x86-64 only"
-    if shadow_stack_enabled(pid):
-        return "the process runs with a shadow stack (CET)"
-    return None
-
-
-def unsafe_moment(
-    hold: ThreadHold, libc: LibcImage, mutexes: list[int], mem: ProcessMemoryReader
-) -> bool:
-    """A thread is inside the allocator, or an arena's mutex is held: no call now (the
-    malloc_trim here, malloc_info in entry.readers.call)."""
-    counters = hold.program_counters
-    if any(tid not in counters or in_allocator(libc, *counters[tid]) for tid in hold.thread_ids):
-        return True
-    for address in mutexes:
-        word = mem.read(address, 4)
-        if word is None or int.from_bytes(word, "little"):
-            return True
-    return False
 
 
 def call_malloc_trim(
