@@ -1,5 +1,5 @@
 """Build hook for the optional C accelerators: the residency walk's copy and loops, the
-census walk's window loop and its classifying loops, and the ptrace hold's per-thread requests.
+the free lists' scout, the census walk's window loop and its classifying loops, and the ptrace hold's per-thread requests.
 
 Everything else is declared in pyproject.toml. The extensions are optional: without a C
 compiler ``pip install .`` still succeeds and memforensics uses its pure-Python loops.
@@ -12,6 +12,11 @@ setup(
         Extension(
             "memforensics.sources.glibc._chunkwalk",
             ["memforensics/sources/glibc/_chunkwalk.c"],
+            optional=True,
+        ),
+        Extension(
+            "memforensics.sources.glibc._listscout",
+            ["memforensics/sources/glibc/_listscout.c"],
             optional=True,
         ),
         Extension(

@@ -270,11 +270,16 @@ def test_a_locked_arena_is_never_read_while_locked(tmp_path: Path) -> None:
         fields = proc_status(staller.pid)
         assert fields["TracerPid"] == "0" and fields["State"][0] not in "Tt"
         # Still held: read again, and release it once the read has found the lock held
-        # (its retries span ~1.4 s).
+        # (its retries span ~1.4 s): once a stop has been seen (the target traced), not
+        # after a fixed time (the CLI's start alone takes 0.3-0.5 s).
         releasing = threading.Event()
 
         def release() -> None:
-            releasing.wait(0.4)
+            deadline = time.monotonic() + 10
+            while proc_status(staller.pid)["TracerPid"] == "0" and time.monotonic() < deadline:
+                if releasing.wait(0.001):
+                    return
+            releasing.wait(0.05)
             while not releasing.wait(0.01):
                 staller.drain_stderr()
 

@@ -139,7 +139,7 @@ def scan_pools(
         while at < end:
             window_end = min(end, (at // _WINDOW_BYTES + 1) * _WINDOW_BYTES)
             pages = mem.pagemap(at, window_end)
-            if not pages.prefix[-1]:
+            if not pages.resident_pages:
                 at = window_end
                 continue
 

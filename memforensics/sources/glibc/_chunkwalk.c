@@ -123,7 +123,7 @@ typedef struct {
     Copy *copy;
     const unsigned char *can_read;
     size_t first, last, pages, known, length, page;
-    int anonymous;
+    int anonymous, zero_holes;
 } Part;
 
 static void *copy_part(void *arg) {
@@ -139,7 +139,7 @@ static void *copy_part(void *arg) {
         size_t to = run * part->page < part->length ? run * part->page : part->length;
         if (readable_run)
             queue_run(copy, from, to);
-        else
+        else if (part->zero_holes)
             zero_hole(copy->buf, from, to, part->page, part->anonymous);
         index = run;
     }
@@ -151,21 +151,23 @@ static void *copy_part(void *arg) {
  * still its CPUs are idle, and two readers copy a big arena in about 0.6 of one's time. */
 #define SPLIT_MIN_PAGES 512
 
-/* copy(pid, fd, buffer, address, readable, page, use_vm, anonymous[, threads]) ->
+/* copy(pid, fd, buffer, address, readable, page, use_vm, anonymous[, threads[, zero_holes]]) ->
  * (complete, vm_usable)
  * Fill buffer with the target's bytes at address: readable holds one byte per page of the
  * buffer (nonzero = present in RAM, may be read; zero = swapped, never touched or unknown,
  * never read; missing entries are not read), pages not readable read as zeros. complete:
  * every readable byte was read. vm_usable: False when process_vm_readv was refused (the
  * caller stops asking for it). threads: 2 lets a copy of SPLIT_MIN_PAGES pages or more read
- * its second half in a second thread (the bytes are the same; only the time differs). */
+ * its second half in a second thread (the bytes are the same; only the time differs).
+ * zero_holes: 0 leaves the pages not read as they are (a caller that copies again only the
+ * pages it copied before, into a buffer whose other pages are zeros already). */
 static PyObject *copy_pages(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *target, *flags;
-    int pid, fd, use_vm, anonymous, threads = 1;
+    int pid, fd, use_vm, anonymous, threads = 1, zero_holes = 1;
     unsigned long long address, page;
-    if (!PyArg_ParseTuple(args, "iiOKOKpp|i", &pid, &fd, &target, &address, &flags, &page,
-                          &use_vm, &anonymous, &threads))
+    if (!PyArg_ParseTuple(args, "iiOKOKpp|ii", &pid, &fd, &target, &address, &flags, &page,
+                          &use_vm, &anonymous, &threads, &zero_holes))
         return NULL;
     if (page == 0) {
         PyErr_SetString(PyExc_ValueError, "page must be positive");
@@ -196,7 +198,7 @@ static PyObject *copy_pages(PyObject *self, PyObject *args) {
     for (int half = 0; half < 2; half++) {
         parts[half] = (Part){.copy = &copy[half], .can_read = readable.buf, .pages = pages,
                              .known = (size_t)readable.len, .length = length, .page = page,
-                             .anonymous = anonymous};
+                             .anonymous = anonymous, .zero_holes = zero_holes};
     }
     /* The halves meet at a page boundary: each fills its own pages of the buffer. */
     size_t middle = threads >= 2 && pages >= SPLIT_MIN_PAGES ? pages / 2 : pages;

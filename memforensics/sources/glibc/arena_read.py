@@ -6,7 +6,9 @@ the stop, and the walk of that copy, which reads nothing more from the target, i
 ``Finish`` is called, after the stop has ended. The stop then lasts as long as the copy, not
 the copy and the walk, and a stop's budget takes more arenas. Where the walk must read the
 target as it goes (an arena above the copy budget, a malloc_state or top chunk the copy does
-not hold whole) it is made at once, inside the stop, as without ``defer``.
+not hold whole) it is made at once, inside the stop, as without ``defer``. A scouted arena
+(ArenaWalker.scout: its lists followed before the stop) is copied in the stop only where its
+lists lie, and walked there.
 """
 
 from __future__ import annotations
@@ -38,10 +40,14 @@ def read_arena(
     figures: bool = False,
     held: bool = False,
     defer: bool = False,
+    scouted: ArenaWalker | None = None,
 ) -> Finish:
     """The read of one arena (see the module); its buffers go back to ``pool`` when the
     walk is done. With ``defer``, whatever must come from the target is read now and the
-    rest when the result is asked for; call it once."""
+    rest when the result is asked for; call it once. ``scouted``: a walker whose scout
+    (ArenaWalker.scout) found the pages of this arena's lists before the stop: where it
+    read the same ``heaps``, only those pages are copied in the stop, and the walk is made
+    there (not deferred); it is closed either way."""
     segments = tuple(
         HeapSegment(h.start, h.size_bytes, h.pages.total_resident_bytes)
         for h in heaps
@@ -56,8 +62,15 @@ def read_arena(
             segments=segments,
             walked=False,
         )
+        if scouted is not None:
+            scouted.close()
         return lambda: unread
-    walker = ArenaWalker(mem, heaps, is_main=is_main, pool=pool, pause=pause, held=held)
+    if scouted is not None and held and scouted.adopt(heaps):
+        walker, defer = scouted, False
+    else:
+        if scouted is not None:
+            scouted.close()
+        walker = ArenaWalker(mem, heaps, is_main=is_main, pool=pool, pause=pause, held=held)
     try:
         snapshot = walker.capture(state) if defer else None
     except BaseException:

@@ -14,6 +14,7 @@ Layout constants: memforensics.model.glibc.
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import time
 from collections.abc import Callable, Sequence
@@ -23,6 +24,7 @@ from operator import ne
 
 from memforensics.model import glibc
 from memforensics.model.corruption import HeapCorruption
+from memforensics.sources import optional_native
 from memforensics.sources.glibc import heap_checks
 from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap, parse_state, read_state
 from memforensics.sources.glibc.heap_checks import bin_head
@@ -32,6 +34,7 @@ from memforensics.sources.glibc.heapcopy import (
     OutOfTime,
     Segment,
     Tally,
+    both,
     copy_into,
     follow_fastbin,
     follow_list,
@@ -41,6 +44,8 @@ from memforensics.sources.glibc.heapcopy import (
 )
 from memforensics.sources.proc.procmem import MemoryReader, ProcessMemoryReader
 
+_scout_native = optional_native("memforensics.sources.glibc._listscout")
+_CIRCULAR, _FASTBIN_PLAIN, _FASTBIN_SAFE_LINKED = 0, 1, 2  # _listscout.c's kinds of list
 BIN_RETRIES = 4
 _LAZY_FILL_PAGES = 16  # a big arena read lazily: 64 KiB per read
 _CHASE_MAX_CHUNKS = 2048  # each chunk may cost a read, and reads wait for the mmap lock
@@ -51,6 +56,11 @@ CHASE_SECONDS = 0.05  # time box of one arena's chase round
 # the lists left are walked over a whole copy (in C, where built).
 HELD_LAZY_MAX_BYTES = 4 << 20
 HELD_LAZY_MAX_CHUNKS = 256
+# A scout (ArenaWalker.scout) gives up past this long, or once its lists lead to more than
+# this share of the arena's resident pages: a whole copy in the stop then costs about as much
+# as the scouted one, and the scout's time is the user's wait.
+SCOUT_SECONDS = 0.25
+SCOUT_MAX_SHARE = 0.25
 _TWO_WORDS = struct.Struct("<2Q")
 _FASTBIN = 0  # pseudo bin number of the fastbins in ``unmeasured_bins``
 _COPY_SLICE_BYTES = 4 << 20  # ~1 ms of copying: the longest a pause waits for the copy
@@ -141,6 +151,13 @@ class ArenaWalker:
         self._max_chunks: int | None = None  # a list longer than this reads as inconsistent
         self._lazy_left = 0  # chunks a lazy round (in a stop) may still read
         self._deadline = float("inf")
+        # Scouted (``scout``): the copy holds only the pages the lists lay on when scouted,
+        # copied again in the stop (``copy_scouted``), zeros elsewhere; ``_partial``: the
+        # loops read it as whole (a list that left those pages reads back inconsistent).
+        self._scouted = False
+        self._partial = False
+        self._scout_pages_left: int | None = None
+        self.scouted_bytes = 0  # bytes of the pages a scout found the lists on
 
     def close(self) -> None:
         for segment in self._segments:
@@ -160,12 +177,19 @@ class ArenaWalker:
         clock is looked at before each: OutOfTime once the round's deadline has passed."""
         if time.monotonic() > self._deadline:
             raise OutOfTime
+        if self._scout_pages_left is not None:
+            self._scout_pages_left -= self._fill_pages
+            if self._scout_pages_left < 0:
+                raise OutOfTime  # lists this dense: a whole copy costs no more
         page = self._page
         first = first_page * page
         last = min(first + (self._fill_pages + 1) * page, segment.length)
         # A reused buffer holds another arena's bytes: an unread page reads as zeros.
         copy_into(self._mem, segment, first, last)
-        segment.filled[first_page : first_page + self._fill_pages] = b"\x01" * self._fill_pages
+        # Every page copied is flagged, the extra one too: a scouted copy trusts the flags
+        # alone (its stop copies those pages again; the others must be zeros).
+        flagged = min(self._fill_pages + 1, (last - first + page - 1) // page)
+        segment.filled[first_page : first_page + flagged] = b"\x01" * flagged
 
     def _reset(self, fill_pages: int) -> None:
         """Forget every copied page; later reads copy ``fill_pages`` pages at a time."""
@@ -189,11 +213,120 @@ class ArenaWalker:
             segment.filled[:] = b"\x01" * len(segment.filled)
             segment.whole = True
 
+    def scout(self, state: ArenaState, deadline: float) -> bool:
+        """Learn which pages the lists of ``state`` lie on, reading the running target a page
+        at a time as they lead (a list caught moving is followed as far as it reads back), so
+        that a stop copies those pages alone (``copy_scouted``) instead of the whole arena.
+        The copy's buffers must read as zeros where not written (heapcopy.FreshBuffers).
+        False, and the walker left as if never scouted, when the lists lead to more than
+        SCOUT_MAX_SHARE of the resident pages or ``deadline`` (or SCOUT_SECONDS) passes."""
+        resident_pages = sum(s.pages.resident_pages for s in self._segments)
+        self._reset(1)
+        self._deadline = min(deadline, time.monotonic() + SCOUT_SECONDS)
+        self._scout_pages_left = int(resident_pages * SCOUT_MAX_SHARE)
+        self._max_chunks = None
+        try:
+            self._scout_lists(state, [_FASTBIN, *_nonempty_bins(state, 1)], self._scout_pages_left)
+        except OutOfTime:
+            self._reset(_LAZY_FILL_PAGES)
+            return False
+        finally:
+            self._scout_pages_left = None
+            self._mangled = None  # decided again from the stop's copy
+        self._scouted = True
+        self.scouted_bytes = sum(s.filled.count(1) for s in self._segments) * self._page
+        return True
+
+    def _rescout(self, state: ArenaState, pending: Sequence[int]) -> None:
+        """In the stop of a scouted read: the lists of ``pending`` (they left the scouted
+        pages: moved since the scout) scouted again from the target, held still, so that
+        the copy holds every page they lie on now. Past the read's deadline they stay as
+        they are (and read back inconsistent)."""
+        with contextlib.suppress(OutOfTime):
+            self._scout_lists(state, pending, sum(len(s.filled) for s in self._segments))
+
+    def _scout_lists(
+        self, state: ArenaState, indexes: Sequence[int], max_pages: int | None
+    ) -> None:
+        """The scout of the lists of bins ``indexes`` (_FASTBIN: every fastbin, both ways):
+        side by side in C (_listscout, where built, for a live target), else one by one in
+        Python, filling as they lead. OutOfTime past ``max_pages`` pages read (None: no
+        bound) or the deadline."""
+        mem = self._mem
+        if _scout_native is None or not isinstance(mem, ProcessMemoryReader):
+            saved, self._partial = self._partial, False  # the loops fill as they go
+            try:
+                for index in indexes:
+                    self._walk_bin(state, index)
+            finally:
+                self._partial = saved
+            return
+        lists = [
+            (bin_head(state, index), state.bins[2 * (index - 1)], _CIRCULAR)
+            for index in indexes
+            if index != _FASTBIN
+        ]
+        if _FASTBIN in indexes:
+            lists += [
+                (0, head, kind)
+                for head in state.fastbins
+                if head
+                for kind in (_FASTBIN_PLAIN, _FASTBIN_SAFE_LINKED)
+            ]
+        segments = [(s.view, s.start, s.pages.readable, s.filled) for s in self._segments]
+        left = max(max_pages if max_pages is not None else 1 << 62, 0)
+        status, pages, usable = _scout_native.scout(
+            mem.pid,
+            mem.mem_fd,
+            mem.vm_readv_usable,
+            segments,
+            lists,
+            self._page,
+            self._deadline,
+            left,
+        )
+        mem.vm_readv_usable = bool(usable)
+        if status:
+            raise OutOfTime
+        if self._scout_pages_left is not None:
+            self._scout_pages_left -= pages
+
+    def adopt(self, heaps: Sequence[Heap]) -> bool:
+        """Take the residency read in the stop of ``heaps``, the same heaps the scout read
+        (start and size); False when they are not (the arena grew or shrank meanwhile)."""
+        ordered = sorted((h for h in heaps if h.pages is not None), key=lambda h: h.start)
+        if [(h.start, h.start + h.size_bytes) for h in ordered] != [
+            (s.start, s.end) for s in self._segments
+        ]:
+            return False
+        for segment, heap in zip(self._segments, ordered, strict=True):
+            assert heap.pages is not None
+            segment.pages = heap.pages
+        return True
+
+    def copy_scouted(self) -> None:
+        """In a stop: copy again the pages the scout read, those still in RAM; a page that
+        left RAM since is zeroed and forgotten (the lists through it are read again)."""
+        page = self._page
+        for segment in self._segments:
+            # (The residency may cover more than the segment: a heap's mprotect_size is the
+            # most it was ever made writable, its size what it is now.)
+            pages = min(len(segment.pages.readable), len(segment.filled))
+            scouted = bytes(segment.filled[:pages])
+            kept = both(scouted, segment.pages.readable)
+            copy_into(self._mem, segment, 0, segment.length, threads=2, only=kept)
+            if kept != scouted:
+                for index in range(pages):
+                    if scouted[index] and not kept[index]:
+                        segment.view[index * page : (index + 1) * page] = bytes(page)
+                segment.filled[:pages] = kept
+            segment.filled[pages:] = bytes(len(segment.filled) - pages)
+
     def _walk_list(self, head: int, fd: int, bk: int, low: int, high: int) -> Tally | None:
         """One circular free list measured, or None when it does not read back consistently:
         through whole copies by walk_copies (C where built), else by follow_list, filling
         blocks as the list leads there (a chase follows at most _CHASE_MAX_CHUNKS chunks)."""
-        if all(segment.whole for segment in self._segments):
+        if self._partial or all(segment.whole for segment in self._segments):
             return walk_copies(self._segments, head, fd, bk, low, high, self._page, self._deadline)
         return follow_list(
             self._segments,
@@ -230,7 +363,7 @@ class ArenaWalker:
     def _follow_fastbin(self, head: int, size_bytes: int, mangled: bool) -> Tally | None:
         """One fastbin read one way: through whole copies by walk_fastbin_copies (C where
         built), else by follow_fastbin, filling blocks as the list leads there."""
-        if all(segment.whole for segment in self._segments):
+        if self._partial or all(segment.whole for segment in self._segments):
             return walk_fastbin_copies(
                 self._segments, head, size_bytes, self._page, mangled, self._deadline
             )
@@ -249,6 +382,10 @@ class ArenaWalker:
         its head is read again: a short hot list is read within microseconds.
         """
         self._max_chunks = _CHASE_MAX_CHUNKS if chase else None
+        if self._scouted:
+            # In the stop of the scouted round: its copy stays (the lists it left are
+            # scouted again from the target, held still: ``_rescout``).
+            return state
         if chase:
             self._reset(1)
             return read_state(self._mem, state.address)
@@ -275,7 +412,7 @@ class ArenaWalker:
         copied in a stop and walked after it. None, and nothing copied or a copy to be made
         again, when the walk must read the target as it goes: an arena above the copy budget
         (read lazily), or whose malloc_state or top chunk the copy does not hold whole."""
-        if not self._prefetch_whole:
+        if not self._prefetch_whole or self._scouted:
             return None
         self._prefetch()
         snapshot = self._copied_state(state.address)  # as the first round's snapshot has it
@@ -314,14 +451,16 @@ class ArenaWalker:
         must not starve the rest). Walked inside a stop (held, no ``snapshot``), the target
         does not move and ``state`` must be as read in that stop: a small arena's first round
         takes it and reads lazily (HELD_LAZY_MAX_CHUNKS), the lists it leaves and every later
-        round read a whole copy, and no round chases.
+        round read a whole copy, and no round chases. A scouted arena's first round copies
+        the scouted pages and reads the lists over that copy; the lists that left it (moved
+        since the scout) are followed on from the target, in the same stop, in the second.
         """
         walk = ArenaWalk()
         clock = time.monotonic
         pending: list[int] = []
         corrupt_bins: list[int] = []  # failed glibc's checks: unmeasured, never read again
         in_stop = self._held and snapshot is None
-        lazy = in_stop and self._lazy_in_stop
+        lazy = in_stop and (self._lazy_in_stop or self._scouted)
         for attempt in range(BIN_RETRIES + 1 + lazy):
             if clock() > deadline:
                 walk.budget_reached = True
@@ -337,6 +476,8 @@ class ArenaWalker:
             if fresh is None:
                 break
             state = fresh
+            if attempt == 1 and self._scouted and in_stop:
+                self._rescout(state, pending)
             if attempt == 0:
                 # Which bins to walk comes from this snapshot, never from the state read
                 # before it: meanwhile a malloc (gdb's own, at the dump) may have sorted the
@@ -376,6 +517,10 @@ class ArenaWalker:
         snapshot (None when it cannot be read)."""
         if snapshot is not None:
             return snapshot
+        if lazy_round and self._scouted:
+            self.copy_scouted()
+            self._partial = True
+            return state
         if lazy_round:
             self._reset(_LAZY_FILL_PAGES)
             self._lazy_left = HELD_LAZY_MAX_CHUNKS
@@ -431,6 +576,9 @@ class ArenaWalker:
         """Whether a lazy round walks bin ``index`` (capped at what it has left). Fastbins
         wait for the whole copy: a long one read lazily would also decide safe-linking from a
         list cut short."""
+        if self._scouted:
+            self._max_chunks = None
+            return True
         if (index == _FASTBIN and any(state.fastbins)) or self._lazy_left <= 0:
             return False
         self._max_chunks = self._lazy_left

@@ -129,6 +129,33 @@ class BufferPool:
         self._free.clear()
 
 
+class FreshBuffers(BufferPool):
+    """A buffer per copy, fresh (zeros until written) and unmapped when given back: for a
+    copy made page by page whose unread pages must read as zeros (a scouted copy,
+    glibc_walk.ArenaWalker.scout), where a pooled buffer would hold another arena's bytes.
+    Only the pages written cost memory."""
+
+    def __init__(self) -> None:
+        super().__init__(copy_max_bytes=COPY_MAX_BYTES)  # (not used: nothing is pooled)
+
+    def take(self, length: int) -> mmap.mmap:
+        return mmap.mmap(
+            -1,
+            max(glibc.page_ceil(length, mmap.PAGESIZE), mmap.PAGESIZE),
+            flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
+        )
+
+    def give(self, buffer: mmap.mmap) -> None:
+        buffer.close()
+
+
+def both(first: bytes | bytearray, second: bytes | bytearray) -> bytes:
+    """One byte per page set where both per-page flag strings are (as long as the shorter)."""
+    length = min(len(first), len(second))
+    joined = int.from_bytes(first[:length], "little") & int.from_bytes(second[:length], "little")
+    return joined.to_bytes(length, "little")
+
+
 class Segment:
     """A lazily filled private copy of one heap mapping: blocks are read on first use."""
 
@@ -152,7 +179,13 @@ class Segment:
 
 
 def copy_into(
-    mem: MemoryReader, segment: Segment, begin: int, end: int, *, threads: int = 1
+    mem: MemoryReader,
+    segment: Segment,
+    begin: int,
+    end: int,
+    *,
+    threads: int = 1,
+    only: bytes | None = None,
 ) -> bool:
     """Copy bytes [begin, end) of ``segment`` (offsets, ``begin`` page-aligned) out of the
     target: its readable pages (``PageMap.readable``: the present ones) are read, one read
@@ -161,12 +194,16 @@ def copy_into(
     it reads back inconsistent and its bin is left unmeasured. True when every readable
     byte was read (a page unmapped meanwhile reads as zeros). The C copy and this Python
     one fill the same bytes. ``threads`` (2): the C copy may read a big range's second half
-    in a second thread, for a caller whose target is held still (its CPUs idle)."""
+    in a second thread, for a caller whose target is held still (its CPUs idle). ``only``:
+    one byte per page of the segment, the pages to read (a subset of the readable ones);
+    the others are left as they are, not zeroed (a copy made again of the pages a scout
+    read, into a buffer that holds zeros elsewhere)."""
     page = mem.page_bytes
     if not isinstance(mem, ProcessMemoryReader):  # a core file's: it does not move
         segment.view[begin:end] = mem.read_present(segment.start + begin, end - begin)
         return True
-    readable = memoryview(segment.pages.readable)[begin // page : (end + page - 1) // page]
+    mask = segment.pages.readable if only is None else only
+    readable = memoryview(mask)[begin // page : (end + page - 1) // page]
     if _native is not None:
         complete, usable = _native.copy(
             mem.pid,
@@ -178,6 +215,7 @@ def copy_into(
             mem.vm_readv_usable,
             True,
             threads,
+            only is None,
         )
         if not usable:
             mem.vm_readv_usable = False  # refused once (seccomp, no syscall): preadv from now
@@ -193,7 +231,7 @@ def copy_into(
         start, stop = begin + index * page, min(begin + run * page, end)
         if flag:
             complete &= _read_run(mem, segment.view, start, stop, segment.start)
-        else:
+        elif only is None:
             _zero_hole(segment, start, stop, page)
         index = run
     return complete
@@ -339,6 +377,18 @@ def _next_checkpoint(count: int, limit: int, deadline: float, clock: Callable[[]
     return min(limit + 1, (count | CLOCK_EVERY_CHUNKS) + 1)
 
 
+def _fill_header(segment: Segment, offset: int, shift: int, fill: Fill) -> None:
+    """The pages of the 32-byte chunk header at ``offset`` copied: a header may straddle two
+    pages, and the second may not be copied where the first is (a scouted copy flags only
+    the pages its lists led to)."""
+    filled = segment.filled
+    first, last = offset >> shift, (offset + 31) >> shift
+    if not filled[first]:
+        fill(segment, first)
+    if last != first and not filled[last]:
+        fill(segment, last)
+
+
 def _foot_matches(segment: Segment, offset: int, size: int, shift: int, fill: Fill | None) -> bool:
     """glibc's set_foot: the next chunk's prev_size repeats a binned chunk's size. Checked
     where that word is in the copy, on a page in RAM (else it passes)."""
@@ -391,7 +441,7 @@ def follow_list(
     clock = time.monotonic
     segment = segments[0]
     start, length, pages = segment.start, segment.length, segment.pages
-    words, filled = segment.words, segment.filled
+    words = segment.words
     prefix, all_resident = pages.prefix, pages.all_resident
     count = total = resident = trimmable = raw_min = raw_max = raw_total = 0
     previous = head
@@ -404,13 +454,13 @@ def follow_list(
                 return None
             segment = found
             start, length, pages = segment.start, segment.length, segment.pages
-            words, filled = segment.words, segment.filled
+            words = segment.words
             prefix, all_resident = pages.prefix, pages.all_resident
             offset = chunk - start
         if chunk & 15:
             return None
-        if fill is not None and not filled[offset >> shift]:
-            fill(segment, offset >> shift)
+        if fill is not None:
+            _fill_header(segment, offset, shift, fill)
         slot = offset >> 3
         if words[slot + 3] != previous:
             return None
@@ -481,8 +531,8 @@ def follow_fastbin(
         offset = chunk - segment.start
         if offset > segment.length - 32 or chunk & 15:
             return None
-        if fill is not None and not segment.filled[offset >> shift]:
-            fill(segment, offset >> shift)
+        if fill is not None:
+            _fill_header(segment, offset, shift, fill)
         count += 1
         if count > limit:
             return None

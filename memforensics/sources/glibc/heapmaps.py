@@ -33,6 +33,7 @@ from memforensics.sources.glibc.glibc_arenas import (
     read_state,
     reread_heaps,
 )
+from memforensics.sources.glibc.glibc_walk import ArenaWalker
 from memforensics.sources.glibc.heap_search import (
     anonymous_spans,
     find_mmapped_chunks,
@@ -40,7 +41,7 @@ from memforensics.sources.glibc.heap_search import (
     stack_mappings,
     subtract_spans,
 )
-from memforensics.sources.glibc.heapcopy import BufferPool
+from memforensics.sources.glibc.heapcopy import BufferPool, FreshBuffers
 from memforensics.sources.glibc.malloc_par import find_malloc_par, read_malloc_par
 from memforensics.sources.proc.procmaps import Mapping, read_smaps
 from memforensics.sources.proc.procmem import MemoryReader, ProcessMemoryReader
@@ -60,6 +61,9 @@ _PENDING_MAX_BYTES = 256 << 20
 # taking out of the stop (a big arena's lists, millions of chunks), while each arena waiting
 # for its walk keeps its own copy buffer, which a thousand small arenas would each fault in.
 _DEFER_MIN_BYTES = 4 << 20
+# A held read scouts a thread arena of this much heap or more before its stop (glibc_walk's
+# ArenaWalker.scout): the stop then copies the pages its lists lie on, not the whole arena.
+_SCOUT_MIN_BYTES = 4 << 20
 _MAX_ARENAS = 1 << 16  # a ``next`` list longer than this is not glibc's
 
 
@@ -246,9 +250,18 @@ class StopRules:
     def held(self) -> bool:
         return self.hold is not None
 
-    def defers(self, weight_bytes: int) -> bool:
-        """This arena's walk is made after its stop."""
-        return self.hold is not None and weight_bytes >= _DEFER_MIN_BYTES
+    def defers(self, weight_bytes: int, deferrable: bool = True) -> bool:
+        """This arena's walk is made after its stop (a scouted one's never is)."""
+        return deferrable and self.hold is not None and weight_bytes >= _DEFER_MIN_BYTES
+
+    def scouts(self, weight_bytes: int) -> bool:
+        """This arena's lists are scouted before its stop."""
+        return self.hold is not None and weight_bytes >= _SCOUT_MIN_BYTES
+
+    def let_run(self) -> None:
+        """End the stop running, if any: what comes next reads the running target."""
+        if self.hold is not None:
+            self.hold.release()
 
     def retry_deadline(self, share_seconds: float) -> float:
         """Until when a list caught moving is read again: never in a stop."""
@@ -259,13 +272,14 @@ class StopRules:
         read: Callable[[ArenaState | None], Finish],
         fresh_state: Callable[[], ArenaState | None],
         weight_bytes: int,
+        deferrable: bool = True,
     ) -> None:
         """Read one arena (inside the hold when there is one); its walk is made at settle()."""
         if self.hold is not None:
             self.hold.make_room(weight_bytes)
             self.settle()
         self.rows.append(held_read(self.hold, read, fresh_state, weight_bytes))
-        if self.defers(weight_bytes):
+        if self.defers(weight_bytes, deferrable):
             self.pending_bytes += weight_bytes
 
     def settle(self, force: bool = False) -> None:
@@ -372,8 +386,13 @@ class _HeapRead:
                     "mp_ not found in libc's data: the mmapped chunks' counters are unknown"
                 )
         if self.rules.held:
+            # A scouted arena copies into fresh buffers of its own (heapcopy.FreshBuffers).
             sizes = [[h.size_bytes for h in self.main_heaps]]
-            sizes += [[h.size_bytes for h in heaps] for heaps in self.by_arena.values()]
+            sizes += [
+                [h.size_bytes for h in heaps]
+                for heaps in self.by_arena.values()
+                if not self.rules.scouts(sum(h.size_bytes for h in heaps))
+            ]
             self.pool.prepare(max(sizes, key=sum))
 
     def read_main_arena(self) -> None:
@@ -442,18 +461,54 @@ class _HeapRead:
             # Re-reads of a hot arena may use its fair share of what is left of the budget.
             share = (self.deadline - time.monotonic()) / (len(self.order) - position)
             weight = sum(h.size_bytes for h in self.by_arena.get(address, ()))
+            scouted = self._scout(address) if self.rules.scouts(weight) else None
+            if scouted is not None:
+                weight = scouted.scouted_bytes
             self.rules.add(
                 functools.partial(
-                    self._read_thread_arena, address=address, share=share, weight_bytes=weight
+                    self._read_thread_arena,
+                    address=address,
+                    share=share,
+                    weight_bytes=weight,
+                    scouted=scouted,
                 ),
                 functools.partial(read_state, self.mem, address),
                 weight,
+                deferrable=scouted is None,
             )
             self.rules.settle()
         self.rules.settle(force=True)
 
+    def _scout(self, address: int) -> ArenaWalker | None:
+        """The arena's lists scouted while the target runs (ArenaWalker.scout), for its read
+        in a stop to copy only the pages they lie on; None where the scout gave up (its
+        read then copies the arena whole: its buffers are faulted in now, not in the stop)."""
+        mem = self.mem
+        self.rules.let_run()
+        state = read_state(mem, address)
+        heaps = self.by_arena.get(address)
+        if state is None or not heaps:
+            return None
+        state, heaps, layout_ok = _settle_layout(mem, state, heaps)
+        if not layout_ok:
+            return None
+        for heap in heaps:
+            heap.pages = mem.pagemap(heap.start, heap.start + heap.mprotect_bytes)
+        walker = ArenaWalker(mem, heaps, is_main=False, pool=FreshBuffers(), held=True)
+        if walker.scout(state, self.deadline):
+            return walker
+        walker.close()
+        self.pool.prepare([h.size_bytes for h in heaps])
+        return None
+
     def _read_thread_arena(
-        self, fresh: ArenaState | None, *, address: int, share: float, weight_bytes: int
+        self,
+        fresh: ArenaState | None,
+        *,
+        address: int,
+        share: float,
+        weight_bytes: int,
+        scouted: ArenaWalker | None = None,
     ) -> Finish:
         mem = self.mem
         state = self.states[address]
@@ -461,7 +516,14 @@ class _HeapRead:
             held_state = fresh or read_state(mem, address)
             if held_state is None:  # unreadable in this stop: its figures stay unknown
                 return read_arena(
-                    mem, self.pool, None, [], is_main=False, layout_ok=True, deadline=self.deadline
+                    mem,
+                    self.pool,
+                    None,
+                    [],
+                    is_main=False,
+                    layout_ok=True,
+                    deadline=self.deadline,
+                    scouted=scouted,
                 )
             state = held_state
         arena_heaps = self.by_arena.get(address) or heaps_from_top(mem, state)
@@ -481,7 +543,8 @@ class _HeapRead:
             pause=self.pause,
             figures=self.figures,
             held=self.rules.held,
-            defer=self.rules.defers(weight_bytes),
+            defer=self.rules.defers(weight_bytes, scouted is None),
+            scouted=scouted,
         )
 
     def result(self, started: float, budget_seconds: float) -> HeapScan:

@@ -14,6 +14,7 @@ present pages, ``read`` refuses a range holding any page that is not present, an
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 from pathlib import Path
@@ -79,14 +80,19 @@ class PageMap:
         # fault it back into the target) nor a never-touched one (it would map a page).
         self.readable = present
         self.swapped = top_bytes.translate(_SWAPPED_TABLE)  # 1 = in swap, not in RAM
-        # prefix[i] = resident pages before page i: any span's count in two lookups.
-        self.prefix = [0, *itertools.accumulate(present)]
+        self.resident_pages = present.count(1)
         # The common case (a heap nobody trimmed) lets the walk skip page arithmetic.
-        self.all_resident = pages > 0 and self.prefix[-1] == pages
+        self.all_resident = pages > 0 and self.resident_pages == pages
+
+    @functools.cached_property
+    def prefix(self) -> list[int]:
+        """prefix[i] = resident pages before page i: any span's count in two lookups. Made
+        when first asked for (a gigabyte heap's costs ~10 ms; a held read rarely needs it)."""
+        return [0, *itertools.accumulate(self.present)]
 
     def _pages(self, first: int, last: int) -> int:
         """Resident pages with index in [first, last)."""
-        pages = len(self.prefix) - 1
+        pages = len(self.present)
         first, last = max(first, 0), min(last, pages)
         return self.prefix[last] - self.prefix[first] if last > first else 0
 
@@ -114,7 +120,7 @@ class PageMap:
 
     @property
     def total_resident_bytes(self) -> int:
-        return self.prefix[-1] * self.page_bytes
+        return self.resident_pages * self.page_bytes
 
 
 class MemoryReader(Protocol):

@@ -1,0 +1,330 @@
+/* Optional accelerator for memforensics.sources.glibc.glibc_walk.ArenaWalker.scout: which pages
+ * of an arena's heaps its circular free lists lie on, learnt from the running target before the
+ * stop that copies those pages alone.
+ *
+ * The lists (the bins' circular lists, and the fastbins, followed both as stored and as
+ * safe-linked: the wrong way leaves the heaps at once) are followed side by side: each
+ * advances through the pages already copied until it needs one that is not (a chunk's 32-byte
+ * header, or the word after a binned chunk where glibc repeats its size), then the pages every list needs are read together, in one
+ * process_vm_readv of many pages (preadv of /proc/PID/mem where that call is refused or a page
+ * cannot be read by it). So the reads are as many as the longest chain of pages one list leads
+ * through, not one per chunk. Each page read is copied into the caller's buffer of its heap and
+ * flagged in the caller's ``filled`` (1); what the buffer holds elsewhere is left alone.
+ *
+ * Nothing is checked here beyond what keeps the reads inside the heaps: a list is followed
+ * until it returns to its head, leaves the heaps, is misaligned, names a size that does not fit
+ * its heap, reaches a page not in RAM (never read: that would fault a swapped page back into
+ * the target), or has more chunks than its heaps can hold. The stop's walk checks every list
+ * over the copy made then, and follows those that moved since from the target.
+ *
+ * Everything read is hostile input: no allocation is sized by a value read from the target
+ * (the requests are bounded by the number of lists, the pages by the caller's max_pages). */
+#define _GNU_SOURCE
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#define ALIGN_MASK 15
+#define MINSIZE 32
+#define HEADER_BYTES 32
+#define MAX_SEGMENTS 4096
+#define READ_BATCH 512 /* pages per process_vm_readv (IOV_MAX is 1024) */
+
+typedef struct {
+    unsigned char *base;
+    uint64_t start, length, pages;
+    const unsigned char *readable; /* pagemap: 1 = in RAM (may be read) */
+    uint64_t known;                /* entries of readable */
+    unsigned char *filled;         /* 1 = copied; 2 = asked for in this round */
+} Seg;
+
+/* What a list is: a bin's circular list (ends back at its head), or a fastbin (ends at NULL;
+ * its fd pointers stored as they are, or safe-linked as glibc >= 2.32 stores them). */
+enum { CIRCULAR = 0, FASTBIN = 1, FASTBIN_SAFE_LINKED = 2 };
+
+typedef struct {
+    uint64_t head, chunk, count;
+    int kind, done;
+} List;
+
+typedef struct {
+    Seg *seg;
+    uint64_t index;
+} Want;
+
+static double monotonic_seconds(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
+}
+
+static uint64_t word_at(const unsigned char *base, uint64_t offset) {
+    uint64_t value;
+    memcpy(&value, base + offset, sizeof value);
+    return value;
+}
+
+static Seg *find_seg(Seg *segs, Py_ssize_t count, uint64_t address) {
+    Py_ssize_t low = 0, high = count;
+    while (low < high) {
+        Py_ssize_t middle = (low + high) / 2;
+        if (segs[middle].start <= address)
+            low = middle + 1;
+        else
+            high = middle;
+    }
+    if (low == 0) return NULL;
+    Seg *seg = &segs[low - 1];
+    return seg->length >= HEADER_BYTES && address - seg->start <= seg->length - HEADER_BYTES ? seg
+                                                                                         : NULL;
+}
+
+static int readable(const Seg *seg, uint64_t index) {
+    return index < seg->known && index < seg->pages && seg->readable[index];
+}
+
+/* Page ``index`` of ``seg`` is needed: 1 when it is there to read now, 0 when it was asked for
+ * (queued in wants, at most max_wants), -1 when it can never be read (not in RAM). */
+static int need(Seg *seg, uint64_t index, Want *wants, size_t *nwants, size_t max_wants) {
+    if (!readable(seg, index)) return -1;
+    if (seg->filled[index] == 1) return 1;
+    if (seg->filled[index] == 0 && *nwants < max_wants) {
+        seg->filled[index] = 2;
+        wants[(*nwants)++] = (Want){seg, index};
+    }
+    return 0;
+}
+
+/* Advance one list through the pages copied; stop at the first page it needs (asked for). */
+static void advance(List *list, Seg *segs, Py_ssize_t nsegs, uint64_t limit, uint64_t page,
+                    Want *wants, size_t *nwants, size_t max_wants) {
+    while (!list->done) {
+        uint64_t chunk = list->chunk;
+        Seg *seg = (chunk & ALIGN_MASK) ? NULL : find_seg(segs, nsegs, chunk);
+        if (seg == NULL) {
+            list->done = 1;
+            return;
+        }
+        uint64_t offset = chunk - seg->start;
+        uint64_t first = offset / page, last = (offset + HEADER_BYTES - 1) / page;
+        int here = need(seg, first, wants, nwants, max_wants);
+        if (last != first && here >= 0) {
+            int other = need(seg, last, wants, nwants, max_wants);
+            here = other < 0 ? -1 : (here && other);
+        }
+        if (here <= 0) {
+            list->done = here < 0;
+            return;
+        }
+        uint64_t size = word_at(seg->base, offset + 8) & ~(uint64_t)7;
+        if (size < MINSIZE || size > seg->length - offset) {
+            list->done = 1;
+            return;
+        }
+        uint64_t foot = offset + size;
+        if (list->kind == CIRCULAR && foot + 8 <= seg->length) {
+            int at = need(seg, foot / page, wants, nwants, max_wants);
+            if (at == 0) return;
+        }
+        uint64_t next = word_at(seg->base, offset + 16);
+        if (list->kind == FASTBIN_SAFE_LINKED) next ^= (chunk + 16) >> 12;
+        if (++list->count > limit || next == list->head || next == 0) {
+            list->done = 1;
+            return;
+        }
+        list->chunk = next;
+    }
+}
+
+/* Read the pages asked for into their buffers, flagged 1 (a page that cannot be read, one
+ * unmapped meanwhile, is zeros). *use_vm turns 0 when process_vm_readv is refused. */
+static void read_wants(pid_t pid, int fd, int *use_vm, Want *wants, size_t nwants,
+                       uint64_t page) {
+    struct iovec local[READ_BATCH], remote[READ_BATCH];
+    size_t at = 0;
+    while (at < nwants) {
+        size_t batch = nwants - at < READ_BATCH ? nwants - at : READ_BATCH;
+        for (size_t i = 0; i < batch; i++) {
+            Seg *seg = wants[at + i].seg;
+            uint64_t index = wants[at + i].index;
+            uint64_t length = (index + 1) * page <= seg->length ? page : seg->length - index * page;
+            local[i].iov_base = seg->base + index * page;
+            local[i].iov_len = length;
+            remote[i].iov_base = (void *)(uintptr_t)(seg->start + index * page);
+            remote[i].iov_len = length;
+        }
+        size_t done = 0;
+        while (done < batch) {
+            ssize_t got = -1;
+            if (*use_vm) {
+                got = process_vm_readv(pid, local + done, batch - done, remote + done,
+                                       batch - done, 0);
+                if (got < 0 && errno != EFAULT) *use_vm = 0;
+            }
+            size_t whole = 0;
+            if (got > 0) {
+                while (done < batch && (size_t)got >= local[done].iov_len) {
+                    got -= (ssize_t)local[done].iov_len;
+                    done++;
+                    whole++;
+                }
+            }
+            if (whole) continue;
+            /* process_vm_readv stopped at this page (or is off): pread it, zeros if refused. */
+            unsigned char *buf = local[done].iov_base;
+            size_t length = local[done].iov_len, have = 0;
+            while (have < length) {
+                ssize_t n = pread(fd, buf + have, length - have,
+                                  (off_t)((uintptr_t)remote[done].iov_base + have));
+                if (n < 0 && errno == EINTR) continue;
+                if (n <= 0) {
+                    memset(buf + have, 0, length - have);
+                    break;
+                }
+                have += (size_t)n;
+            }
+            done++;
+        }
+        for (size_t i = 0; i < batch; i++) {
+            Seg *seg = wants[at + i].seg;
+            seg->filled[wants[at + i].index] = 1;
+        }
+        at += batch;
+    }
+}
+
+/* scout(pid, fd, use_vm, segments, lists, page, deadline, max_pages) -> (status, pages, vm_usable)
+ * segments: sorted, not overlapping (buffer, start, readable, filled): a writable buffer as
+ * long as the heap, its pagemap's readable flags (one byte per page) and a writable bytearray
+ * of one flag per page (1 = copied; the caller's earlier reads count). lists: (head, first,
+ * kind) of each list: a bin's circular list (0: head is the bin, first its fd; the word after
+ * each chunk is read too, where glibc repeats its size), a fastbin (1: head 0, first the
+ * fastbin's pointer), or a fastbin followed as safe-linked (2). status: 0 every list followed to its end (or to where it cannot
+ * be read), 1 more than max_pages pages would be read, 2 time.monotonic() passed deadline.
+ * pages: pages read. vm_usable: False when process_vm_readv was refused. */
+static PyObject *scout(PyObject *self, PyObject *args) {
+    (void)self;
+    int pid, fd, use_vm;
+    PyObject *seg_items, *list_items;
+    unsigned long long page, max_pages;
+    double deadline;
+    if (!PyArg_ParseTuple(args, "iipOOKdK", &pid, &fd, &use_vm, &seg_items, &list_items, &page,
+                          &deadline, &max_pages))
+        return NULL;
+    if (page == 0 || (page & (page - 1))) {
+        PyErr_SetString(PyExc_ValueError, "page must be a power of two");
+        return NULL;
+    }
+    PyObject *segs_seq = PySequence_Fast(seg_items, "segments must be a sequence");
+    if (segs_seq == NULL) return NULL;
+    PyObject *lists_seq = PySequence_Fast(list_items, "lists must be a sequence");
+    if (lists_seq == NULL) {
+        Py_DECREF(segs_seq);
+        return NULL;
+    }
+    Py_ssize_t nsegs = PySequence_Fast_GET_SIZE(segs_seq);
+    Py_ssize_t nlists = PySequence_Fast_GET_SIZE(lists_seq);
+    PyObject *result = NULL;
+    Seg *segs = NULL;
+    List *lists = NULL;
+    Want *wants = NULL;
+    Py_buffer *views = NULL;
+    Py_ssize_t held = 0;
+    if (nsegs > MAX_SEGMENTS) {
+        PyErr_SetString(PyExc_ValueError, "too many segments");
+        goto out;
+    }
+    segs = PyMem_Calloc((size_t)nsegs + 1, sizeof(Seg));
+    lists = PyMem_Calloc((size_t)nlists + 1, sizeof(List));
+    /* Each list asks for at most three pages a round (a header across two, and a foot). */
+    wants = PyMem_Calloc(3 * (size_t)nlists + 1, sizeof(Want));
+    views = PyMem_Calloc(3 * (size_t)nsegs + 1, sizeof(Py_buffer));
+    if (!segs || !lists || !wants || !views) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    uint64_t limit = 0;
+    for (Py_ssize_t i = 0; i < nsegs; i++) {
+        PyObject *buffer, *flags, *filled;
+        unsigned long long start;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(segs_seq, i), "OKOO", &buffer, &start,
+                              &flags, &filled))
+            goto out;
+        if (PyObject_GetBuffer(buffer, &views[held], PyBUF_WRITABLE) < 0) goto out;
+        Py_buffer *data = &views[held++];
+        if (PyObject_GetBuffer(flags, &views[held], PyBUF_SIMPLE) < 0) goto out;
+        Py_buffer *can = &views[held++];
+        if (PyObject_GetBuffer(filled, &views[held], PyBUF_WRITABLE) < 0) goto out;
+        Py_buffer *got = &views[held++];
+        uint64_t pages = ((uint64_t)data->len + page - 1) / page;
+        if ((uint64_t)got->len < pages) {
+            PyErr_SetString(PyExc_ValueError, "filled needs one flag per page");
+            goto out;
+        }
+        if (i > 0 && start < segs[i - 1].start + segs[i - 1].length) {
+            PyErr_SetString(PyExc_ValueError, "segments overlap or are not sorted");
+            goto out;
+        }
+        segs[i] = (Seg){.base = data->buf, .start = start, .length = (uint64_t)data->len,
+                        .pages = pages, .readable = can->buf, .known = (uint64_t)can->len,
+                        .filled = got->buf};
+        limit += (uint64_t)data->len / MINSIZE;
+    }
+    for (Py_ssize_t i = 0; i < nlists; i++) {
+        unsigned long long head, first;
+        int kind;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(lists_seq, i), "KKi", &head, &first,
+                              &kind))
+            goto out;
+        lists[i] = (List){.head = head, .chunk = first, .kind = kind,
+                          .done = first == head || first == 0};
+    }
+    int status = 0;
+    unsigned long long read_pages = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (;;) {
+        size_t nwants = 0;
+        for (Py_ssize_t i = 0; i < nlists; i++)
+            advance(&lists[i], segs, nsegs, limit, page, wants, &nwants, 3 * (size_t)nlists);
+        if (nwants == 0) break;
+        if (read_pages + nwants > max_pages) {
+            status = 1;
+            for (size_t i = 0; i < nwants; i++) wants[i].seg->filled[wants[i].index] = 0;
+            break;
+        }
+        if (monotonic_seconds() > deadline) {
+            status = 2;
+            for (size_t i = 0; i < nwants; i++) wants[i].seg->filled[wants[i].index] = 0;
+            break;
+        }
+        read_wants(pid, fd, &use_vm, wants, nwants, page);
+        read_pages += nwants;
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_BuildValue("(iKO)", status, read_pages, use_vm ? Py_True : Py_False);
+out:
+    for (Py_ssize_t i = 0; i < held; i++) PyBuffer_Release(&views[i]);
+    PyMem_Free(views);
+    PyMem_Free(wants);
+    PyMem_Free(lists);
+    PyMem_Free(segs);
+    Py_DECREF(lists_seq);
+    Py_DECREF(segs_seq);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"scout", scout, METH_VARARGS,
+     "Learn the pages an arena's circular free lists lie on, copying them: "
+     "(status, pages read, process_vm_readv usable)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_listscout", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__listscout(void) { return PyModule_Create(&module); }
