@@ -1,0 +1,152 @@
+"""_listscout.scout: which pages an arena's free lists lie on, read from a live process.
+
+The target here is this test's own process (process_vm_readv and /proc/self/mem read it as
+they read another): a heap laid out in an anonymous mapping, with a circular bin list and
+fastbins through it. The oracle is the layout itself: the pages flagged must be exactly the
+pages of the chunks' headers and of the words after the binned chunks (their feet), the copy
+must hold the heap's bytes there and zeros everywhere else, and a page the pagemap flags as
+not in RAM is never read.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import struct
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from memforensics.sources import optional_native
+
+PAGE = mmap.PAGESIZE
+PAGES = 32
+HEAD = 0x7F00DEAD0000  # the bin's own address (in malloc_state, outside the heaps)
+CIRCULAR, FASTBIN, FASTBIN_SAFE_LINKED = 0, 1, 2
+
+native = optional_native("memforensics.sources.glibc._listscout")
+
+
+class Heap:
+    """An anonymous mapping of this process laid out as a glibc heap, and a copy to fill."""
+
+    def __init__(self) -> None:
+        self.memory = mmap.mmap(-1, PAGES * PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        self.start = ctypes.addressof(ctypes.c_char.from_buffer(self.memory))
+        self.copy = mmap.mmap(-1, PAGES * PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        self.filled = bytearray(PAGES + 2)
+        self.readable = bytearray(b"\x01" * PAGES)
+        self.fd = os.open("/proc/self/mem", os.O_RDONLY)
+
+    def chunk(self, offset: int, size: int, fd: int, bk: int) -> int:
+        """A free chunk of ``size`` at ``offset`` with its foot; its address."""
+        struct.pack_into("<4Q", self.memory, offset, 0, size | 1, fd, bk)
+        if offset + size + 8 <= PAGES * PAGE:
+            struct.pack_into("<Q", self.memory, offset + size, size)
+        return self.start + offset
+
+    def scout(self, lists: list[tuple[int, int, int]], max_pages: int = 1 << 30) -> int:
+        view = memoryview(self.copy)
+        try:
+            status, pages, usable = native.scout(  # type: ignore[union-attr]
+                os.getpid(),
+                self.fd,
+                True,
+                [(view, self.start, bytes(self.readable), self.filled)],
+                lists,
+                PAGE,
+                time.monotonic() + 10,
+                max_pages,
+            )
+        finally:
+            view.release()
+        assert usable
+        assert pages == sum(flag == 1 for flag in self.filled)
+        return int(status)
+
+    def flagged(self) -> set[int]:
+        return {index for index, flag in enumerate(self.filled) if flag}
+
+    def assert_copied(self) -> None:
+        """The copy holds the heap's bytes on the flagged pages and zeros elsewhere."""
+        for index in range(PAGES):
+            page = slice(index * PAGE, (index + 1) * PAGE)
+            expected = self.memory[page] if self.filled[index] else bytes(PAGE)
+            assert self.copy[page] == expected, index
+
+    def close(self) -> None:
+        os.close(self.fd)
+        self.copy.close()
+        # (the ctypes view of ``memory`` pins it: left to the process's end)
+
+
+@pytest.fixture
+def heap() -> Iterator[Heap]:
+    assert native is not None, "the C scout is built wherever the tests run (pip install)"
+    made = Heap()
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def _ring(heap: Heap, spots: list[tuple[int, int]]) -> int:
+    """A circular list of chunks at (offset, size) ``spots``, in that order; its first."""
+    addresses = [heap.start + offset for offset, _ in spots]
+    for position, (offset, size) in enumerate(spots):
+        following = addresses[position + 1] if position + 1 < len(spots) else HEAD
+        before = addresses[position - 1] if position else HEAD
+        heap.chunk(offset, size, following, before)
+    return addresses[0]
+
+
+def test_a_bin_list_flags_its_headers_pages_and_its_feet(heap: Heap) -> None:
+    # Chunks on pages 3, 9 (foot on 12), 20 (a header straddling pages 20 and 21), 2.
+    spots = [(3 * PAGE + 64, 96), (9 * PAGE, 3 * PAGE + 16), (21 * PAGE - 16, 64), (2 * PAGE, 48)]
+    first = _ring(heap, spots)
+    assert heap.scout([(HEAD, first, CIRCULAR)]) == 0
+    assert heap.flagged() == {3, 9, 12, 20, 21, 2}
+    heap.assert_copied()
+
+
+def test_fastbins_are_followed_both_ways(heap: Heap) -> None:
+    """A safe-linked fastbin read as stored leaves the heap at once, and the other way
+    round: both ways asked for, only the true pages are flagged."""
+    first, second = heap.start + 5 * PAGE, heap.start + 17 * PAGE + 32
+    mangled = ((first + 16) >> 12) ^ second
+    heap.chunk(5 * PAGE, 48, mangled, 0)
+    heap.chunk(17 * PAGE + 32, 48, (second + 16) >> 12, 0)  # safe-linked NULL
+    assert heap.scout([(0, first, FASTBIN), (0, first, FASTBIN_SAFE_LINKED)]) == 0
+    assert heap.flagged() == {5, 17}
+    heap.assert_copied()
+
+
+def test_a_page_not_in_ram_is_never_read_and_ends_the_list(heap: Heap) -> None:
+    spots = [(1 * PAGE, 64), (6 * PAGE, 64), (11 * PAGE, 64)]
+    first = _ring(heap, spots)
+    heap.readable[6] = 0
+    assert heap.scout([(HEAD, first, CIRCULAR)]) == 0
+    assert heap.flagged() == {1}
+    heap.assert_copied()
+
+
+def test_past_max_pages_the_scout_says_so_and_flags_only_what_it_read(heap: Heap) -> None:
+    spots = [(index * PAGE, 64) for index in range(0, 30, 3)]
+    first = _ring(heap, spots)
+    assert heap.scout([(HEAD, first, CIRCULAR)], max_pages=4) == 1
+    assert heap.flagged() == {0, 3, 6, 9}
+    heap.assert_copied()
+
+
+def test_lists_are_read_side_by_side_and_a_cycle_ends(heap: Heap) -> None:
+    """Two lists, one a cycle that never returns to its head (a hostile heap): both end,
+    every page either leads to is flagged once."""
+    first = _ring(heap, [(4 * PAGE, 64), (8 * PAGE, 64)])
+    a, b = heap.start + 14 * PAGE, heap.start + 15 * PAGE
+    heap.chunk(14 * PAGE, 64, b, a)
+    heap.chunk(15 * PAGE, 64, a, b)
+    assert heap.scout([(HEAD, first, CIRCULAR), (HEAD + 16, a, CIRCULAR)]) == 0
+    assert heap.flagged() == {4, 8, 14, 15}
+    heap.assert_copied()
