@@ -78,6 +78,10 @@ class ArenaScan:
     # Checks glibc's own that failed in a copy made while the target was held: the heap is
     # corrupt there (its bins are left unmeasured, never estimated).
     corruption: tuple[HeapCorruption, ...] = ()
+    # Bytes of its heaps copied from the target inside stops (a held read); whether its
+    # lists were scouted first (then only the pages they lie on were copied).
+    stop_copy_bytes: int = 0
+    scouted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,3 +126,7 @@ class ReadOnlyRead:
     heap_info_bytes: int | None  # a thread arena's offset in its first heap: 32 (< 2.35) or 48
     tcache_chunk_bytes: int | None  # the main heap's first chunk when it is the tcache struct
     read_seconds: float  # the whole read, stops included
+    # Heap bytes copied from the target inside the stops; arenas whose lists were scouted
+    # first (their stops copied only the pages the lists lie on). 0 for a core.
+    stop_copy_bytes: int = 0
+    scouted_arenas: int = 0

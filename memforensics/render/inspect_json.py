@@ -54,6 +54,8 @@ def inspection_document(result: Inspection) -> dict[str, Any]:
             "heap_info_bytes": read.heap_info_bytes,
             "tcache_chunk_bytes": read.tcache_chunk_bytes,
             "read_seconds": round(read.read_seconds, 6),
+            "stop_copy_bytes": read.stop_copy_bytes,
+            "scouted_arenas": read.scouted_arenas,
         }
     )
     return document

@@ -1,6 +1,6 @@
 /* Benchmark target in the seeds' shapes (issue 31), with a ticker that feels every stop.
  *
- * usage: seeds_heap THREADS MEGABYTES BUSY
+ * usage: seeds_heap THREADS MEGABYTES BUSY [XML_PATH]
  *        seeds_heap unsorted BLOCKS
  *
  * THREADS MEGABYTES BUSY: each of THREADS workers fills its own arena (run it with
@@ -15,7 +15,10 @@
  * first and last of every small run stay live), so the free chunks cannot coalesce, and
  * makes one request no free chunk fits so that malloc sorts its unsorted chunks into bins.
  * BUSY 0: the workers then sleep. BUSY 1: each keeps replacing small blocks of a ring of
- * 512 in its arena, 256 frees and mallocs every millisecond.
+ * 512 in its arena, 256 frees and mallocs every millisecond. XML_PATH (idle workers): once
+ * the heap is built, malloc_info(0) is written there through a FILE opened before the first
+ * allocation, with a static buffer, so that writing it allocates nothing: the document
+ * describes the heap as it stays (the oracle of tests/integration/test_seeds_read.py).
  *
  * unsorted BLOCKS: the main thread allocates BLOCKS blocks of 136..264 bytes (chunks too big
  * for the fast bins), writes them, and frees every other one in a scattered order: BLOCKS/2
@@ -28,6 +31,7 @@
  * stdin, one per line: "reset" clears the longest gap, "gap" prints "gap <microseconds>".
  * On EOF it keeps sleeping.
  */
+#include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -187,7 +191,16 @@ int main(int argc, char **argv) {
         if (blocks < 2) return 2;
         build_unsorted(blocks);
         printf("ready unsorted=%ld\n", blocks / 2);
-    } else if (argc == 4) {
+    } else if (argc == 4 || argc == 5) {
+        static char xml_buffer[1 << 20];
+        FILE *xml = NULL;
+        if (argc == 5) {
+            xml = fopen(argv[4], "w"); /* before any block: its FILE is the heap's first */
+            if (xml == NULL || setvbuf(xml, xml_buffer, _IOFBF, sizeof xml_buffer) != 0) {
+                perror(argv[4]);
+                return 1;
+            }
+        }
         int threads = atoi(argv[1]);
         bytes_per_arena = (size_t)atol(argv[2]) << 20;
         busy = atoi(argv[3]) != 0;
@@ -201,9 +214,14 @@ int main(int argc, char **argv) {
             }
         }
         pthread_barrier_wait(&barrier);
+        if (xml != NULL && (malloc_info(0, xml) != 0 || fflush(xml) != 0)) {
+            perror("malloc_info");
+            return 1;
+        }
         printf("ready threads=%d mb=%s busy=%d\n", threads, argv[2], busy);
     } else {
-        fprintf(stderr, "usage: %s THREADS MEGABYTES BUSY | %s unsorted BLOCKS\n", argv[0], argv[0]);
+        fprintf(stderr, "usage: %s THREADS MEGABYTES BUSY [XML] | %s unsorted BLOCKS\n", argv[0],
+                argv[0]);
         return 2;
     }
     char line[64];

@@ -210,6 +210,8 @@ def _inspect(
         heap_info_bytes=heap_info,
         tcache_chunk_bytes=tcache,
         read_seconds=read_seconds,
+        stop_copy_bytes=sum(arena.stop_copy_bytes for arena in scan.arenas),
+        scouted_arenas=sum(arena.scouted for arena in scan.arenas),
     )
     capture = Capture(
         xml=xml,

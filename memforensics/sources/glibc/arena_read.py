@@ -86,7 +86,18 @@ def read_arena(
             walker.close()
         # A deferred walk's arena is the copy's: the one its lists were read from.
         read_state = snapshot or state
-        return _arena_scan(mem, read_state, heaps, segments, walk, is_main, layout_ok, figures)
+        return _arena_scan(
+            mem,
+            read_state,
+            heaps,
+            segments,
+            walk,
+            is_main,
+            layout_ok,
+            figures,
+            walker.stop_copy_bytes,
+            walker.scouted,
+        )
 
     if snapshot is not None:
         return finish
@@ -103,6 +114,8 @@ def _arena_scan(
     is_main: bool,
     layout_ok: bool,
     figures: bool,
+    stop_copy_bytes: int,
+    scouted: bool,
 ) -> ArenaScan:
     return ArenaScan(
         address=state.address,
@@ -125,4 +138,6 @@ def _arena_scan(
         bins=tuple((index, *counts) for index, counts in sorted(walk.bins.items())),
         figures=bin_figures(mem, state, heaps, walk, is_main) if figures else None,
         corruption=tuple(walk.corruption),
+        stop_copy_bytes=stop_copy_bytes,
+        scouted=scouted,
     )

@@ -15,6 +15,7 @@ Layout constants: memforensics.model.glibc.
 from __future__ import annotations
 
 import contextlib
+import math
 import struct
 import time
 from collections.abc import Callable, Sequence
@@ -74,6 +75,75 @@ def _nonempty_bins(state: ArenaState, first: int) -> list[int]:
     # within a few stops).
     indexes = compress(range(1, glibc.NBINS), map(ne, state.bins[0::2], heads))
     return [index for index in indexes if index >= first]
+
+
+def _scout_lists_of(state: ArenaState, indexes: Sequence[int]) -> list[tuple[int, int, int]]:
+    """_listscout's lists for bins ``indexes`` of ``state`` (_FASTBIN: each fastbin, both
+    ways: as stored and as safe-linked)."""
+    lists = [
+        (bin_head(state, index), state.bins[2 * (index - 1)], _CIRCULAR)
+        for index in indexes
+        if index != _FASTBIN
+    ]
+    if _FASTBIN in indexes:
+        lists += [
+            (0, head, kind)
+            for head in state.fastbins
+            if head
+            for kind in (_FASTBIN_PLAIN, _FASTBIN_SAFE_LINKED)
+        ]
+    return lists
+
+
+def _native_scout(
+    mem: ProcessMemoryReader,
+    segments: Sequence[tuple[memoryview, int, bytes, bytearray]],
+    lists: Sequence[tuple[int, int, int]],
+    max_pages: int | None,
+    deadline: float = math.inf,
+) -> int:
+    """One _listscout.scout call: the pages read; OutOfTime past ``max_pages`` (None: no
+    bound) or ``deadline``. ValueError for segments that overlap (heaps read while moving)."""
+    left = max(max_pages if max_pages is not None else 1 << 62, 0)
+    assert _scout_native is not None
+    status, pages, usable = _scout_native.scout(
+        mem.pid, mem.mem_fd, mem.vm_readv_usable, segments, lists, mem.page_bytes, deadline, left
+    )
+    mem.vm_readv_usable = bool(usable)
+    if status:
+        raise OutOfTime
+    return int(pages)
+
+
+def scout_together(walkers: Sequence[tuple[ArenaWalker, ArenaState]], deadline: float) -> bool:
+    """ArenaWalker.scout of several arenas at once: all their lists side by side in one C
+    scout (the reads are as many as the longest chain of pages of any one list, not the sum
+    over the arenas), within the sum of their page budgets and SCOUT_SECONDS. True when every
+    arena was scouted; False, and none of them scouted, when that could not be (no C scout,
+    not a live target, or past the budgets): the caller may scout them one by one."""
+    mems = {id(walker._mem) for walker, _ in walkers}
+    mem = walkers[0][0]._mem if walkers else None
+    if _scout_native is None or len(mems) != 1 or not isinstance(mem, ProcessMemoryReader):
+        return False
+    segments = []
+    lists: list[tuple[int, int, int]] = []
+    budget = 0
+    for walker, state in walkers:
+        walker._begin_scout(deadline)
+        budget += walker._scout_pages_left or 0
+        segments += [(s.view, s.start, s.pages.readable, s.filled) for s in walker._segments]
+        lists += _scout_lists_of(state, [_FASTBIN, *_nonempty_bins(state, 1)])
+    segments.sort(key=lambda segment: segment[1])
+    until = min(deadline, time.monotonic() + SCOUT_SECONDS)
+    try:
+        _native_scout(mem, segments, lists, budget, until)
+    except (OutOfTime, ValueError):
+        for walker, _ in walkers:
+            walker._end_scout(False)
+        return False
+    for walker, _ in walkers:
+        walker._end_scout(True)
+    return True
 
 
 @dataclass
@@ -158,6 +228,7 @@ class ArenaWalker:
         self._partial = False
         self._scout_pages_left: int | None = None
         self.scouted_bytes = 0  # bytes of the pages a scout found the lists on
+        self.stop_copy_bytes = 0  # bytes copied from the target in stops (held reads)
 
     def close(self) -> None:
         for segment in self._segments:
@@ -186,6 +257,8 @@ class ArenaWalker:
         last = min(first + (self._fill_pages + 1) * page, segment.length)
         # A reused buffer holds another arena's bytes: an unread page reads as zeros.
         copy_into(self._mem, segment, first, last)
+        if self._held and self._scout_pages_left is None:
+            self.stop_copy_bytes += last - first
         # Every page copied is flagged, the extra one too: a scouted copy trusts the flags
         # alone (its stop copies those pages again; the others must be zeros).
         flagged = min(self._fill_pages + 1, (last - first + page - 1) // page)
@@ -204,6 +277,7 @@ class ArenaWalker:
         for segment in self._segments:
             if self._held:
                 copy_into(self._mem, segment, 0, segment.length, threads=2)
+                self.stop_copy_bytes += segment.pages.resident_pages * self._page
             else:
                 for begin in range(0, segment.length, _COPY_SLICE_BYTES):
                     if begin:
@@ -220,22 +294,36 @@ class ArenaWalker:
         The copy's buffers must read as zeros where not written (heapcopy.FreshBuffers).
         False, and the walker left as if never scouted, when the lists lead to more than
         SCOUT_MAX_SHARE of the resident pages or ``deadline`` (or SCOUT_SECONDS) passes."""
-        resident_pages = sum(s.pages.resident_pages for s in self._segments)
-        self._reset(1)
-        self._deadline = min(deadline, time.monotonic() + SCOUT_SECONDS)
-        self._scout_pages_left = int(resident_pages * SCOUT_MAX_SHARE)
-        self._max_chunks = None
+        self._begin_scout(deadline)
         try:
             self._scout_lists(state, [_FASTBIN, *_nonempty_bins(state, 1)], self._scout_pages_left)
         except OutOfTime:
-            self._reset(_LAZY_FILL_PAGES)
+            self._end_scout(False)
             return False
-        finally:
-            self._scout_pages_left = None
-            self._mangled = None  # decided again from the stop's copy
-        self._scouted = True
-        self.scouted_bytes = sum(s.filled.count(1) for s in self._segments) * self._page
+        self._end_scout(True)
         return True
+
+    def _begin_scout(self, deadline: float) -> None:
+        self._reset(1)
+        self._deadline = min(deadline, time.monotonic() + SCOUT_SECONDS)
+        resident_pages = sum(s.pages.resident_pages for s in self._segments)
+        self._scout_pages_left = int(resident_pages * SCOUT_MAX_SHARE)
+        self._max_chunks = None
+
+    @property
+    def scouted(self) -> bool:
+        """The lists were scouted before the stop (``scout``)."""
+        return self._scouted
+
+    def _end_scout(self, scouted: bool) -> None:
+        """The scout's end: scouted, or the walker as if never scouted."""
+        self._scout_pages_left = None
+        self._mangled = None  # decided again from the stop's copy
+        self._scouted = scouted
+        if scouted:
+            self.scouted_bytes = sum(s.filled.count(1) for s in self._segments) * self._page
+        else:
+            self._reset(_LAZY_FILL_PAGES)
 
     def _rescout(self, state: ArenaState, pending: Sequence[int]) -> None:
         """In the stop of a scouted read: the lists of ``pending`` (they left the scouted
@@ -261,35 +349,13 @@ class ArenaWalker:
             finally:
                 self._partial = saved
             return
-        lists = [
-            (bin_head(state, index), state.bins[2 * (index - 1)], _CIRCULAR)
-            for index in indexes
-            if index != _FASTBIN
-        ]
-        if _FASTBIN in indexes:
-            lists += [
-                (0, head, kind)
-                for head in state.fastbins
-                if head
-                for kind in (_FASTBIN_PLAIN, _FASTBIN_SAFE_LINKED)
-            ]
         segments = [(s.view, s.start, s.pages.readable, s.filled) for s in self._segments]
-        left = max(max_pages if max_pages is not None else 1 << 62, 0)
-        status, pages, usable = _scout_native.scout(
-            mem.pid,
-            mem.mem_fd,
-            mem.vm_readv_usable,
-            segments,
-            lists,
-            self._page,
-            self._deadline,
-            left,
-        )
-        mem.vm_readv_usable = bool(usable)
-        if status:
-            raise OutOfTime
+        lists = _scout_lists_of(state, indexes)
+        pages = _native_scout(mem, segments, lists, max_pages, self._deadline)
         if self._scout_pages_left is not None:
             self._scout_pages_left -= pages
+        else:  # a scout again, in the stop
+            self.stop_copy_bytes += pages * self._page
 
     def adopt(self, heaps: Sequence[Heap]) -> bool:
         """Take the residency read in the stop of ``heaps``, the same heaps the scout read
@@ -315,6 +381,7 @@ class ArenaWalker:
             scouted = bytes(segment.filled[:pages])
             kept = both(scouted, segment.pages.readable)
             copy_into(self._mem, segment, 0, segment.length, threads=2, only=kept)
+            self.stop_copy_bytes += kept.count(1) * page
             if kept != scouted:
                 for index in range(pages):
                     if scouted[index] and not kept[index]:

@@ -33,7 +33,7 @@ from memforensics.sources.glibc.glibc_arenas import (
     read_state,
     reread_heaps,
 )
-from memforensics.sources.glibc.glibc_walk import ArenaWalker
+from memforensics.sources.glibc.glibc_walk import ArenaWalker, scout_together
 from memforensics.sources.glibc.heap_search import (
     anonymous_spans,
     find_mmapped_chunks,
@@ -64,6 +64,10 @@ _DEFER_MIN_BYTES = 4 << 20
 # A held read scouts a thread arena of this much heap or more before its stop (glibc_walk's
 # ArenaWalker.scout): the stop then copies the pages its lists lie on, not the whole arena.
 _SCOUT_MIN_BYTES = 4 << 20
+# Arenas scouted side by side, as many as the pages the last scout found suggest fit this:
+# their copies wait for their stops (our memory), while one scout of many lists needs about
+# as many reads as the scout of one.
+_SCOUT_GROUP_BYTES = 96 << 20
 _MAX_ARENAS = 1 << 16  # a ``next`` list longer than this is not glibc's
 
 
@@ -322,6 +326,8 @@ class _HeapRead:
         self.notes: list[str] = []
         self.params: MallocParams | None = None
         self.seen: dict[int, list[Heap]] = {}  # each non-main arena's heaps, as read
+        self.scouted: dict[int, ArenaWalker] = {}  # scouted arenas waiting for their stop
+        self.last_scouted_bytes = 0  # what the last arena scouted found its lists on
         self._locate()
 
     def _locate(self) -> None:
@@ -456,12 +462,24 @@ class _HeapRead:
         return with_top_at_brk
 
     def read_thread_arenas(self) -> None:
+        try:
+            self._read_thread_arenas()
+        finally:
+            for walker in self.scouted.values():  # (the read ended before their stops)
+                walker.close()
+            self.scouted.clear()
+
+    def _read_thread_arenas(self) -> None:
         for position, address in enumerate(self.order):
             self.pause()
             # Re-reads of a hot arena may use its fair share of what is left of the budget.
             share = (self.deadline - time.monotonic()) / (len(self.order) - position)
             weight = sum(h.size_bytes for h in self.by_arena.get(address, ()))
-            scouted = self._scout(address) if self.rules.scouts(weight) else None
+            scouted = None
+            if self.rules.scouts(weight):
+                if address not in self.scouted:
+                    self._scout_from(position)
+                scouted = self.scouted.pop(address, None)
             if scouted is not None:
                 weight = scouted.scouted_bytes
             self.rules.add(
@@ -479,12 +497,43 @@ class _HeapRead:
             self.rules.settle()
         self.rules.settle(force=True)
 
-    def _scout(self, address: int) -> ArenaWalker | None:
-        """The arena's lists scouted while the target runs (ArenaWalker.scout), for its read
-        in a stop to copy only the pages they lie on; None where the scout gave up (its
-        read then copies the arena whole: its buffers are faulted in now, not in the stop)."""
-        mem = self.mem
+    def _scout_from(self, position: int) -> None:
+        """Scout, while the target runs, the arena at ``position`` of the order and the next
+        arenas to scout, side by side (glibc_walk.scout_together), as many as the pages the
+        last scout found suggest fit _SCOUT_GROUP_BYTES; one by one where that fails. The
+        walkers wait in ``scouted`` for their arenas' stops. An arena whose scout gave up has
+        none (its read copies it whole: its buffers are faulted in now, not in its stop)."""
         self.rules.let_run()
+        group: list[tuple[ArenaWalker, ArenaState]] = []
+        addresses: list[int] = []
+        # (The first arena is scouted alone: what it finds sizes the groups after it.)
+        last = self.last_scouted_bytes
+        room = max(1, _SCOUT_GROUP_BYTES // last) if last else 1
+        for address in self.order[position:]:
+            if len(group) >= room:
+                break
+            heaps = self.by_arena.get(address, ())
+            if not self.rules.scouts(sum(h.size_bytes for h in heaps)):
+                continue
+            ready = self._scout_start(address)
+            if ready is not None:
+                group.append(ready)
+                addresses.append(address)
+        together = len(group) > 1 and scout_together(group, self.deadline)
+        found = 0
+        for address, (walker, state) in zip(addresses, group, strict=True):
+            if together or walker.scout(state, self.deadline):
+                self.scouted[address] = walker
+                found = max(found, walker.scouted_bytes)
+            else:
+                walker.close()
+                self.pool.prepare([s.size_bytes for s in self.by_arena[address]])
+        self.last_scouted_bytes = found or self.last_scouted_bytes
+
+    def _scout_start(self, address: int) -> tuple[ArenaWalker, ArenaState] | None:
+        """A walker for the arena's scout, with its state and residency read now; None for
+        an arena whose state or heaps do not read back as one (read as without a scout)."""
+        mem = self.mem
         state = read_state(mem, address)
         heaps = self.by_arena.get(address)
         if state is None or not heaps:
@@ -494,12 +543,7 @@ class _HeapRead:
             return None
         for heap in heaps:
             heap.pages = mem.pagemap(heap.start, heap.start + heap.mprotect_bytes)
-        walker = ArenaWalker(mem, heaps, is_main=False, pool=FreshBuffers(), held=True)
-        if walker.scout(state, self.deadline):
-            return walker
-        walker.close()
-        self.pool.prepare([h.size_bytes for h in heaps])
-        return None
+        return ArenaWalker(mem, heaps, is_main=False, pool=FreshBuffers(), held=True), state
 
     def _read_thread_arena(
         self,

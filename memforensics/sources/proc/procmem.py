@@ -94,7 +94,11 @@ class PageMap:
         """Resident pages with index in [first, last)."""
         pages = len(self.present)
         first, last = max(first, 0), min(last, pages)
-        return self.prefix[last] - self.prefix[first] if last > first else 0
+        if last <= first:
+            return 0
+        if "prefix" not in self.__dict__:  # a count in C until the sums are made
+            return self.present.count(1, first, last)
+        return self.prefix[last] - self.prefix[first]
 
     def resident_bytes(self, start: int, end: int) -> int:
         """Bytes of [start, end) lying on resident pages (partial pages count their part)."""

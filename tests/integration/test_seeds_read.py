@@ -1,0 +1,103 @@
+"""The default read on the seeds' shape (issue 31), on glibc 2.31, 2.36 and 2.41: thread arenas
+of tens of MiB, big free blocks trapped between live ones under a raised mmap threshold and
+~3,000 small free chunks each (tests/targets/seeds_heap.c).
+
+Such arenas are scouted before their stops (their lists followed from the running target), and
+their stops copy only the pages the lists lie on. The oracle is the target's own malloc_info(0),
+written through a FILE opened before its first allocation with a static buffer (so the heap
+after it is the heap it describes): the read must equal it byte for byte, every arena must have
+been scouted (the first alone, the others side by side), and the stops must have copied a small
+share of the heap. A busy target (every worker replacing 256 small blocks a millisecond) is
+read too, never refused, every arena balanced against the same read's residency.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.glibc_releases import RELEASES, build_target, command, release_tree, skip_reason
+from tests.support.targets import live_skip_reason, proc_status, running
+
+_SKIP = live_skip_reason()
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(_SKIP is not None, reason=_SKIP or ""),
+]
+
+THREADS = 5
+MIB_PER_ARENA = 24
+TUNABLES = f"glibc.malloc.arena_max={THREADS + 1}:glibc.malloc.mmap_threshold={32 << 20}"
+
+
+@pytest.fixture(scope="module", params=RELEASES, ids=[f"glibc-{v}" for v in RELEASES])
+def release(request: pytest.FixtureRequest) -> Any:
+    tree = release_tree(request.param)
+    if tree is None:
+        pytest.skip(f"glibc {request.param}: {skip_reason(request.param)}")
+    return tree
+
+
+def _inspect(pid: int, *extra: str) -> tuple[dict[str, Any], str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "memforensics", "inspect", "--json", *extra, str(pid)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    document: dict[str, Any] = json.loads(done.stdout)
+    return document, done.stderr
+
+
+def _assert_running(pid: int) -> None:
+    fields = proc_status(pid)
+    assert fields["TracerPid"] == "0" and fields["State"][0] not in "Tt", fields
+
+
+@pytest.mark.slow
+def test_scouted_arenas_read_equal_the_targets_own_malloc_info(
+    release: Any, tmp_path: Path
+) -> None:
+    binary = build_target(release, "seeds_heap")
+    own, rebuilt = tmp_path / "own.xml", tmp_path / "read.xml"
+    argv = command(release, binary, [str(THREADS), str(MIB_PER_ARENA), "0", str(own)])
+    with running(argv, env={"GLIBC_TUNABLES": TUNABLES}, ready_timeout_seconds=120) as target:
+        document, _ = _inspect(target.pid, "--read-only", "--save-xml", str(rebuilt))
+        _assert_running(target.pid)
+        assert target.alive()
+    assert rebuilt.read_bytes() == own.read_bytes()
+    read = document["read_only"]
+    assert read["scouted_arenas"] == THREADS
+    thread_arena_bytes = sum(
+        arena["system_bytes"] for arena in document["arenas"] if arena["index"] > 0
+    )
+    assert thread_arena_bytes >= THREADS * MIB_PER_ARENA << 20
+    # Only the pages the lists lie on were copied in the stops (~1 page in 9 here), not the
+    # arenas: what a stop costs follows the lists.
+    assert 0 < read["stop_copy_bytes"] < thread_arena_bytes // 3, read
+
+
+@pytest.mark.slow
+def test_a_busy_seeds_target_is_read_without_a_fallback() -> None:
+    """Its lists move between the scout and the stop: the lists that left the scouted pages
+    are scouted again in the stop, so every arena is read (no refusal, no stand-in call),
+    each balanced against the same read's residency."""
+    from tests.support.targets import compile_target
+
+    binary = compile_target("seeds_heap")
+    argv = [str(binary), str(THREADS), str(MIB_PER_ARENA), "1"]
+    with running(argv, env={"GLIBC_TUNABLES": TUNABLES}, ready_timeout_seconds=120) as target:
+        for _ in range(3):
+            document, stderr = _inspect(target.pid)
+            assert document["fallback"] is None, stderr
+            assert document["read_only"]["scouted_arenas"] == THREADS
+            assert all(arena["balanced"] for arena in document["residency"]["arenas"])
+        _assert_running(target.pid)
+        assert target.alive()
