@@ -61,6 +61,10 @@ HELD_LAZY_MAX_CHUNKS = 256
 # this share of the arena's resident pages: a whole copy in the stop then costs about as much
 # as the scouted one, and the scout's time is the user's wait.
 SCOUT_SECONDS = 0.25
+# An arena walked inside its stop that the copies' budget cannot hold (a main heap of
+# gigabytes) is followed lazily there, for at most this long: past it the read of that arena
+# gives up (budget_reached) rather than hold the target for seconds.
+HELD_LAZY_SECONDS = 0.1
 SCOUT_MAX_SHARE = 0.25
 _TWO_WORDS = struct.Struct("<2Q")
 _FASTBIN = 0  # pseudo bin number of the fastbins in ``unmeasured_bins``
@@ -528,6 +532,8 @@ class ArenaWalker:
         corrupt_bins: list[int] = []  # failed glibc's checks: unmeasured, never read again
         in_stop = self._held and snapshot is None
         lazy = in_stop and (self._lazy_in_stop or self._scouted)
+        if in_stop and not self._prefetch_whole and not self._scouted:
+            deadline = min(deadline, clock() + HELD_LAZY_SECONDS)
         for attempt in range(BIN_RETRIES + 1 + lazy):
             if clock() > deadline:
                 walk.budget_reached = True

@@ -393,13 +393,16 @@ class _HeapRead:
                 )
         if self.rules.held:
             # A scouted arena copies into fresh buffers of its own (heapcopy.FreshBuffers).
+            # An arena above the copies' budget is never copied whole: read lazily.
             sizes = [[h.size_bytes for h in self.main_heaps]]
             sizes += [
                 [h.size_bytes for h in heaps]
                 for heaps in self.by_arena.values()
                 if not self.rules.scouts(sum(h.size_bytes for h in heaps))
             ]
-            self.pool.prepare(max(sizes, key=sum))
+            fitting = [each for each in sizes if sum(each) <= self.pool.copy_max_bytes]
+            if fitting:
+                self.pool.prepare(max(fitting, key=sum))
 
     def read_main_arena(self) -> None:
         if not self.main_heaps:

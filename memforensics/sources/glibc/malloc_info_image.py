@@ -133,7 +133,10 @@ def malloc_info_xml(scan: HeapScan, release: str | None) -> bytes:
         )
     if missing:
         locked = [str(p) for p, a in enumerate(scan.arenas) if a.figures is None and a.lock_retries]
+        long = [str(p) for p, a in enumerate(scan.arenas) if a.figures is None and a.budget_reached]
         why = f" (locked at every stop: {', '.join(locked)})" if locked else ""
+        if long:
+            why += f" (lists too long to follow within a stop: {', '.join(long)})"
         refusal = ArenaLockedError if locked == missing else ReadOnlyRefusedError
         raise refusal(
             f"arena {', '.join(missing)} could not be read consistently{why}",
