@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import mmap
 import struct
 import time
 from collections.abc import Callable, Sequence
@@ -65,6 +66,9 @@ SCOUT_SECONDS = 0.25
 # gigabytes) is followed lazily there, for at most this long: past it the read of that arena
 # gives up (budget_reached) rather than hold the target for seconds.
 HELD_LAZY_SECONDS = 0.1
+# A walk copying block by block as the lists lead gives up past this many bytes copied (the
+# arena's figures then unknown): our memory, no more than the biggest whole copy.
+LAZY_MAX_BYTES = 192 << 20
 SCOUT_MAX_SHARE = 0.25
 _TWO_WORDS = struct.Struct("<2Q")
 _FASTBIN = 0  # pseudo bin number of the fastbins in ``unmeasured_bins``
@@ -233,6 +237,9 @@ class ArenaWalker:
         self._scout_pages_left: int | None = None
         self.scouted_bytes = 0  # bytes of the pages a scout found the lists on
         self.stop_copy_bytes = 0  # bytes copied from the target in stops (held reads)
+        self.rescouted_pages = 0  # pages the lists that moved since the scout led to
+        self._lazy_bytes = 0  # copied block by block (capped at the pool's copy budget)
+        self._capped = False
 
     def close(self) -> None:
         for segment in self._segments:
@@ -256,6 +263,12 @@ class ArenaWalker:
             self._scout_pages_left -= self._fill_pages
             if self._scout_pages_left < 0:
                 raise OutOfTime  # lists this dense: a whole copy costs no more
+        else:  # (the pages copied for the first time: what the copy holds resident)
+            block = segment.filled[first_page : first_page + self._fill_pages + 1]
+            self._lazy_bytes += (len(block) - block.count(1)) * self._page
+            if self._lazy_bytes > LAZY_MAX_BYTES:
+                self._capped = True  # our memory: no more of this arena than a whole copy
+                raise OutOfTime
         page = self._page
         first = first_page * page
         last = min(first + (self._fill_pages + 1) * page, segment.length)
@@ -271,6 +284,10 @@ class ArenaWalker:
     def _reset(self, fill_pages: int) -> None:
         """Forget every copied page; later reads copy ``fill_pages`` pages at a time."""
         self._fill_pages = fill_pages
+        if self._lazy_bytes:  # pages copied block by block: dropped, not kept resident
+            for segment in self._segments:
+                segment.buffer.madvise(mmap.MADV_DONTNEED)
+        self._lazy_bytes = 0
         for segment in self._segments:
             segment.filled[:] = bytes(len(segment.filled))
             segment.whole = False
@@ -360,6 +377,7 @@ class ArenaWalker:
             self._scout_pages_left -= pages
         else:  # a scout again, in the stop
             self.stop_copy_bytes += pages * self._page
+            self.rescouted_pages += pages
 
     def adopt(self, heaps: Sequence[Heap]) -> bool:
         """Take the residency read in the stop of ``heaps``, the same heaps the scout read
@@ -560,6 +578,10 @@ class ArenaWalker:
             state, failed, inconsistent = self._walk_bins(
                 state, pending, walk, deadline=deadline, chase=chase, lazy_round=lazy_round
             )
+            if self._capped:  # its lists lead to more than a whole copy would hold
+                walk.budget_reached = True
+                pending = failed
+                break
             # A copy made while every thread was held cannot have moved: a list that fails
             # there is corrupt (named by heap_checks), and is not read again.
             stop_copy = self._static or (

@@ -29,11 +29,12 @@ from memforensics.model import glibc
 from memforensics.sources import optional_native
 from memforensics.sources.proc.procmem import MemoryReader, PageMap, ProcessMemoryReader
 
-POOL_MAX_BYTES = 256 << 20  # copy buffers kept for the next arena
-# An arena is copied whole when its resident bytes fit this budget (a few hundred MiB: ~0.1 s
-# of copying), and at most half of MemAvailable, so a copy never pushes the machine into
-# reclaim; a bigger arena is copied block by block where its lists lead.
-COPY_MAX_BYTES = 512 << 20
+POOL_MAX_BYTES = 192 << 20  # copy buffers kept for the next arena
+# An arena is copied whole when its resident bytes fit this budget (~40 ms of copying; with
+# the copies waiting for their walks, heapmaps' _PENDING_MAX_BYTES, our memory stays under
+# 256 MiB), and at most half of MemAvailable, so a copy never pushes the machine into
+# reclaim; a bigger arena is copied block by block where its lists lead, as much at most.
+COPY_MAX_BYTES = 192 << 20
 _READ_MAX_PAGES = 1024  # the Python copy reads at most 4 MiB per preadv
 _MADV_POPULATE_WRITE = 23  # linux/mman.h (5.14+): fault pages in, writable, without writing
 MEMINFO = Path("/proc/meminfo")

@@ -56,7 +56,7 @@ LAYOUT_RETRIES = 3
 MMAP_SEARCH_SECONDS = 1.0
 # Heap copies a held read may keep for walks made after its stop: past this, the stop ends
 # early and they are walked (their buffers then serve the next arenas).
-_PENDING_MAX_BYTES = 256 << 20
+_PENDING_MAX_BYTES = 32 << 20
 # A held read walks an arena after its stop only from this size on: there the walk is worth
 # taking out of the stop (a big arena's lists, millions of chunks), while each arena waiting
 # for its walk keeps its own copy buffer, which a thousand small arenas would each fault in.
@@ -328,6 +328,7 @@ class _HeapRead:
         self.seen: dict[int, list[Heap]] = {}  # each non-main arena's heaps, as read
         self.scouted: dict[int, ArenaWalker] = {}  # scouted arenas waiting for their stop
         self.last_scouted_bytes = 0  # what the last arena scouted found its lists on
+        self.moving = False  # an arena's lists moved between its scout and its stop
         self._locate()
 
     def _locate(self) -> None:
@@ -497,6 +498,8 @@ class _HeapRead:
                 weight,
                 deferrable=scouted is None,
             )
+            # (A scouted arena is walked in its stop, so this is known now.)
+            self.moving = self.moving or (scouted is not None and scouted.rescouted_pages > 0)
             self.rules.settle()
         self.rules.settle(force=True)
 
@@ -509,9 +512,11 @@ class _HeapRead:
         self.rules.let_run()
         group: list[tuple[ArenaWalker, ArenaState]] = []
         addresses: list[int] = []
-        # (The first arena is scouted alone: what it finds sizes the groups after it.)
+        # (The first arena is scouted alone: what it finds sizes the groups after it; once
+        # an arena's lists moved between its scout and its stop, each is scouted alone, just
+        # before its stop: the longer the wait, the more a busy arena's stop re-reads.)
         last = self.last_scouted_bytes
-        room = max(1, _SCOUT_GROUP_BYTES // last) if last else 1
+        room = max(1, _SCOUT_GROUP_BYTES // last) if last and not self.moving else 1
         for address in self.order[position:]:
             if len(group) >= room:
                 break
