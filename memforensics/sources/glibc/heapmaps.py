@@ -411,13 +411,57 @@ class _HeapRead:
         self.pause()
         weight = sum(h.size_bytes for h in self.main_heaps)
         address = self.main_state.address if self.main_state is not None else None
+        scouted = self._scout_main() if self.rules.scouts(weight) else None
+        if scouted is not None:
+            weight = scouted.scouted_bytes
         self.rules.add(
-            functools.partial(self._read_main, weight_bytes=weight),
+            functools.partial(self._read_main, weight_bytes=weight, scouted=scouted),
             lambda: None if address is None else read_state(self.mem, address),
             weight,
+            deferrable=scouted is None,
         )
 
-    def _read_main(self, fresh: ArenaState | None, *, weight_bytes: int) -> Finish:
+    def _scout_main(self) -> ArenaWalker | None:
+        """The main arena's lists scouted while the target runs (ArenaWalker.scout) over its
+        heaps as they are now; None where the scout gave up or its state cannot be read.
+        Its stop uses it only where it finds the same heaps (the break did not move)."""
+        if self.main_state is None:
+            return None
+        self.rules.let_run()
+        state = read_state(self.mem, self.main_state.address)
+        if state is None:
+            return None
+        heaps, _ = self._main_heaps_now(state)
+        walker = ArenaWalker(self.mem, heaps, is_main=True, pool=FreshBuffers(), held=True)
+        if walker.scout(state, self.deadline):
+            return walker
+        walker.close()
+        return None
+
+    def _main_heaps_now(self, state: ArenaState) -> tuple[list[Heap], tuple[int, int] | None]:
+        """The main arena's heaps as the target has them now, their residency read now, and
+        the program break's extent: a contiguous main arena's top ends at the break, which a
+        busy heap moves."""
+        mem, brk = self.mem, self.brk
+        if brk is None:
+            for heap in self.main_heaps:
+                heap.pages = mem.pagemap(heap.start, heap.start + heap.size_bytes)
+            return list(self.main_heaps), brk
+        header = mem.read(state.top, glibc.CHUNK_HEADER_BYTES)
+        if header is not None and brk[0] <= state.top < brk[1] + glibc.HEAP_MAX_BYTES:
+            top_end = state.top + (int.from_bytes(header[8:], "little") & ~7)
+            # A size read from the target: the break moves by what a busy heap grows in a
+            # moment, never by an absurd top (heap_checks names that one corrupt).
+            if top_end <= brk[1] + glibc.HEAP_MAX_BYTES:
+                brk = (brk[0], max(glibc.page_ceil(top_end, mem.page_bytes), brk[0]))
+                self.brk = brk
+        first = Heap(brk[0], 0, brk[1] - brk[0], brk[1] - brk[0])
+        first.pages = mem.pagemap(brk[0], brk[1])
+        return [first, *(h for h in self.main_heaps if h.ar_ptr)], brk
+
+    def _read_main(
+        self, fresh: ArenaState | None, *, weight_bytes: int, scouted: ArenaWalker | None = None
+    ) -> Finish:
         mem, held = self.mem, self.rules.held
         heaps = self.main_heaps
         state = self.main_state if not held or self.main_state is None else fresh
@@ -427,19 +471,7 @@ class _HeapRead:
             self.params = read_malloc_par(mem, self.params)
         brk = self.brk
         if held and brk is not None and state is not None:
-            # The program break of this stop (a busy heap grows and shrinks it): a
-            # contiguous main arena's top ends there.
-            header = mem.read(state.top, glibc.CHUNK_HEADER_BYTES)
-            if header is not None and brk[0] <= state.top < brk[1] + glibc.HEAP_MAX_BYTES:
-                top_end = state.top + (int.from_bytes(header[8:], "little") & ~7)
-                # A size read from the target: the break moves by what a busy heap grows in
-                # a moment, never by an absurd top (heap_checks names that one corrupt).
-                if top_end <= brk[1] + glibc.HEAP_MAX_BYTES:
-                    brk = (brk[0], max(glibc.page_ceil(top_end, mem.page_bytes), brk[0]))
-                    self.brk = brk
-            first = Heap(brk[0], 0, brk[1] - brk[0], brk[1] - brk[0])
-            first.pages = mem.pagemap(brk[0], brk[1])
-            heaps = [first, *(h for h in self.main_heaps if h.ar_ptr)]
+            heaps, brk = self._main_heaps_now(state)
         finish = read_arena(
             mem,
             self.pool,
@@ -452,7 +484,8 @@ class _HeapRead:
             pause=self.pause,
             figures=self.figures,
             held=held,
-            defer=self.rules.defers(weight_bytes),
+            defer=self.rules.defers(weight_bytes, scouted is None),
+            scouted=scouted,
         )
         if state is None:
             return finish
