@@ -62,6 +62,7 @@ HELD_LAZY_MAX_CHUNKS = 256
 # this share of the arena's resident pages: a whole copy in the stop then costs about as much
 # as the scouted one, and the scout's time is the user's wait.
 SCOUT_SECONDS = 0.25
+SCOUT_MAX_SHARE = 0.25
 # An arena walked inside its stop that the copies' budget cannot hold (a main heap of
 # gigabytes) is followed lazily there, for at most this long: past it the read of that arena
 # gives up (budget_reached) rather than hold the target for seconds.
@@ -69,7 +70,6 @@ HELD_LAZY_SECONDS = 0.1
 # A walk copying block by block as the lists lead gives up past this many bytes copied (the
 # arena's figures then unknown): our memory, no more than the biggest whole copy.
 LAZY_MAX_BYTES = 192 << 20
-SCOUT_MAX_SHARE = 0.25
 _TWO_WORDS = struct.Struct("<2Q")
 _FASTBIN = 0  # pseudo bin number of the fastbins in ``unmeasured_bins``
 _COPY_SLICE_BYTES = 4 << 20  # ~1 ms of copying: the longest a pause waits for the copy

@@ -68,6 +68,9 @@ _SCOUT_MIN_BYTES = 4 << 20
 # their copies wait for their stops (our memory), while one scout of many lists needs about
 # as many reads as the scout of one.
 _SCOUT_GROUP_BYTES = 96 << 20
+# After this many scouts in a row gave up (lists on too many pages), the read's other arenas
+# are copied whole without a scout: a process's arenas tend to look alike.
+_SCOUT_GIVE_UPS = 2
 _MAX_ARENAS = 1 << 16  # a ``next`` list longer than this is not glibc's
 
 
@@ -329,6 +332,7 @@ class _HeapRead:
         self.scouted: dict[int, ArenaWalker] = {}  # scouted arenas waiting for their stop
         self.last_scouted_bytes = 0  # what the last arena scouted found its lists on
         self.moving = False  # an arena's lists moved between its scout and its stop
+        self.scout_gave_up = 0  # scouts in a row that gave up (lists too dense)
         self._locate()
 
     def _locate(self) -> None:
@@ -513,7 +517,7 @@ class _HeapRead:
             share = (self.deadline - time.monotonic()) / (len(self.order) - position)
             weight = sum(h.size_bytes for h in self.by_arena.get(address, ()))
             scouted = None
-            if self.rules.scouts(weight):
+            if self.rules.scouts(weight) and self.scout_gave_up < _SCOUT_GIVE_UPS:
                 if address not in self.scouted:
                     self._scout_from(position)
                 scouted = self.scouted.pop(address, None)
@@ -566,7 +570,9 @@ class _HeapRead:
             if together or walker.scout(state, self.deadline):
                 self.scouted[address] = walker
                 found = max(found, walker.scouted_bytes)
+                self.scout_gave_up = 0
             else:
+                self.scout_gave_up += 1
                 walker.close()
                 self.pool.prepare([s.size_bytes for s in self.by_arena[address]])
         self.last_scouted_bytes = found or self.last_scouted_bytes
