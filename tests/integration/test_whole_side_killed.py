@@ -8,9 +8,11 @@ called at all; gdb only where that read is refused, which it is not here). memfo
 runs in its own process group with every process it starts (it starts none on these
 paths), and the whole group is SIGKILLed at once, as a pod deletion or a unit's final
 SIGKILL does. The target has 2 million free chunks, so its read and its malloc_trim take a
-few hundred ms and the kills land inside them; the integrity target (registers with upper
-ymm lanes, an ordered pipe, SIGALRM every 2 ms, heap buffers) says whether anything in it
-was disturbed.
+few hundred ms and the kills land inside them; the seeds' shapes (busy thread arenas read
+with a scout, and a main arena whose 2 million chunks make the default call malloc_info
+without gdb) are killed the same way, under every command; the integrity target (registers
+with upper ymm lanes, an ordered pipe, SIGALRM every 2 ms, heap buffers) says whether
+anything in it was disturbed.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from tests.support.targets import (
     assert_integrity_intact,
     compile_target,
     live_skip_reason,
+    memory_cgroup,
     proc_status,
     running,
 )
@@ -112,6 +115,55 @@ def chunk_target() -> Iterator[ChunkTarget]:
         target.close()
 
 
+class SeedsTarget(ChunkTarget):
+    """tests/targets/seeds_heap.c in a shape of the seeds' (issue 31), inside a memory cgroup
+    of ``limit_bytes`` when one can be made, driven on its stdin like ChunkTarget."""
+
+    def __init__(self, args: list[str], tunables: str, limit_bytes: int) -> None:
+        binary = compile_target("seeds_heap")
+        self.group = memory_cgroup(f"memforensics-test-killed-{args[0]}", limit_bytes)
+        argv = [str(binary), *args]
+        if self.group is not None:
+            argv = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(self.group), *argv]
+        env = dict(os.environ)
+        if tunables:
+            env["GLIBC_TUNABLES"] = tunables
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True
+        )
+        assert self.proc.stdout is not None
+        assert self.proc.stdout.readline().startswith(b"ready")
+
+    def close(self) -> None:
+        super().close()
+        if self.group is not None:
+            with contextlib.suppress(OSError):
+                self.group.rmdir()
+
+
+# The seeds' shapes as tests/integration/test_seeds_read.py and benchmarks/bench_seeds.py make
+# them: busy thread arenas (read with a scout, their lists moving), and a main arena whose
+# unsorted bin holds 2 million chunks (its read refused within a stop: malloc_info is called
+# without gdb instead, and trim calls malloc_trim).
+SEEDS_SHAPES = {
+    "busy-arenas": (
+        ["5", "24", "1"],
+        "glibc.malloc.arena_max=6:glibc.malloc.mmap_threshold=33554432",
+        1 << 30,
+    ),
+    "unsorted-2m": (["unsorted", "4000000"], "", 2 << 30),
+}
+
+
+@pytest.fixture(scope="module", params=list(SEEDS_SHAPES), ids=list(SEEDS_SHAPES))
+def seeds_target(request: pytest.FixtureRequest) -> Iterator[SeedsTarget]:
+    target = SeedsTarget(*SEEDS_SHAPES[request.param])
+    try:
+        yield target
+    finally:
+        target.close()
+
+
 COMMANDS = {
     "trim": lambda pid, tmp: ["trim", "--timeout", "30s", str(pid)],
     "inspect": lambda pid, tmp: ["inspect", "--json", str(pid)],
@@ -165,6 +217,27 @@ def test_a_target_with_two_million_free_chunks_survives_every_kill(
         assert done.returncode == 0, done.stderr
         _left_running(target.pid, "a whole trim")
         assert target.answers()
+
+
+@pytest.mark.parametrize("command", list(COMMANDS), ids=list(COMMANDS))
+def test_the_seeds_shapes_survive_every_kill(
+    seeds_target: SeedsTarget, command: str, tmp_path: Path
+) -> None:
+    """Every default path killed at 10 moments of its read (a scout, a stop, the stand-in's
+    call): the target lives on, untraced, running and answering, each time."""
+    for moment in MOMENTS_SECONDS:
+        _kill_side_at([*MEMFORENSICS, *COMMANDS[command](seeds_target.pid, tmp_path)], moment)
+        _left_running(seeds_target.pid, f"{command} killed after {moment} s")
+        assert seeds_target.answers(), f"the target stopped answering after {moment} s"
+    done = subprocess.run(
+        [*MEMFORENSICS, "inspect", "--json", str(seeds_target.pid)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    _left_running(seeds_target.pid, "a whole inspect")
 
 
 def test_the_integrity_target_is_undisturbed_by_killed_trims_and_reads(tmp_path: Path) -> None:
