@@ -82,11 +82,15 @@ def _release(version: str) -> GlibcRelease:
 
 
 @contextlib.contextmanager
-def corrupt_target(version: str, specs: list[str]) -> Iterator[tuple[Target, Corrupted]]:
-    """tests/targets/corrupt_heap.c with ``specs`` on ``version``, and what it says it did."""
+def corrupt_target(
+    version: str, specs: list[str], pad_mib: int = 0
+) -> Iterator[tuple[Target, Corrupted]]:
+    """tests/targets/corrupt_heap.c with ``specs`` on ``version``, and what it says it did;
+    ``pad_mib``: each arena holds that much live memory first (4 or more: it is scouted)."""
     release = _release(version)
     binary = build_target(release, "corrupt_heap")
-    with running(command(release, binary, specs), env=TUNABLES, ready_timeout_seconds=30) as target:
+    env = dict(TUNABLES, CORRUPT_HEAP_PAD_MIB=str(pad_mib))
+    with running(command(release, binary, specs), env=env, ready_timeout_seconds=30) as target:
         yield target, _said(target.ready_line, len(specs))
 
 
@@ -217,6 +221,25 @@ def test_named_corruptions_are_reported_never_called_into(
         assert set(said.corrupted) == {1, 2, 3, 4}
         _check_inspect(target, said, fake_gdb)
         _check_trim(target, said, fake_gdb)
+
+
+@pytest.mark.parametrize("version", RELEASES, ids=[f"glibc-{v}" for v in RELEASES])
+def test_named_corruptions_in_scouted_arenas_are_reported(
+    version: str, fake_gdb: tuple[Path, Path]
+) -> None:
+    """Arenas of 8 MiB, so their lists are scouted before their stops: the corruption meets
+    the scout (followed from the running target, never trusted) and then the walk over the
+    scouted copy, fails there and again from the held target, and is reported by glibc's
+    checks as in a small arena. The intact control says the padded arenas were scouted."""
+    with corrupt_target(version, ["intact"] * 3, pad_mib=8) as (target, said):
+        run = _run(["inspect", "--json", str(target.pid)], fake_gdb[0])
+        _assert_sound_run(run, False)
+        assert json.loads(run.stdout)["read_only"]["scouted_arenas"] == 3
+    for half in (0, 1):
+        specs = ["intact", *NAMED[half * 4 : half * 4 + 4]]
+        with corrupt_target(version, specs, pad_mib=8) as (target, said):
+            _check_inspect(target, said, fake_gdb)
+            _check_trim(target, said, fake_gdb)
 
 
 @pytest.mark.parametrize("version", RELEASES, ids=[f"glibc-{v}" for v in RELEASES])

@@ -2,7 +2,7 @@
  * report, never call into. Run it with GLIBC_TUNABLES=glibc.malloc.tcache_count=0 so that
  * frees reach the bins.
  *
- * Usage: corrupt_heap SPEC...  Each SPEC corrupts one arena: the first the main arena, each
+ * Usage: [CORRUPT_HEAP_PAD_MIB=N] corrupt_heap SPEC...  Each SPEC corrupts one arena: the first the main arena, each
  * further one a thread's own arena (one thread per SPEC). A SPEC is a named case:
  *   intact      nothing corrupted (the control)
  *   cycle       two small-bin chunks linked in a cycle (the fd of each names the other)
@@ -75,9 +75,22 @@ static void say(const char *format, ...) {
 enum { W_PREV, W_SIZE, W_FD, W_BK, W_FDN, W_BKN };
 
 /* Build the lists: every free chunk between two allocated guards, so none coalesces. */
+/* CORRUPT_HEAP_PAD_MIB=N: N MiB of live, written 64 KiB blocks in the arena first, so that
+ * the read scouts it (an arena of 4 MiB or more): the corruption is then met by the scout and
+ * by the walk over the scouted copy. */
+static void pad(void) {
+    const char *value = getenv("CORRUPT_HEAP_PAD_MIB");
+    long blocks = value == NULL ? 0 : atol(value) * 16;
+    for (long i = 0; i < blocks && i < 16 * 64; i++) {
+        void *block = malloc(64 * 1024 - 64);
+        if (block != NULL) memset(block, 0x5a, 64 * 1024 - 64);
+    }
+}
+
 static void build(struct arena_set *set) {
     void *keep[32];
     int kept = 0;
+    pad();
     void *small[NSMALL], *large[NLARGE], *fast[NFAST], *unsorted;
     for (int i = 0; i < NSMALL; i++) {
         small[i] = malloc(0x108);
