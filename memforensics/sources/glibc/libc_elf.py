@@ -30,6 +30,15 @@ _ALLOCATOR_EXPORT_NAMES = """
     __malloc_info __malloc_usable_size
 """
 _ALLOCATOR_EXPORTS = frozenset(_ALLOCATOR_EXPORT_NAMES.split())
+# The system-call wrappers the allocator calls to grow, shrink and trim its memory (sysmalloc
+# and systrim through sbrk; mmapped chunks; heaps of thread arenas). A thread stopped inside
+# one, before or after its system call, is as much inside the allocator as one in malloc.o:
+# the arena is half changed (its top not yet moved to the new break), and a single-threaded
+# process takes no lock to say so.
+_ALLOCATOR_WRAPPERS = frozenset(
+    {"__sbrk", "sbrk", "__brk", "brk", "__mmap", "mmap", "mmap64", "__munmap", "munmap"}
+    | {"__mprotect", "mprotect", "__madvise", "madvise", "__mremap", "mremap"}
+)
 # Allocator entry points where a thread holds no allocator lock yet: the run-forward targets.
 ENTRY_FUNCTIONS = ("malloc", "free", "calloc", "realloc")
 # libc functions the session calls, resolved to addresses in the target's own libc.
@@ -76,10 +85,16 @@ class LibcImage:
     pop3_ret: int | None = None
     # The address of libc's ``_IO_list_all`` (the head of its open FILEs); None when absent.
     io_list_all: int | None = None
+    # [start, end) of each system-call wrapper the allocator calls (_ALLOCATOR_WRAPPERS).
+    wrapper_ranges: tuple[tuple[int, int], ...] = ()
 
     def in_allocator(self, pc: int) -> bool:
-        """True when ``pc`` lies in the allocator's code."""
-        return self.allocator_range[0] <= pc < self.allocator_range[1]
+        """True when ``pc`` lies in the allocator's code, or in a system-call wrapper it
+        calls (sbrk, mmap, munmap, mprotect, madvise, mremap; called by the program itself
+        too: then this is only more careful)."""
+        if self.allocator_range[0] <= pc < self.allocator_range[1]:
+            return True
+        return any(start <= pc < end for start, end in self.wrapper_ranges)
 
     def in_text(self, pc: int) -> bool:
         """True when ``pc`` lies among libc's exported functions."""
@@ -172,5 +187,8 @@ def _parse_libc(data: bytes, base: int, path: str) -> LibcImage:
         function_starts=tuple(s for s, _ in ordered),
         function_names=tuple(n for _, n in ordered),
         text_range=(symbols[0][0], max(s + size for s, size, _n in symbols)),
+        wrapper_ranges=tuple(
+            sorted({(s, s + size) for s, size, n in symbols if n in _ALLOCATOR_WRAPPERS and size})
+        ),
         io_list_all=dynamic_symbols(data, base, _DATA_SYMBOLS).get("_IO_list_all"),
     )
