@@ -238,7 +238,7 @@ class ArenaWalker:
         self.scouted_bytes = 0  # bytes of the pages a scout found the lists on
         self.stop_copy_bytes = 0  # bytes copied from the target in stops (held reads)
         self.rescouted_pages = 0  # pages the lists that moved since the scout led to
-        self._lazy_bytes = 0  # copied block by block (capped at the pool's copy budget)
+        self._lazy_bytes = 0  # copied block by block since the last reset (LAZY_MAX_BYTES)
         self._capped = False
 
     def close(self) -> None:
