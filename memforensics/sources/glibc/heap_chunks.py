@@ -34,8 +34,9 @@ previous window's start in one stop, and a header that still fails ends that hea
 are read (nothing is faulted in); a header on a page not present ends the heap's walk too.
 
 States: LIVE unless the next chunk's PREV_INUSE bit is clear (FREE); FAST when on one of
-its arena's fastbin lists (read in a stop, at most FASTBIN_MAX_CHUNKS and FASTBIN_SECONDS
-per arena); TCACHE
+its arena's fastbin lists (followed in a stop over a copy of the pages they lay on just
+before it, at most FASTBIN_MAX_CHUNKS and FASTBIN_SECONDS per arena: past those, a note
+says so and the chunks not reached count LIVE); TCACHE
 when its second word is the process's tcache key (glibc 2.34+: ``tcache_key``, a random
 word; 2.29-2.33: the owning tcache_perthread_struct), the key taken from a non-empty tcache
 list; BOOKKEEPING for tcache_perthread_structs (validated: every count zero exactly when its
@@ -82,6 +83,10 @@ from memforensics.sources.proc.procmaps import Mapping, read_smaps
 from memforensics.sources.proc.procmem import MemoryReader, PageMap, ProcessMemoryReader
 
 MMAP_SEARCH_SECONDS = 1.0
+# The fastbins are followed first with the target running, for at most this long, to learn
+# the pages their chunks lie on; the stop copies at most this many of those pages (16 MiB).
+FAST_SCOUT_SECONDS = 0.25
+FAST_COPY_MAX_PAGES = 4096
 MMAPPED_ARENA = -1
 _MAX_ARENAS = 1 << 16
 _T = TypeVar("_T")
@@ -227,7 +232,7 @@ def walk_memory_chunks(
     buffer = window_buffer() if planned else None
     for heap in planned:
         if heap.arena not in fast_by_arena:
-            fast_by_arena[heap.arena] = _arena_fast_chunks(mem, hold, heap, planned)
+            fast_by_arena[heap.arena] = _arena_fast_chunks(mem, hold, heap, planned, notes)
         fast = fast_by_arena[heap.arena]
         heaps.append(_walk_heap(mem, hold, heap, fast, tcache, visit, keep, buffer))
     if hold is not None:
@@ -268,9 +273,14 @@ def _arena_fast_chunks(
     hold: ArenaHold | None,
     heap: _PlannedHeap,
     planned: Sequence[_PlannedHeap],
+    notes: list[str],
 ) -> set[int]:
     """The chunks on the fastbin lists of ``heap``'s arena, read in a stop (none when its
-    malloc_state is unknown)."""
+    malloc_state is unknown; a note when the lists were longer than the stop could follow).
+
+    The lists are first followed with the target running, to learn the pages they lie on;
+    the stop copies those pages in one read each run and follows the lists over the copy,
+    reading from the held target only where a list moved off them since."""
     state_address = heap.state_address
     if state_address is None:
         return set()
@@ -278,12 +288,78 @@ def _arena_fast_chunks(
     low = min(h.heap_start for h in arena_heaps)
     high = max(h.limit for h in arena_heaps)
     reader = _chunk_reader(mem, arena_heaps)
-
-    def read_fast() -> set[int]:
+    pages: set[int] = set()
+    if reader is not None and hold is not None:
         state = read_state(mem, state_address)
-        return set() if state is None else fast_chunks(mem, state, low, high, read=reader)
+        if state is not None:
+            seen, _ = fast_chunks(mem, state, low, high, FAST_SCOUT_SECONDS, reader)
+            page_bytes = mem.page_bytes
+            pages = {address // page_bytes for address in seen}
+            pages |= {(address + 23) // page_bytes for address in seen}
 
-    return _held(hold, mem, state_address, read_fast)
+    def read_fast() -> tuple[set[int], bool]:
+        state = read_state(mem, state_address)
+        if state is None:
+            return set(), True
+        read = reader
+        if reader is not None and pages:
+            read = _copied_reader(mem, arena_heaps, pages, reader)
+        return fast_chunks(mem, state, low, high, read=read)
+
+    found, complete = _held(hold, mem, state_address, read_fast)
+    if not complete:
+        notes.append(
+            f"arena {heap.arena}: its fastbins were longer than a stop could follow;"
+            f" {len(found):,} fast chunks were found, the rest count as live"
+        )
+    return found
+
+
+def _copied_reader(
+    mem: MemoryReader,
+    heaps: Sequence[_PlannedHeap],
+    pages: set[int],
+    fallback: Callable[[int], bytes | None],
+) -> Callable[[int], bytes | None]:
+    """A chunk reader (as _chunk_reader's) over a copy of ``pages`` (page numbers) made now,
+    at most FAST_COPY_MAX_PAGES of them, each run of neighbouring present pages in one read;
+    a chunk off the copy is read by ``fallback``."""
+    page_bytes = mem.page_bytes
+    copied: dict[int, bytes] = {}
+    wanted = sorted(pages)[:FAST_COPY_MAX_PAGES]
+    present = []
+    for page in wanted:
+        address = page * page_bytes
+        for heap in heaps:
+            pagemap = heap.pages
+            if pagemap.start <= address < pagemap.end:
+                if pagemap.present[(address - pagemap.start) // page_bytes]:
+                    present.append(page)
+                break
+    runs: list[list[int]] = []
+    for page in present:
+        if runs and runs[-1][-1] + 1 == page:
+            runs[-1].append(page)
+        else:
+            runs.append([page])
+    for run in runs:
+        data = bytearray(len(run) * page_bytes)
+        if mem.read_into(memoryview(data), run[0] * page_bytes):
+            for i, page in enumerate(run):
+                copied[page] = bytes(data[i * page_bytes : (i + 1) * page_bytes])
+
+    def read(address: int) -> bytes | None:
+        page, offset = divmod(address, page_bytes)
+        data = copied.get(page)
+        if data is not None:
+            if offset + 24 <= page_bytes:
+                return data[offset : offset + 24]
+            after = copied.get(page + 1)
+            if after is not None:
+                return (data[offset:] + after)[:24]
+        return fallback(address)
+
+    return read
 
 
 def _walk_heap(

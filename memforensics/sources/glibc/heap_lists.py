@@ -69,21 +69,27 @@ def fast_chunks(
     high: int,
     seconds: float = FASTBIN_SECONDS,
     read: Callable[[int], bytes | None] | None = None,
-) -> set[int]:
-    """Chunk addresses on the arena's fastbin lists (read in a stop: at most
-    FASTBIN_MAX_CHUNKS of them and for at most ``seconds``, the rest then counting as live;
-    safe-linking (2.32+: next = (pos >> 12) ^ ptr) recognised from the list itself)."""
+) -> tuple[set[int], bool]:
+    """Chunk addresses on the arena's fastbin lists, and whether every list was followed to
+    its end: at most FASTBIN_MAX_CHUNKS of them and for at most ``seconds`` (False past
+    either: the chunks not reached then count as live); safe-linking (2.32+: next =
+    (pos >> 12) ^ ptr) recognised from the list itself. ``read(address)``: a chunk's first
+    24 bytes (None: not readable), else ``mem.read``."""
     deadline = time.monotonic() + seconds
     found: set[int] = set()
+    complete = True
     for index, head in enumerate(state.fastbins):
         size = (index + 2) * glibc.MALLOC_ALIGNMENT
         for mangled in (True, False):
             chain: list[int] = []
             at = head
             good = True
-            while at and len(found) + len(chain) < FASTBIN_MAX_CHUNKS:
-                if len(chain) % 64 == 63 and time.monotonic() > deadline:
-                    break  # the stop's time is up: what was followed stands
+            while at:
+                if len(found) + len(chain) >= FASTBIN_MAX_CHUNKS or (
+                    len(chain) % 64 == 63 and time.monotonic() > deadline
+                ):
+                    complete = False  # the stop's time is up: what was followed stands
+                    break
                 data = read(at) if read is not None else mem.read(at, 24)
                 if (
                     data is None
@@ -100,4 +106,4 @@ def fast_chunks(
             if good or not mangled:
                 found.update(chain)
                 break
-    return found
+    return found, complete
