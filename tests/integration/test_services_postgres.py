@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from memforensics.errors import MemforensicsError
 from tests.support.postgres import (
     PgbenchRun,
     PostgresCluster,
@@ -74,14 +75,20 @@ def test_backends_trimmed_under_pgbench(
     pg_cluster: PostgresCluster, pgbench_run: PgbenchRun
 ) -> None:
     """Two backends trimmed through the library, one through the CLI, while pgbench runs.
-    Where a backend's free memory was steady and the release big enough to measure, the
+    Where a backend's free memory was steady and the release big enough to measure (and no
+    more than the free bytes read: else the backend freed memory of its own meanwhile), the
     forecast must be within 25 % of it."""
     pids = _backends(pg_cluster, pgbench_run)
     for pid in pids[:2]:
-        trim = trim_at_steady_state(SERVICE, pid)
+        try:
+            trim = trim_at_steady_state(SERVICE, pid)
+        except MemforensicsError as error:
+            # The server's word on what ended a backend (a crash elsewhere makes the
+            # postmaster end every backend, this one too).
+            pytest.fail(f"trim of backend {pid}: {error}; server log: {pg_cluster.bad_log_lines()}")
         assert trim.result.trimmed, trim.result.skipped_detail
         released = trim.result.released_bytes or 0
-        if trim.steady and released >= MIN_COMPARABLE_RELEASE_BYTES:
+        if trim.steady and trim.released_within_free and released >= MIN_COMPARABLE_RELEASE_BYTES:
             assert_forecast_close(trim, SERVICE)
     document = cli_json("trim", pids[2])
     assert document["schema"] == "memforensics/trim/1"

@@ -182,6 +182,14 @@ class SteadyTrim:
     def error(self) -> float | None:
         return forecast_error(self.result)
 
+    @property
+    def released_within_free(self) -> bool:
+        """The kernel's release is at most the heap's free bytes as read before: more proves
+        the target freed memory of its own between the read and the measurement after the
+        call (a busy backend ending a sort), which no forecast can foresee."""
+        released = self.result.released_bytes
+        return released is not None and released <= max(self.free_before)
+
 
 def await_steady_anon(
     pid: int,

@@ -474,7 +474,9 @@ class _HeapRead:
         if self.params is not None and held:
             self.params = read_malloc_par(mem, self.params)
         brk = self.brk
-        if held and brk is not None and state is not None:
+        if held and state is not None:
+            # The heaps and their pages in RAM as of this stop: a copy never reads a page
+            # that left RAM since an earlier pagemap (nor misses one that came).
             heaps, brk = self._main_heaps_now(state)
         finish = read_arena(
             mem,
