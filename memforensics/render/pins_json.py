@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from memforensics.analysis.pins import coarser, pin_sentence
 from memforensics.model.pins import HeapPicture
 from memforensics.render.jsondoc import record
 
@@ -16,6 +15,10 @@ MAP_LAYERS = ("live", "free_resident", "free_released", "top", "other")
 
 def pins_json(picture: HeapPicture) -> list[dict[str, Any]]:
     """``pins[]``: every heap's pins, each heap's from the top down."""
+    # (analysis.pins imports numpy: only a document with pins pays for it, not every
+    # `inspect --json`.)
+    from memforensics.analysis.pins import pin_sentence
+
     return [{**record(pin), "sentence": pin_sentence(pin)} for pin in picture.pins]
 
 
@@ -27,6 +30,8 @@ def pin_heaps_json(picture: HeapPicture) -> list[dict[str, Any]]:
 def heap_maps_json(picture: HeapPicture) -> dict[str, Any]:
     """``heap_maps``: whether residency was known, and each heap's map in cells of
     ``pages_per_cell`` pages, one list of each cell's bytes per layer."""
+    from memforensics.analysis.pins import coarser
+
     heaps = []
     for cells in picture.maps:
         small = coarser(cells, JSON_MAP_CELLS)
