@@ -6,7 +6,8 @@ The moment is chosen as the direct malloc_trim chooses its own (entry.trimmers.d
 every thread held, no thread inside the allocator's code nor in a system call it makes, no
 arena's mutex held; else the target runs a while and another moment is tried, until the
 deadline (DeadlineError, exit 6: nothing was called). The calls run on one thread while the
-others stay held; each restores the thread by itself when it returns, so a SIGKILL of our
+others stay held until malloc_info starts (they run during it); each restores the thread by
+itself when it returns, so a SIGKILL of our
 whole side at any moment leaves the target alive and running, at worst with the call's
 region and FILE leaked (see that module). The residency is read from memory right after.
 """
@@ -183,8 +184,8 @@ def _inspect(
         xml=called.xml,
         pause_seconds=called.pause_seconds,
         safe_point=(
-            "called without gdb: malloc_info in a self-restoring call, every thread held, "
-            "none inside the allocator, no arena locked"
+            "called without gdb: malloc_info in a self-restoring call, at a moment every "
+            "thread was held, none inside the allocator, no arena locked"
         ),
     )
     return Inspection(

@@ -8,7 +8,10 @@ then restored.
 The call is made only at a moment when it cannot wait on the target or corrupt it: every
 thread held, no arena's mutex held, no thread stopped inside the allocator's code or in a
 system call the allocator makes; else the target runs a while and another moment is tried,
-until the deadline (exit 6). The other threads stay held while malloc_trim runs.
+until the deadline (exit 6). The other threads are let go as malloc_trim starts: it takes
+each arena's lock as any thread's malloc does, so a trim of gigabytes (madvise of every free
+page) keeps only the calling thread busy, not the whole process stopped. The pause reported
+is how long every thread was held (a single-threaded target's includes the call).
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ def call_malloc_trim(
                         [pad_bytes],
                         restore_rt=restore_rt,
                         deadline=deadline,
+                        others_run=True,
                     )
             if outcome is not None and not outcome.finished:
                 raise DeadlineError(

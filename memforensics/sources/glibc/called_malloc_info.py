@@ -1,8 +1,9 @@
 """malloc_info(0, ...) called in the target with no gdb, through the self-restoring call of
 sources.proc.ptrace_call, its document written into memory that is on no thread's stack.
 
-One series of calls on one held thread, every other thread held throughout
-(sources.proc.ptrace_probe.call_chain), each call returning into libc's ``__restore_rt``:
+One series of calls on one held thread, every other thread held until malloc_info starts
+and then let go (sources.proc.ptrace_probe.call_chain), each call returning into libc's
+``__restore_rt``:
 
 1. ``mmap(region, REGION_BYTES, PROT_READ|PROT_WRITE,
    MAP_PRIVATE|MAP_ANONYMOUS|MAP_NORESERVE|MAP_FIXED_NOREPLACE, -1, 0)``, ``region`` chosen
@@ -217,7 +218,10 @@ class MallocInfoChain:
                     pid=pid,
                 )
             yield ProbeCall(fn["setvbuf"], (fp, 0, _IONBF, 0), b"")
-            yield ProbeCall(fn["malloc_info"], (0, fp), b"")
+            # The long call: the other threads run meanwhile (malloc_info takes each arena's
+            # lock; a walk of millions of chunks need not stop the whole process). Nothing
+            # after it needs them held: fclose and munmap act on what only we know of.
+            yield ProbeCall(fn["malloc_info"], (0, fp), b"", others_run=True)
             yield ProbeCall(fn["fclose"], (fp,), b"")
             self.leaked.pop()
             document = read_document(mem, region)

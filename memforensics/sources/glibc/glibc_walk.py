@@ -126,7 +126,9 @@ def _native_scout(
 def scout_together(walkers: Sequence[tuple[ArenaWalker, ArenaState]], deadline: float) -> bool:
     """ArenaWalker.scout of several arenas at once: all their lists side by side in one C
     scout (the reads are as many as the longest chain of pages of any one list, not the sum
-    over the arenas), within the sum of their page budgets and SCOUT_SECONDS. True when every
+    over the arenas), within the sum of their page budgets and of their times (SCOUT_SECONDS
+    each: the first pages read of a target, and our buffers' first pages, cost several times
+    what later ones do, so a group may need longer than one arena alone). True when every
     arena was scouted; False, and none of them scouted, when that could not be (no C scout,
     not a live target, or past the budgets): the caller may scout them one by one."""
     mems = {id(walker._mem) for walker, _ in walkers}
@@ -142,7 +144,7 @@ def scout_together(walkers: Sequence[tuple[ArenaWalker, ArenaState]], deadline: 
         segments += [(s.view, s.start, s.pages.readable, s.filled) for s in walker._segments]
         lists += _scout_lists_of(state, [_FASTBIN, *_nonempty_bins(state, 1)])
     segments.sort(key=lambda segment: segment[1])
-    until = min(deadline, time.monotonic() + SCOUT_SECONDS)
+    until = min(deadline, time.monotonic() + SCOUT_SECONDS * len(walkers))
     try:
         _native_scout(mem, segments, lists, budget, until)
     except (OutOfTime, ValueError):

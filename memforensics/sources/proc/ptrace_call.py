@@ -230,11 +230,14 @@ def call(
     *,
     restore_rt: int,
     deadline: float,
+    others_run: bool = False,
 ) -> CallOutcome:
     """Call ``function(*args)`` on held thread ``tid`` (see the module), while every other
-    thread stays held; return once the thread has restored itself, or at ``deadline`` (the
-    call then goes on after the hold is released, and restores the thread by itself).
-    TargetError when the thread's stack has no room for the call."""
+    thread stays held (``others_run``: is let go as the call starts, ThreadHold.let_others_go:
+    a function that takes its own locks need not stop the whole process for as long as it
+    runs); return once the thread has restored itself, or at ``deadline`` (the call then goes
+    on after the hold is released, and restores the thread by itself). TargetError when the
+    thread's stack has no room for the call."""
     pid = hold.pid
     if hold.stop_kinds.get(tid) != "interrupt":
         # Its stop holds a signal on its way in (or a job-control stop): resuming it into the
@@ -243,6 +246,8 @@ def call(
 
     def work() -> CallOutcome:
         frame = enter_call(pid, tid, function, args, restore_rt=restore_rt)
+        if others_run:
+            hold.let_others_go(tid)
         started = time.monotonic()
         try:
             ptrace_regs.request(PTRACE_CONT, tid, 0)

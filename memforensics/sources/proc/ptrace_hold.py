@@ -92,6 +92,7 @@ class _Tracee:
     kind: StopKind | None = None  # None until its stop was seen
     signal: int = 0  # a signal-delivery-stop's signal, delivered at detach
     gone: bool = False  # exited: nothing to detach
+    released: bool = False  # detached early (let_others_go): nothing more to detach
 
 
 class _Released(Exception):
@@ -143,9 +144,10 @@ class ThreadHold:
     (exit 6) when a thread does not stop within ``timeout_seconds`` of the start.
 
     ``stop_seconds`` is measured from the first PTRACE_INTERRUPT to the return of the last
-    PTRACE_DETACH, and is known once the hold is over (threads run on while all are being
-    seized; one that stops by itself meanwhile, on a signal or a new thread, stops a little
-    longer). ``stop_kinds`` says how each held
+    PTRACE_DETACH, or of ``let_others_go``'s when it let other threads go before a long call
+    (the calling thread is then busy in the call, not stopped), and is known once the hold is
+    over (threads run on while all are being seized; one that stops by itself meanwhile, on a
+    signal or a new thread, stops a little longer). ``stop_kinds`` says how each held
     thread stopped; ``deferred_signals`` the signals held back in signal-delivery-stops and
     delivered at release. The caller refuses what ``target_check.check_target`` refuses first
     (kernel threads, other allocators); this class only holds.
@@ -168,6 +170,7 @@ class ThreadHold:
         self._tracees: dict[int, _Tracee] = {}
         self._ignored: set[int] = set()  # listed threads that vanished or are zombies
         self._first_interrupt: float | None = None
+        self._others_released: float | None = None  # when let_others_go detached them
         self._release = threading.Event()
         self._work: Callable[[], object] | None = None
         self._work_ready = threading.Event()
@@ -273,6 +276,25 @@ class ThreadHold:
         signal to deliver at release."""
         tracee = self._tracees[tid]
         tracee.kind, tracee.signal = "interrupt", 0
+
+    def let_others_go(self, keep: int) -> None:
+        """In the tracer: detach every held thread but ``keep``, each with the signal its stop
+        holds (as at release), so that they run while ``keep`` makes a long call; the hold
+        then holds ``keep`` alone. A thread of the process never seized (born after the hold)
+        is not ours either. No effect when ``keep`` is the only thread held."""
+        others = [
+            t
+            for t in self._tracees.values()
+            if t.tid != keep and t.kind is not None and not t.gone and not t.released
+        ]
+        if not others:
+            return
+        # Failures pass, as at release: ESRCH is a thread killed while held.
+        self._each(_PTRACE_DETACH, [t.tid for t in others], [t.signal for t in others])
+        for tracee in others:
+            tracee.released = True
+        if self._others_released is None:
+            self._others_released = time.monotonic()
 
     def _ptrace(self, request: int, tid: int, data: int = 0) -> None:
         self._in_tracer_thread()
@@ -492,11 +514,16 @@ class ThreadHold:
                 # detached: it may be entering a signal-delivery-stop right now.
                 with contextlib.suppress(OSError):
                     self._collect(tracee)
-        stopped = [t for t in self._tracees.values() if t.kind is not None and not t.gone]
+        stopped = [
+            t
+            for t in self._tracees.values()
+            if t.kind is not None and not t.gone and not t.released
+        ]
         # Failures pass: ESRCH is a thread killed while held (SIGKILL ends a ptrace stop),
         # which the tracer's end reaps for its parent.
         self._each(_PTRACE_DETACH, [t.tid for t in stopped], [t.signal for t in stopped])
         if self._first_interrupt is not None:
-            self._stop_seconds = time.monotonic() - self._first_interrupt
+            end = self._others_released or time.monotonic()
+            self._stop_seconds = end - self._first_interrupt
         else:
             self._stop_seconds = 0.0

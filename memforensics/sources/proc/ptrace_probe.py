@@ -15,7 +15,8 @@ calls would write). The scratch is read then, and the thread restores itself, up
 exit of rt_sigreturn, where it stops again, ready for the next call or the release.
 
 Several calls run one after the other in one hold of the process: every other thread stays
-held throughout, as for malloc_trim.
+held throughout, unless a call asks that the others run from its start on (ProbeCall.
+others_run), as malloc_trim's does.
 """
 
 from __future__ import annotations
@@ -51,11 +52,13 @@ R = TypeVar("R")
 @dataclass(frozen=True)
 class ProbeCall:
     """One call: ``function(*args)`` with ``scratch`` placed in the thread's memory first
-    (a ScratchRef argument is an address in it)."""
+    (a ScratchRef argument is an address in it). ``others_run``: every other thread is let go
+    as this call starts (ThreadHold.let_others_go) and stays so for the rest of the series."""
 
     function: int
     args: tuple[int | ScratchRef, ...]
     scratch: bytes
+    others_run: bool = False
 
 
 def call_reading(
@@ -126,6 +129,8 @@ def call_chain(
                         sigmask=mask,
                     )
                     number += 1
+                    if spec.others_run:
+                        hold.let_others_go(tid)
                     scratch = _await_sigreturn(pid, tid, frame, len(spec.scratch), deadline)
                     if scratch is None:
                         chain.close()
