@@ -1,4 +1,5 @@
-"""Real services for tests/integration/test_services_*.py, and the figures they measured.
+"""Real services for tests/integration/test_services_*.py, and the figures they measured; and
+``release``, each glibc release a module's live tests run on.
 
 Each service is used by one test module and is module-scoped: it starts once per session (when
 its module runs) and is stopped in ``finally`` as soon as that module is done, instead of
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support import service_figures
+from tests.support.glibc_releases import RELEASES, GlibcRelease, release_tree, skip_reason
 from tests.support.postgres import (
     PgbenchRun,
     PostgresCluster,
@@ -113,3 +115,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("service figures (issue 11)")
         for line in lines:
             terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="module", params=RELEASES, ids=[f"glibc-{v}" for v in RELEASES])
+def release(request: pytest.FixtureRequest) -> GlibcRelease:
+    """Each glibc release of tests.support.glibc_releases in turn (its targets run through
+    its own loader), for the module that asks; skipped, saying why, where one cannot be had."""
+    tree = release_tree(request.param)
+    if tree is None:
+        pytest.skip(f"glibc {request.param}: {skip_reason(request.param)}")
+    return tree

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.glibc_releases import RELEASES, build_target, command, release_tree, skip_reason
+from tests.support.glibc_releases import build_target, command
 from tests.support.stall_target import StallTarget
 from tests.support.targets import (
     Target,
@@ -97,14 +97,6 @@ def read_only(pid: int, xml: Path, *extra: str) -> dict[str, Any]:
 def shape_target(argv: list[str]) -> Iterator[Target]:
     with running(argv, ready_timeout_seconds=60) as target:
         yield target
-
-
-@pytest.fixture(scope="module", params=RELEASES, ids=[f"glibc-{v}" for v in RELEASES])
-def release(request: pytest.FixtureRequest) -> Any:
-    tree = release_tree(request.param)
-    if tree is None:
-        pytest.skip(f"glibc {request.param}: {skip_reason(request.param)}")
-    return tree
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.glibc_releases import RELEASES, build_target, command, release_tree, skip_reason
+from tests.support.glibc_releases import build_target, command
 from tests.support.targets import live_skip_reason, proc_status, running
 
 _SKIP = live_skip_reason()
@@ -33,14 +33,6 @@ pytestmark = [
 THREADS = 5
 MIB_PER_ARENA = 24
 TUNABLES = f"glibc.malloc.arena_max={THREADS + 1}:glibc.malloc.mmap_threshold={32 << 20}"
-
-
-@pytest.fixture(scope="module", params=RELEASES, ids=[f"glibc-{v}" for v in RELEASES])
-def release(request: pytest.FixtureRequest) -> Any:
-    tree = release_tree(request.param)
-    if tree is None:
-        pytest.skip(f"glibc {request.param}: {skip_reason(request.param)}")
-    return tree
 
 
 def _inspect(pid: int, *extra: str) -> tuple[dict[str, Any], str]:

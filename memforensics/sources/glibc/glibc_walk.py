@@ -63,10 +63,17 @@ HELD_LAZY_MAX_CHUNKS = 256
 # as the scouted one, and the scout's time is the user's wait.
 SCOUT_SECONDS = 0.25
 SCOUT_MAX_SHARE = 0.25
+# Nor does a scout go past this many bytes of pages, whatever the arena's size: its stop
+# copies them again, at some 4-5 GB/s with two threads, ~15 ms for this much, the stall the
+# read allows itself (issue 31's bar), and they are our memory until that stop.
+SCOUT_MAX_BYTES = 64 << 20
 # An arena walked inside its stop that the copies' budget cannot hold (a main heap of
-# gigabytes) is followed lazily there, for at most this long: past it the read of that arena
-# gives up (budget_reached) rather than hold the target for seconds.
-HELD_LAZY_SECONDS = 0.1
+# gigabytes) is followed lazily there, for at most this long (the stall the read allows
+# itself): past it the read of that arena gives up (budget_reached) rather than hold every
+# thread longer; where that refusal lets malloc_info be called instead, the call keeps only
+# its calling thread busy.
+HELD_LAZY_SECONDS = 0.015
+HELD_CHECK_SECONDS = 0.1  # the least a list found inconsistent in a stop is diagnosed for
 # A walk copying block by block as the lists lead gives up past this many bytes copied (the
 # arena's figures then unknown): our memory, no more than the biggest whole copy.
 LAZY_MAX_BYTES = 192 << 20
@@ -316,7 +323,8 @@ class ArenaWalker:
         that a stop copies those pages alone (``copy_scouted``) instead of the whole arena.
         The copy's buffers must read as zeros where not written (heapcopy.FreshBuffers).
         False, and the walker left as if never scouted, when the lists lead to more than
-        SCOUT_MAX_SHARE of the resident pages or ``deadline`` (or SCOUT_SECONDS) passes."""
+        SCOUT_MAX_SHARE of the resident pages or SCOUT_MAX_BYTES, or ``deadline`` (or
+        SCOUT_SECONDS) passes."""
         self._begin_scout(deadline)
         try:
             self._scout_lists(state, [_FASTBIN, *_nonempty_bins(state, 1)], self._scout_pages_left)
@@ -330,7 +338,9 @@ class ArenaWalker:
         self._reset(1)
         self._deadline = min(deadline, time.monotonic() + SCOUT_SECONDS)
         resident_pages = sum(s.pages.resident_pages for s in self._segments)
-        self._scout_pages_left = int(resident_pages * SCOUT_MAX_SHARE)
+        self._scout_pages_left = min(
+            int(resident_pages * SCOUT_MAX_SHARE), SCOUT_MAX_BYTES // self._page
+        )
         self._max_chunks = None
 
     @property
@@ -692,9 +702,23 @@ class ArenaWalker:
                 0: heap_checks.check_unlisted(state, self._segments, large, self._page, fill=fill)
             }
         else:
-            found = heap_checks.diagnose_bins(
-                state, self._segments, indexes, self._page, self._deadline, self._mangled, fill=fill
-            )
+            # Naming a corruption is worth more than the stall the walk allows itself: a
+            # list that read back inconsistently in a stop is diagnosed for at least
+            # HELD_CHECK_SECONDS (an undiagnosed heap could be called into).
+            saved = self._deadline
+            self._deadline = max(saved, time.monotonic() + HELD_CHECK_SECONDS)
+            try:
+                found = heap_checks.diagnose_bins(
+                    state,
+                    self._segments,
+                    indexes,
+                    self._page,
+                    self._deadline,
+                    self._mangled,
+                    fill=fill,
+                )
+            finally:
+                self._deadline = saved
         for findings in found.values():
             walk.corruption.extend(findings)
         return set(found)
