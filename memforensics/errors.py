@@ -102,6 +102,19 @@ class ReadOnlyRefusedError(GdbMayHelpError):
 
     default_hint = "the gdb path (gdb calls malloc_info) may read it"
 
+    def __init__(
+        self,
+        message: str,
+        *,
+        hint: str | None = None,
+        pid: int | None = None,
+        too_long: tuple[int, ...] = (),
+    ) -> None:
+        super().__init__(message, hint=hint, pid=pid)
+        # The malloc_state addresses of the arenas refused because their lists were too long
+        # to follow within a stop (a read made right after need not try them again).
+        self.too_long = too_long
+
 
 class DeadlineError(MemforensicsError, TimeoutError):
     """No safe point was reached, or a call did not return in time; target left running."""

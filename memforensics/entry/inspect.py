@@ -143,6 +143,7 @@ def inspect_live(
                 facts,
                 timeout_seconds=timeout_seconds,
                 fallback=Fallback(way="call", reason=exc.message),
+                unwalked=exc.too_long,
             )
     refuse_if_corrupt(
         pid,

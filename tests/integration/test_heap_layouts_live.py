@@ -122,3 +122,22 @@ def test_top_at_brk_for_an_ordinary_main_arena() -> None:
     main = next(a for a in scan.arenas if a.is_main)
     assert main.top_at_brk is True
     assert len(main.segments) == 1
+
+
+def test_an_unwalked_arena_has_its_heaps_read_and_not_its_lists() -> None:
+    """scan_heap's ``unwalked`` (the arenas a refused read found too long to follow, which the
+    residency read after a stand-in call does not walk again): their heaps and sizes are read
+    as for any arena, their lists not, and they say their budget was reached; the others are
+    read as without it."""
+    with c_target("many_arenas", "4", "2000") as target:
+        whole = scan_heap(target.pid)
+        walked = [a for a in whole.arenas if a.walked and a.address is not None]
+        assert len(walked) >= 2
+        skipped = walked[1].address
+        assert skipped is not None
+        scan = scan_heap(target.pid, unwalked={skipped})
+    rows = {a.address: a for a in scan.arenas}
+    row = rows[skipped]
+    assert not row.walked and row.budget_reached and row.chunks == 0
+    assert row.system_bytes is not None and row.system_bytes > 0 and row.segments
+    assert all(a.walked for a in scan.arenas if a.address not in (skipped, None))

@@ -145,13 +145,20 @@ def call_malloc_info(pid: int, facts: ProcessFacts, timeout_seconds: float) -> C
 
 
 def inspect_by_call(
-    pid: int, facts: ProcessFacts, *, timeout_seconds: float, fallback: Fallback | None = None
+    pid: int,
+    facts: ProcessFacts,
+    *,
+    timeout_seconds: float,
+    fallback: Fallback | None = None,
+    unwalked: tuple[int, ...] = (),
 ) -> Inspection:
     """The heap report of ``pid`` from its own malloc_info, called with no gdb (see the
     module), with the residency read from memory right after; ``fallback``: why this way
-    stood in. A process that exits meanwhile gives TargetExitedError."""
+    stood in; ``unwalked``: the arenas (malloc_state addresses) whose lists the refused read
+    found too long to follow, whose lists the residency read does not walk again (their free
+    bytes are then estimated). A process that exits meanwhile gives TargetExitedError."""
     try:
-        return _inspect(pid, facts, timeout_seconds, fallback)
+        return _inspect(pid, facts, timeout_seconds, fallback, unwalked)
     except MemforensicsError as exc:
         if isinstance(exc, NoSuchProcessError) or not pid_alive(pid):
             raise exited_error(pid, exc) from exc
@@ -159,7 +166,11 @@ def inspect_by_call(
 
 
 def _inspect(
-    pid: int, facts: ProcessFacts, timeout_seconds: float, fallback: Fallback | None
+    pid: int,
+    facts: ProcessFacts,
+    timeout_seconds: float,
+    fallback: Fallback | None,
+    unwalked: tuple[int, ...],
 ) -> Inspection:
     from memforensics.entry.readers.memory import report_parts
     from memforensics.sources.malloc_info.malloc_xml import parse_dump
@@ -169,7 +180,7 @@ def _inspect(
     status = procfs.read_text(pid, "status")
     memory = memory_figures.read_memory(pid, status=status)
     try:
-        scan = scan_heap(pid, libc_path=facts.libc_path)
+        scan = scan_heap(pid, libc_path=facts.libc_path, unwalked=unwalked)
     except NoSuchProcessError:
         raise
     except (MemforensicsError, OSError) as exc:

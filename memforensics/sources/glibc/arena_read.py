@@ -41,19 +41,21 @@ def read_arena(
     held: bool = False,
     defer: bool = False,
     scouted: ArenaWalker | None = None,
+    walk: bool = True,
 ) -> Finish:
     """The read of one arena (see the module); its buffers go back to ``pool`` when the
     walk is done. With ``defer``, whatever must come from the target is read now and the
     rest when the result is asked for; call it once. ``scouted``: a walker whose scout
     (ArenaWalker.scout) found the pages of this arena's lists before the stop: where it
     read the same ``heaps``, only those pages are copied in the stop, and the walk is made
-    there (not deferred); it is closed either way."""
+    there (not deferred); it is closed either way. ``walk`` False: its heaps are read, not its
+    lists (``budget_reached``: a read just before found them too long to follow)."""
     segments = tuple(
         HeapSegment(h.start, h.size_bytes, h.pages.total_resident_bytes)
         for h in heaps
         if h.pages is not None
     )
-    if state is None or not layout_ok:
+    if state is None or not layout_ok or not walk:
         unread = ArenaScan(
             address=None if state is None else state.address,
             is_main=is_main,
@@ -61,6 +63,7 @@ def read_arena(
             layout_ok=layout_ok,
             segments=segments,
             walked=False,
+            budget_reached=state is not None and layout_ok and not walk,
         )
         if scouted is not None:
             scouted.close()

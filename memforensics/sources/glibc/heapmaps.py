@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 
 from memforensics.model import glibc
@@ -165,6 +165,7 @@ def scan_heap(
     figures: bool = False,
     hold: ArenaHold | None = None,
     is_64: bool | None = None,
+    unwalked: Collection[int] = (),
 ) -> HeapScan:
     """Read every arena of ``pid``: heaps, residency, free lists (within the time budget).
 
@@ -176,7 +177,9 @@ def scan_heap(
     (ArenaScan.figures, HeapScan.malloc_params), each arena's from one moment: read inside
     ``hold`` (a live target) or from a memory that does not move (a core file). ``is_64``:
     whether the target is a 64-bit program, where its executable's ELF class was read
-    already (check_target's); else read here.
+    already (check_target's); else read here. ``unwalked``: arenas (malloc_state addresses)
+    whose heaps are read but not their lists (``budget_reached``: a read just before found
+    them too long to follow).
     """
     started = time.monotonic()
     mappings = read_smaps(pid)
@@ -196,6 +199,7 @@ def scan_heap(
                 figures=figures,
                 hold=hold,
                 is_64=is_64,
+                unwalked=unwalked,
             )
             return replace(scan, arenas_only=arenas_only)
     finally:
@@ -319,8 +323,10 @@ class _HeapRead:
         figures: bool,
         hold: ArenaHold | None,
         is_64: bool,
+        unwalked: Collection[int] = (),
     ) -> None:
         self.pid, self.mappings, self.mem, self.pool = pid, mappings, mem, pool
+        self.unwalked = frozenset(unwalked)
         self.libc_path = libc_path
         self.deadline = deadline
         self.pause = pause or (lambda: None)
@@ -492,6 +498,7 @@ class _HeapRead:
             held=held,
             defer=self.rules.defers(weight_bytes, scouted is None),
             scouted=scouted,
+            walk=state is None or state.address not in self.unwalked,
         )
         if state is None:
             return finish
@@ -638,6 +645,7 @@ class _HeapRead:
             held=self.rules.held,
             defer=self.rules.defers(weight_bytes, scouted is None),
             scouted=scouted,
+            walk=address not in self.unwalked,
         )
 
     def result(self, started: float, budget_seconds: float) -> HeapScan:
@@ -701,6 +709,7 @@ def _scan(
     figures: bool = False,
     hold: ArenaHold | None = None,
     is_64: bool | None = None,
+    unwalked: Collection[int] = (),
 ) -> HeapScan:
     read = _HeapRead(
         pid,
@@ -714,6 +723,7 @@ def _scan(
         figures=figures,
         hold=hold,
         is_64=_is_64bit(pid) if is_64 is None else is_64,
+        unwalked=unwalked,
     )
     read.search_anonymous()
     read.prepare()

@@ -142,6 +142,11 @@ def malloc_info_xml(scan: HeapScan, release: str | None) -> bytes:
             f"arena {', '.join(missing)} could not be read consistently{why}",
             hint="try again, or read it through the gdb path (gdb calls malloc_info)",
             pid=scan.pid,
+            too_long=tuple(
+                a.address
+                for a in scan.arenas
+                if a.figures is None and a.budget_reached and a.address is not None
+            ),
         )
     if params is None:
         raise ReadOnlyRefusedError(
