@@ -59,7 +59,6 @@ class StopBatches:
         self._budget = stop_budget_seconds
         self._hold: ThreadHold | None = None
         self._since = 0.0
-        self._entering_seconds = 0.0  # how long the last stop took to stop every thread
         self._bytes_per_second: float | None = None  # how fast arenas were read in stops
         self._locked_since = 0.0  # when the arena read now was first found locked
         self.stops_seconds: list[float] = []
@@ -68,11 +67,9 @@ class StopBatches:
         hold = ThreadHold(
             self.pid, timeout_seconds=self._timeout_seconds, registers=self._single_threaded
         )
-        began = time.monotonic()
         hold.__enter__()
         self._hold = hold
         self._since = time.monotonic()
-        self._entering_seconds = self._since - began
 
     def _end(self) -> None:
         hold, self._hold = self._hold, None
@@ -81,10 +78,12 @@ class StopBatches:
             self.stops_seconds.append(hold.stop_seconds)
 
     def _budget_seconds(self) -> float:
-        """How long a stop may go on taking arenas: the budget, or as long as stopping every
-        thread took (a process of a thousand threads takes tens of ms to stop: fewer,
-        longer stops, not a stop per arena that costs more to make than to use)."""
-        return max(self._budget, self._entering_seconds)
+        """How long a stop may go on taking arenas: the budget, however long stopping every
+        thread took. (A process of a thousand threads takes tens of ms to stop and as long to
+        release; a stop that then also read arenas for as long would double the stall every
+        thread feels, for fewer stops: the stall is what the read is judged by, its wall is
+        the operator's.)"""
+        return self._budget
 
     @contextlib.contextmanager
     def arena(self, weight_bytes: int = 0) -> Iterator[None]:
