@@ -325,7 +325,7 @@ def _copied_reader(
     at most FAST_COPY_MAX_PAGES of them, each run of neighbouring present pages in one read;
     a chunk off the copy is read by ``fallback``."""
     page_bytes = mem.page_bytes
-    copied: dict[int, bytes] = {}
+    copied: dict[int, memoryview] = {}  # views into the runs' buffers: no copy per page
     wanted = sorted(pages)[:FAST_COPY_MAX_PAGES]
     present = []
     for page in wanted:
@@ -343,20 +343,20 @@ def _copied_reader(
         else:
             runs.append([page])
     for run in runs:
-        data = bytearray(len(run) * page_bytes)
-        if mem.read_into(memoryview(data), run[0] * page_bytes):
+        view = memoryview(bytearray(len(run) * page_bytes))
+        if mem.read_into(view, run[0] * page_bytes):
             for i, page in enumerate(run):
-                copied[page] = bytes(data[i * page_bytes : (i + 1) * page_bytes])
+                copied[page] = view[i * page_bytes : (i + 1) * page_bytes]
 
     def read(address: int) -> bytes | None:
         page, offset = divmod(address, page_bytes)
         data = copied.get(page)
         if data is not None:
             if offset + 24 <= page_bytes:
-                return data[offset : offset + 24]
+                return bytes(data[offset : offset + 24])
             after = copied.get(page + 1)
             if after is not None:
-                return (data[offset:] + after)[:24]
+                return (bytes(data[offset:]) + bytes(after))[:24]
         return fallback(address)
 
     return read

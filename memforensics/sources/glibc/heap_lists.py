@@ -88,7 +88,7 @@ def fast_chunks(
                 if len(found) + len(chain) >= FASTBIN_MAX_CHUNKS or (
                     len(chain) % 64 == 63 and time.monotonic() > deadline
                 ):
-                    complete = False  # the stop's time is up: what was followed stands
+                    complete = False  # its chunks or its time are up: what was followed stands
                     break
                 data = read(at) if read is not None else mem.read(at, 24)
                 if (
