@@ -260,6 +260,13 @@ class ThreadControl:
                 )
                 break
             except MiTimeout:
+                # Its stop may have come with no record reaching us (one read while another
+                # thread's was awaited is dropped): gdb's own word on the thread decides.
+                state = self._thread_state(thread_id)
+                if state == "stopped":
+                    return True
+                if state is None:
+                    return False  # gone: it exited meanwhile
                 if left <= _INTERRUPT_AGAIN_SECONDS:
                     self._give_up(f"thread {thread_id} did not stop when interrupted")
             # gdb can lose a non-stop interrupt of a thread that a stream of signals keeps
@@ -268,6 +275,17 @@ class ThreadControl:
             with contextlib.suppress(MemforensicsError):
                 self._port.command(f"-exec-interrupt --thread {thread_id}")
         return record.get("message") != "thread-exited"
+
+    def _thread_state(self, thread_id: str) -> str | None:
+        """gdb's state of the thread ("stopped", "running"), None when gdb no longer lists it."""
+        try:
+            payload = self._port.command(f"-thread-info {thread_id}").payload
+        except (DeadlineError, TargetExitedError):
+            raise
+        except MemforensicsError:  # gdb no longer knows the thread
+            return None
+        threads = payload.get("threads") or []
+        return str(threads[0].get("state", "")) if threads else None
 
     def _release(self, thread_id: str) -> None:
         self._port.command(f"-exec-continue --thread {thread_id}")
