@@ -8,6 +8,9 @@ The shapes, each one target process in a memory cgroup sized for it (when one ca
   (glibc.malloc.mmap_threshold, 32 MiB by default: the most mallopt and glibc's dynamic
   threshold reach), big blocks (0.5-32 MiB) and small ones, some of each freed between live
   ones; idle workers sleep, busy ones keep freeing and mallocing small blocks in their arena;
+* "N x M MiB, spread lists": seeds_heap.c's spread shape, arenas above the copies' budget
+  (192 MiB) whose free lists lie on about a third of their pages (a small free chunk between
+  live blocks of 12 KiB);
 * "1,500 arenas": tests/targets/many_arenas.c as benchmarks/bench_inspect.py runs it;
 * "2M-chunk unsorted bin": seeds_heap.c's main-arena shape, every other one of 4 million
   small blocks freed and left in the unsorted bin (the main thread never mallocs again);
@@ -98,13 +101,21 @@ SHAPES = (
     _arenas("32x100-busy", "32 x 100 MiB busy", 32, 100, True, THRESHOLD_BYTES),
     _arenas("8x1g", "8 x 1 GiB idle", 8, 1024, False, THRESHOLD_BYTES),
     Shape(
+        "4x384-spread",
+        "4 x 384 MiB, spread lists",
+        "seeds_heap",
+        ["spread", "4", "384"],
+        f"glibc.malloc.arena_max=5:glibc.malloc.mmap_threshold={THRESHOLD_BYTES}",
+        4 * 384 + 768,
+    ),
+    Shape(
         "1500", "1,500 arenas", "many_arenas", ["1500", "600"], "glibc.malloc.arena_max=1500", 2048
     ),
     Shape("2m", "2M-chunk unsorted bin", "seeds_heap", ["unsorted", "4000000"], "", 2048),
     _arenas("32x100-t64", "32 x 100 MiB idle, t=64M", 32, 100, False, 64 * MIB),
     Shape("2m-smallbin", "2M-chunk small bin", "many_arenas", ["1", "4000000", "24"], "", 2048),
 )
-DEFAULT_SHAPES = "32x100,32x100-busy,8x1g,1500,2m"
+DEFAULT_SHAPES = "32x100,32x100-busy,8x1g,4x384-spread,1500,2m"
 
 
 class CgroupTarget(Target):

@@ -20,11 +20,7 @@ import contextlib
 import json
 import os
 import re
-import signal
-import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,13 +31,13 @@ import pytest
 from memforensics.model import corruption as checks
 from tests.support.glibc_releases import RELEASES, GlibcRelease, build_target, command, release_tree
 from tests.support.glibc_releases import skip_reason as release_skip_reason
+from tests.support.measured import Run, run_measured
 from tests.support.schema import missing_keys
 from tests.support.targets import Target, live_skip_reason, running
 
 _SKIP = live_skip_reason()
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")]
 
-MEMFORENSICS = [sys.executable, "-m", "memforensics"]
 DEADLINE_SECONDS = 30.0  # the issue's bound on each command
 PEAK_RSS_MAX_KIB = 200 * 1024
 EXIT_CORRUPT = 8
@@ -107,50 +103,10 @@ def _said(ready_line: str, n: int) -> Corrupted:
     return Corrupted(arenas, corrupted)
 
 
-@dataclass
-class Run:
-    exit_code: int
-    stdout: str
-    stderr: str
-    seconds: float
-    peak_rss_kib: int
-
-
-# Runs the command as its child and reports its peak RSS: wait4's ru_maxrss of a process
-# forked from this test process would count this process's own peak too (the kernel keeps the
-# parent's high-water mark across fork and exec), and the suite's process grows large.
-_MEASURE = (
-    "import os, subprocess, sys\n"
-    "child = subprocess.Popen(sys.argv[1:])\n"
-    "_, status, usage = os.wait4(child.pid, 0)\n"
-    "sys.stderr.write(f'\\n@peak-rss-kib {usage.ru_maxrss}\\n')\n"
-    "sys.exit(os.waitstatus_to_exitcode(status))\n"
-)
-
-
 def _run(args: list[str], path_first: Path) -> Run:
-    """One memforensics command, its wall time and its own peak RSS (wait4, see _MEASURE)."""
+    """One memforensics command, its wall time and its own peak RSS."""
     env = dict(os.environ, PATH=f"{path_first}:{os.environ['PATH']}")
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        started = time.monotonic()
-        proc = subprocess.Popen(
-            [sys.executable, "-c", _MEASURE, *MEMFORENSICS, *args],
-            stdout=out,
-            stderr=err,
-            env=env,
-            start_new_session=True,
-        )
-        try:
-            proc.wait(timeout=DEADLINE_SECONDS + 30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            pytest.fail(f"{args} still running after {DEADLINE_SECONDS + 30} s")
-        seconds = time.monotonic() - started
-        out.seek(0)
-        err.seek(0)
-        stderr, _, peak = err.read().decode().rpartition("\n@peak-rss-kib ")
-        return Run(proc.returncode, out.read().decode(), stderr, seconds, int(peak))
+    return run_measured(args, timeout_seconds=DEADLINE_SECONDS + 30, env=env)
 
 
 def _assert_left_intact(target: Target, said: Corrupted) -> None:

@@ -8,7 +8,10 @@ written through a FILE opened before its first allocation with a static buffer (
 after it is the heap it describes): the read must equal it byte for byte, every arena must have
 been scouted (the first alone, the others side by side), and the stops must have copied a small
 share of the heap. A busy target (every worker replacing 256 small blocks a millisecond) is
-read too, never refused, every arena balanced against the same read's residency.
+read too, never refused, every arena balanced against the same read's residency. So is an
+arena above the copies' budget whose lists lie on more pages than a scout of an arena that fits
+the budget goes to (the spread shape): its scout goes on up to the budget, where giving up
+would mean a refusal and a call.
 """
 
 from __future__ import annotations
@@ -21,7 +24,10 @@ from typing import Any
 
 import pytest
 
+from memforensics.sources.glibc.glibc_walk import SCOUT_MAX_BYTES
+from memforensics.sources.glibc.heapcopy import copy_budget_bytes
 from tests.support.glibc_releases import build_target, command
+from tests.support.measured import run_measured
 from tests.support.targets import live_skip_reason, proc_status, running
 
 _SKIP = live_skip_reason()
@@ -93,3 +99,35 @@ def test_a_busy_seeds_target_is_read_without_a_fallback() -> None:
             assert all(arena["balanced"] for arena in document["residency"]["arenas"])
         _assert_running(target.pid)
         assert target.alive()
+
+
+SPREAD_MIB = 320  # above the copies' budget (192 MiB at most)
+RSS_BOUND_BYTES = 256 << 20  # issue 31: our peak RSS at any heap size
+
+
+@pytest.mark.slow
+def test_an_arena_above_the_copy_budget_with_widely_spread_lists_is_read(
+    release: Any, tmp_path: Path
+) -> None:
+    """One arena of 320 MiB, a free chunk every three pages: its lists lie on ~100 MiB of
+    pages, past a budget-sized arena's scout (SCOUT_MAX_BYTES) and within the copies' budget.
+    It is scouted and read in its stop, byte for byte the target's own malloc_info, with no
+    stand-in call; and our own peak RSS, the kernel's figure, stays within 256 MiB."""
+    assert copy_budget_bytes() < SPREAD_MIB << 20
+    binary = build_target(release, "seeds_heap")
+    own, rebuilt = tmp_path / "own.xml", tmp_path / "read.xml"
+    argv = command(release, binary, ["spread", "1", str(SPREAD_MIB), str(own)])
+    tunables = f"glibc.malloc.arena_max=2:glibc.malloc.mmap_threshold={32 << 20}"
+    with running(argv, env={"GLIBC_TUNABLES": tunables}, ready_timeout_seconds=120) as target:
+        run = run_measured(
+            ["inspect", "--json", "--read-only", "--save-xml", str(rebuilt), str(target.pid)],
+            timeout_seconds=120,
+        )
+        _assert_running(target.pid)
+        assert target.alive()
+    assert run.exit_code == 0, run.stderr
+    assert rebuilt.read_bytes() == own.read_bytes()
+    read = json.loads(run.stdout)["read_only"]
+    assert read["scouted_arenas"] == 1
+    assert SCOUT_MAX_BYTES < read["stop_copy_bytes"] < (SPREAD_MIB << 20) // 2, read
+    assert run.peak_rss_kib << 10 <= RSS_BOUND_BYTES, run.peak_rss_kib

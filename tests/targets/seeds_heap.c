@@ -1,6 +1,7 @@
 /* Benchmark target in the seeds' shapes (issue 31), with a ticker that feels every stop.
  *
  * usage: seeds_heap THREADS MEGABYTES BUSY [XML_PATH]
+ *        seeds_heap spread THREADS MEGABYTES [XML_PATH]
  *        seeds_heap unsorted BLOCKS
  *
  * THREADS MEGABYTES BUSY: each of THREADS workers fills its own arena (run it with
@@ -19,6 +20,12 @@
  * the heap is built, malloc_info(0) is written there through a FILE opened before the first
  * allocation, with a static buffer, so that writing it allocates nothing: the document
  * describes the heap as it stays (the oracle of tests/integration/test_seeds_read.py).
+ *
+ * spread THREADS MEGABYTES [XML_PATH]: as above with idle workers, but each fills its arena
+ * with pairs of a live block of SPREAD_LIVE bytes and a small one (136..1000 bytes), and
+ * frees every small one: one free chunk every three pages or so, so that the free lists lie
+ * on about a third of the arena's pages however big it is (a few hundred MiB of arena: more
+ * pages than a read copies in one stop without a care, fewer than its copy budget).
  *
  * unsorted BLOCKS: the main thread allocates BLOCKS blocks of 136..264 bytes (chunks too big
  * for the fast bins), writes them, and frees every other one in a scattered order: BLOCKS/2
@@ -45,10 +52,12 @@
 #define SMALL_FREES 3000       /* about this many small blocks freed per arena */
 #define RING 512               /* a busy worker's small blocks */
 #define BIG_MAX ((32u << 20) - (64u << 10)) /* under a 32 MiB mmap threshold */
+#define SPREAD_LIVE (12u << 10)  /* spread: the live block between two free chunks */
 
 static pthread_barrier_t barrier;
 static size_t bytes_per_arena;
 static int busy;
+static int spread;
 static atomic_long longest_gap_us;
 
 static long now_us(void) {
@@ -84,6 +93,21 @@ static void *must_malloc(size_t size) {
     return block;
 }
 
+/* spread: pairs of a live SPREAD_LIVE block and a small one, every small one freed. */
+static void fill_spread(uint64_t *state) {
+    size_t pair = SPREAD_LIVE + 1024, pairs = bytes_per_arena / pair;
+    void **smalls = must_malloc(pairs * sizeof(void *));
+    for (size_t i = 0; i < pairs; i++) {
+        void *live = must_malloc(SPREAD_LIVE);
+        memset(live, 0x42, SPREAD_LIVE);
+        size_t size = 136 + (size_t)(next_random(state) % 54) * 16;
+        smalls[i] = must_malloc(size);
+        memset(smalls[i], 0x5a, size);
+    }
+    for (size_t i = 0; i < pairs; i++) free(smalls[i]);
+    free(smalls);
+}
+
 static void *worker(void *arg) {
     uint64_t state = 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)arg * 0x100000001b3ull;
     size_t big_budget = bytes_per_arena / 5 * 4, small_budget = bytes_per_arena - big_budget;
@@ -91,6 +115,10 @@ static void *worker(void *arg) {
     void **bigs = must_malloc(big_cap * sizeof(void *));
     void **smalls = must_malloc(small_cap * sizeof(void *));
     size_t nbig = 0, nsmall = 0, big_used = 0, small_used = 0;
+    if (spread) {
+        fill_spread(&state);
+        big_budget = small_budget = 0;
+    }
     while (big_used < big_budget || small_used < small_budget) {
         /* Whichever kind is furthest behind its share comes next: big and small interleave. */
         int big_next = small_used >= small_budget ||
@@ -194,16 +222,18 @@ int main(int argc, char **argv) {
     } else if (argc == 4 || argc == 5) {
         static char xml_buffer[1 << 20];
         FILE *xml = NULL;
-        if (argc == 5) {
-            xml = fopen(argv[4], "w"); /* before any block: its FILE is the heap's first */
+        spread = strcmp(argv[1], "spread") == 0;
+        const char *xml_path = argc == 5 ? argv[4] : NULL;
+        if (xml_path != NULL) {
+            xml = fopen(xml_path, "w"); /* before any block: its FILE is the heap's first */
             if (xml == NULL || setvbuf(xml, xml_buffer, _IOFBF, sizeof xml_buffer) != 0) {
-                perror(argv[4]);
+                perror(xml_path);
                 return 1;
             }
         }
-        int threads = atoi(argv[1]);
-        bytes_per_arena = (size_t)atol(argv[2]) << 20;
-        busy = atoi(argv[3]) != 0;
+        int threads = atoi(argv[1 + spread]);
+        bytes_per_arena = (size_t)atol(argv[2 + spread]) << 20;
+        busy = spread ? 0 : atoi(argv[3]) != 0;
         if (threads < 1 || bytes_per_arena == 0) return 2;
         pthread_barrier_init(&barrier, NULL, (unsigned)threads + 1);
         for (int i = 0; i < threads; i++) {
@@ -218,10 +248,13 @@ int main(int argc, char **argv) {
             perror("malloc_info");
             return 1;
         }
-        printf("ready threads=%d mb=%s busy=%d\n", threads, argv[2], busy);
+        printf("ready threads=%d mb=%s busy=%d spread=%d\n", threads, argv[2 + spread], busy,
+               spread);
     } else {
-        fprintf(stderr, "usage: %s THREADS MEGABYTES BUSY [XML] | %s unsorted BLOCKS\n", argv[0],
-                argv[0]);
+        fprintf(stderr,
+                "usage: %s THREADS MEGABYTES BUSY [XML] | %s spread THREADS MEGABYTES [XML] | "
+                "%s unsorted BLOCKS\n",
+                argv[0], argv[0], argv[0]);
         return 2;
     }
     char line[64];

@@ -58,15 +58,17 @@ CHASE_SECONDS = 0.05  # time box of one arena's chase round
 # the lists left are walked over a whole copy (in C, where built).
 HELD_LAZY_MAX_BYTES = 4 << 20
 HELD_LAZY_MAX_CHUNKS = 256
-# A scout (ArenaWalker.scout) gives up past this long, or once its lists lead to more than
-# this share of the arena's resident pages: a whole copy in the stop then costs about as much
-# as the scouted one, and the scout's time is the user's wait.
+# A scout (ArenaWalker.scout) of an arena the copies' budget holds gives up past this long,
+# or once its lists lead to more than this share of the arena's resident pages or this many
+# bytes of pages: the stop then copies the arena whole instead, for about the same cost
+# (SCOUT_MAX_BYTES: its stop copies them again, at some 4-5 GB/s with two threads, ~15 ms,
+# the stall the read allows itself (issue 31's bar), and they are our memory until then).
 SCOUT_SECONDS = 0.25
 SCOUT_MAX_SHARE = 0.25
-# Nor does a scout go past this many bytes of pages, whatever the arena's size: its stop
-# copies them again, at some 4-5 GB/s with two threads, ~15 ms for this much, the stall the
-# read allows itself (issue 31's bar), and they are our memory until that stop.
 SCOUT_MAX_BYTES = 64 << 20
+# An arena above the copies' budget has no whole copy to fall back on (its refusal lets
+# malloc_info be called instead): its scout goes on up to the budget's bytes of pages, which
+# its stop then copies, and for as much longer as that is more pages than SCOUT_MAX_BYTES.
 # An arena walked inside its stop that the copies' budget cannot hold (a main heap of
 # gigabytes) is followed lazily there, for at most this long (the stall the read allows
 # itself): past it the read of that arena gives up (budget_reached) rather than hold every
@@ -130,14 +132,17 @@ def _native_scout(
     return int(pages)
 
 
-def scout_together(walkers: Sequence[tuple[ArenaWalker, ArenaState]], deadline: float) -> bool:
+def scout_together(
+    walkers: Sequence[tuple[ArenaWalker, ArenaState]], deadline: float, max_bytes: int
+) -> bool:
     """ArenaWalker.scout of several arenas at once: all their lists side by side in one C
     scout (the reads are as many as the longest chain of pages of any one list, not the sum
-    over the arenas), within the sum of their page budgets and of their times (SCOUT_SECONDS
-    each: the first pages read of a target, and our buffers' first pages, cost several times
-    what later ones do, so a group may need longer than one arena alone). True when every
-    arena was scouted; False, and none of them scouted, when that could not be (no C scout,
-    not a live target, or past the budgets): the caller may scout them one by one."""
+    over the arenas), within the sum of their page budgets (at most ``max_bytes`` of pages in
+    all: our memory until their stops) and of their times (the first pages read of a target,
+    and our buffers' first pages, cost several times what later ones do, so a group may need
+    longer than one arena alone). True when every arena was scouted; False, and none of them
+    scouted, when that could not be (no C scout, not a live target, or past the budgets): the
+    caller may scout them one by one."""
     mems = {id(walker._mem) for walker, _ in walkers}
     mem = walkers[0][0]._mem if walkers else None
     if _scout_native is None or len(mems) != 1 or not isinstance(mem, ProcessMemoryReader):
@@ -145,15 +150,17 @@ def scout_together(walkers: Sequence[tuple[ArenaWalker, ArenaState]], deadline: 
     segments = []
     lists: list[tuple[int, int, int]] = []
     budget = 0
+    seconds = 0.0
     for walker, state in walkers:
         walker._begin_scout(deadline)
         budget += walker._scout_pages_left or 0
+        seconds += walker._deadline - time.monotonic()
         segments += [(s.view, s.start, s.pages.readable, s.filled) for s in walker._segments]
         lists += _scout_lists_of(state, [_FASTBIN, *_nonempty_bins(state, 1)])
     segments.sort(key=lambda segment: segment[1])
-    until = min(deadline, time.monotonic() + SCOUT_SECONDS * len(walkers))
+    until = min(deadline, time.monotonic() + seconds)
     try:
-        _native_scout(mem, segments, lists, budget, until)
+        _native_scout(mem, segments, lists, min(budget, max_bytes // mem.page_bytes), until)
     except (OutOfTime, ValueError):
         for walker, _ in walkers:
             walker._end_scout(False)
@@ -323,8 +330,9 @@ class ArenaWalker:
         that a stop copies those pages alone (``copy_scouted``) instead of the whole arena.
         The copy's buffers must read as zeros where not written (heapcopy.FreshBuffers).
         False, and the walker left as if never scouted, when the lists lead to more than
-        SCOUT_MAX_SHARE of the resident pages or SCOUT_MAX_BYTES, or ``deadline`` (or
-        SCOUT_SECONDS) passes."""
+        SCOUT_MAX_SHARE of the resident pages or SCOUT_MAX_BYTES (an arena above the copies'
+        budget: more than that budget), or ``deadline`` (or SCOUT_SECONDS, longer for an
+        arena above the budget) passes."""
         self._begin_scout(deadline)
         try:
             self._scout_lists(state, [_FASTBIN, *_nonempty_bins(state, 1)], self._scout_pages_left)
@@ -336,11 +344,15 @@ class ArenaWalker:
 
     def _begin_scout(self, deadline: float) -> None:
         self._reset(1)
-        self._deadline = min(deadline, time.monotonic() + SCOUT_SECONDS)
         resident_pages = sum(s.pages.resident_pages for s in self._segments)
-        self._scout_pages_left = min(
-            int(resident_pages * SCOUT_MAX_SHARE), SCOUT_MAX_BYTES // self._page
-        )
+        if self._prefetch_whole:
+            max_pages = min(int(resident_pages * SCOUT_MAX_SHARE), SCOUT_MAX_BYTES // self._page)
+            seconds = SCOUT_SECONDS
+        else:  # past the budget: the scout or a refusal
+            max_pages = self._pool.copy_max_bytes // self._page
+            seconds = SCOUT_SECONDS * max(1.0, self._pool.copy_max_bytes / SCOUT_MAX_BYTES)
+        self._deadline = min(deadline, time.monotonic() + seconds)
+        self._scout_pages_left = max_pages
         self._max_chunks = None
 
     @property

@@ -137,7 +137,8 @@ class FreshBuffers(BufferPool):
     Only the pages written cost memory."""
 
     def __init__(self) -> None:
-        super().__init__(copy_max_bytes=COPY_MAX_BYTES)  # (not used: nothing is pooled)
+        # (Nothing is pooled; the budget still says which arenas may be copied whole.)
+        super().__init__()
 
     def take(self, length: int) -> mmap.mmap:
         return mmap.mmap(

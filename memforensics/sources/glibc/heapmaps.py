@@ -552,7 +552,8 @@ class _HeapRead:
     def _scout_from(self, position: int) -> None:
         """Scout, while the target runs, the arena at ``position`` of the order and the next
         arenas to scout, side by side (glibc_walk.scout_together), as many as the pages the
-        last scout found suggest fit _SCOUT_GROUP_BYTES; one by one where that fails. The
+        last scout found suggest fit _SCOUT_GROUP_BYTES; one by one where that fails, until
+        the pages scouted reach the copies' budget (the rest are scouted at their turn). The
         walkers wait in ``scouted`` for their arenas' stops. An arena whose scout gave up has
         none (its read copies it whole: its buffers are faulted in now, not in its stop)."""
         self.rules.let_run()
@@ -573,17 +574,24 @@ class _HeapRead:
             if ready is not None:
                 group.append(ready)
                 addresses.append(address)
-        together = len(group) > 1 and scout_together(group, self.deadline)
-        found = 0
+        budget = self.pool.copy_max_bytes
+        together = len(group) > 1 and scout_together(group, self.deadline, budget)
+        found = kept = 0
         for address, (walker, state) in zip(addresses, group, strict=True):
+            if not together and kept >= budget:
+                walker.close()  # our memory until their stops: scouted at their own turn
+                continue
             if together or walker.scout(state, self.deadline):
+                kept += walker.scouted_bytes
                 self.scouted[address] = walker
                 found = max(found, walker.scouted_bytes)
                 self.scout_gave_up = 0
             else:
                 self.scout_gave_up += 1
                 walker.close()
-                self.pool.prepare([s.size_bytes for s in self.by_arena[address]])
+                sizes = [s.size_bytes for s in self.by_arena[address]]
+                if sum(sizes) <= budget:  # (a bigger one is never copied whole)
+                    self.pool.prepare(sizes)
         self.last_scouted_bytes = found or self.last_scouted_bytes
 
     def _scout_start(self, address: int) -> tuple[ArenaWalker, ArenaState] | None:
