@@ -58,7 +58,10 @@ class ArenaScan:
     chunks: int = 0
     unmeasured_bins: tuple[int, ...] = ()  # 0 = fastbins, 1 = unsorted, 2 … 126
     retries: int = 0
-    budget_reached: bool = False
+    budget_reached: bool = False  # its walk ran out of time (or of the pages it may copy)
+    # Of budget_reached: its lists were too long to follow within a stop or to copy within
+    # our memory, not merely left when the read's own time ran out.
+    lists_too_long: bool = False
     top_bytes: int | None = None
     top_resident_bytes: int | None = None
     top_address: int | None = None

@@ -5,10 +5,11 @@ __malloc_info format (docs: ../shared reference, malloc/malloc.c)."""
 from __future__ import annotations
 
 import struct
+from dataclasses import replace
 
 import pytest
 
-from memforensics.errors import TargetError
+from memforensics.errors import ReadOnlyRefusedError, TargetError
 from memforensics.model.heapscan import ArenaScan, BinFigures, HeapScan, MallocParams
 from memforensics.model.process import HeapSegment
 from memforensics.sources.glibc.malloc_info_image import Dialect, malloc_info_xml
@@ -241,3 +242,24 @@ def test_two_places_that_qualify_are_no_answer() -> None:
     region[0x400 : 0x400 + 104] = _malloc_par("2.35", sbrk_base=base)
     mapping = Mapping(start, start + len(region), "rw-p", 0, 1, "/lib/libc.so.6")
     assert find_malloc_par(FakeMemory(start, bytes(region)), [mapping], sbrk_bases=[base]) is None
+
+
+def test_arenas_too_long_to_follow_are_told_apart_from_a_read_out_of_time() -> None:
+    """Only the arenas whose lists were too long for a stop are listed for the read after a
+    stand-in call to leave unwalked; one the read's time ran out on is walked again there."""
+    scan = _scan(MAIN, None, None, None)
+    long, late = scan.arenas[1], scan.arenas[2]
+    rows = (
+        scan.arenas[0],
+        replace(long, lock_retries=0, budget_reached=True, lists_too_long=True),
+        replace(late, lock_retries=0, budget_reached=True),
+        scan.arenas[3],  # locked at every stop
+    )
+    with pytest.raises(ReadOnlyRefusedError) as info:
+        malloc_info_xml(replace(scan, arenas=rows), "2.36")
+    message = info.value.message
+    assert "arena 1, 2, 3 could not be read consistently" in message
+    assert "(locked at every stop: 3)" in message
+    assert "(lists too long to follow within a stop: 1)" in message
+    assert "(the read's time ran out: 2)" in message
+    assert info.value.too_long == (long.address,)

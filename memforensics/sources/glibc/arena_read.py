@@ -64,6 +64,7 @@ def read_arena(
             segments=segments,
             walked=False,
             budget_reached=state is not None and layout_ok and not walk,
+            lists_too_long=state is not None and layout_ok and not walk,
         )
         if scouted is not None:
             scouted.close()
@@ -134,6 +135,7 @@ def _arena_scan(
         unmeasured_bins=tuple(walk.unmeasured_bins),
         retries=walk.retries,
         budget_reached=walk.budget_reached,
+        lists_too_long=walk.lists_too_long,
         top_bytes=walk.top_bytes,
         top_resident_bytes=walk.top_resident_bytes,
         top_address=walk.top_address,

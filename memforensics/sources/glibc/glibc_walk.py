@@ -181,6 +181,9 @@ class ArenaWalk:
     retries: int = 0
     unmeasured_bins: list[int] = field(default_factory=list)
     budget_reached: bool = False
+    # Of budget_reached: the lists were too long to follow within its stop, or to copy
+    # within our memory (the read's own time had not run out).
+    lists_too_long: bool = False
     top_bytes: int | None = None
     top_resident_bytes: int | None = None
     top_address: int | None = None
@@ -574,6 +577,7 @@ class ArenaWalker:
         corrupt_bins: list[int] = []  # failed glibc's checks: unmeasured, never read again
         in_stop = self._held and snapshot is None
         lazy = in_stop and (self._lazy_in_stop or self._scouted)
+        read_deadline = deadline
         if in_stop and not self._prefetch_whole and not self._scouted:
             deadline = min(deadline, clock() + HELD_LAZY_SECONDS)
         for attempt in range(BIN_RETRIES + 1 + lazy):
@@ -626,6 +630,7 @@ class ArenaWalker:
         if in_stop or self._static:
             self._check(state, walk, ())
         walk.unmeasured_bins.extend(sorted({*pending, *corrupt_bins}))
+        walk.lists_too_long = walk.budget_reached and (self._capped or clock() <= read_deadline)
         return walk
 
     def _round_state(

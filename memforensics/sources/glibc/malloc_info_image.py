@@ -133,10 +133,14 @@ def malloc_info_xml(scan: HeapScan, release: str | None) -> bytes:
         )
     if missing:
         locked = [str(p) for p, a in enumerate(scan.arenas) if a.figures is None and a.lock_retries]
-        long = [str(p) for p, a in enumerate(scan.arenas) if a.figures is None and a.budget_reached]
+        unread = [(str(p), a) for p, a in enumerate(scan.arenas) if a.figures is None]
+        long = [p for p, a in unread if a.lists_too_long]
+        late = [p for p, a in unread if a.budget_reached and not a.lists_too_long]
         why = f" (locked at every stop: {', '.join(locked)})" if locked else ""
         if long:
             why += f" (lists too long to follow within a stop: {', '.join(long)})"
+        if late:
+            why += f" (the read's time ran out: {', '.join(late)})"
         refusal = ArenaLockedError if locked == missing else ReadOnlyRefusedError
         raise refusal(
             f"arena {', '.join(missing)} could not be read consistently{why}",
@@ -145,7 +149,7 @@ def malloc_info_xml(scan: HeapScan, release: str | None) -> bytes:
             too_long=tuple(
                 a.address
                 for a in scan.arenas
-                if a.figures is None and a.budget_reached and a.address is not None
+                if a.figures is None and a.lists_too_long and a.address is not None
             ),
         )
     if params is None:
