@@ -258,8 +258,24 @@ def test_arenas_too_long_to_follow_are_told_apart_from_a_read_out_of_time() -> N
     with pytest.raises(ReadOnlyRefusedError) as info:
         malloc_info_xml(replace(scan, arenas=rows), "2.36")
     message = info.value.message
-    assert "arena 1, 2, 3 could not be read consistently" in message
+    assert "arena 1-3 could not be read consistently" in message
     assert "(locked at every stop: 3)" in message
     assert "(lists too long to follow within a stop: 1)" in message
     assert "(the read's time ran out: 2)" in message
     assert info.value.too_long == (long.address,)
+
+
+def test_a_refusal_of_many_arenas_names_them_in_ranges() -> None:
+    """1,500 arenas, the read's time out from the 1,063rd on: one line, not 437 numbers."""
+    scan = _scan(MAIN, *([THREAD] * 1061), *([None] * 438))
+    rows = tuple(
+        replace(arena, lock_retries=0, budget_reached=True) if arena.figures is None else arena
+        for arena in scan.arenas
+    )
+    rows = (*rows[:1063], replace(rows[1063], lock_retries=20, budget_reached=False), *rows[1064:])
+    with pytest.raises(ReadOnlyRefusedError) as info:
+        malloc_info_xml(replace(scan, arenas=rows), "2.36")
+    assert info.value.message == (
+        "arena 1062-1499 could not be read consistently (locked at every stop: 1063)"
+        " (the read's time ran out: 1062, 1064-1499)"
+    )

@@ -72,6 +72,11 @@ _SCOUT_GROUP_BYTES = 96 << 20
 # are copied whole without a scout: a process's arenas tend to look alike.
 _SCOUT_GIVE_UPS = 2
 _MAX_ARENAS = 1 << 16  # a ``next`` list longer than this is not glibc's
+# A held read's budget grows by this much per thread arena: it stops the target every few
+# arenas, and each stop of a process of many threads costs more (1,500 threads: 25-35 ms to
+# stop and release them all), so a read that takes ~1.8 s on an idle machine must not turn
+# into a refusal on a loaded one. The time is the user's wait, not the target's.
+_HELD_SECONDS_PER_ARENA = 0.002
 
 
 def _is_64bit(pid: int) -> bool:
@@ -393,7 +398,10 @@ class _HeapRead:
 
     def prepare(self) -> None:
         """mp_'s counters (for malloc_info's figures) and, for a held read, the copy buffers
-        of the biggest arena faulted in before any stop (the copies then only copy)."""
+        of the biggest arena faulted in before any stop (the copies then only copy); a held
+        read's budget grown for its arenas (_HELD_SECONDS_PER_ARENA)."""
+        if self.rules.held:
+            self.deadline += _HELD_SECONDS_PER_ARENA * len(self.order)
         if self.figures and self.main_state is not None:
             bases = [h.start for h in self.main_heaps] or [0]
             regions = libc_data_regions(self.mappings, self.libc_path)
@@ -656,7 +664,7 @@ class _HeapRead:
             walk=address not in self.unwalked,
         )
 
-    def result(self, started: float, budget_seconds: float) -> HeapScan:
+    def result(self, started: float) -> HeapScan:
         """The scan: every arena read, with the process-wide figures."""
         mem = self.mem
         all_heaps = [*self.main_heaps, *(h for a in self.order for h in self.seen.get(a, ()))]
@@ -679,7 +687,7 @@ class _HeapRead:
             stack_resident_bytes=stacks,
             anon_resident_bytes=sum(m.anon_bytes or 0 for m in self.mappings),
             walk_seconds=time.monotonic() - started,
-            walk_budget_seconds=budget_seconds,
+            walk_budget_seconds=self.deadline - started,
             notes=tuple(self.notes),
             mmap_search_complete=self.searched,
             malloc_params=self.params,
@@ -737,7 +745,7 @@ def _scan(
     read.prepare()
     read.read_main_arena()
     read.read_thread_arenas()
-    return read.result(started, budget_seconds)
+    return read.result(started)
 
 
 def _main_heaps(

@@ -118,6 +118,20 @@ def raise_if_corrupt(scan: HeapScan) -> None:
     )
 
 
+def _positions(positions: list[int]) -> str:
+    """Arena positions (ascending) for a one-line message, runs of three or more as ranges:
+    "1, 2, 1063-1499"."""
+    parts: list[str] = []
+    start = 0
+    for index in range(1, len(positions) + 1):
+        if index < len(positions) and positions[index] == positions[index - 1] + 1:
+            continue
+        run = positions[start:index]
+        parts += [f"{run[0]}-{run[-1]}"] if len(run) >= 3 else [str(p) for p in run]
+        start = index
+    return ", ".join(parts)
+
+
 def malloc_info_xml(scan: HeapScan, release: str | None) -> bytes:
     """The malloc_info(0) document of the heap ``scan`` read (with ``figures``), as glibc
     ``release`` ("2.36") prints it. ReadOnlyRefusedError when any arena's figures or the
@@ -132,18 +146,18 @@ def malloc_info_xml(scan: HeapScan, release: str | None) -> bytes:
             pid=scan.pid,
         )
     if missing:
-        locked = [str(p) for p, a in enumerate(scan.arenas) if a.figures is None and a.lock_retries]
-        unread = [(str(p), a) for p, a in enumerate(scan.arenas) if a.figures is None]
+        unread = [(p, a) for p, a in enumerate(scan.arenas) if a.figures is None]
+        locked = [p for p, a in unread if a.lock_retries]
         long = [p for p, a in unread if a.lists_too_long]
         late = [p for p, a in unread if a.budget_reached and not a.lists_too_long]
-        why = f" (locked at every stop: {', '.join(locked)})" if locked else ""
+        why = f" (locked at every stop: {_positions(locked)})" if locked else ""
         if long:
-            why += f" (lists too long to follow within a stop: {', '.join(long)})"
+            why += f" (lists too long to follow within a stop: {_positions(long)})"
         if late:
-            why += f" (the read's time ran out: {', '.join(late)})"
-        refusal = ArenaLockedError if locked == missing else ReadOnlyRefusedError
+            why += f" (the read's time ran out: {_positions(late)})"
+        refusal = ArenaLockedError if len(locked) == len(missing) else ReadOnlyRefusedError
         raise refusal(
-            f"arena {', '.join(missing)} could not be read consistently{why}",
+            f"arena {_positions([p for p, _ in unread])} could not be read consistently{why}",
             hint="try again, or read it through the gdb path (gdb calls malloc_info)",
             pid=scan.pid,
             too_long=tuple(
