@@ -168,6 +168,46 @@ def test_a_page_gone_reads_as_zeros_and_says_incomplete(monkeypatch: pytest.Monk
                 pool.close()
 
 
+def test_a_recheck_reads_only_the_flagged_pages_still_in_ram(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Flags from an earlier pagemap (every page "readable") and ``recheck``: the pages the
+    pagemap says are not in RAM now (the 8 never touched) are not read and their flags are
+    cleared; the kernel's pagemap after the copy still has them absent (a read would have
+    mapped them), and every other page is copied (C and Python)."""
+    ways = [heapcopy._native, None] if heapcopy._native is not None else [None]
+    with c_target("copy_pages", str(PAGES)) as target:
+        address = int(target.ready_line.split()[1], 16)
+        with ProcessMemoryReader(target.pid) as mem:
+            page = mem.page_bytes
+            untouched = range(PAGES // 2, PAGES // 2 + 8)
+            pool = BufferPool()
+            segment = Segment(
+                address, address + PAGES * page, mem.pagemap(address, address + PAGES * page), pool
+            )
+            try:
+                for module in ways:
+                    monkeypatch.setattr(heapcopy, "_native", module)
+                    segment.view[:] = b"\xee" * len(segment.view)
+                    flags = bytearray(b"\x01" * PAGES)
+                    copy_into(mem, segment, 0, segment.length, only=flags, recheck=True)
+                    assert [i for i in range(PAGES) if not flags[i]] == list(untouched), module
+                    absent = mem.pagemap(address, address + PAGES * page).present
+                    assert all(absent[i] == 0 for i in untouched), module
+                    expected = _expected(page)
+                    for i in range(PAGES):
+                        got = bytes(segment.view[i * page : (i + 1) * page])
+                        want = (
+                            b"\xee" * page
+                            if i in untouched
+                            else expected[i * page : (i + 1) * page]
+                        )
+                        assert got == want, (module, i)
+            finally:
+                segment.close(pool)
+                pool.close()
+
+
 @pytest.mark.slow
 def test_chained_heaps_and_a_main_heap_above_64_mib_walk_the_same_every_way(
     monkeypatch: pytest.MonkeyPatch,

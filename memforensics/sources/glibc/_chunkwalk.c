@@ -118,23 +118,58 @@ static void queue_run(Copy *copy, size_t from, size_t to) {
     if (++copy->runs == COPY_BATCH) flush(copy);
 }
 
-/* Pages [first, last) of one copy: readable runs queued and read, the rest zeroed. */
+/* Pages [first, last) of one copy: readable runs queued and read, the rest zeroed. With a
+ * pagemap fd, a page flagged readable is read only when the pagemap says it is present in RAM
+ * now (its flag is cleared otherwise): the flags may come from an earlier pagemap, and a page
+ * that left RAM since must not be read (a swapped one would be faulted back in). */
 typedef struct {
     Copy *copy;
-    const unsigned char *can_read;
+    unsigned char *can_read;
     size_t first, last, pages, known, length, page;
-    int anonymous, zero_holes;
+    int anonymous, zero_holes, pagemap_fd;
 } Part;
+
+#define PAGEMAP_WINDOW 512 /* pagemap entries read at a time: 4 KiB, 2 MiB of address space */
+
+typedef struct {
+    size_t first, count;
+    uint64_t entries[PAGEMAP_WINDOW];
+} Window;
+
+/* Page ``index`` of the copy is present in RAM now (bit 63 of its pagemap entry). */
+static int present_now(const Part *part, Window *window, size_t index) {
+    if (window->count == 0 || index < window->first || index >= window->first + window->count) {
+        size_t want = part->last - index < PAGEMAP_WINDOW ? part->last - index : PAGEMAP_WINDOW;
+        uint64_t entry = part->copy->address / part->page + index;
+        ssize_t got;
+        do
+            got = pread(part->pagemap_fd, window->entries, want * 8, (off_t)(entry * 8));
+        while (got < 0 && errno == EINTR);
+        window->first = index;
+        window->count = got > 0 ? (size_t)got / 8 : 0;
+        if (window->count == 0) return 0;
+    }
+    return (int)((window->entries[index - window->first] >> 63) & 1);
+}
+
+/* Page ``index`` is to be read: flagged readable and, with a pagemap fd, present now. */
+static int take(Part *part, Window *window, size_t index) {
+    if (index >= part->known || !part->can_read[index]) return 0;
+    if (part->pagemap_fd < 0 || present_now(part, window, index)) return 1;
+    part->can_read[index] = 0; /* left RAM since the caller's pagemap: not read, and told */
+    return 0;
+}
 
 static void *copy_part(void *arg) {
     Part *part = arg;
     Copy *copy = part->copy;
+    Window window = {.count = 0};
     size_t index = part->first;
+    int readable_run = index < part->last ? take(part, &window, index) : 0;
     while (index < part->last) {
-        size_t run = index;
-        int readable_run = index < part->known && part->can_read[index];
-        while (run < part->last && (run < part->known && part->can_read[run]) == readable_run)
-            run++;
+        size_t run = index + 1;
+        int next = 0;
+        while (run < part->last && (next = take(part, &window, run)) == readable_run) run++;
         size_t from = index * part->page;
         size_t to = run * part->page < part->length ? run * part->page : part->length;
         if (readable_run)
@@ -142,6 +177,7 @@ static void *copy_part(void *arg) {
         else if (part->zero_holes)
             zero_hole(copy->buf, from, to, part->page, part->anonymous);
         index = run;
+        readable_run = next;
     }
     flush(copy);
     return NULL;
@@ -151,8 +187,8 @@ static void *copy_part(void *arg) {
  * still its CPUs are idle, and two readers copy a big arena in about 0.6 of one's time. */
 #define SPLIT_MIN_PAGES 512
 
-/* copy(pid, fd, buffer, address, readable, page, use_vm, anonymous[, threads[, zero_holes]]) ->
- * (complete, vm_usable)
+/* copy(pid, fd, buffer, address, readable, page, use_vm, anonymous[, threads[, zero_holes[,
+ *      pagemap_fd]]]) -> (complete, vm_usable)
  * Fill buffer with the target's bytes at address: readable holds one byte per page of the
  * buffer (nonzero = present in RAM, may be read; zero = swapped, never touched or unknown,
  * never read; missing entries are not read), pages not readable read as zeros. complete:
@@ -160,22 +196,26 @@ static void *copy_part(void *arg) {
  * caller stops asking for it). threads: 2 lets a copy of SPLIT_MIN_PAGES pages or more read
  * its second half in a second thread (the bytes are the same; only the time differs).
  * zero_holes: 0 leaves the pages not read as they are (a caller that copies again only the
- * pages it copied before, into a buffer whose other pages are zeros already). */
+ * pages it copied before, into a buffer whose other pages are zeros already). pagemap_fd
+ * (the target's /proc/PID/pagemap, -1: none): readable may be older than the copy; a flagged
+ * page is read only if present in RAM now, and its flag (readable must then be writable) is
+ * cleared where it is not. address must then be page-aligned. */
 static PyObject *copy_pages(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *target, *flags;
-    int pid, fd, use_vm, anonymous, threads = 1, zero_holes = 1;
+    int pid, fd, use_vm, anonymous, threads = 1, zero_holes = 1, pagemap_fd = -1;
     unsigned long long address, page;
-    if (!PyArg_ParseTuple(args, "iiOKOKpp|ii", &pid, &fd, &target, &address, &flags, &page,
-                          &use_vm, &anonymous, &threads, &zero_holes))
+    if (!PyArg_ParseTuple(args, "iiOKOKpp|iii", &pid, &fd, &target, &address, &flags, &page,
+                          &use_vm, &anonymous, &threads, &zero_holes, &pagemap_fd))
         return NULL;
-    if (page == 0) {
-        PyErr_SetString(PyExc_ValueError, "page must be positive");
+    if (page == 0 || (pagemap_fd >= 0 && address % page != 0)) {
+        PyErr_SetString(PyExc_ValueError, "page must be positive (and divide address)");
         return NULL;
     }
     Py_buffer view, readable;
     if (PyObject_GetBuffer(target, &view, PyBUF_WRITABLE) < 0) return NULL;
-    if (PyObject_GetBuffer(flags, &readable, PyBUF_SIMPLE) < 0) {
+    if (PyObject_GetBuffer(flags, &readable, pagemap_fd >= 0 ? PyBUF_WRITABLE : PyBUF_SIMPLE) <
+        0) {
         PyBuffer_Release(&view);
         return NULL;
     }
@@ -198,7 +238,8 @@ static PyObject *copy_pages(PyObject *self, PyObject *args) {
     for (int half = 0; half < 2; half++) {
         parts[half] = (Part){.copy = &copy[half], .can_read = readable.buf, .pages = pages,
                              .known = (size_t)readable.len, .length = length, .page = page,
-                             .anonymous = anonymous, .zero_holes = zero_holes};
+                             .anonymous = anonymous, .zero_holes = zero_holes,
+                             .pagemap_fd = pagemap_fd};
     }
     /* The halves meet at a page boundary: each fills its own pages of the buffer. */
     size_t middle = threads >= 2 && pages >= SPLIT_MIN_PAGES ? pages / 2 : pages;

@@ -187,7 +187,8 @@ def copy_into(
     end: int,
     *,
     threads: int = 1,
-    only: bytes | None = None,
+    only: bytes | bytearray | None = None,
+    recheck: bool = False,
 ) -> bool:
     """Copy bytes [begin, end) of ``segment`` (offsets, ``begin`` page-aligned) out of the
     target: its readable pages (``PageMap.readable``: the present ones) are read, one read
@@ -199,11 +200,16 @@ def copy_into(
     in a second thread, for a caller whose target is held still (its CPUs idle). ``only``:
     one byte per page of the segment, the pages to read (a subset of the readable ones);
     the others are left as they are, not zeroed (a copy made again of the pages a scout
-    read, into a buffer that holds zeros elsewhere)."""
+    read, into a buffer that holds zeros elsewhere). ``recheck`` (with ``only``, a
+    bytearray): those flags come from an earlier pagemap; a page is read only if the
+    pagemap says it is in RAM now, and its flag is cleared where it is not."""
     page = mem.page_bytes
     if not isinstance(mem, ProcessMemoryReader):  # a core file's: it does not move
         segment.view[begin:end] = mem.read_present(segment.start + begin, end - begin)
         return True
+    if recheck and isinstance(only, bytearray) and _native is None:
+        now = mem.pagemap(segment.start, segment.start + len(only) * page).readable
+        only[:] = both(only, now).ljust(len(only), b"\x00")
     mask = segment.pages.readable if only is None else only
     readable = memoryview(mask)[begin // page : (end + page - 1) // page]
     if _native is not None:
@@ -218,6 +224,7 @@ def copy_into(
             True,
             threads,
             only is None,
+            mem.pagemap_fd if recheck and isinstance(only, bytearray) else -1,
         )
         if not usable:
             mem.vm_readv_usable = False  # refused once (seccomp, no syscall): preadv from now

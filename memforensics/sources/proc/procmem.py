@@ -166,6 +166,11 @@ class ProcessMemoryReader:
         """The open /proc/PID/mem (for the copy in memforensics.sources.glibc.heapcopy)."""
         return self._mem_fd
 
+    @property
+    def pagemap_fd(self) -> int:
+        """The open /proc/PID/pagemap (for a copy that checks its pages as it reads)."""
+        return self._pagemap_fd
+
     def close(self) -> None:
         os.close(self._mem_fd)
         os.close(self._pagemap_fd)
