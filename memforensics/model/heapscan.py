@@ -113,6 +113,9 @@ class HeapScan:
     arenas_only: bool = False
     # glibc's mp_ counters, when the read asked for malloc_info's figures and found them.
     malloc_params: MallocParams | None = None
+    # The process's smaps summed as smaps_rollup sums them (Rss, Pss, Anonymous, Swap,
+    # Private_Clean, Private_Dirty, bytes), from the read of smaps the scan started with.
+    smaps_totals: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from memforensics.sources.proc import (
     process_facts,
     process_search,
     procfs,
+    procmaps,
     procmem,
     target_check,
 )
@@ -228,6 +229,28 @@ def test_without_smaps_rollup_memory_is_summed_from_smaps(
     assert summed.swap_bytes == real.swap_bytes
     assert summed.pss_bytes is not None and real.pss_bytes is not None
     assert abs(summed.pss_bytes - real.pss_bytes) <= 64 * 1024  # rollup rounds once, we per VMA
+
+
+def test_smaps_totals_of_a_scan_equal_the_kernels_smaps_rollup() -> None:
+    """The totals the scan takes from its one read of smaps (so that inspect does not walk
+    the page tables twice) are the kernel's smaps_rollup of a process at rest."""
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        deadline = time.monotonic() + 10
+        while procfs.process_state(proc.pid) not in "S" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        _, totals = procmaps.read_smaps_and_totals(proc.pid)
+        kernel = memory_figures.read_memory(proc.pid)
+        ours = memory_figures.read_memory(proc.pid, rollup=totals)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert ours.rss_bytes == kernel.rss_bytes and kernel.rss_bytes
+    assert ours.anon_bytes == kernel.anon_bytes and kernel.anon_bytes
+    assert ours.uss_bytes == kernel.uss_bytes
+    assert ours.swap_bytes == kernel.swap_bytes
+    assert ours.pss_bytes is not None and kernel.pss_bytes is not None
+    assert abs(ours.pss_bytes - kernel.pss_bytes) <= 64 * 1024  # per VMA truncation
 
 
 def test_gone_process_is_still_no_such_process_without_smaps_rollup(

@@ -180,7 +180,9 @@ def _inspect(
     # One read of status for the memory figures and the report's closing facts (the state,
     # threads and tracer after the read; who the process is, as check_target found it).
     status = procfs.read_text(pid, "status")
-    memory = memory_figures.read_memory(pid, status=status)
+    # (RSS and the rest as of the smaps read the scan began with: its page-table walk is
+    # not made twice.)
+    memory = memory_figures.read_memory(pid, status=status, rollup=dict(scan.smaps_totals) or None)
     analysis, residency, flow, residency_error = report_parts(dump, scan, memory, pad_bytes)
     picture: HeapPicture | None = None
     pins_error: str | None = PINS_NOT_ASKED

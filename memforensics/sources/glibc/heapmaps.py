@@ -43,7 +43,7 @@ from memforensics.sources.glibc.heap_search import (
 )
 from memforensics.sources.glibc.heapcopy import BufferPool, FreshBuffers
 from memforensics.sources.glibc.malloc_par import find_malloc_par, read_malloc_par
-from memforensics.sources.proc.procmaps import Mapping, read_smaps
+from memforensics.sources.proc.procmaps import Mapping, read_smaps_and_totals
 from memforensics.sources.proc.procmem import MemoryReader, ProcessMemoryReader
 
 # The walk runs after detach, with the target running: its time is the user's wait, not a
@@ -187,7 +187,7 @@ def scan_heap(
     them too long to follow).
     """
     started = time.monotonic()
-    mappings = read_smaps(pid)
+    mappings, totals = read_smaps_and_totals(pid)
     pool = BufferPool()
     try:
         with ProcessMemoryReader(pid) as mem:
@@ -206,7 +206,7 @@ def scan_heap(
                 is_64=is_64,
                 unwalked=unwalked,
             )
-            return replace(scan, arenas_only=arenas_only)
+            return replace(scan, arenas_only=arenas_only, smaps_totals=tuple(totals.items()))
     finally:
         pool.close()
 

@@ -20,24 +20,34 @@ def _kib_fields(text: str, *, summed: bool = False) -> dict[str, int]:
     return fields
 
 
-def read_memory(pid: int, *, status: str | None = None) -> ProcessMemory:
+def _read_rollup(pid: int) -> dict[str, int]:
+    """smaps_rollup's fields in bytes ({} where it may not be read)."""
+    try:
+        return _kib_fields(read_text(pid, "smaps_rollup"))
+    except TargetPermissionError:
+        return {}
+    except NoSuchProcessError:
+        # status was read, so the process exists: this kernel has no smaps_rollup (< 4.14);
+        # smaps has the same fields per mapping, and the rollup is their sum.
+        return _kib_fields(read_text(pid, "smaps"), summed=True)
+
+
+def read_memory(
+    pid: int, *, status: str | None = None, rollup: dict[str, int] | None = None
+) -> ProcessMemory:
     """RSS, anonymous, file, shmem, swap, PSS and USS bytes of PID.
 
     smaps_rollup walks the page tables, so its Rss/Anonymous are exact where /proc/PID/status
     holds per-CPU counter approximations; shmem comes from status (rollup has no RSS split for
     it) and file-backed is what remains. USS = private clean + private dirty, as psutil counts it.
     ``status``: the text of /proc/PID/status the caller has just read (for the process's facts
-    of the same moment), rather than read again.
+    of the same moment), rather than read again. ``rollup``: smaps summed as smaps_rollup
+    sums it (procmaps.read_smaps_and_totals), where the caller has read smaps already: the
+    page tables are not walked again.
     """
     status_kib = _kib_fields(read_text(pid, "status") if status is None else status)
-    try:
-        rollup = _kib_fields(read_text(pid, "smaps_rollup"))
-    except TargetPermissionError:
-        rollup = {}
-    except NoSuchProcessError:
-        # status was read, so the process exists: this kernel has no smaps_rollup (< 4.14);
-        # smaps has the same fields per mapping, and the rollup is their sum.
-        rollup = _kib_fields(read_text(pid, "smaps"), summed=True)
+    if rollup is None:
+        rollup = _read_rollup(pid)
     rss = rollup.get("Rss", status_kib.get("VmRSS"))
     anon = rollup.get("Anonymous", status_kib.get("RssAnon"))
     shmem = status_kib.get("RssShmem")
