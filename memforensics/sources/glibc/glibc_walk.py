@@ -660,10 +660,11 @@ class ArenaWalker:
                 break
             # What the lazy round leaves is read in the next: no retry (the target is held).
             walk.retries += not lazy_round and attempt < BIN_RETRIES + lazy
+        # (Decided before the checks below, which may take the clock past the read's end.)
+        walk.lists_too_long = walk.budget_reached and (self._capped or clock() <= read_deadline)
         if in_stop or self._static:
             self._check(state, walk, ())
         walk.unmeasured_bins.extend(sorted({*pending, *corrupt_bins}))
-        walk.lists_too_long = walk.budget_reached and (self._capped or clock() <= read_deadline)
         return walk
 
     def _round_state(

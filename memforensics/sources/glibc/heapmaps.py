@@ -456,15 +456,20 @@ class _HeapRead:
         walker.close()
         return None
 
-    def _main_heaps_now(self, state: ArenaState) -> tuple[list[Heap], tuple[int, int] | None]:
-        """The main arena's heaps as the target has them now, their residency read now, and
-        the program break's extent: a contiguous main arena's top ends at the break, which a
-        busy heap moves."""
+    def _main_heaps_now(
+        self, state: ArenaState, scouted: ArenaWalker | None = None
+    ) -> tuple[list[Heap], tuple[int, int] | None]:
+        """The main arena's heaps as the target has them now, their residency read now (or,
+        where ``scouted`` read the same heaps, the one read before its scout:
+        ArenaWalker.keep_scout_residency), and the program break's extent: a contiguous
+        main arena's top ends at the break, which a busy heap moves."""
         mem, brk = self.mem, self.brk
         if brk is None:
-            for heap in self.main_heaps:
-                heap.pages = mem.pagemap(heap.start, heap.start + heap.size_bytes)
-            return list(self.main_heaps), brk
+            heaps = list(self.main_heaps)
+            if scouted is None or not scouted.keep_scout_residency(heaps):
+                for heap in heaps:
+                    heap.pages = mem.pagemap(heap.start, heap.start + heap.size_bytes)
+            return heaps, brk
         header = mem.read(state.top, glibc.CHUNK_HEADER_BYTES)
         if header is not None and brk[0] <= state.top < brk[1] + glibc.HEAP_MAX_BYTES:
             top_end = state.top + (int.from_bytes(header[8:], "little") & ~7)
@@ -474,8 +479,10 @@ class _HeapRead:
                 brk = (brk[0], max(glibc.page_ceil(top_end, mem.page_bytes), brk[0]))
                 self.brk = brk
         first = Heap(brk[0], 0, brk[1] - brk[0], brk[1] - brk[0])
-        first.pages = mem.pagemap(brk[0], brk[1])
-        return [first, *(h for h in self.main_heaps if h.ar_ptr)], brk
+        heaps = [first, *(h for h in self.main_heaps if h.ar_ptr)]
+        if scouted is None or not scouted.keep_scout_residency(heaps):
+            first.pages = mem.pagemap(brk[0], brk[1])
+        return heaps, brk
 
     def _read_main(
         self, fresh: ArenaState | None, *, weight_bytes: int, scouted: ArenaWalker | None = None
@@ -491,7 +498,7 @@ class _HeapRead:
         if held and state is not None:
             # The heaps and their pages in RAM as of this stop: a copy never reads a page
             # that left RAM since an earlier pagemap (nor misses one that came).
-            heaps, brk = self._main_heaps_now(state)
+            heaps, brk = self._main_heaps_now(state, scouted)
         finish = read_arena(
             mem,
             self.pool,
