@@ -131,3 +131,34 @@ def test_an_arena_above_the_copy_budget_with_widely_spread_lists_is_read(
     assert read["scouted_arenas"] == 1
     assert SCOUT_MAX_BYTES < read["stop_copy_bytes"] < (SPREAD_MIB << 20) // 2, read
     assert run.peak_rss_kib << 10 <= RSS_BOUND_BYTES, run.peak_rss_kib
+
+
+_SCOUTED_MAIN = """
+import time
+blocks = [bytearray(8000) for _ in range(20000)]  # 160 MiB of main arena, every byte written
+del blocks[::10]  # 2,000 free chunks between live ones: lists on 1 page in 20
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+def test_a_scouted_main_arena_costs_our_memory_its_lists_not_its_size() -> None:
+    """A 160 MiB main arena whose free chunks lie on a twentieth of its pages is scouted;
+    no copy buffer the size of the arena is faulted in for it (one was, before its scout, and
+    our peak RSS followed the heap's size: ~196 MiB). The kernel's figure of our peak RSS
+    stays under half the arena."""
+    from tests.support.targets import python_target
+
+    with python_target(_SCOUTED_MAIN) as target:
+        run = run_measured(
+            ["inspect", "--json", "--read-only", str(target.pid)], timeout_seconds=120
+        )
+        _assert_running(target.pid)
+        assert target.alive()
+    assert run.exit_code == 0, run.stderr
+    document = json.loads(run.stdout)
+    assert document["read_only"]["scouted_arenas"] == 1
+    main = next(arena for arena in document["arenas"] if arena["index"] == 0)
+    assert main["system_bytes"] >= 150 << 20
+    assert run.peak_rss_kib << 10 < main["system_bytes"] // 2, run.peak_rss_kib

@@ -411,17 +411,25 @@ class _HeapRead:
                     "mp_ not found in libc's data: the mmapped chunks' counters are unknown"
                 )
         if self.rules.held:
-            # A scouted arena copies into fresh buffers of its own (heapcopy.FreshBuffers).
-            # An arena above the copies' budget is never copied whole: read lazily.
-            sizes = [[h.size_bytes for h in self.main_heaps]]
-            sizes += [
+            # A scouted arena copies into fresh buffers of its own (heapcopy.FreshBuffers),
+            # and one whose scout gives up has its buffers faulted in then (_prepare_for);
+            # an arena above the copies' budget is never copied whole: read lazily.
+            heaps_of = [self.main_heaps, *self.by_arena.values()]
+            sizes = [
                 [h.size_bytes for h in heaps]
-                for heaps in self.by_arena.values()
+                for heaps in heaps_of
                 if not self.rules.scouts(sum(h.size_bytes for h in heaps))
             ]
             fitting = [each for each in sizes if sum(each) <= self.pool.copy_max_bytes]
             if fitting:
                 self.pool.prepare(max(fitting, key=sum))
+
+    def _prepare_for(self, heaps: Sequence[Heap]) -> None:
+        """The copy buffers of an arena whose scout gave up, faulted in now rather than in
+        its stop, where they fit the copies' budget (a bigger arena is never copied whole)."""
+        sizes = [h.size_bytes for h in heaps]
+        if sum(sizes) <= self.pool.copy_max_bytes:
+            self.pool.prepare(sizes)
 
     def read_main_arena(self) -> None:
         if not self.main_heaps:
@@ -429,9 +437,12 @@ class _HeapRead:
         self.pause()
         weight = sum(h.size_bytes for h in self.main_heaps)
         address = self.main_state.address if self.main_state is not None else None
-        scouted = self._scout_main() if self.rules.scouts(weight) else None
+        scouts = self.rules.scouts(weight)
+        scouted = self._scout_main() if scouts else None
         if scouted is not None:
             weight = scouted.scouted_bytes
+        elif scouts:
+            self._prepare_for(self.main_heaps)
         self.rules.add(
             functools.partial(self._read_main, weight_bytes=weight, scouted=scouted),
             lambda: None if address is None else read_state(self.mem, address),
@@ -604,9 +615,7 @@ class _HeapRead:
             else:
                 self.scout_gave_up += 1
                 walker.close()
-                sizes = [s.size_bytes for s in self.by_arena[address]]
-                if sum(sizes) <= budget:  # (a bigger one is never copied whole)
-                    self.pool.prepare(sizes)
+                self._prepare_for(self.by_arena[address])
         self.last_scouted_bytes = found or self.last_scouted_bytes
 
     def _scout_start(self, address: int) -> tuple[ArenaWalker, ArenaState] | None:
