@@ -214,8 +214,12 @@ class ArenaWalker:
         pool: BufferPool,
         pause: Callable[[], object] | None = None,
         held: bool = False,
+        scout_max_bytes: int | None = None,
     ) -> None:
         self._mem = mem
+        # An arena above the copies' budget is scouted up to this many bytes of pages (our
+        # memory until its stop; None: the budget itself).
+        self._scout_max_bytes = pool.copy_max_bytes if scout_max_bytes is None else scout_max_bytes
         # ``held``: the read-only path's walk, made while the target is held (ArenaHold): a
         # whole copy is made in one read per segment, by two threads of ours (the target's
         # threads are stopped, so its CPUs are idle), with no pause between slices (there is
@@ -355,8 +359,8 @@ class ArenaWalker:
             max_pages = min(int(resident_pages * SCOUT_MAX_SHARE), SCOUT_MAX_BYTES // self._page)
             seconds = SCOUT_SECONDS
         else:  # past the budget: the scout or a refusal
-            max_pages = self._pool.copy_max_bytes // self._page
-            seconds = SCOUT_SECONDS * max(1.0, self._pool.copy_max_bytes / SCOUT_MAX_BYTES)
+            max_pages = self._scout_max_bytes // self._page
+            seconds = SCOUT_SECONDS * max(1.0, self._scout_max_bytes / SCOUT_MAX_BYTES)
         self._deadline = min(deadline, time.monotonic() + seconds)
         self._scout_pages_left = max_pages
         self._max_chunks = None

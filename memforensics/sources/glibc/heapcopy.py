@@ -88,6 +88,11 @@ class BufferPool:
         # Resident bytes of one arena the walk may copy whole (copy_budget_bytes()).
         self.copy_max_bytes = copy_budget_bytes() if copy_max_bytes is None else copy_max_bytes
 
+    @property
+    def kept_bytes(self) -> int:
+        """Bytes of the buffers kept for the next arenas (faulted in: our memory)."""
+        return sum(len(buffer) for buffer in self._free)
+
     def take(self, length: int) -> mmap.mmap:
         fitting = [b for b in self._free if len(b) >= length]
         if fitting:

@@ -33,7 +33,7 @@ from memforensics.sources.glibc.glibc_arenas import (
     read_state,
     reread_heaps,
 )
-from memforensics.sources.glibc.glibc_walk import ArenaWalker, scout_together
+from memforensics.sources.glibc.glibc_walk import SCOUT_MAX_BYTES, ArenaWalker, scout_together
 from memforensics.sources.glibc.heap_search import (
     anonymous_spans,
     find_mmapped_chunks,
@@ -461,7 +461,14 @@ class _HeapRead:
         if state is None:
             return None
         heaps, _ = self._main_heaps_now(state)
-        walker = ArenaWalker(self.mem, heaps, is_main=True, pool=FreshBuffers(), held=True)
+        walker = ArenaWalker(
+            self.mem,
+            heaps,
+            is_main=True,
+            pool=FreshBuffers(),
+            held=True,
+            scout_max_bytes=self._scout_room_bytes(),
+        )
         if walker.scout(state, self.deadline):
             return walker
         walker.close()
@@ -600,7 +607,7 @@ class _HeapRead:
             if ready is not None:
                 group.append(ready)
                 addresses.append(address)
-        budget = self.pool.copy_max_bytes
+        budget = self._scout_room_bytes()
         together = len(group) > 1 and scout_together(group, self.deadline, budget)
         found = kept = 0
         for address, (walker, state) in zip(addresses, group, strict=True):
@@ -631,7 +638,21 @@ class _HeapRead:
             return None
         for heap in heaps:
             heap.pages = mem.pagemap(heap.start, heap.start + heap.mprotect_bytes)
-        return ArenaWalker(mem, heaps, is_main=False, pool=FreshBuffers(), held=True), state
+        walker = ArenaWalker(
+            mem,
+            heaps,
+            is_main=False,
+            pool=FreshBuffers(),
+            held=True,
+            scout_max_bytes=self._scout_room_bytes(),
+        )
+        return walker, state
+
+    def _scout_room_bytes(self) -> int:
+        """Bytes of pages scouts may hold until their stops: the copies' budget less the
+        copy buffers kept faulted in (at least SCOUT_MAX_BYTES): our memory stays bounded
+        whatever mix of arenas a process has."""
+        return max(SCOUT_MAX_BYTES, self.pool.copy_max_bytes - self.pool.kept_bytes)
 
     def _read_thread_arena(
         self,
