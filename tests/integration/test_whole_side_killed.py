@@ -142,14 +142,20 @@ class SeedsTarget(ChunkTarget):
 
 
 # The seeds' shapes as tests/integration/test_seeds_read.py and benchmarks/bench_seeds.py make
-# them: busy thread arenas (read with a scout, their lists moving), and a main arena whose
-# unsorted bin holds 2 million chunks (its read refused within a stop: malloc_info is called
-# without gdb instead, and trim calls malloc_trim).
+# them: busy thread arenas (read with a scout, their lists moving), arenas above the copies'
+# budget whose lists lie on ~100 MiB of pages each (scouted for longer, their stops copying
+# that much), and a main arena whose unsorted bin holds 2 million chunks (its read refused
+# within a stop: malloc_info is called without gdb instead, and trim calls malloc_trim).
 SEEDS_SHAPES = {
     "busy-arenas": (
         ["5", "24", "1"],
         "glibc.malloc.arena_max=6:glibc.malloc.mmap_threshold=33554432",
         1 << 30,
+    ),
+    "spread-lists": (
+        ["spread", "2", "320"],
+        "glibc.malloc.arena_max=3:glibc.malloc.mmap_threshold=33554432",
+        2 << 30,
     ),
     "unsorted-2m": (["unsorted", "4000000"], "", 2 << 30),
 }
