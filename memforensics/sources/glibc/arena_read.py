@@ -50,11 +50,7 @@ def read_arena(
     read the same ``heaps``, only those pages are copied in the stop, and the walk is made
     there (not deferred); it is closed either way. ``walk`` False: its heaps are read, not its
     lists (``budget_reached``: a read just before found them too long to follow)."""
-    segments = tuple(
-        HeapSegment(h.start, h.size_bytes, h.pages.total_resident_bytes)
-        for h in heaps
-        if h.pages is not None
-    )
+    segments = _segments_of(heaps)
     if state is None or not layout_ok or not walk:
         unread = ArenaScan(
             address=None if state is None else state.address,
@@ -90,11 +86,16 @@ def read_arena(
             walker.close()
         # A deferred walk's arena is the copy's: the one its lists were read from.
         read_state = snapshot or state
+        final = segments
+        if walker.residency_reread:  # (its lists moved: the stop's residency, not the scout's)
+            for heap in heaps:
+                heap.pages = walker.pages_of(heap.start) or heap.pages
+            final = _segments_of(heaps)
         return _arena_scan(
             mem,
             read_state,
             heaps,
-            segments,
+            final,
             walk,
             is_main,
             layout_ok,
@@ -145,4 +146,13 @@ def _arena_scan(
         corruption=tuple(walk.corruption),
         stop_copy_bytes=stop_copy_bytes,
         scouted=scouted,
+    )
+
+
+def _segments_of(heaps: Sequence[Heap]) -> tuple[HeapSegment, ...]:
+    """The heaps as the scan reports them, with their resident bytes."""
+    return tuple(
+        HeapSegment(h.start, h.size_bytes, h.pages.total_resident_bytes)
+        for h in heaps
+        if h.pages is not None
     )

@@ -44,7 +44,7 @@ from memforensics.sources.glibc.heapcopy import (
     walk_copies,
     walk_fastbin_copies,
 )
-from memforensics.sources.proc.procmem import MemoryReader, ProcessMemoryReader
+from memforensics.sources.proc.procmem import MemoryReader, PageMap, ProcessMemoryReader
 
 _scout_native = optional_native("memforensics.sources.glibc._listscout")
 _CIRCULAR, _FASTBIN_PLAIN, _FASTBIN_SAFE_LINKED = 0, 1, 2  # _listscout.c's kinds of list
@@ -266,6 +266,12 @@ class ArenaWalker:
         # The residency is the one read before the scout (keep_scout_residency): the stop's
         # copy checks each page it reads against the pagemap, and a rescout reads it anew.
         self._residency_from_scout = False
+        self.residency_reread = False  # read again in the stop, after it was kept (_rescout)
+
+    def pages_of(self, start: int) -> PageMap | None:
+        """The residency the walk used for the heap starting at ``start``."""
+        segment = self._segment_for(start)
+        return segment.pages if segment is not None and segment.start == start else None
 
     def close(self) -> None:
         for segment in self._segments:
@@ -389,6 +395,7 @@ class ArenaWalker:
             for segment in self._segments:
                 segment.pages = self._mem.pagemap(segment.pages.start, segment.pages.end)
             self._residency_from_scout = False
+            self.residency_reread = True
         with contextlib.suppress(OutOfTime):
             self._scout_lists(state, pending, sum(len(s.filled) for s in self._segments))
 
