@@ -162,3 +162,27 @@ def test_a_scouted_main_arena_costs_our_memory_its_lists_not_its_size() -> None:
     main = next(arena for arena in document["arenas"] if arena["index"] == 0)
     assert main["system_bytes"] >= 150 << 20
     assert run.peak_rss_kib << 10 < main["system_bytes"] // 2, run.peak_rss_kib
+
+
+@pytest.mark.slow
+def test_an_arena_above_the_budget_is_scouted_after_other_scouts_gave_up(tmp_path: Path) -> None:
+    """Two arenas whose lists lie on every page (their scouts give up, and after two give-ups
+    the read stops scouting arenas it can copy whole) are read before a spread arena above
+    the copies' budget: that one is scouted all the same (not scouting it would refuse the
+    read), and the read equals the target's own malloc_info."""
+    from tests.support.targets import compile_target
+
+    binary = compile_target("seeds_heap")
+    own, rebuilt = tmp_path / "own.xml", tmp_path / "read.xml"
+    env = {
+        "SEEDS_DENSE": "2",
+        "GLIBC_TUNABLES": f"glibc.malloc.arena_max=4:glibc.malloc.mmap_threshold={32 << 20}",
+    }
+    argv = [str(binary), "spread", "1", str(SPREAD_MIB), str(own)]
+    with running(argv, env=env, ready_timeout_seconds=120) as target:
+        document, _ = _inspect(target.pid, "--read-only", "--save-xml", str(rebuilt))
+        _assert_running(target.pid)
+    assert rebuilt.read_bytes() == own.read_bytes()
+    assert document["read_only"]["scouted_arenas"] == 1
+    sizes = sorted(arena["system_bytes"] for arena in document["arenas"] if arena["index"] > 0)
+    assert len(sizes) == 3 and sizes[-1] > copy_budget_bytes() > sizes[1]

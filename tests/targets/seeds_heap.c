@@ -25,7 +25,10 @@
  * with pairs of a live block of SPREAD_LIVE bytes and a small one (136..1000 bytes), and
  * frees every small one: one free chunk every three pages or so, so that the free lists lie
  * on about a third of the arena's pages however big it is (a few hundred MiB of arena: more
- * pages than a read copies in one stop without a care, fewer than its copy budget).
+ * pages than a read copies in one stop without a care, fewer than its copy budget). With
+ * SEEDS_DENSE=N in the environment, N more workers start once those arenas are built (so their
+ * arenas come later in main_arena's list, and are read first), each filling DENSE_BYTES with
+ * small blocks and freeing every other one: lists on every page of their arenas.
  *
  * unsorted BLOCKS: the main thread allocates BLOCKS blocks of 136..264 bytes (chunks too big
  * for the fast bins), writes them, and frees every other one in a scattered order: BLOCKS/2
@@ -53,11 +56,14 @@
 #define RING 512               /* a busy worker's small blocks */
 #define BIG_MAX ((32u << 20) - (64u << 10)) /* under a 32 MiB mmap threshold */
 #define SPREAD_LIVE (12u << 10)  /* spread: the live block between two free chunks */
+#define DENSE_BYTES (16u << 20)   /* spread with SEEDS_DENSE: each dense worker's blocks */
 
 static pthread_barrier_t barrier;
 static size_t bytes_per_arena;
 static int busy;
 static int spread;
+static int spread_workers;       /* spread: workers 1..spread_workers fill spread arenas */
+static atomic_int spread_built;  /* spread workers done (the dense ones start after) */
 static atomic_long longest_gap_us;
 
 static long now_us(void) {
@@ -108,6 +114,18 @@ static void fill_spread(uint64_t *state) {
     free(smalls);
 }
 
+/* spread with SEEDS_DENSE: small blocks, every other one freed, lists on every page. */
+static void fill_dense(uint64_t *state) {
+    size_t count = DENSE_BYTES / 568;
+    void **blocks = must_malloc(count * sizeof(void *));
+    for (size_t i = 0; i < count; i++) {
+        size_t size = 136 + (size_t)(next_random(state) % 54) * 16;
+        blocks[i] = must_malloc(size);
+        memset(blocks[i], 0x5a, size);
+    }
+    for (size_t i = 0; i < count; i += 2) free(blocks[i]);
+}
+
 static void *worker(void *arg) {
     uint64_t state = 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)arg * 0x100000001b3ull;
     size_t big_budget = bytes_per_arena / 5 * 4, small_budget = bytes_per_arena - big_budget;
@@ -115,8 +133,12 @@ static void *worker(void *arg) {
     void **bigs = must_malloc(big_cap * sizeof(void *));
     void **smalls = must_malloc(small_cap * sizeof(void *));
     size_t nbig = 0, nsmall = 0, big_used = 0, small_used = 0;
-    if (spread) {
+    if (spread && (int)(uintptr_t)arg > spread_workers) {
+        fill_dense(&state);
+        big_budget = small_budget = 0;
+    } else if (spread) {
         fill_spread(&state);
+        atomic_fetch_add(&spread_built, 1);
         big_budget = small_budget = 0;
     }
     while (big_used < big_budget || small_used < small_budget) {
@@ -235,8 +257,13 @@ int main(int argc, char **argv) {
         bytes_per_arena = (size_t)atol(argv[2 + spread]) << 20;
         busy = spread ? 0 : atoi(argv[3]) != 0;
         if (threads < 1 || bytes_per_arena == 0) return 2;
-        pthread_barrier_init(&barrier, NULL, (unsigned)threads + 1);
-        for (int i = 0; i < threads; i++) {
+        const char *dense_env = getenv("SEEDS_DENSE");
+        int dense = spread && dense_env != NULL ? atoi(dense_env) : 0;
+        spread_workers = threads;
+        pthread_barrier_init(&barrier, NULL, (unsigned)(threads + dense) + 1);
+        for (int i = 0; i < threads + dense; i++) {
+            struct timespec tick = {0, 1000000L};
+            while (i == threads && atomic_load(&spread_built) < threads) nanosleep(&tick, NULL);
             pthread_t tid;
             if (pthread_create(&tid, &attr, worker, (void *)(uintptr_t)(i + 1)) != 0) {
                 fprintf(stderr, "pthread_create failed at thread %d\n", i);

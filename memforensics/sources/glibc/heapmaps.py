@@ -69,7 +69,8 @@ _SCOUT_MIN_BYTES = 4 << 20
 # as many reads as the scout of one.
 _SCOUT_GROUP_BYTES = 96 << 20
 # After this many scouts in a row gave up (lists on too many pages), the read's other arenas
-# are copied whole without a scout: a process's arenas tend to look alike.
+# are copied whole without a scout: a process's arenas tend to look alike (but for one above
+# the copies' budget, which is never copied whole).
 _SCOUT_GIVE_UPS = 2
 _MAX_ARENAS = 1 << 16  # a ``next`` list longer than this is not glibc's
 # A held read's budget grows by this much per thread arena: it stops the target every few
@@ -559,7 +560,10 @@ class _HeapRead:
             share = (self.deadline - time.monotonic()) / (len(self.order) - position)
             weight = sum(h.size_bytes for h in self.by_arena.get(address, ()))
             scouted = None
-            if self.rules.scouts(weight) and self.scout_gave_up < _SCOUT_GIVE_UPS:
+            # (Past the give-ups, an arena too big to be copied whole is still scouted: for
+            # it, no scout means a refusal.)
+            beyond = weight > self.pool.copy_max_bytes
+            if self.rules.scouts(weight) and (self.scout_gave_up < _SCOUT_GIVE_UPS or beyond):
                 if address not in self.scouted:
                     self._scout_from(position)
                 scouted = self.scouted.pop(address, None)
