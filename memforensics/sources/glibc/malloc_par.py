@@ -115,22 +115,37 @@ def find_malloc_par(
     qualifies."""
     found: list[MallocParams] = []
     page = mem.page_bytes
-    bases = set(sbrk_bases)
     for region in regions:
         data = mem.read_present(region.start_address, region.size_bytes)
-        for offset in range(0, len(data) - _STRUCT_BYTES + 1, 8):
-            for layout in layouts:
-                # The cheapest test first: most words of .data are no sbrk_base.
-                word = struct.unpack_from("<Q", data, offset + layout.mmapped + 16)[0]
-                if word not in bases and not any(
-                    0 < word - base < LOADER_SBRK_SLACK_BYTES for base in bases if base
-                ):
-                    continue
-                at = region.start_address + offset
-                params = parse_malloc_par(at, data[offset:], layout, page)
-                if params is not None:
-                    found.append(params)
+        # The cheapest test first, over every word at once: most words of .data are no
+        # sbrk_base, and only where one is can a malloc_par end there.
+        hits = _sbrk_base_words(data, sbrk_bases)
+        for layout in layouts:
+            shift = layout.mmapped + 16  # sbrk_base's offset in the struct
+            for at_word in hits:
+                offset = at_word - shift
+                if 0 <= offset <= len(data) - _STRUCT_BYTES:
+                    at = region.start_address + offset
+                    params = parse_malloc_par(at, data[offset:], layout, page)
+                    if params is not None:
+                        found.append(params)
     return found[0] if len(found) == 1 else None
+
+
+def _sbrk_base_words(data: bytes, sbrk_bases: Sequence[int]) -> list[int]:
+    """Byte offsets of the aligned words of ``data`` that read as one of ``sbrk_bases`` or
+    lie less than LOADER_SBRK_SLACK_BYTES past a non-zero one, ascending."""
+    words = memoryview(data)[: len(data) // 8 * 8].cast("Q")
+    exact = set(sbrk_bases)
+    spans = [(base, base + LOADER_SBRK_SLACK_BYTES) for base in exact if base]
+    if len(spans) == 1:  # (the common case: one [heap]; a comparison, not a generator)
+        low, high = spans[0]
+        return [8 * i for i, word in enumerate(words) if word in exact or low < word < high]
+    return [
+        8 * index
+        for index, word in enumerate(words)
+        if word in exact or any(low < word < high for low, high in spans)
+    ]
 
 
 def read_malloc_par(mem: MemoryReader, found: MallocParams) -> MallocParams | None:
