@@ -168,34 +168,37 @@ def test_a_page_gone_reads_as_zeros_and_says_incomplete(monkeypatch: pytest.Monk
                 pool.close()
 
 
+@pytest.mark.parametrize(("pages", "threads"), [(PAGES, 1), (1024, 2)])
 def test_a_recheck_reads_only_the_flagged_pages_still_in_ram(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, pages: int, threads: int
 ) -> None:
     """Flags from an earlier pagemap (every page "readable") and ``recheck``: the pages the
     pagemap says are not in RAM now (the 8 never touched) are not read and their flags are
     cleared; the kernel's pagemap after the copy still has them absent (a read would have
-    mapped them), and every other page is copied (C and Python)."""
+    mapped them), and every other page is copied (C and Python). With 1,024 pages and two
+    threads, the second thread's first pages are the untouched ones."""
     ways = [heapcopy._native, None] if heapcopy._native is not None else [None]
-    with c_target("copy_pages", str(PAGES)) as target:
+    with c_target("copy_pages", str(pages)) as target:
         address = int(target.ready_line.split()[1], 16)
         with ProcessMemoryReader(target.pid) as mem:
             page = mem.page_bytes
-            untouched = range(PAGES // 2, PAGES // 2 + 8)
+            untouched = range(pages // 2, pages // 2 + 8)
             pool = BufferPool()
-            segment = Segment(
-                address, address + PAGES * page, mem.pagemap(address, address + PAGES * page), pool
-            )
+            end = address + pages * page
+            segment = Segment(address, end, mem.pagemap(address, end), pool)
             try:
                 for module in ways:
                     monkeypatch.setattr(heapcopy, "_native", module)
                     segment.view[:] = b"\xee" * len(segment.view)
-                    flags = bytearray(b"\x01" * PAGES)
-                    copy_into(mem, segment, 0, segment.length, only=flags, recheck=True)
-                    assert [i for i in range(PAGES) if not flags[i]] == list(untouched), module
-                    absent = mem.pagemap(address, address + PAGES * page).present
+                    flags = bytearray(b"\x01" * pages)
+                    copy_into(
+                        mem, segment, 0, segment.length, threads=threads, only=flags, recheck=True
+                    )
+                    assert [i for i in range(pages) if not flags[i]] == list(untouched), module
+                    absent = mem.pagemap(address, end).present
                     assert all(absent[i] == 0 for i in untouched), module
-                    expected = _expected(page)
-                    for i in range(PAGES):
+                    expected = _expected(page, pages)
+                    for i in range(pages):
                         got = bytes(segment.view[i * page : (i + 1) * page])
                         want = (
                             b"\xee" * page
