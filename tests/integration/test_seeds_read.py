@@ -41,9 +41,10 @@ MIB_PER_ARENA = 24
 TUNABLES = f"glibc.malloc.arena_max={THREADS + 1}:glibc.malloc.mmap_threshold={32 << 20}"
 
 
-def _inspect(pid: int, *extra: str) -> tuple[dict[str, Any], str]:
+def _inspect(pid: int, *extra: str, command: str = "inspect") -> tuple[dict[str, Any], str]:
+    """``memforensics COMMAND --json EXTRA PID``: its document and stderr (exit 0 asserted)."""
     done = subprocess.run(
-        [sys.executable, "-m", "memforensics", "inspect", "--json", *extra, str(pid)],
+        [sys.executable, "-m", "memforensics", command, "--json", *extra, str(pid)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -209,17 +210,10 @@ def test_trim_on_the_32_x_100_mib_shape_forecasts_what_the_kernel_sees_released(
         tunables=f"glibc.malloc.mmap_threshold={32 << 20}",
     ) as pid:
         before = _rss_bytes(pid)
-        done = subprocess.run(
-            [sys.executable, "-m", "memforensics", "trim", "--json", str(pid)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        document, _ = _inspect(pid, command="trim")
         after = _rss_bytes(pid)
         _assert_running(pid)
-    assert done.returncode == 0, done.stderr
-    forecast = json.loads(done.stdout)["forecast_bytes"]
+    forecast = document["forecast_bytes"]
     released = before - after
     assert released > 1 << 30, (before, after)
     assert abs(forecast - released) <= 0.10 * released, (forecast, released)

@@ -49,7 +49,7 @@ def read_arena(
     (ArenaWalker.scout) found the pages of this arena's lists before the stop: where it
     read the same ``heaps``, only those pages are copied in the stop, and the walk is made
     there (not deferred); it is closed either way. ``walk`` False: its heaps are read, not its
-    lists (``budget_reached``: a read just before found them too long to follow)."""
+    lists (``lists_too_long``: a read just before found them too long to follow)."""
     segments = _segments_of(heaps)
     if state is None or not layout_ok or not walk:
         unread = ArenaScan(

@@ -184,7 +184,7 @@ def scan_heap(
     ``hold`` (a live target) or from a memory that does not move (a core file). ``is_64``:
     whether the target is a 64-bit program, where its executable's ELF class was read
     already (check_target's); else read here. ``unwalked``: arenas (malloc_state addresses)
-    whose heaps are read but not their lists (``budget_reached``: a read just before found
+    whose heaps are read but not their lists (``lists_too_long``: a read just before found
     them too long to follow).
     """
     started = time.monotonic()
@@ -515,8 +515,9 @@ class _HeapRead:
             self.params = read_malloc_par(mem, self.params)
         brk = self.brk
         if held and state is not None:
-            # The heaps and their pages in RAM as of this stop: a copy never reads a page
-            # that left RAM since an earlier pagemap (nor misses one that came).
+            # The heaps and their pages in RAM as of this stop (a scouted arena whose heaps
+            # did not move: as of its scout, each page checked again as it is copied): a
+            # copy never reads a page that left RAM since an earlier pagemap.
             heaps, brk = self._main_heaps_now(state, scouted)
         finish = read_arena(
             mem,

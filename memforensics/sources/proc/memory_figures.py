@@ -6,17 +6,17 @@ from __future__ import annotations
 from memforensics.errors import NoSuchProcessError, TargetPermissionError
 from memforensics.model.process import ProcessMemory
 from memforensics.sources.proc.procfs import read_text
+from memforensics.sources.proc.procmaps import smaps_totals
 
 
-def _kib_fields(text: str, *, summed: bool = False) -> dict[str, int]:
-    """``Key: N kB`` lines as bytes; ``summed`` adds up repeated keys (smaps' mappings)."""
+def _kib_fields(text: str) -> dict[str, int]:
+    """``Key: N kB`` lines as bytes."""
     fields: dict[str, int] = {}
     for line in text.splitlines():
         key, _, value = line.partition(":")
         parts = value.split()
         if len(parts) == 2 and parts[1] == "kB" and parts[0].isdigit():
-            previous = fields.get(key.strip(), 0) if summed else 0
-            fields[key.strip()] = previous + int(parts[0]) * 1024
+            fields[key.strip()] = int(parts[0]) * 1024
     return fields
 
 
@@ -29,7 +29,7 @@ def _read_rollup(pid: int) -> dict[str, int]:
     except NoSuchProcessError:
         # status was read, so the process exists: this kernel has no smaps_rollup (< 4.14);
         # smaps has the same fields per mapping, and the rollup is their sum.
-        return _kib_fields(read_text(pid, "smaps"), summed=True)
+        return smaps_totals(read_text(pid, "smaps"))
 
 
 def read_memory(
