@@ -82,7 +82,7 @@ def corrupt_target(
     version: str, specs: list[str], pad_mib: int = 0
 ) -> Iterator[tuple[Target, Corrupted]]:
     """tests/targets/corrupt_heap.c with ``specs`` on ``version``, and what it says it did;
-    ``pad_mib``: each arena holds that much live memory first (4 or more: it is scouted)."""
+    ``pad_mib``: each arena holds that much live memory first (32 or more: it is scouted)."""
     release = _release(version)
     binary = build_target(release, "corrupt_heap")
     env = dict(TUNABLES, CORRUPT_HEAP_PAD_MIB=str(pad_mib))
@@ -183,17 +183,17 @@ def test_named_corruptions_are_reported_never_called_into(
 def test_named_corruptions_in_scouted_arenas_are_reported(
     version: str, fake_gdb: tuple[Path, Path]
 ) -> None:
-    """Arenas of 8 MiB, so their lists are scouted before their stops: the corruption meets
+    """Arenas of 40 MiB, so their lists are scouted before their stops: the corruption meets
     the scout (followed from the running target, never trusted) and then the walk over the
     scouted copy, fails there and again from the held target, and is reported by glibc's
     checks as in a small arena. The intact control says the padded arenas were scouted."""
-    with corrupt_target(version, ["intact"] * 3, pad_mib=8) as (target, said):
+    with corrupt_target(version, ["intact"] * 3, pad_mib=40) as (target, said):
         run = _run(["inspect", "--json", str(target.pid)], fake_gdb[0])
         _assert_sound_run(run, False)
         assert json.loads(run.stdout)["read_only"]["scouted_arenas"] == 3
     for half in (0, 1):
         specs = ["intact", *NAMED[half * 4 : half * 4 + 4]]
-        with corrupt_target(version, specs, pad_mib=8) as (target, said):
+        with corrupt_target(version, specs, pad_mib=40) as (target, said):
             _check_inspect(target, said, fake_gdb)
             _check_trim(target, said, fake_gdb)
 

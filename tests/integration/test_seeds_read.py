@@ -37,7 +37,7 @@ pytestmark = [
 ]
 
 THREADS = 5
-MIB_PER_ARENA = 24
+MIB_PER_ARENA = 40  # scouted: 32 MiB or more (heapmaps._SCOUT_MIN_BYTES)
 TUNABLES = f"glibc.malloc.arena_max={THREADS + 1}:glibc.malloc.mmap_threshold={32 << 20}"
 
 

@@ -76,7 +76,7 @@ enum { W_PREV, W_SIZE, W_FD, W_BK, W_FDN, W_BKN };
 
 /* Build the lists: every free chunk between two allocated guards, so none coalesces. */
 /* CORRUPT_HEAP_PAD_MIB=N: N MiB of live, written 64 KiB blocks in the arena first, so that
- * the read scouts it (an arena of 4 MiB or more): the corruption is then met by the scout and
+ * the read scouts it (an arena of 32 MiB or more): the corruption is then met by the scout and
  * by the walk over the scouted copy. */
 static void pad(void) {
     const char *value = getenv("CORRUPT_HEAP_PAD_MIB");

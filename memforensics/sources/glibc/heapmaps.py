@@ -61,9 +61,12 @@ _PENDING_MAX_BYTES = 32 << 20
 # taking out of the stop (a big arena's lists, millions of chunks), while each arena waiting
 # for its walk keeps its own copy buffer, which a thousand small arenas would each fault in.
 _DEFER_MIN_BYTES = 4 << 20
-# A held read scouts a thread arena of this much heap or more before its stop (glibc_walk's
+# A held read scouts an arena of this much heap or more before its stop (glibc_walk's
 # ArenaWalker.scout): the stop then copies the pages its lists lie on, not the whole arena.
-_SCOUT_MIN_BYTES = 4 << 20
+# A smaller one is copied whole in its stop, as many as _PENDING_MAX_BYTES at a time: that
+# copy (a few milliseconds at the copy's 5 GB/s) stalls the target less than the read allows
+# itself, while a scout costs our wall a scout and, where it gives up on dense lists, both.
+_SCOUT_MIN_BYTES = _PENDING_MAX_BYTES
 # Arenas scouted side by side, as many as the pages the last scout found suggest fit this:
 # their copies wait for their stops (our memory), while one scout of many lists needs about
 # as many reads as the scout of one.
