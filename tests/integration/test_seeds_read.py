@@ -177,6 +177,7 @@ def test_an_arena_above_the_budget_is_scouted_after_other_scouts_gave_up(tmp_pat
     own, rebuilt = tmp_path / "own.xml", tmp_path / "read.xml"
     env = {
         "SEEDS_DENSE": "2",
+        "SEEDS_DENSE_MIB": "40",  # scouted: 32 MiB or more (heapmaps._SCOUT_MIN_BYTES)
         "GLIBC_TUNABLES": f"glibc.malloc.arena_max=4:glibc.malloc.mmap_threshold={32 << 20}",
     }
     argv = [str(binary), "spread", "1", str(SPREAD_MIB), str(own)]
@@ -187,6 +188,41 @@ def test_an_arena_above_the_budget_is_scouted_after_other_scouts_gave_up(tmp_pat
     assert document["read_only"]["scouted_arenas"] == 1
     sizes = sorted(arena["system_bytes"] for arena in document["arenas"] if arena["index"] > 0)
     assert len(sizes) == 3 and sizes[-1] > copy_budget_bytes() > sizes[1]
+
+
+@pytest.mark.slow
+def test_buffers_kept_for_a_whole_copy_do_not_cut_short_a_scout_above_the_budget(
+    tmp_path: Path,
+) -> None:
+    """A dense arena of 150 MiB (lists on every page: copied whole, its buffers then kept for
+    the next arenas) is read before a spread arena above the copies' budget. That one's scout
+    needs most of the budget; the kept buffers are given up for it rather than leave it 64 MiB
+    and a refusal. Oracles: the target's own malloc_info, byte for byte, and the kernel's
+    figure of our peak RSS (within 256 MiB: the kept buffers and the scout never add up)."""
+    from tests.support.targets import compile_target, started_in_cgroup
+
+    binary = compile_target("seeds_heap")
+    own, rebuilt = tmp_path / "own.xml", tmp_path / "read.xml"
+    with started_in_cgroup(
+        [str(binary), "spread", "1", str(SPREAD_MIB), str(own)],
+        group_name="memforensics-test-seeds-kept",
+        limit_bytes=2 << 30,
+        arena_max=3,
+        tunables=f"glibc.malloc.mmap_threshold={32 << 20}",
+        env={"SEEDS_DENSE": "1", "SEEDS_DENSE_MIB": "150"},
+    ) as pid:
+        run = run_measured(
+            ["inspect", "--json", "--read-only", "--save-xml", str(rebuilt), str(pid)],
+            timeout_seconds=120,
+        )
+        _assert_running(pid)
+    assert run.exit_code == 0, run.stderr
+    assert rebuilt.read_bytes() == own.read_bytes()
+    document = json.loads(run.stdout)
+    sizes = sorted(arena["system_bytes"] for arena in document["arenas"] if arena["index"] > 0)
+    assert len(sizes) == 2 and sizes[1] > copy_budget_bytes() > sizes[0] > 128 << 20, sizes
+    assert document["read_only"]["scouted_arenas"] == 1
+    assert run.peak_rss_kib << 10 <= RSS_BOUND_BYTES, run.peak_rss_kib
 
 
 def _rss_bytes(pid: int) -> int:

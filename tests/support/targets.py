@@ -199,15 +199,21 @@ def memory_cgroup(name: str, limit_bytes: int) -> Path | None:
 
 @contextlib.contextmanager
 def started_in_cgroup(
-    argv: list[str], *, group_name: str, limit_bytes: int, arena_max: int, tunables: str = ""
+    argv: list[str],
+    *,
+    group_name: str,
+    limit_bytes: int,
+    arena_max: int,
+    tunables: str = "",
+    env: dict[str, str] | None = None,
 ) -> Iterator[int]:
     """``argv`` (a built target) run with glibc.malloc.arena_max=``arena_max`` (and the
-    GLIBC_TUNABLES ``tunables``, "name=value:..."), in a fresh memory cgroup of
-    ``limit_bytes`` when one can be made; its PID once it printed "ready". Killed, and its
-    cgroup removed, at the end."""
+    GLIBC_TUNABLES ``tunables``, "name=value:...", and ``env`` added to ours), in a fresh
+    memory cgroup of ``limit_bytes`` when one can be made; its PID once it printed "ready".
+    Killed, and its cgroup removed, at the end."""
     group = memory_cgroup(group_name, limit_bytes)
     settings = ":".join(filter(None, [f"glibc.malloc.arena_max={arena_max}", tunables]))
-    env = dict(os.environ, GLIBC_TUNABLES=settings)
+    env = dict(os.environ, **(env or {}), GLIBC_TUNABLES=settings)
     if group is not None:
         argv = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(group), *argv]
     proc = subprocess.Popen(

@@ -27,8 +27,9 @@
  * on about a third of the arena's pages however big it is (a few hundred MiB of arena: more
  * pages than a read copies in one stop without a care, fewer than its copy budget). With
  * SEEDS_DENSE=N in the environment, N more workers start once those arenas are built (so their
- * arenas come later in main_arena's list, and are read first), each filling DENSE_BYTES with
- * small blocks and freeing every other one: lists on every page of their arenas.
+ * arenas come later in main_arena's list, and are read first), each filling 16 MiB (or
+ * SEEDS_DENSE_MIB MiB) with small blocks and freeing every other one: lists on every page of
+ * their arenas.
  *
  * unsorted BLOCKS: the main thread allocates BLOCKS blocks of 136..264 bytes (chunks too big
  * for the fast bins), writes them, and frees every other one in a scattered order: BLOCKS/2
@@ -56,7 +57,7 @@
 #define RING 512               /* a busy worker's small blocks */
 #define BIG_MAX ((32u << 20) - (64u << 10)) /* under a 32 MiB mmap threshold */
 #define SPREAD_LIVE (12u << 10)  /* spread: the live block between two free chunks */
-#define DENSE_BYTES (16u << 20)   /* spread with SEEDS_DENSE: each dense worker's blocks */
+static size_t dense_bytes = 16u << 20; /* spread with SEEDS_DENSE: each dense worker's blocks */
 
 static pthread_barrier_t barrier;
 static size_t bytes_per_arena;
@@ -116,7 +117,7 @@ static void fill_spread(uint64_t *state) {
 
 /* spread with SEEDS_DENSE: small blocks, every other one freed, lists on every page. */
 static void fill_dense(uint64_t *state) {
-    size_t count = DENSE_BYTES / 568;
+    size_t count = dense_bytes / 568;
     void **blocks = must_malloc(count * sizeof(void *));
     for (size_t i = 0; i < count; i++) {
         size_t size = 136 + (size_t)(next_random(state) % 54) * 16;
@@ -259,6 +260,8 @@ int main(int argc, char **argv) {
         if (threads < 1 || bytes_per_arena == 0) return 2;
         const char *dense_env = getenv("SEEDS_DENSE");
         int dense = spread && dense_env != NULL ? atoi(dense_env) : 0;
+        const char *dense_mib = getenv("SEEDS_DENSE_MIB");
+        if (dense_mib != NULL && atol(dense_mib) > 0) dense_bytes = (size_t)atol(dense_mib) << 20;
         spread_workers = threads;
         pthread_barrier_init(&barrier, NULL, (unsigned)(threads + dense) + 1);
         for (int i = 0; i < threads + dense; i++) {

@@ -108,3 +108,22 @@ def test_page_map_of_swapped_entries_counts_them_as_not_resident() -> None:
     pages = PageMap(0x10000, 0x10000 + 4 * PAGE, PAGE, entries)
     assert pages.resident_bytes(0x10000 + 100, 0x10000 + 4 * PAGE) == 2 * PAGE - 100
     assert pages.whole_pages_resident_bytes(0x10000, 0x10000 + 3 * PAGE) == PAGE
+
+
+def test_a_pool_shrunk_keeps_its_smallest_buffers_within_the_bound() -> None:
+    """BufferPool.shrink unmaps the biggest kept buffers first, down to the bytes asked."""
+    page = 4096
+    pool = BufferPool(copy_max_bytes=64 * page)
+    buffers = [pool.take(pages * page) for pages in (1, 8, 2, 16)]
+    for buffer in buffers:
+        pool.give(buffer)
+    assert pool.kept_bytes == 27 * page
+    pool.shrink(11 * page)
+    assert pool.kept_bytes == 11 * page  # the 16-page buffer went: 1 + 8 + 2 fit
+    pool.shrink(10 * page)
+    assert pool.kept_bytes == 3 * page  # then the 8-page one
+    assert buffers[3].closed and buffers[1].closed
+    assert not buffers[0].closed and not buffers[2].closed
+    pool.shrink(0)
+    assert pool.kept_bytes == 0 and all(buffer.closed for buffer in buffers)
+    pool.close()

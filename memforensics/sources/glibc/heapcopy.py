@@ -129,6 +129,12 @@ class BufferPool:
             self._free.remove(smallest)
             smallest.close()
 
+    def shrink(self, max_kept_bytes: int) -> None:
+        """Unmap kept buffers, the biggest first, until at most ``max_kept_bytes`` are kept."""
+        self._free.sort(key=len)
+        while self._free and self.kept_bytes > max_kept_bytes:
+            self._free.pop().close()
+
     def close(self) -> None:
         for buffer in self._free:
             buffer.close()

@@ -471,7 +471,7 @@ class _HeapRead:
             is_main=True,
             pool=FreshBuffers(),
             held=True,
-            scout_max_bytes=self._scout_room_bytes(),
+            scout_max_bytes=self._scout_room_bytes(self._beyond(heaps)),
         )
         if walker.scout(state, self.deadline):
             return walker
@@ -566,7 +566,7 @@ class _HeapRead:
             scouted = None
             # (Past the give-ups, an arena too big to be copied whole is still scouted: for
             # it, no scout means a refusal.)
-            beyond = weight > self.pool.copy_max_bytes
+            beyond = self._beyond(self.by_arena.get(address, ()))
             if self.rules.scouts(weight) and (self.scout_gave_up < _SCOUT_GIVE_UPS or beyond):
                 if address not in self.scouted:
                     self._scout_from(position)
@@ -615,7 +615,9 @@ class _HeapRead:
             if ready is not None:
                 group.append(ready)
                 addresses.append(address)
-        budget = self._scout_room_bytes()
+        budget = self._scout_room_bytes(
+            any(self._beyond(self.by_arena[address]) for address in addresses)
+        )
         together = len(group) > 1 and scout_together(group, self.deadline, budget)
         found = kept = 0
         for address, (walker, state) in zip(addresses, group, strict=True):
@@ -652,15 +654,24 @@ class _HeapRead:
             is_main=False,
             pool=FreshBuffers(),
             held=True,
-            scout_max_bytes=self._scout_room_bytes(),
+            scout_max_bytes=self._scout_room_bytes(self._beyond(heaps)),
         )
         return walker, state
 
-    def _scout_room_bytes(self) -> int:
+    def _beyond(self, heaps: Sequence[Heap]) -> bool:
+        """An arena of ``heaps`` is above the copies' budget: never copied whole."""
+        return sum(h.size_bytes for h in heaps) > self.pool.copy_max_bytes
+
+    def _scout_room_bytes(self, beyond: bool) -> int:
         """Bytes of pages scouts may hold until their stops: the copies' budget less the
-        copy buffers kept faulted in (at least SCOUT_MAX_BYTES): our memory stays bounded
-        whatever mix of arenas a process has."""
-        return max(SCOUT_MAX_BYTES, self.pool.copy_max_bytes - self.pool.kept_bytes)
+        whole-copy buffers kept faulted in, which are unmapped first down to what leaves the
+        scouts SCOUT_MAX_BYTES, and all of them for the scout of an arena above the budget
+        (``beyond``: with no whole copy to fall back on, a scout cut short by buffers kept
+        for other arenas would refuse it). Our memory stays within the budget whatever mix
+        of arenas a process has, and so does its order."""
+        budget = self.pool.copy_max_bytes
+        self.pool.shrink(0 if beyond else budget - SCOUT_MAX_BYTES)
+        return max(SCOUT_MAX_BYTES, budget - self.pool.kept_bytes)
 
     def _read_thread_arena(
         self,
