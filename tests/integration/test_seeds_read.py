@@ -225,6 +225,50 @@ def test_buffers_kept_for_a_whole_copy_do_not_cut_short_a_scout_above_the_budget
     assert run.peak_rss_kib << 10 <= RSS_BOUND_BYTES, run.peak_rss_kib
 
 
+@pytest.mark.slow
+def test_a_main_arena_whose_lists_outgrow_the_budget_is_refused_without_a_walk_in_its_stop() -> (
+    None
+):
+    """2 million free chunks in the main arena's unsorted bin (the target's own count, on its
+    ready line), scattered over ~800 MiB: the list leads over more pages than the copies'
+    budget, so its scout gives up on its page budget, and the read made in the stop (with
+    the same budget) would only hold every thread longer before the same refusal. The main
+    arena is refused as lists too long without being walked in its stop (walked False;
+    before, the stop followed the list lazily for 15 ms and then refused it), and the
+    target runs on untraced."""
+    from memforensics.sources.glibc.arena_hold import StopBatches
+    from memforensics.sources.glibc.heapmaps import scan_heap
+    from memforensics.sources.glibc.libc_elf import load_libc_image
+    from tests.support.targets import compile_target, started_in_cgroup
+
+    binary = compile_target("seeds_heap")
+    with started_in_cgroup(
+        [str(binary), "unsorted", "4000000"],
+        group_name="memforensics-test-seeds-outgrown",
+        limit_bytes=2 << 30,
+        arena_max=2,
+    ) as pid:
+        maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
+        libc_path = next(line.split()[-1] for line in maps if "/libc.so.6" in line)
+        heap_bytes = sum(
+            int(hi, 16) - int(lo, 16)
+            for line in maps
+            if line.endswith("[heap]")
+            for lo, hi in [line.split()[0].split("-")]
+        )
+        batches = StopBatches(pid, libc=load_libc_image(pid, libc_path), single_threaded=False)
+        try:
+            scan = scan_heap(pid, libc_path=libc_path, figures=True, hold=batches)
+        finally:
+            batches.close()
+        _assert_running(pid)
+    # The kernel's word: the list's chunks lie on a heap far past what a read may copy.
+    assert heap_bytes > 2 * copy_budget_bytes(), heap_bytes
+    main = next(arena for arena in scan.arenas if arena.is_main)
+    assert main.lists_too_long and main.budget_reached
+    assert not main.walked
+
+
 def _rss_bytes(pid: int) -> int:
     """VmRSS of /proc/PID/status, read here: the kernel's figure, not the tool's."""
     return int(proc_status(pid)["VmRSS"].split()[0]) * 1024

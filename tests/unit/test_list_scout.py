@@ -38,6 +38,7 @@ class Heap:
         self.copy = mmap.mmap(-1, PAGES * PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self.filled = bytearray(PAGES + 2)
         self.readable = bytearray(b"\x01" * PAGES)
+        self.inconsistent = -1  # lists failing glibc's bk check, as the last scout found
         self.fd = os.open("/proc/self/mem", os.O_RDONLY)
 
     def chunk(self, offset: int, size: int, fd: int, bk: int) -> int:
@@ -50,7 +51,7 @@ class Heap:
     def scout(self, lists: list[tuple[int, int, int]], max_pages: int = 1 << 30) -> int:
         view = memoryview(self.copy)
         try:
-            status, pages, usable = native.scout(  # type: ignore[union-attr]
+            status, pages, usable, self.inconsistent = native.scout(  # type: ignore[union-attr]
                 os.getpid(),
                 self.fd,
                 True,
@@ -108,6 +109,7 @@ def test_a_bin_list_flags_its_headers_pages_and_its_feet(heap: Heap) -> None:
     first = _ring(heap, spots)
     assert heap.scout([(HEAD, first, CIRCULAR)]) == 0
     assert heap.flagged() == {3, 9, 12, 20, 21, 2}
+    assert heap.inconsistent == 0
     heap.assert_copied()
 
 
@@ -149,4 +151,21 @@ def test_lists_are_read_side_by_side_and_a_cycle_ends(heap: Heap) -> None:
     heap.chunk(15 * PAGE, 64, a, b)
     assert heap.scout([(HEAD, first, CIRCULAR), (HEAD + 16, a, CIRCULAR)]) == 0
     assert heap.flagged() == {4, 8, 14, 15}
+    assert heap.inconsistent == 1  # the cycle: its first chunk's bk is not its bin
     heap.assert_copied()
+
+
+def test_a_list_whose_bk_does_not_name_the_chunk_before_is_counted_even_when_cut_short(
+    heap: Heap,
+) -> None:
+    """glibc's bk check, noted by the scout (the target runs: noted, not acted on), also
+    when the scout stops at its page budget before the list's end."""
+    spots = [(index * PAGE, 64) for index in range(0, 30, 3)]
+    first = _ring(heap, spots)
+    heap.chunk(3 * PAGE, 64, heap.start + 6 * PAGE, heap.start + 27 * PAGE)  # a wrong bk
+    assert heap.scout([(HEAD, first, CIRCULAR)], max_pages=4) == 1
+    assert heap.inconsistent == 1
+    clean = _ring(heap, spots)
+    heap.filled[:] = bytes(len(heap.filled))
+    assert heap.scout([(HEAD, clean, CIRCULAR)], max_pages=4) == 1
+    assert heap.inconsistent == 0

@@ -33,6 +33,7 @@ from memforensics.sources.glibc.heap_checks import bin_head
 from memforensics.sources.glibc.heapcopy import (
     EMPTY_TALLY,
     BufferPool,
+    OutOfPages,
     OutOfTime,
     Segment,
     Tally,
@@ -119,14 +120,17 @@ def _native_scout(
     max_pages: int | None,
     deadline: float = math.inf,
 ) -> int:
-    """One _listscout.scout call: the pages read; OutOfTime past ``max_pages`` (None: no
-    bound) or ``deadline``. ValueError for segments that overlap (heaps read while moving)."""
+    """One _listscout.scout call: the pages read; OutOfPages past ``max_pages`` (None: no
+    bound; with the count of lists that failed glibc's bk check), OutOfTime past
+    ``deadline``. ValueError for segments that overlap (heaps read while moving)."""
     left = max(max_pages if max_pages is not None else 1 << 62, 0)
     assert _scout_native is not None
-    status, pages, usable = _scout_native.scout(
+    status, pages, usable, inconsistent = _scout_native.scout(
         mem.pid, mem.mem_fd, mem.vm_readv_usable, segments, lists, mem.page_bytes, deadline, left
     )
     mem.vm_readv_usable = bool(usable)
+    if status == 1:
+        raise OutOfPages(int(inconsistent))
     if status:
         raise OutOfTime
     return int(pages)
@@ -259,6 +263,9 @@ class ArenaWalker:
         self._partial = False
         self._scout_pages_left: int | None = None
         self.scouted_bytes = 0  # bytes of the pages a scout found the lists on
+        # The last scout gave up on its page budget (not its time), its lists consistent as far
+        # as it followed them: they lead further than the budget.
+        self.outgrown = False
         self.stop_copy_bytes = 0  # bytes copied from the target in stops (held reads)
         self.rescouted_pages = 0  # pages the lists that moved since the scout led to
         self._lazy_bytes = 0  # copied block by block since the last reset (LAZY_MAX_BYTES)
@@ -294,7 +301,7 @@ class ArenaWalker:
         if self._scout_pages_left is not None:
             self._scout_pages_left -= self._fill_pages
             if self._scout_pages_left < 0:
-                raise OutOfTime  # lists this dense: a whole copy costs no more
+                raise OutOfPages  # lists this dense: a whole copy costs no more
         else:  # (the pages copied for the first time: what the copy holds resident)
             block = segment.filled[first_page : first_page + self._fill_pages + 1]
             self._lazy_bytes += (len(block) - block.count(1)) * self._page
@@ -348,11 +355,14 @@ class ArenaWalker:
         False, and the walker left as if never scouted, when the lists lead to more than
         SCOUT_MAX_SHARE of the resident pages or SCOUT_MAX_BYTES (an arena above the copies'
         budget: more than that budget), or ``deadline`` (or SCOUT_SECONDS, longer for an
-        arena above the budget) passes."""
+        arena above the budget) passes. ``outgrown`` then says it was the pages, and every
+        bin's list followed passed glibc's bk check as far as the scout went (a list that
+        failed it may be corrupt: its stop must read it held still, and diagnose it)."""
         self._begin_scout(deadline)
         try:
             self._scout_lists(state, [_FASTBIN, *_nonempty_bins(state, 1)], self._scout_pages_left)
-        except OutOfTime:
+        except OutOfTime as stopped:
+            self.outgrown = isinstance(stopped, OutOfPages) and stopped.inconsistent_lists == 0
             self._end_scout(False)
             return False
         self._end_scout(True)

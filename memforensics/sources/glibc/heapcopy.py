@@ -49,6 +49,16 @@ class OutOfTime(Exception):
     """The walk's time budget ran out in the middle of a list (the C loop says so too)."""
 
 
+class OutOfPages(OutOfTime):
+    """A scout's lists lead to more pages than it may copy (its page budget, not its time).
+    ``inconsistent_lists``: of the bins' lists followed, those failing glibc's bk check as
+    far as followed (-1: not known)."""
+
+    def __init__(self, inconsistent_lists: int = -1) -> None:
+        super().__init__(inconsistent_lists)
+        self.inconsistent_lists = inconsistent_lists
+
+
 _native = optional_native("memforensics.sources.glibc._chunkwalk")
 if (
     getattr(_native, "CLOCK_EVERY_CHUNKS", None) != CLOCK_EVERY_CHUNKS

@@ -335,7 +335,9 @@ class _HeapRead:
         unwalked: Collection[int] = (),
     ) -> None:
         self.pid, self.mappings, self.mem, self.pool = pid, mappings, mem, pool
-        self.unwalked = frozenset(unwalked)
+        # (Grown by the scouts: an arena above the copies' budget whose lists lead to more
+        # pages than the budget is refused without being followed again in its stop.)
+        self.unwalked = set(unwalked)
         self.libc_path = libc_path
         self.deadline = deadline
         self.pause = pause or (lambda: None)
@@ -475,6 +477,7 @@ class _HeapRead:
         )
         if walker.scout(state, self.deadline):
             return walker
+        self._outgrown(walker, state.address, heaps)
         walker.close()
         return None
 
@@ -631,6 +634,7 @@ class _HeapRead:
                 self.scout_gave_up = 0
             else:
                 self.scout_gave_up += 1
+                self._outgrown(walker, address, self.by_arena[address])
                 walker.close()
                 self._prepare_for(self.by_arena[address])
         self.last_scouted_bytes = found or self.last_scouted_bytes
@@ -657,6 +661,14 @@ class _HeapRead:
             scout_max_bytes=self._scout_room_bytes(self._beyond(heaps)),
         )
         return walker, state
+
+    def _outgrown(self, walker: ArenaWalker, address: int, heaps: Sequence[Heap]) -> None:
+        """After a scout that gave up: an arena above the copies' budget whose lists led to
+        more pages than the scout may copy is not followed again in its stop (that read has
+        the same budget, and would only hold every thread HELD_LAZY_SECONDS longer before
+        the same refusal): it is refused as lists too long (ArenaScan.lists_too_long)."""
+        if walker.outgrown and self._beyond(heaps):
+            self.unwalked.add(address)
 
     def _beyond(self, heaps: Sequence[Heap]) -> bool:
         """An arena of ``heaps`` is above the copies' budget: never copied whole."""
