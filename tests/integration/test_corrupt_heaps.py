@@ -29,11 +29,12 @@ from typing import Any
 import pytest
 
 from memforensics.model import corruption as checks
+from memforensics.sources.glibc.heapcopy import copy_budget_bytes
 from tests.support.glibc_releases import RELEASES, GlibcRelease, build_target, command, release_tree
 from tests.support.glibc_releases import skip_reason as release_skip_reason
 from tests.support.measured import Run, run_measured
 from tests.support.schema import missing_keys
-from tests.support.targets import Target, live_skip_reason, running
+from tests.support.targets import Target, live_skip_reason, memory_cgroup, running
 
 _SKIP = live_skip_reason()
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")]
@@ -82,12 +83,22 @@ def corrupt_target(
     version: str, specs: list[str], pad_mib: int = 0
 ) -> Iterator[tuple[Target, Corrupted]]:
     """tests/targets/corrupt_heap.c with ``specs`` on ``version``, and what it says it did;
-    ``pad_mib``: each arena holds that much live memory first (32 or more: it is scouted)."""
+    ``pad_mib``: each arena holds that much live memory first (32 or more: it is scouted);
+    a padded target runs in a memory cgroup of what it needs and 256 MiB more."""
     release = _release(version)
     binary = build_target(release, "corrupt_heap")
     env = dict(TUNABLES, CORRUPT_HEAP_PAD_MIB=str(pad_mib))
-    with running(command(release, binary, specs), env=env, ready_timeout_seconds=30) as target:
-        yield target, _said(target.ready_line, len(specs))
+    argv = command(release, binary, specs)
+    group = memory_cgroup("memforensics-test-corrupt", (len(specs) * pad_mib + 256) << 20)
+    if pad_mib and group is not None:
+        argv = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(group), *argv]
+    try:
+        with running(argv, env=env, ready_timeout_seconds=30) as target:
+            yield target, _said(target.ready_line, len(specs))
+    finally:
+        if group is not None:
+            with contextlib.suppress(OSError):
+                group.rmdir()
 
 
 def _said(ready_line: str, n: int) -> Corrupted:
@@ -196,6 +207,23 @@ def test_named_corruptions_in_scouted_arenas_are_reported(
         with corrupt_target(version, specs, pad_mib=40) as (target, said):
             _check_inspect(target, said, fake_gdb)
             _check_trim(target, said, fake_gdb)
+
+
+@pytest.mark.parametrize("version", RELEASES, ids=[f"glibc-{v}" for v in RELEASES])
+def test_corruptions_in_arenas_above_the_copy_budget_are_reported(
+    version: str, fake_gdb: tuple[Path, Path]
+) -> None:
+    """Arenas of 256 MiB and more, above the copies' budget (never copied whole: scouted up
+    to it, their scouted pages copied in their stops), each with one of the issue's
+    corruptions: reported by glibc's checks as in a small arena, never called into, the
+    target left intact, our peak RSS as bounded as for a small heap."""
+    assert copy_budget_bytes() < 256 << 20
+    specs = ["intact", "cycle", "largeloop"]
+    with corrupt_target(version, specs, pad_mib=256) as (target, said):
+        assert set(said.corrupted) == {1, 2}
+        document = _check_inspect(target, said, fake_gdb)
+        assert len(document["corruption"]) == 2
+        _check_trim(target, said, fake_gdb)
 
 
 @pytest.mark.parametrize("version", RELEASES, ids=[f"glibc-{v}" for v in RELEASES])

@@ -75,13 +75,14 @@ static void say(const char *format, ...) {
 enum { W_PREV, W_SIZE, W_FD, W_BK, W_FDN, W_BKN };
 
 /* Build the lists: every free chunk between two allocated guards, so none coalesces. */
-/* CORRUPT_HEAP_PAD_MIB=N: N MiB of live, written 64 KiB blocks in the arena first, so that
- * the read scouts it (an arena of 32 MiB or more): the corruption is then met by the scout and
- * by the walk over the scouted copy. */
+/* CORRUPT_HEAP_PAD_MIB=N: N MiB (at most 512) of live, written 64 KiB blocks in the arena
+ * first, so that the read scouts it (an arena of 32 MiB or more; past the copies' budget, one
+ * never copied whole): the corruption is then met by the scout and by the walk over the
+ * scouted copy. */
 static void pad(void) {
     const char *value = getenv("CORRUPT_HEAP_PAD_MIB");
     long blocks = value == NULL ? 0 : atol(value) * 16;
-    for (long i = 0; i < blocks && i < 16 * 64; i++) {
+    for (long i = 0; i < blocks && i < 16 * 512; i++) {
         void *block = malloc(64 * 1024 - 64);
         if (block != NULL) memset(block, 0x5a, 64 * 1024 - 64);
     }
@@ -239,6 +240,11 @@ static void *worker(void *arg) {
     struct job *job = arg;
     struct arena_set set;
     build(&set);
+    /* A thread arena's malloc_state is its heaps' ar_ptr, the first word of the heap_info at
+     * the start of each heap (aligned to HEAP_MAX_SIZE, 64 MiB on 64-bit): exact whichever bin
+     * the unsorted chunk went to (glibc 2.41 puts it in the unsorted bin all the same once the
+     * padding has spread the arena over several heaps). */
+    set.arena = WORD(set.unsorted & ~(((uintptr_t)64 << 20) - 1), 0);
     corrupt(&set, job->index, job->spec);
     pthread_barrier_wait(&barrier);
     for (;;) pause();
