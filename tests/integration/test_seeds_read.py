@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from memforensics.model import glibc
 from memforensics.sources.glibc.glibc_walk import SCOUT_MAX_BYTES
 from memforensics.sources.glibc.heapcopy import copy_budget_bytes
 from tests.support.glibc_releases import build_target, command
@@ -267,6 +268,68 @@ def test_a_main_arena_whose_lists_outgrow_the_budget_is_refused_without_a_walk_i
     main = next(arena for arena in scan.arenas if arena.is_main)
     assert main.lists_too_long and main.budget_reached
     assert not main.walked
+
+
+def _small_bins(xml: bytes) -> list[dict[int, tuple[int, int]]]:
+    """Per <heap> of a malloc_info document: chunk size -> (bytes, chunks) of its small bins
+    (chunks under 1 KiB), and its system bytes under key 0."""
+    from lxml import etree
+
+    heaps = []
+    for heap in etree.fromstring(xml).iter("heap"):
+        lines = {
+            int(size.get("from") or 0): (int(size.get("total") or 0), int(size.get("count") or 0))
+            for size in heap.iter("size")
+            if int(size.get("to") or 0) < 1024
+        }
+        current = next(s for s in heap.iter("system") if s.get("type") == "current")
+        lines[0] = (int(current.get("size") or 0), 0)
+        heaps.append(lines)
+    return heaps
+
+
+@pytest.mark.slow
+def test_arenas_above_the_budget_that_keep_growing_are_read(tmp_path: Path) -> None:
+    """Two spread arenas above the copies' budget whose threads keep allocating blocks no free
+    chunk fits (80 KiB every 2 ms, SEEDS_GROW_MIB): their heaps grow, and new heaps are
+    added, between each scout and its stop. The scouted copies are kept (the grown parts
+    are scouted again in the stop), so every read is made, none refused, and no stand-in call
+    (before: refused 4 reads of 4). Oracle: the target's own malloc_info, written as it
+    started to grow (its unsorted bin sorted first). Growth takes no free chunk; it adds one
+    free chunk only where a new heap is begun (what the old one's top had left), so each
+    arena's small-bin lines in our reads hold every chunk of its own, and at most one more
+    per 64 MiB its system bytes grew by (and one)."""
+    from tests.support.targets import compile_target, started_in_cgroup
+
+    binary = compile_target("seeds_heap")
+    own = tmp_path / "own.xml"
+    with started_in_cgroup(
+        [str(binary), "spread", "2", str(SPREAD_MIB), str(own)],
+        group_name="memforensics-test-seeds-grow",
+        limit_bytes=3 << 30,
+        arena_max=3,
+        tunables=f"glibc.malloc.mmap_threshold={32 << 20}",
+        env={"SEEDS_GROW_MIB": "600"},
+    ) as pid:
+        for number, flags in enumerate((["--read-only"], [], ["--read-only"])):
+            rebuilt = tmp_path / f"read-{number}.xml"
+            document, stderr = _inspect(pid, *flags, "--save-xml", str(rebuilt))
+            assert document["fallback"] is None, stderr
+            assert document["read_only"]["scouted_arenas"] == 2
+            for read, before in zip(
+                _small_bins(rebuilt.read_bytes())[1:],
+                _small_bins(own.read_bytes())[1:],
+                strict=True,
+            ):
+                assert len(before) > 20
+                grown_bytes = read.pop(0)[0] - before.pop(0)[0]
+                extra = sum(read.values(), (0, 0))[1] - sum(before.values(), (0, 0))[1]
+                for size, (total, count) in before.items():
+                    assert read[size][0] >= total and read[size][1] >= count, size
+                assert 0 <= extra <= 1 + grown_bytes // glibc.HEAP_MAX_BYTES, (extra, grown_bytes)
+        _assert_running(pid)
+        grown = [arena["system_bytes"] for arena in document["arenas"] if arena["index"] > 0]
+    assert min(grown) > (SPREAD_MIB + 32) << 20, grown  # they did grow meanwhile
 
 
 def _rss_bytes(pid: int) -> int:

@@ -29,7 +29,9 @@
  * SEEDS_DENSE=N in the environment, N more workers start once those arenas are built (so their
  * arenas come later in main_arena's list, and are read first), each filling 16 MiB (or
  * SEEDS_DENSE_MIB MiB) with small blocks and freeing every other one: lists on every page of
- * their arenas.
+ * their arenas. With SEEDS_GROW_MIB=N, the spread workers then keep allocating an 80 KiB block
+ * every 2 ms, N MiB each: no free chunk of theirs fits it (the biggest is 64 KiB), so their
+ * heaps grow from the top, and their small bins stay as malloc_info described them.
  *
  * unsorted BLOCKS: the main thread allocates BLOCKS blocks of 136..264 bytes (chunks too big
  * for the fast bins), writes them, and frees every other one in a scattered order: BLOCKS/2
@@ -57,6 +59,7 @@
 #define RING 512               /* a busy worker's small blocks */
 #define BIG_MAX ((32u << 20) - (64u << 10)) /* under a 32 MiB mmap threshold */
 #define SPREAD_LIVE (12u << 10)  /* spread: the live block between two free chunks */
+#define GROW_BLOCK (80u << 10)   /* spread with SEEDS_GROW_MIB: each block a growing worker keeps */
 static size_t dense_bytes = 16u << 20; /* spread with SEEDS_DENSE: each dense worker's blocks */
 
 static pthread_barrier_t barrier;
@@ -179,10 +182,25 @@ static void *worker(void *arg) {
         }
     void *volatile sorter = malloc(64 * 1024 - 64); /* volatile: the pair is not optimised away */
     free(sorter);
+    const char *grow = spread ? getenv("SEEDS_GROW_MIB") : NULL;
+    int grows = grow != NULL && (int)(uintptr_t)arg <= spread_workers;
+    /* A malloc sorts at most 10,000 unsorted chunks (glibc's MAX_ITERS): a growing arena has
+     * all of them sorted into their bins before malloc_info describes it, by requests that
+     * no free chunk fits, so that its growth (the same requests) leaves its bins as they are. */
+    for (int i = 0; grows && i < 4; i++) *(volatile char *)must_malloc(GROW_BLOCK) = 1;
     void *ring[RING];
     if (busy)
         for (int i = 0; i < RING; i++) ring[i] = must_malloc(small_size(&state));
     pthread_barrier_wait(&barrier);
+    if (grows) {
+        /* A spread arena that keeps growing: blocks no free chunk fits, kept, one every 2 ms,
+         * so its heap grows from its top between any scout and the stop after it. */
+        struct timespec tick = {0, 2000000L};
+        for (size_t kept = 0; kept < ((size_t)atol(grow) << 20); kept += GROW_BLOCK) {
+            *(volatile char *)must_malloc(GROW_BLOCK) = 1;
+            nanosleep(&tick, NULL);
+        }
+    }
     if (!busy)
         for (;;) pause();
     struct timespec one_ms = {0, 1000000L};

@@ -219,6 +219,7 @@ class ArenaWalker:
         pause: Callable[[], object] | None = None,
         held: bool = False,
         scout_max_bytes: int | None = None,
+        room_to_grow: bool = False,
     ) -> None:
         self._mem = mem
         # An arena above the copies' budget is scouted up to this many bytes of pages (our
@@ -238,8 +239,19 @@ class ArenaWalker:
         self._pool = pool
         self._page = mem.page_bytes
         self._is_main = is_main
+        # ``room_to_grow`` (a scouted copy, kept until the stop): each copy's buffer leaves
+        # its heap room to grow meanwhile (a thread heap up to HEAP_MAX_BYTES, the main
+        # arena's by as much again), untouched and so costing nothing (adopt).
         self._segments = [
-            Segment(h.start, h.start + h.size_bytes, h.pages, pool)
+            Segment(
+                h.start,
+                h.start + h.size_bytes,
+                h.pages,
+                pool,
+                (h.size_bytes + glibc.HEAP_MAX_BYTES if is_main else glibc.HEAP_MAX_BYTES)
+                if room_to_grow
+                else 0,
+            )
             for h in sorted(heaps, key=lambda h: h.start)
             if h.pages is not None and h.size_bytes > 0
         ]
@@ -452,16 +464,29 @@ class ArenaWalker:
         return True
 
     def adopt(self, heaps: Sequence[Heap]) -> bool:
-        """Take the residency read in the stop of ``heaps``, the same heaps the scout read
-        (start and size); False when they are not (the arena grew or shrank meanwhile)."""
+        """Take the residency read in the stop of ``heaps``: the heaps the scout read, or
+        those grown since (a busy arena's top extends its heap, or a new heap is added).
+        What they grew by is not in the scouted copy (zeros), so a list that leads there
+        reads back inconsistent and is scouted again in the stop, held still (``_rescout``).
+        False, and nothing changed, when a heap the scout read is gone or shrank, or grew
+        past its copy's room."""
         ordered = sorted((h for h in heaps if h.pages is not None), key=lambda h: h.start)
-        if [(h.start, h.start + h.size_bytes) for h in ordered] != [
-            (s.start, s.end) for s in self._segments
-        ]:
-            return False
-        for segment, heap in zip(self._segments, ordered, strict=True):
+        by_start = {h.start: h for h in ordered}
+        for segment in self._segments:
+            heap = by_start.get(segment.start)
+            if heap is None or not segment.can_grow_to(heap.start + heap.size_bytes):
+                return False
+        for segment in self._segments:
+            heap = by_start.pop(segment.start)
             assert heap.pages is not None
-            segment.pages = heap.pages
+            segment.grow(heap.start + heap.size_bytes, heap.pages)
+        for heap in by_start.values():  # heaps added since the scout
+            if heap.size_bytes > 0:
+                assert heap.pages is not None
+                self._segments.append(
+                    Segment(heap.start, heap.start + heap.size_bytes, heap.pages, self._pool)
+                )
+        self._segments.sort(key=lambda segment: segment.start)
         return True
 
     def copy_scouted(self) -> None:

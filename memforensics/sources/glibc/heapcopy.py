@@ -37,6 +37,9 @@ POOL_MAX_BYTES = 192 << 20  # copy buffers kept for the next arena
 COPY_MAX_BYTES = 192 << 20
 _READ_MAX_PAGES = 1024  # the Python copy reads at most 4 MiB per preadv
 _MADV_POPULATE_WRITE = 23  # linux/mman.h (5.14+): fault pages in, writable, without writing
+# linux/mman.h (x86-64, arm64): room reserved, not charged to the commit (Python 3.11's mmap
+# module does not name it).
+_MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)
 MEMINFO = Path("/proc/meminfo")
 # A list loop looks at the clock when its chunk count is a multiple of CLOCK_EVERY_CHUNKS + 1
 # (65,536 chunks: ~10 ms in C, ~40 ms in Python): the one constant of both loops, the same
@@ -162,10 +165,11 @@ class FreshBuffers(BufferPool):
         super().__init__()
 
     def take(self, length: int) -> mmap.mmap:
+        # (Untouched room costs nothing: a heap copied here may grow into it, Segment.grow.)
         return mmap.mmap(
             -1,
             max(glibc.page_ceil(length, mmap.PAGESIZE), mmap.PAGESIZE),
-            flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
+            flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE,
         )
 
     def give(self, buffer: mmap.mmap) -> None:
@@ -184,16 +188,34 @@ class Segment:
 
     __slots__ = ("buffer", "end", "filled", "length", "pages", "start", "view", "whole", "words")
 
-    def __init__(self, start: int, end: int, pages: PageMap, pool: BufferPool) -> None:
+    def __init__(
+        self, start: int, end: int, pages: PageMap, pool: BufferPool, room_bytes: int = 0
+    ) -> None:
         self.start = start
         self.end = end
         self.length = end - start
         self.pages = pages
-        self.buffer = pool.take(self.length)
+        # ``room_bytes``: the heap may grow to that many bytes and keep its copy (grow).
+        self.buffer = pool.take(max(self.length, room_bytes))
         self.view = memoryview(self.buffer)[: self.length]
         self.words = self.view[: self.length // 8 * 8].cast("Q")
         self.filled = bytearray(self.length // pages.page_bytes + 2)  # one flag per page
         self.whole = False  # copied whole at one go (not block by block)
+
+    def can_grow_to(self, end: int) -> bool:
+        """The heap may end at ``end`` and keep this copy: not shorter, within the buffer."""
+        return self.end <= end <= self.start + len(self.buffer)
+
+    def grow(self, end: int, pages: PageMap) -> None:
+        """The copy of the heap now ending at ``end`` (can_grow_to), with its residency
+        ``pages``: the pages it grew by are not copied (zeros, flagged unread)."""
+        self.words.release()
+        self.view.release()
+        self.end, self.length, self.pages = end, end - self.start, pages
+        self.view = memoryview(self.buffer)[: self.length]
+        self.words = self.view[: self.length // 8 * 8].cast("Q")
+        wanted = self.length // pages.page_bytes + 2
+        self.filled.extend(bytes(max(0, wanted - len(self.filled))))
 
     def close(self, pool: BufferPool) -> None:
         self.words.release()

@@ -473,6 +473,7 @@ class _HeapRead:
             is_main=True,
             pool=FreshBuffers(),
             held=True,
+            room_to_grow=True,
             scout_max_bytes=self._scout_room_bytes(self._beyond(heaps)),
         )
         if walker.scout(state, self.deadline):
@@ -658,6 +659,7 @@ class _HeapRead:
             is_main=False,
             pool=FreshBuffers(),
             held=True,
+            room_to_grow=True,
             scout_max_bytes=self._scout_room_bytes(self._beyond(heaps)),
         )
         return walker, state
