@@ -16,6 +16,7 @@ would mean a refusal and a call.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -191,6 +192,23 @@ def test_an_arena_above_the_budget_is_scouted_after_other_scouts_gave_up(tmp_pat
     assert len(sizes) == 3 and sizes[-1] > copy_budget_bytes() > sizes[1]
 
 
+def _spread_in_cgroup(
+    threads: int, own: Path, name: str, env: dict[str, str]
+) -> contextlib.AbstractContextManager[int]:
+    """seeds_heap's spread shape, ``threads`` arenas of SPREAD_MIB (and what ``env`` adds), in
+    a memory cgroup of 3 GiB, its malloc_info written to ``own``: its PID."""
+    from tests.support.targets import compile_target, started_in_cgroup
+
+    return started_in_cgroup(
+        [str(compile_target("seeds_heap")), "spread", str(threads), str(SPREAD_MIB), str(own)],
+        group_name=f"memforensics-test-seeds-{name}",
+        limit_bytes=3 << 30,
+        arena_max=3,
+        tunables=f"glibc.malloc.mmap_threshold={32 << 20}",
+        env=env,
+    )
+
+
 @pytest.mark.slow
 def test_buffers_kept_for_a_whole_copy_do_not_cut_short_a_scout_above_the_budget(
     tmp_path: Path,
@@ -200,18 +218,8 @@ def test_buffers_kept_for_a_whole_copy_do_not_cut_short_a_scout_above_the_budget
     needs most of the budget; the kept buffers are given up for it rather than leave it 64 MiB
     and a refusal. Oracles: the target's own malloc_info, byte for byte, and the kernel's
     figure of our peak RSS (within 256 MiB: the kept buffers and the scout never add up)."""
-    from tests.support.targets import compile_target, started_in_cgroup
-
-    binary = compile_target("seeds_heap")
     own, rebuilt = tmp_path / "own.xml", tmp_path / "read.xml"
-    with started_in_cgroup(
-        [str(binary), "spread", "1", str(SPREAD_MIB), str(own)],
-        group_name="memforensics-test-seeds-kept",
-        limit_bytes=2 << 30,
-        arena_max=3,
-        tunables=f"glibc.malloc.mmap_threshold={32 << 20}",
-        env={"SEEDS_DENSE": "1", "SEEDS_DENSE_MIB": "150"},
-    ) as pid:
+    with _spread_in_cgroup(1, own, "kept", {"SEEDS_DENSE": "1", "SEEDS_DENSE_MIB": "150"}) as pid:
         run = run_measured(
             ["inspect", "--json", "--read-only", "--save-xml", str(rebuilt), str(pid)],
             timeout_seconds=120,
@@ -299,18 +307,8 @@ def test_arenas_above_the_budget_that_keep_growing_are_read(tmp_path: Path) -> N
     free chunk only where a new heap is begun (what the old one's top had left), so each
     arena's small-bin lines in our reads hold every chunk of its own, and at most one more
     per 64 MiB its system bytes grew by (and one)."""
-    from tests.support.targets import compile_target, started_in_cgroup
-
-    binary = compile_target("seeds_heap")
     own = tmp_path / "own.xml"
-    with started_in_cgroup(
-        [str(binary), "spread", "2", str(SPREAD_MIB), str(own)],
-        group_name="memforensics-test-seeds-grow",
-        limit_bytes=3 << 30,
-        arena_max=3,
-        tunables=f"glibc.malloc.mmap_threshold={32 << 20}",
-        env={"SEEDS_GROW_MIB": "600"},
-    ) as pid:
+    with _spread_in_cgroup(2, own, "grow", {"SEEDS_GROW_MIB": "600"}) as pid:
         for number, flags in enumerate((["--read-only"], [], ["--read-only"])):
             rebuilt = tmp_path / f"read-{number}.xml"
             document, stderr = _inspect(pid, *flags, "--save-xml", str(rebuilt))
