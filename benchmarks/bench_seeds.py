@@ -100,6 +100,7 @@ SHAPES = (
     _arenas("32x100", "32 x 100 MiB idle", 32, 100, False, THRESHOLD_BYTES),
     _arenas("32x100-busy", "32 x 100 MiB busy", 32, 100, True, THRESHOLD_BYTES),
     _arenas("8x1g", "8 x 1 GiB idle", 8, 1024, False, THRESHOLD_BYTES),
+    _arenas("8x1g-busy", "8 x 1 GiB busy", 8, 1024, True, THRESHOLD_BYTES),
     Shape(
         "4x384-spread",
         "4 x 384 MiB, spread lists",
@@ -115,7 +116,7 @@ SHAPES = (
     _arenas("32x100-t64", "32 x 100 MiB idle, t=64M", 32, 100, False, 64 * MIB),
     Shape("2m-smallbin", "2M-chunk small bin", "many_arenas", ["1", "4000000", "24"], "", 2048),
 )
-DEFAULT_SHAPES = "32x100,32x100-busy,8x1g,4x384-spread,1500,2m"
+DEFAULT_SHAPES = "32x100,32x100-busy,8x1g,8x1g-busy,4x384-spread,1500,2m"
 
 
 class CgroupTarget(Target):

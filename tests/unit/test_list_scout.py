@@ -48,7 +48,9 @@ class Heap:
             struct.pack_into("<Q", self.memory, offset + size, size)
         return self.start + offset
 
-    def scout(self, lists: list[tuple[int, int, int]], max_pages: int = 1 << 30) -> int:
+    def scout(
+        self, lists: list[tuple[int, int, int]], max_pages: int = 1 << 30, pagemap_fd: int = -1
+    ) -> int:
         view = memoryview(self.copy)
         try:
             status, pages, usable, self.inconsistent = native.scout(  # type: ignore[union-attr]
@@ -60,6 +62,7 @@ class Heap:
                 PAGE,
                 time.monotonic() + 10,
                 max_pages,
+                pagemap_fd,
             )
         finally:
             view.release()
@@ -169,3 +172,21 @@ def test_a_list_whose_bk_does_not_name_the_chunk_before_is_counted_even_when_cut
     heap.filled[:] = bytes(len(heap.filled))
     assert heap.scout([(HEAD, clean, CIRCULAR)], max_pages=4) == 1
     assert heap.inconsistent == 0
+
+
+def test_with_the_pagemap_the_scout_reads_what_is_in_ram_now_not_the_old_flags(heap: Heap) -> None:
+    """Flags older than the scout (an earlier scout's residency): with the target's pagemap
+    the scout reads a page that came into RAM since (flagged not readable) and never one
+    that left RAM since (flagged readable, dropped here with MADV_DONTNEED)."""
+    spots = [(1 * PAGE, 64), (6 * PAGE, 64), (11 * PAGE, 64), (16 * PAGE, 64)]
+    first = _ring(heap, spots)
+    heap.readable[6] = 0  # "not in RAM" when the flags were read; it is now
+    heap.memory.madvise(mmap.MADV_DONTNEED, 11 * PAGE, PAGE)  # in RAM then; not now
+    pagemap = os.open("/proc/self/pagemap", os.O_RDONLY)
+    try:
+        assert heap.scout([(HEAD, first, CIRCULAR)], pagemap_fd=pagemap) == 0
+    finally:
+        os.close(pagemap)
+    assert heap.flagged() == {1, 6}  # the list ends at page 11, never read
+    assert heap.copy[11 * PAGE : 12 * PAGE] == bytes(PAGE)
+    heap.assert_copied()

@@ -34,13 +34,17 @@
 #define HEADER_BYTES 32
 #define MAX_SEGMENTS 4096
 #define READ_BATCH 512 /* pages per process_vm_readv (IOV_MAX is 1024) */
+#define PAGEMAP_WINDOW 64 /* pagemap entries a segment reads at a time, live (256 KiB of heap) */
 
 typedef struct {
     unsigned char *base;
-    uint64_t start, length, pages;
+    uint64_t start, length, pages, page_bytes;
     const unsigned char *readable; /* pagemap: 1 = in RAM (may be read) */
     uint64_t known;                /* entries of readable */
     unsigned char *filled;         /* 1 = copied; 2 = asked for in this round */
+    int pagemap_fd;                /* >= 0: whether a page is in RAM is read now, not readable */
+    uint64_t window_first, window_count;
+    uint64_t window[PAGEMAP_WINDOW];
 } Seg;
 
 /* What a list is: a bin's circular list (ends back at its head), or a fastbin (ends at NULL;
@@ -84,15 +88,31 @@ static Seg *find_seg(Seg *segs, Py_ssize_t count, uint64_t address) {
                                                                                          : NULL;
 }
 
-static int readable(const Seg *seg, uint64_t index) {
-    return index < seg->known && index < seg->pages && seg->readable[index];
+/* Page ``index`` may be read: in RAM per the caller's flags, or (with a pagemap fd) per the
+ * target's pagemap read now, a window of entries at a time (bit 63: present). */
+static int readable(Seg *seg, uint64_t index) {
+    if (index >= seg->pages) return 0;
+    if (seg->pagemap_fd < 0) return index < seg->known && seg->readable[index];
+    if (seg->window_count == 0 || index < seg->window_first ||
+        index >= seg->window_first + seg->window_count) {
+        uint64_t want = seg->pages - index < PAGEMAP_WINDOW ? seg->pages - index : PAGEMAP_WINDOW;
+        ssize_t got;
+        do
+            got = pread(seg->pagemap_fd, seg->window, want * 8,
+                        (off_t)((seg->start / seg->page_bytes + index) * 8));
+        while (got < 0 && errno == EINTR);
+        seg->window_first = index;
+        seg->window_count = got > 0 ? (uint64_t)got / 8 : 0;
+        if (seg->window_count == 0) return 0;
+    }
+    return (int)((seg->window[index - seg->window_first] >> 63) & 1);
 }
 
 /* Page ``index`` of ``seg`` is needed: 1 when it is there to read now, 0 when it was asked for
  * (queued in wants, at most max_wants), -1 when it can never be read (not in RAM). */
 static int need(Seg *seg, uint64_t index, Want *wants, size_t *nwants, size_t max_wants) {
+    if (index < seg->pages && seg->filled[index] == 1) return 1; /* copied: nothing to ask */
     if (!readable(seg, index)) return -1;
-    if (seg->filled[index] == 1) return 1;
     if (seg->filled[index] == 0 && *nwants < max_wants) {
         seg->filled[index] = 2;
         wants[(*nwants)++] = (Want){seg, index};
@@ -203,7 +223,7 @@ static void read_wants(pid_t pid, int fd, int *use_vm, Want *wants, size_t nwant
     }
 }
 
-/* scout(pid, fd, use_vm, segments, lists, page, deadline, max_pages)
+/* scout(pid, fd, use_vm, segments, lists, page, deadline, max_pages[, pagemap_fd])
  *     -> (status, pages, vm_usable, inconsistent)
  * segments: sorted, not overlapping (buffer, start, readable, filled): a writable buffer as
  * long as the heap, its pagemap's readable flags (one byte per page) and a writable bytearray
@@ -213,15 +233,19 @@ static void read_wants(pid_t pid, int fd, int *use_vm, Want *wants, size_t nwant
  * fastbin's pointer), or a fastbin followed as safe-linked (2). status: 0 every list followed to its end (or to where it cannot
  * be read), 1 more than max_pages pages would be read, 2 time.monotonic() passed deadline.
  * pages: pages read. vm_usable: False when process_vm_readv was refused. inconsistent: the
- * bins' lists in which a chunk's bk did not name the chunk before it (as far as followed). */
+ * bins' lists in which a chunk's bk did not name the chunk before it (as far as followed).
+ * pagemap_fd (the target's /proc/PID/pagemap; -1: none): the readable flags are older than
+ * the scout (a residency read before an earlier scout), so whether each page it would read
+ * is in RAM is read from the pagemap now instead (segments page-aligned): a page that left
+ * RAM since is never read, and one that came since is. */
 static PyObject *scout(PyObject *self, PyObject *args) {
     (void)self;
-    int pid, fd, use_vm;
+    int pid, fd, use_vm, pagemap_fd = -1;
     PyObject *seg_items, *list_items;
     unsigned long long page, max_pages;
     double deadline;
-    if (!PyArg_ParseTuple(args, "iipOOKdK", &pid, &fd, &use_vm, &seg_items, &list_items, &page,
-                          &deadline, &max_pages))
+    if (!PyArg_ParseTuple(args, "iipOOKdK|i", &pid, &fd, &use_vm, &seg_items, &list_items, &page,
+                          &deadline, &max_pages, &pagemap_fd))
         return NULL;
     if (page == 0 || (page & (page - 1))) {
         PyErr_SetString(PyExc_ValueError, "page must be a power of two");
@@ -277,9 +301,14 @@ static PyObject *scout(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_ValueError, "segments overlap or are not sorted");
             goto out;
         }
+        if (pagemap_fd >= 0 && start % page) {
+            PyErr_SetString(PyExc_ValueError, "segments must be page-aligned to read the pagemap");
+            goto out;
+        }
         segs[i] = (Seg){.base = data->buf, .start = start, .length = (uint64_t)data->len,
-                        .pages = pages, .readable = can->buf, .known = (uint64_t)can->len,
-                        .filled = got->buf};
+                        .pages = pages, .page_bytes = page, .readable = can->buf,
+                        .known = (uint64_t)can->len, .filled = got->buf,
+                        .pagemap_fd = pagemap_fd};
         limit += (uint64_t)data->len / MINSIZE;
     }
     for (Py_ssize_t i = 0; i < nlists; i++) {

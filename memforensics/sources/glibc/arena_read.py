@@ -86,16 +86,11 @@ def read_arena(
             walker.close()
         # A deferred walk's arena is the copy's: the one its lists were read from.
         read_state = snapshot or state
-        final = segments
-        if walker.residency_reread:  # (its lists moved: the stop's residency, not the scout's)
-            for heap in heaps:
-                heap.pages = walker.pages_of(heap.start) or heap.pages
-            final = _segments_of(heaps)
         return _arena_scan(
             mem,
             read_state,
             heaps,
-            final,
+            segments,
             walk,
             is_main,
             layout_ok,
