@@ -295,7 +295,7 @@ class ArenaWalker:
         self._lazy_bytes = 0  # copied block by block since the last reset (LAZY_MAX_BYTES)
         self._capped = False
         # The residency is the one read before the scout (keep_scout_residency): the stop's
-        # copy checks each page it reads against the pagemap, and a rescout reads it anew.
+        # copy and a rescout look each page up in the pagemap as they read it.
         self._residency_from_scout = False
 
     def close(self) -> None:
@@ -460,8 +460,9 @@ class ArenaWalker:
         and size), give them the residency read before the scout instead of reading a
         gigabyte arena's pagemap again while every thread is held (~10 ms a GiB); the copy
         then reads only the scouted pages the pagemap says are still in RAM (copy_scouted),
-        and lists that moved meanwhile are scouted again over a pagemap read then. False,
-        and nothing changed, when the heaps differ (their residency must be read now)."""
+        and lists that moved meanwhile are scouted again with each page looked up in the
+        pagemap as it is read (_rescout). False, and nothing changed, when the heaps differ
+        (their residency must be read now)."""
         ordered = sorted(heaps, key=lambda h: h.start)
         if [(h.start, h.start + h.size_bytes) for h in ordered] != [
             (s.start, s.end) for s in self._segments

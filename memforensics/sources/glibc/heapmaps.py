@@ -467,15 +467,7 @@ class _HeapRead:
         if state is None:
             return None
         heaps, _ = self._main_heaps_now(state)
-        walker = ArenaWalker(
-            self.mem,
-            heaps,
-            is_main=True,
-            pool=FreshBuffers(),
-            held=True,
-            room_to_grow=True,
-            scout_max_bytes=self._scout_room_bytes(self._beyond(heaps)),
-        )
+        walker = self._scout_walker(heaps, is_main=True)
         if walker.scout(state, self.deadline):
             return walker
         self._outgrown(walker, state.address, heaps)
@@ -653,16 +645,20 @@ class _HeapRead:
             return None
         for heap in heaps:
             heap.pages = mem.pagemap(heap.start, heap.start + heap.mprotect_bytes)
-        walker = ArenaWalker(
-            mem,
+        return self._scout_walker(heaps, is_main=False), state
+
+    def _scout_walker(self, heaps: Sequence[Heap], *, is_main: bool) -> ArenaWalker:
+        """A walker for the scout of an arena of ``heaps`` (their residency read): fresh
+        buffers with room for the heaps to grow until its stop, and the scouts' room."""
+        return ArenaWalker(
+            self.mem,
             heaps,
-            is_main=False,
+            is_main=is_main,
             pool=FreshBuffers(),
             held=True,
             room_to_grow=True,
             scout_max_bytes=self._scout_room_bytes(self._beyond(heaps)),
         )
-        return walker, state
 
     def _outgrown(self, walker: ArenaWalker, address: int, heaps: Sequence[Heap]) -> None:
         """After a scout that gave up: an arena above the copies' budget whose lists led to
