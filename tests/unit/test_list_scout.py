@@ -49,7 +49,11 @@ class Heap:
         return self.start + offset
 
     def scout(
-        self, lists: list[tuple[int, int, int]], max_pages: int = 1 << 30, pagemap_fd: int = -1
+        self,
+        lists: list[tuple[int, int, int]],
+        max_pages: int = 1 << 30,
+        pagemap_fd: int = -1,
+        threads: int = 1,
     ) -> int:
         view = memoryview(self.copy)
         try:
@@ -63,6 +67,7 @@ class Heap:
                 time.monotonic() + 10,
                 max_pages,
                 pagemap_fd,
+                threads,
             )
         finally:
             view.release()
@@ -190,3 +195,30 @@ def test_with_the_pagemap_the_scout_reads_what_is_in_ram_now_not_the_old_flags(h
     assert heap.flagged() == {1, 6}  # the list ends at page 11, never read
     assert heap.copy[11 * PAGE : 12 * PAGE] == bytes(PAGE)
     heap.assert_copied()
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["flags", "pagemap"])
+def test_two_readers_read_a_big_round_as_one_does(heap: Heap, live: bool) -> None:
+    """A round of 24 pages (24 one-chunk lists) split between two threads reads what one
+    reader reads: each list's page, and with the pagemap not the page that left RAM (one in
+    the second reader's half), which ends its list."""
+    lists = []
+    for page in range(1, 25):
+        first = _ring(heap, [(page * PAGE + 64, 64)])
+        lists.append((HEAD + 16 * page, first, CIRCULAR))
+    dropped = 20
+    for threads in (1, 2):
+        heap.filled[:] = bytes(len(heap.filled))
+        heap.copy[:] = bytes(PAGES * PAGE)
+        _ring(heap, [(dropped * PAGE + 64, 64)])  # in RAM again (dropped below when live)
+        pagemap = -1
+        if live:
+            heap.memory.madvise(mmap.MADV_DONTNEED, dropped * PAGE, PAGE)
+            pagemap = os.open("/proc/self/pagemap", os.O_RDONLY)
+        try:
+            assert heap.scout(lists, pagemap_fd=pagemap, threads=threads) == 0
+        finally:
+            if live:
+                os.close(pagemap)
+        assert heap.flagged() == set(range(1, 25)) - ({dropped} if live else set()), threads
+        heap.assert_copied()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import math
 import mmap
+import os
 import struct
 import time
 from collections.abc import Callable, Sequence
@@ -113,6 +114,13 @@ def _scout_lists_of(state: ArenaState, indexes: Sequence[int]) -> list[tuple[int
     return lists
 
 
+def _reader_threads() -> int:
+    """Threads the C scout may read a big round of pages with: two where this process may run
+    on two CPUs, else one. A remote page costs the kernel's lookup and pin of it whatever the
+    bytes read, so the cost is per page and two readers share it."""
+    return 2 if len(os.sched_getaffinity(0)) >= 2 else 1
+
+
 def _native_scout(
     mem: ProcessMemoryReader,
     segments: Sequence[tuple[memoryview, int, bytes, bytearray]],
@@ -139,6 +147,7 @@ def _native_scout(
         deadline,
         left,
         mem.pagemap_fd if live else -1,
+        _reader_threads(),
     )
     mem.vm_readv_usable = bool(usable)
     if status == 1:
