@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.support.targets import TARGETS_DIR, Target, compile_target, running
+from tests.support.targets import TARGETS_DIR, Target, compile_target, memory_cgroup, running
 
 ANSWER_TIMEOUT_SECONDS = 10.0  # a healthy service answers in ms; an inspect pauses it < 1 s
 
@@ -179,8 +179,22 @@ def java_skip_reason() -> str | None:
 
 
 @contextlib.contextmanager
-def java_service(*args: str) -> Iterator[TcpService]:
-    """tests/targets/NativeChurn.java compiled into a temp dir and run on a small heap."""
+def java_service(*args: str, memory_limit_bytes: int | None = None) -> Iterator[TcpService]:
+    """tests/targets/NativeChurn.java compiled into a temp dir and run on a small heap; with
+    ``memory_limit_bytes``, in a fresh memory cgroup of that limit (where one can be made),
+    removed at the end."""
+    group = memory_cgroup("mf-jvm", memory_limit_bytes) if memory_limit_bytes else None
+    try:
+        with _java_service(args, group) as service:
+            yield service
+    finally:
+        if group is not None:
+            with contextlib.suppress(OSError):
+                group.rmdir()
+
+
+@contextlib.contextmanager
+def _java_service(args: tuple[str, ...], group: Path | None) -> Iterator[TcpService]:
     with tempfile.TemporaryDirectory(prefix="memforensics-jvm-") as classes:
         subprocess.run(
             ["javac", "-nowarn", "-d", classes, str(TARGETS_DIR / "NativeChurn.java")],
@@ -203,6 +217,8 @@ def java_service(*args: str) -> Iterator[TcpService]:
             "NativeChurn",
             *args,
         ]
+        if group is not None:  # exec: the JVM keeps the shell's PID, inside the group
+            argv = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(group), *argv]
         with tcp_service("OpenJDK NativeChurn", argv, crash_logs=Path(classes)) as service:
             yield service
 

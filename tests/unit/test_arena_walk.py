@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import mmap
 import os
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
-from memforensics.model import glibc
+from memforensics.model import corruption, glibc
 from memforensics.sources.glibc import heapcopy
 from memforensics.sources.glibc.glibc_arenas import Heap, read_state
 from memforensics.sources.glibc.glibc_walk import ArenaWalk, ArenaWalker
@@ -214,3 +215,57 @@ def test_an_arena_without_fastbin_chunks_decides_nothing() -> None:
         made.close()
     assert walker._mangled is None
     assert walk.bins[0] == (0, 0)
+
+
+def _scouted_walk(arena: Arena, between: Callable[[], None]) -> ArenaWalk:
+    """The arena scouted as a held read scouts it, ``between()`` (the target running on),
+    then walked in the stop with the scout's residency kept, as a scouted arena's stop does."""
+    with ProcessMemoryReader(os.getpid()) as mem:
+        end = arena.base + PAGES * PAGE
+        pages = mem.pagemap(arena.base, end)
+        heap = Heap(arena.base, arena.state, PAGES * PAGE, PAGES * PAGE, pages)
+        walker = ArenaWalker(mem, [heap], is_main=False, pool=heapcopy.FreshBuffers(), held=True)
+        try:
+            state = read_state(mem, arena.state)
+            assert state is not None
+            assert walker.scout(state, time.monotonic() + 60)
+            between()
+            assert walker.keep_scout_residency([heap]) and walker.adopt([heap])
+            return walker.walk(state, deadline=time.monotonic() + 60)
+        finally:
+            walker.close()
+
+
+def test_a_scouted_stop_reads_a_page_that_came_into_ram_after_the_scout() -> None:
+    """A busy arena bins a big free chunk between the scout and the stop: glibc writes its
+    nextsize links on a page the scout's residency called not in RAM (the chunk's header
+    ends a page; its fd_nextsize and bk_nextsize begin the next, untouched until then). The
+    stop's checks must read that page as it is now, not as zeros: a healthy ring is not
+    corruption (and a broken one still is)."""
+    big, bigger = 0x8000, 0x8400
+    index = glibc.bin_index(big)
+    assert glibc.bin_index(bigger) == index >= 64  # one large bin, two sizes
+
+    def ring(arena: Arena, first: int, second: int, *, broken: bool) -> None:
+        for chunk, other in ((first, second), (second, first)):
+            arena.word(chunk + 32, other)  # fd_nextsize
+            arena.word(chunk + 40, other)  # bk_nextsize
+        if broken:
+            arena.word(second + 40, second)
+
+    for broken in (False, True):
+        arena = Arena(safe_linked=True)
+        try:
+            first = arena.chunk(0x30FE0, bigger)  # its header: the last 32 bytes of page 0x30
+            second = arena.chunk(0x44010, big)
+            arena._link(index, [first, second])
+            arena.top(TOP)
+            arena.word(arena.state + glibc.OFF_SYSTEM_MEM, PAGES * PAGE)  # the top fits it
+            arena.release(0x31000)  # the page after that header: not in RAM at the scout
+            binned = functools.partial(ring, arena, first, second, broken=broken)
+            walk = _scouted_walk(arena, binned)
+        finally:
+            arena.close()
+        assert walk.bins[index] == (2, big + bigger)
+        checks = [finding.check for finding in walk.corruption]
+        assert checks == ([corruption.LARGEBIN_NEXTSIZE] if broken else []), broken

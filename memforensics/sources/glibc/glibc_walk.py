@@ -46,7 +46,11 @@ from memforensics.sources.glibc.heapcopy import (
     walk_copies,
     walk_fastbin_copies,
 )
-from memforensics.sources.proc.procmem import MemoryReader, ProcessMemoryReader
+from memforensics.sources.proc.procmem import (
+    MemoryReader,
+    PagemapUnavailableError,
+    ProcessMemoryReader,
+)
 
 _scout_native = optional_native("memforensics.sources.glibc._listscout")
 _CIRCULAR, _FASTBIN_PLAIN, _FASTBIN_SAFE_LINKED = 0, 1, 2  # _listscout.c's kinds of list
@@ -338,8 +342,24 @@ class ArenaWalker:
         page = self._page
         first = first_page * page
         last = min(first + (self._fill_pages + 1) * page, segment.length)
-        # A reused buffer holds another arena's bytes: an unread page reads as zeros.
-        copy_into(self._mem, segment, first, last)
+        if self._residency_from_scout and isinstance(self._mem, ProcessMemoryReader):
+            # The residency is the scout's, older than this stop: a page that came into RAM
+            # since (a busy arena writes a big free chunk's links as it bins the chunk) is
+            # read, one that left is not; read as the scout's, it would be zeros, and the
+            # checks would call a healthy list corrupt.
+            try:
+                now = self._mem.pagemap(
+                    segment.start + first, segment.start + glibc.page_ceil(last, page)
+                ).readable
+            except PagemapUnavailableError:
+                raise OutOfTime from None  # which pages may be read is unknown: none is
+            segment.view[first:last] = bytes(last - first)
+            only = bytearray(len(segment.filled))
+            only[first_page : first_page + len(now)] = now
+            copy_into(self._mem, segment, first, last, only=only)
+        else:
+            # A reused buffer holds another arena's bytes: an unread page reads as zeros.
+            copy_into(self._mem, segment, first, last)
         if self._held and self._scout_pages_left is None:
             self.stop_copy_bytes += last - first
         # Every page copied is flagged, the extra one too: a scouted copy trusts the flags
