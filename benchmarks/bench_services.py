@@ -1,7 +1,9 @@
 """How long a read holds up a busy real service, as the service's own clients see it.
 
 Two services: OpenJDK running tests/targets/NativeChurn.java (16 threads churning native
-memory; a health check on loopback) and a PostgreSQL backend serving pgbench (one client).
+memory; a health check on loopback), also at the seeds' scale (each worker's burst of 460
+Deflaters first: ten and more arenas of 100-250 MiB, ~80 % of it free, in a memory cgroup),
+and a PostgreSQL backend serving pgbench (one client).
 Each method reads the same process ROUNDS times; the figure of a read is the longest wait a
 client of the service saw while it ran: for the JVM, a ping asked every millisecond over
 loopback (the round trip that overlapped the read the longest); for PostgreSQL, pgbench's own
@@ -41,6 +43,7 @@ from tests.support.gdb_binary import use_test_gdb  # noqa: E402
 from tests.support.postgres import postgres_cluster, postgres_skip_reason  # noqa: E402
 from tests.support.services import LineClient, java_service, java_skip_reason  # noqa: E402
 
+JVM_SEEDS_LIMIT_BYTES = 4 << 30  # the seeds' scale JVM: RSS ~0.8 GiB, arenas ~2 GiB of space
 Window = tuple[float, float]  # (start, end), on the clock of the client's samples
 Samples = list[tuple[float, float]]  # (start, end) of each request a client made
 
@@ -131,13 +134,17 @@ def report(
     )
 
 
-def bench_jvm(rounds: int) -> None:
+def bench_jvm(rounds: int, *, burst: str | None = None) -> None:
+    """The JVM churning; with ``burst``, each worker's burst of that many Deflaters first
+    (460: the seeds' scale, arenas of 100-250 MiB, ~80 % free), in a memory cgroup."""
     reason = java_skip_reason()
     if reason is not None:
         print(f"JVM: not measured ({reason})")
         return
-    with java_service("16") as service:
-        time.sleep(3)  # the workers' first rounds, and the JIT's first compiles
+    args = ("16",) if burst is None else ("16", "6", burst)
+    limit = None if burst is None else JVM_SEEDS_LIMIT_BYTES
+    with java_service(*args, memory_limit_bytes=limit) as service:
+        time.sleep(3 if burst is None else 10)  # the bursts, the first rounds, the JIT's compiles
         pinger = Pinger(service.port)
         try:
             stops: list[float] = []
@@ -150,12 +157,25 @@ def bench_jvm(rounds: int) -> None:
             pinger.close()
         threads = len(os.listdir(f"/proc/{service.pid}/task"))
         print(f"answered {len(pinger.samples)} pings; {threads} threads")
+        shape = "" if burst is None else f", {_arena_shape(service.pid)}"
         report(
-            f"OpenJDK NativeChurn (16 churning threads, {rounds} rounds)",
+            f"OpenJDK NativeChurn (16 churning threads{shape}, {rounds} rounds)",
             windows,
             lambda window: longest_wait_ms(pinger.samples, window),
             stops,
         )
+
+
+def _arena_shape(pid: int) -> str:
+    """How many arenas of 100 MiB or more one default read found, and their free bytes."""
+    done = subprocess.run(
+        [*memforensics_command(), "inspect", "--json", str(pid)], stdout=subprocess.PIPE, check=True
+    )
+    big = [
+        arena for arena in json.loads(done.stdout)["arenas"] if arena["system_bytes"] >= 100 << 20
+    ]
+    free_mib = sum(arena["free_bytes"] for arena in big) >> 20
+    return f"{len(big)} arenas of 100 MiB or more, {free_mib} MiB free in them"
 
 
 def pgbench_samples(log_dir: Path) -> Samples:
@@ -221,6 +241,7 @@ def main() -> int:
         return 0
     print(f"bench_services: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     bench_jvm(args.rounds)
+    bench_jvm(args.rounds, burst="460")
     bench_postgres(args.rounds)
     return 0
 

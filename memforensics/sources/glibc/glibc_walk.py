@@ -118,11 +118,12 @@ def _scout_lists_of(state: ArenaState, indexes: Sequence[int]) -> list[tuple[int
     return lists
 
 
-def _reader_threads() -> int:
-    """Threads the C scout may read a big round of pages with: two where this process may run
-    on two CPUs, else one. A remote page costs the kernel's lookup and pin of it whatever the
-    bytes read, so the cost is per page and two readers share it."""
-    return 2 if len(os.sched_getaffinity(0)) >= 2 else 1
+def _reader_threads(held: bool) -> int:
+    """Threads the C scout may read a big round of pages with: two in a stop (the target's
+    CPUs are idle then) where this process may run on two CPUs, else one. A remote page
+    costs the kernel's lookup and pin of it whatever the bytes read, so two readers share
+    the cost. Not while the target runs: a second reader would take a CPU from its threads."""
+    return 2 if held and len(os.sched_getaffinity(0)) >= 2 else 1
 
 
 def _native_scout(
@@ -133,12 +134,14 @@ def _native_scout(
     deadline: float = math.inf,
     *,
     live: bool = False,
+    held: bool = False,
 ) -> int:
     """One _listscout.scout call: the pages read; OutOfPages past ``max_pages`` (None: no
     bound; with the count of lists that failed glibc's bk check), OutOfTime past
     ``deadline``. ValueError for segments that overlap (heaps read while moving). ``live``:
     the segments' readable flags are older than this call (an earlier scout's), so whether
-    a page is in RAM is read from the pagemap as each is about to be read."""
+    a page is in RAM is read from the pagemap as each is about to be read. ``held``: the
+    target is held still (a scout again, in its stop): two threads may read."""
     left = max(max_pages if max_pages is not None else 1 << 62, 0)
     assert _scout_native is not None
     status, pages, usable, inconsistent = _scout_native.scout(
@@ -151,7 +154,7 @@ def _native_scout(
         deadline,
         left,
         mem.pagemap_fd if live else -1,
-        _reader_threads(),
+        _reader_threads(held),
     )
     mem.vm_readv_usable = bool(usable)
     if status == 1:
@@ -477,8 +480,12 @@ class ArenaWalker:
             return
         segments = [(s.view, s.start, s.pages.readable, s.filled) for s in self._segments]
         lists = _scout_lists_of(state, indexes)
-        pages = _native_scout(mem, segments, lists, max_pages, self._deadline, live=live)
-        if self._scout_pages_left is not None:
+        in_stop = self._scout_pages_left is None
+        pages = _native_scout(
+            mem, segments, lists, max_pages, self._deadline, live=live, held=in_stop
+        )
+        if not in_stop:
+            assert self._scout_pages_left is not None
             self._scout_pages_left -= pages
         else:  # a scout again, in the stop
             self.stop_copy_bytes += pages * self._page
