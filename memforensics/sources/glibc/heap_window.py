@@ -406,6 +406,12 @@ class HeapWalk:
             w.record(at + 16, 16, ChunkState.BOOKKEEPING)
             self.done = True
             return at + 32
+        if size_field == _PREV_INUSE and (at + 16) % self.mem.page_bytes == 0:
+            # The same, where the old top kept 16 bytes: sysmalloc made it a 32-byte chunk in
+            # use, so only the last fencepost (size 0, PREV_INUSE) follows, ending the heap.
+            w.record(at, 16, ChunkState.BOOKKEEPING)
+            self.done = True
+            return at + 16
         if w.resync is None and self.retry and self.window_start is not None:
             self.resync = (self.window_start, w.entry_at)
             self.resyncs += 1
