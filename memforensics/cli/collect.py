@@ -12,8 +12,8 @@ import click
 from memforensics.cli.options import (
     DURATION,
     exit_codes_epilog,
-    gdb_option,
     json_option,
+    sample_gdb_option,
     sample_read_only_option,
     verbose_option,
 )
@@ -148,7 +148,7 @@ def _mi_logger(line: str) -> None:
     help="Also take a census of each target (no gdb, within --max-pause) and export its N "
     'biggest types and one type="other" as memforensics_census_bytes/_chunks series.',
 )
-@gdb_option
+@sample_gdb_option
 @sample_read_only_option
 @json_option
 @verbose_option

@@ -150,11 +150,18 @@ def accept_corrupt_risk_option(func: F) -> F:
     )(func)
 
 
-# The commands that read a heap (inspect, watch, collect, demo's inspection).
+# inspect and demo's inspection (entry.inspect.inspect_method).
 gdb_option = gdb_option_with(
     "Read the heap through this gdb: malloc_info called at a safe point ('gdb': the one on "
-    "PATH). Without it the heap is read from the target's memory, with gdb standing in only "
-    "where that read is refused."
+    "PATH). Without it no gdb is used: the heap is read from the target's memory, and only "
+    "where that read is impossible is malloc_info called, through a frame that restores "
+    "the thread by itself (--read-only: never)."
+)
+# watch and collect (entry.inspect.sample_method).
+sample_gdb_option = gdb_option_with(
+    "Read each sample through this gdb: malloc_info called at a safe point ('gdb': the one "
+    "on PATH). Without it no gdb is used and nothing is called: each sample is read from "
+    "the target's memory, and a read that is refused is a gap in the series."
 )
 # trim: the read and the call.
 trim_gdb_option = gdb_option_with(

@@ -18,8 +18,8 @@ from memforensics.cli.options import (
     DURATION,
     RATIO,
     exit_codes_epilog,
-    gdb_option,
     json_option,
+    sample_gdb_option,
     sample_read_only_option,
     timeout_option,
     verbose_option,
@@ -199,7 +199,7 @@ def _json_document(processes: list[WatchedProcess], watched: dict[str, Any]) -> 
     help_text="Skip a heap sample (recorded as a gap, target left running) if reaching a safe "
     "point or a call takes longer.",
 )
-@gdb_option
+@sample_gdb_option
 @sample_read_only_option
 @verbose_option
 def command(

@@ -55,7 +55,8 @@ __all__ = [
 
 def inspect_method(*, read_only: bool, gdb_path: str | None) -> InspectMethod:
     """The commands' choice: read-only reads memory only, a gdb path calls malloc_info
-    through that gdb, neither reads memory with gdb's way where that read is refused."""
+    through that gdb, neither reads memory and, where that read is refused as impossible,
+    calls malloc_info through the self-restoring call (no gdb)."""
     if read_only:
         return "read-only"
     return "gdb" if gdb_path is not None else "auto"
