@@ -10,7 +10,6 @@ kernel's view of its heaps (tests/support/kernel_heaps.py)."""
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterator
 
@@ -24,7 +23,13 @@ from tests.support.service_runs import (
     inspect,
     share_of,
 )
-from tests.support.services import Prober, TcpService, java_service, java_skip_reason
+from tests.support.services import (
+    Prober,
+    TcpService,
+    java_healthy,
+    java_service,
+    java_skip_reason,
+)
 from tests.support.targets import live_skip_reason
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -46,10 +51,6 @@ def big_jvm() -> Iterator[TcpService]:
         yield service
 
 
-def _healthy(answer: str) -> bool:
-    return re.fullmatch(r"pong ops=\d+ errors=0", answer) is not None
-
-
 def _big_arenas(inspection: Inspection) -> int:
     return sum(a.system_bytes >= BIG_ARENA_BYTES for a in inspection.analysis.dump.arenas)
 
@@ -59,7 +60,7 @@ def test_a_busy_jvm_with_arenas_of_100_mib_and_more_is_read_from_its_memory(
     big_jvm: TcpService,
 ) -> None:
     health = lambda: big_jvm.health("ping")  # noqa: E731
-    with Prober(big_jvm.port, "ping", _healthy) as probe:
+    with Prober(big_jvm.port, "ping", java_healthy) as probe:
         # The workers' bursts run after "ready": read until they have built the big arenas
         # (each read in the meantime must succeed as well).
         deadline = time.monotonic() + 120
@@ -84,6 +85,6 @@ def test_a_busy_jvm_with_arenas_of_100_mib_and_more_is_read_from_its_memory(
             assert big_jvm.target.alive()
         assert_heaps_agree_with_kernel(SERVICE, big_jvm.pid)
     answer = big_jvm.ask("ping")
-    assert _healthy(answer), f"compress/inflate round trips gave wrong bytes: {answer}"
+    assert java_healthy(answer), f"compress/inflate round trips gave wrong bytes: {answer}"
     assert probe.failures == [], probe.failures[:3]
     assert_most_measured(shares, SERVICE, at_least=1.0)

@@ -23,7 +23,7 @@ from tests.support.service_runs import (
     share_of,
     trim_at_steady_state,
 )
-from tests.support.services import Prober, TcpService
+from tests.support.services import Prober, TcpService, java_healthy
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -36,10 +36,6 @@ def _status(service: TcpService) -> tuple[int, int]:
     match = re.fullmatch(r"pong ops=(\d+) errors=(\d+)", service.ask("ping"))
     assert match is not None, "the health check answered something else"
     return int(match.group(1)), int(match.group(2))
-
-
-def _healthy(answer: str) -> bool:
-    return re.fullmatch(r"pong ops=\d+ errors=0", answer) is not None
 
 
 def _await_steady_free_memory(service: TcpService, *, timeout_seconds: float = 60.0) -> None:
@@ -64,7 +60,7 @@ def test_inspections_under_load_measure_the_free_bytes(jvm_service: TcpService) 
     assert jvm_service.ask("direct on").startswith("pong")  # the hard case: bulk frees
     ops_before, _ = _status(jvm_service)
     shares = []
-    with Prober(jvm_service.port, "ping", _healthy) as probe:
+    with Prober(jvm_service.port, "ping", java_healthy) as probe:
         try:
             # gdb's path (opt-in): its dump and walk are two moments, so its share is not
             # held to the bar. gdb can lose a JVM thread that exits during its session
@@ -103,7 +99,7 @@ def test_trim_forecast_within_tolerance_at_steady_state(jvm_service: TcpService)
     release."""
     assert jvm_service.ask("direct off").startswith("pong")
     _await_steady_free_memory(jvm_service)
-    with Prober(jvm_service.port, "ping", _healthy) as probe:
+    with Prober(jvm_service.port, "ping", java_healthy) as probe:
         trim = trim_at_steady_state(
             SERVICE, jvm_service.pid, health=lambda: jvm_service.health("ping")
         )

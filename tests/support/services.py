@@ -172,6 +172,11 @@ def c_service(*args: str) -> Iterator[TcpService]:
         yield service
 
 
+def java_healthy(answer: str) -> bool:
+    """NativeChurn's health check says every compress/inflate round trip was right."""
+    return re.fullmatch(r"pong ops=\d+ errors=0", answer) is not None
+
+
 def java_skip_reason() -> str | None:
     if shutil.which("javac") is None or shutil.which("java") is None:
         return "no JDK (javac and java) on this machine: the OpenJDK package is not installed"

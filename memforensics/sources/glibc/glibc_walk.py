@@ -345,21 +345,20 @@ class ArenaWalker:
         page = self._page
         first = first_page * page
         last = min(first + (self._fill_pages + 1) * page, segment.length)
-        if self._residency_from_scout and isinstance(self._mem, ProcessMemoryReader):
-            # The residency is the scout's, older than this stop: a page that came into RAM
-            # since (a busy arena writes a big free chunk's links as it bins the chunk) is
-            # read, one that left is not; read as the scout's, it would be zeros, and the
-            # checks would call a healthy list corrupt.
+        if self._residency_from_scout:
+            # The residency is the scout's, older than this stop: each page of the block is
+            # read if the pagemap says it is in RAM now (recheck), whatever the scout's said.
+            # A page that came into RAM since (a busy arena writes a big free chunk's links
+            # as it bins the chunk), read as the scout's, would be zeros, and the checks
+            # would call a healthy list corrupt.
+            blocks = (last - first + page - 1) // page
+            only = bytearray(len(segment.filled))
+            only[first_page : first_page + blocks] = b"\x01" * blocks
+            segment.view[first:last] = bytes(last - first)
             try:
-                now = self._mem.pagemap(
-                    segment.start + first, segment.start + glibc.page_ceil(last, page)
-                ).readable
+                copy_into(self._mem, segment, first, last, only=only, recheck=True)
             except PagemapUnavailableError:
                 raise OutOfTime from None  # which pages may be read is unknown: none is
-            segment.view[first:last] = bytes(last - first)
-            only = bytearray(len(segment.filled))
-            only[first_page : first_page + len(now)] = now
-            copy_into(self._mem, segment, first, last, only=only)
         else:
             # A reused buffer holds another arena's bytes: an unread page reads as zeros.
             copy_into(self._mem, segment, first, last)

@@ -251,8 +251,11 @@ def copy_into(
         segment.view[begin:end] = mem.read_present(segment.start + begin, end - begin)
         return True
     if recheck and isinstance(only, bytearray) and _native is None:
-        now = mem.pagemap(segment.start, segment.start + len(only) * page).readable
-        only[:] = both(only, now).ljust(len(only), b"\x00")
+        # (The pages of [begin, end) alone: a caller filling a block of a big heap must not
+        # read the whole heap's pagemap.)
+        first, last = begin // page, min((end + page - 1) // page, len(only))
+        now = mem.pagemap(segment.start + first * page, segment.start + last * page).readable
+        only[first:last] = both(only[first:last], now).ljust(last - first, b"\x00")
     mask = segment.pages.readable if only is None else only
     readable = memoryview(mask)[begin // page : (end + page - 1) // page]
     if _native is not None:
