@@ -85,6 +85,11 @@ class ArenaScan:
     # lists were scouted first (then only the pages they lie on were copied).
     stop_copy_bytes: int = 0
     scouted: bool = False
+    # Read in parts, one stop each (bins [first, last] per part, in order), where its lists lay
+    # on more pages than one stop copies without a care: each bin was read consistently in
+    # one stop, the arena's bins in as many stops as parts, milliseconds apart. () for an arena
+    # read in one stop (or running). A single part's scan names its one part.
+    parts: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,3 +141,6 @@ class ReadOnlyRead:
     # first (their stops copied only the pages the lists lie on). 0 for a core.
     stop_copy_bytes: int = 0
     scouted_arenas: int = 0
+    # Of those, arenas read in parts, one stop each (ArenaScan.parts), and their parts in all.
+    parted_arenas: int = 0
+    arena_parts: int = 0

@@ -109,18 +109,21 @@ RSS_BOUND_BYTES = 256 << 20  # issue 31: our peak RSS at any heap size
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("arena_max", [2, 1], ids=["thread-arena", "main-arena"])
 def test_an_arena_above_the_copy_budget_with_widely_spread_lists_is_read(
-    release: Any, tmp_path: Path
+    release: Any, tmp_path: Path, arena_max: int
 ) -> None:
     """One arena of 320 MiB, a free chunk every three pages: its lists lie on ~100 MiB of
     pages, past a budget-sized arena's scout (SCOUT_MAX_BYTES) and within the copies' budget.
-    It is scouted and read in its stop, byte for byte the target's own malloc_info, with no
-    stand-in call; and our own peak RSS, the kernel's figure, stays within 256 MiB."""
+    It is scouted and read in parts, one stop each (its lists lie on more pages than one stop
+    copies), byte for byte the target's own malloc_info, with no stand-in call; and our own
+    peak RSS, the kernel's figure, stays within 256 MiB. The worker's arena is a thread arena
+    of 64 MiB heaps, or (arena_max 1) the main arena, one heap grown by sbrk."""
     assert copy_budget_bytes() < SPREAD_MIB << 20
     binary = build_target(release, "seeds_heap")
     own, rebuilt = tmp_path / "own.xml", tmp_path / "read.xml"
     argv = command(release, binary, ["spread", "1", str(SPREAD_MIB), str(own)])
-    tunables = f"glibc.malloc.arena_max=2:glibc.malloc.mmap_threshold={32 << 20}"
+    tunables = f"glibc.malloc.arena_max={arena_max}:glibc.malloc.mmap_threshold={32 << 20}"
     with running(argv, env={"GLIBC_TUNABLES": tunables}, ready_timeout_seconds=120) as target:
         run = run_measured(
             ["inspect", "--json", "--read-only", "--save-xml", str(rebuilt), str(target.pid)],
@@ -133,6 +136,10 @@ def test_an_arena_above_the_copy_budget_with_widely_spread_lists_is_read(
     read = json.loads(run.stdout)["read_only"]
     assert read["scouted_arenas"] == 1
     assert SCOUT_MAX_BYTES < read["stop_copy_bytes"] < (SPREAD_MIB << 20) // 2, read
+    # Its lists lie on more pages than one stop copies: read in parts, a stop each, and the
+    # document is still the target's own, byte for byte.
+    assert read["parted_arenas"] == 1 and read["arena_parts"] >= 3, read
+    assert read["stops"] >= read["arena_parts"], read
     assert run.peak_rss_kib << 10 <= RSS_BOUND_BYTES, run.peak_rss_kib
 
 

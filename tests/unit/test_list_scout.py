@@ -39,6 +39,7 @@ class Heap:
         self.filled = bytearray(PAGES + 2)
         self.readable = bytearray(b"\x01" * PAGES)
         self.inconsistent = -1  # lists failing glibc's bk check, as the last scout found
+        self.tags: tuple[bytearray, bytearray] | None = None  # (lo, hi) bins per page, if kept
         self.fd = os.open("/proc/self/mem", os.O_RDONLY)
 
     def chunk(self, offset: int, size: int, fd: int, bk: int) -> int:
@@ -50,7 +51,7 @@ class Heap:
 
     def scout(
         self,
-        lists: list[tuple[int, int, int]],
+        lists: list[tuple[int, ...]],
         max_pages: int = 1 << 30,
         pagemap_fd: int = -1,
         threads: int = 1,
@@ -61,7 +62,7 @@ class Heap:
                 os.getpid(),
                 self.fd,
                 True,
-                [(view, self.start, bytes(self.readable), self.filled)],
+                [(view, self.start, bytes(self.readable), self.filled, *(self.tags or ()))],
                 lists,
                 PAGE,
                 time.monotonic() + 10,
@@ -222,3 +223,44 @@ def test_two_readers_read_a_big_round_as_one_does(heap: Heap, live: bool) -> Non
                 os.close(pagemap)
         assert heap.flagged() == set(range(1, 25)) - ({dropped} if live else set()), threads
         heap.assert_copied()
+
+
+def test_each_page_is_tagged_with_the_lowest_and_highest_bin_whose_list_needed_it(
+    heap: Heap,
+) -> None:
+    """Bin 5's list on pages 3 and 9 (its foot on 12), bin 40's on pages 9 (the same page as
+    one of bin 5's chunks) and 20, a fastbin (bin 0) on page 25: every page a list needed
+    carries the bins that needed it, whether that list read it or found it read already; a
+    page no list needed keeps the untouched tags (255, 0)."""
+    heap.tags = (bytearray([255]) * (PAGES + 2), bytearray(PAGES + 2))
+    low = _ring(heap, [(3 * PAGE, 64), (9 * PAGE, 3 * PAGE + 16)])
+    high_first, high_second = heap.start + 9 * PAGE + 512, heap.start + 20 * PAGE
+    heap.chunk(9 * PAGE + 512, 64, high_second, HEAD + 16)
+    heap.chunk(20 * PAGE, 64, HEAD + 16, high_first)
+    heap.chunk(25 * PAGE, 48, 0, 0)
+    lists = [
+        (HEAD, low, CIRCULAR, 5),
+        (HEAD + 16, high_first, CIRCULAR, 40),
+        (0, heap.start + 25 * PAGE, FASTBIN, 0),
+    ]
+    assert heap.scout(lists) == 0
+    lo, hi = heap.tags
+    tagged = {index: (lo[index], hi[index]) for index in range(PAGES) if lo[index] != 255}
+    assert tagged == {3: (5, 5), 9: (5, 40), 12: (5, 5), 20: (40, 40), 25: (0, 0)}
+    assert all(hi[index] == 0 for index in range(PAGES) if index not in tagged)
+    assert heap.flagged() == set(tagged)
+    heap.assert_copied()
+
+
+def test_a_list_without_a_bin_tags_nothing_and_bad_tags_are_refused(heap: Heap) -> None:
+    heap.tags = (bytearray([255]) * (PAGES + 2), bytearray(PAGES + 2))
+    first = _ring(heap, [(7 * PAGE, 64)])
+    assert heap.scout([(HEAD, first, CIRCULAR)]) == 0
+    assert heap.flagged() == {7}
+    assert set(heap.tags[0]) == {255}
+    heap.filled[:] = bytes(len(heap.filled))
+    with pytest.raises(ValueError, match=r"0\.\.127"):
+        heap.scout([(HEAD, first, CIRCULAR, 128)])
+    heap.tags = (bytearray([255]) * 2, bytearray(2))
+    with pytest.raises(ValueError, match="one byte per page"):
+        heap.scout([(HEAD, first, CIRCULAR, 3)])

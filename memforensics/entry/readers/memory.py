@@ -214,6 +214,8 @@ def _inspect(
         read_seconds=read_seconds,
         stop_copy_bytes=sum(arena.stop_copy_bytes for arena in scan.arenas),
         scouted_arenas=sum(arena.scouted for arena in scan.arenas),
+        parted_arenas=sum(bool(arena.parts) for arena in scan.arenas),
+        arena_parts=sum(len(arena.parts) for arena in scan.arenas),
     )
     capture = Capture(
         xml=xml,

@@ -46,6 +46,9 @@ typedef struct {
      * (pagemap_fd only; 0 again before the scout returns) */
     unsigned char *filled;
     int pagemap_fd; /* >= 0: whether a page is in RAM is read as it is to be read, not readable */
+    /* Optional (NULL: not kept): per page, the lowest and highest bin whose list needed it
+     * (lo starts at 255, hi at 0): a stop may then copy the pages of some bins alone. */
+    unsigned char *lo, *hi;
 } Seg;
 
 enum { NOT_COPIED = 0, COPIED = 1, ASKED = 2, NOT_IN_RAM = 3 };
@@ -57,6 +60,7 @@ enum { CIRCULAR = 0, FASTBIN = 1, FASTBIN_SAFE_LINKED = 2 };
 typedef struct {
     uint64_t head, chunk, count, previous;
     int kind, done, inconsistent;
+    int bin; /* the bin the list is (0..127, 0: a fastbin), tagged on its pages; -1: none */
 } List;
 
 typedef struct {
@@ -111,9 +115,15 @@ static int in_ram_now(const Seg *seg, uint64_t index) {
     return got == (ssize_t)sizeof entry && (entry >> 63) & 1;
 }
 
-/* Page ``index`` of ``seg`` is needed: 1 when it is there to read now, 0 when it was asked for
- * (queued in wants, at most max_wants), -1 when it can never be read (not in RAM). */
-static int need(Seg *seg, uint64_t index, Want *wants, size_t *nwants, size_t max_wants) {
+/* Page ``index`` of ``seg`` is needed by the list of bin ``bin``: 1 when it is there to read
+ * now, 0 when it was asked for (queued in wants, at most max_wants), -1 when it can never be
+ * read (not in RAM). The page's bin tags (where kept) take the bin in. */
+static int need(Seg *seg, uint64_t index, int bin, Want *wants, size_t *nwants,
+                size_t max_wants) {
+    if (seg->lo != NULL && bin >= 0 && index < seg->pages) {
+        if (seg->lo[index] > bin) seg->lo[index] = (unsigned char)bin;
+        if (seg->hi[index] < bin) seg->hi[index] = (unsigned char)bin;
+    }
     if (index < seg->pages && seg->filled[index] == COPIED) return 1; /* nothing to ask */
     if (!readable(seg, index)) return -1;
     if (seg->filled[index] == NOT_COPIED && *nwants < max_wants) {
@@ -135,9 +145,9 @@ static void advance(List *list, Seg *segs, Py_ssize_t nsegs, uint64_t limit, uin
         }
         uint64_t offset = chunk - seg->start;
         uint64_t first = offset / page, last = (offset + HEADER_BYTES - 1) / page;
-        int here = need(seg, first, wants, nwants, max_wants);
+        int here = need(seg, first, list->bin, wants, nwants, max_wants);
         if (last != first && here >= 0) {
-            int other = need(seg, last, wants, nwants, max_wants);
+            int other = need(seg, last, list->bin, wants, nwants, max_wants);
             here = other < 0 ? -1 : (here && other);
         }
         if (here <= 0) {
@@ -151,7 +161,7 @@ static void advance(List *list, Seg *segs, Py_ssize_t nsegs, uint64_t limit, uin
         }
         uint64_t foot = offset + size;
         if (list->kind == CIRCULAR && foot + 8 <= seg->length) {
-            int at = need(seg, foot / page, wants, nwants, max_wants);
+            int at = need(seg, foot / page, list->bin, wants, nwants, max_wants);
             if (at == 0) return;
         }
         /* glibc's own check of a bin's list (bk of each chunk names the one before): noted,
@@ -273,20 +283,24 @@ static size_t read_round(pid_t pid, int fd, int *use_vm, Want *wants, size_t nwa
 
 /* scout(pid, fd, use_vm, segments, lists, page, deadline, max_pages[, pagemap_fd[, threads]])
  *     -> (status, pages, vm_usable, inconsistent)
- * segments: sorted, not overlapping (buffer, start, readable, filled): a writable buffer as
- * long as the heap, its pagemap's readable flags (one byte per page) and a writable bytearray
- * of one flag per page (1 = copied; the caller's earlier reads count). lists: (head, first,
- * kind) of each list: a bin's circular list (0: head is the bin, first its fd; the word after
- * each chunk is read too, where glibc repeats its size), a fastbin (1: head 0, first the
- * fastbin's pointer), or a fastbin followed as safe-linked (2). status: 0 every list followed to its end (or to where it cannot
- * be read), 1 more than max_pages pages would be read, 2 time.monotonic() passed deadline.
- * pages: pages read. vm_usable: False when process_vm_readv was refused. inconsistent: the
- * bins' lists in which a chunk's bk did not name the chunk before it (as far as followed).
- * pagemap_fd (the target's /proc/PID/pagemap; -1: none): the readable flags are older than
- * the scout (a residency read before an earlier scout), so whether each page it would read
- * is in RAM is read from the pagemap now instead (segments page-aligned): a page that left
- * RAM since is never read, and one that came since is. threads: 2 lets a big round's pages be
- * read by two threads (the same bytes; only the time differs). */
+ * segments: sorted, not overlapping (buffer, start, readable, filled[, lo, hi]): a writable
+ * buffer as long as the heap, its pagemap's readable flags (one byte per page), a writable
+ * bytearray of one flag per page (1 = copied; the caller's earlier reads count) and,
+ * optionally, two writable bytearrays of one byte per page (lo at 255, hi at 0 where no list
+ * has been there) in which each page needed by a list gets the lowest and highest bin of
+ * those lists. lists: (head, first, kind[, bin]) of each list: a bin's circular list (0: head
+ * is the bin, first its fd; the word after each chunk is read too, where glibc repeats its
+ * size), a fastbin (1: head 0, first the fastbin's pointer), or a fastbin followed as
+ * safe-linked (2); bin (0..127, the fastbins 0) is what tags its pages. status: 0 every list
+ * followed to its end (or to where it cannot be read), 1 more than max_pages pages would be
+ * read, 2 time.monotonic() passed deadline. pages: pages read. vm_usable: False when
+ * process_vm_readv was refused. inconsistent: the bins' lists in which a chunk's bk did not
+ * name the chunk before it (as far as followed). pagemap_fd (the target's
+ * /proc/PID/pagemap; -1: none): the readable flags are older than the scout (a residency
+ * read before an earlier scout), so whether each page it would read is in RAM is read from
+ * the pagemap now instead (segments page-aligned): a page that left RAM since is never read,
+ * and one that came since is. threads: 2 lets a big round's pages be read by two threads
+ * (the same bytes; only the time differs). */
 static PyObject *scout(PyObject *self, PyObject *args) {
     (void)self;
     int pid, fd, use_vm, pagemap_fd = -1, threads = 1;
@@ -323,18 +337,22 @@ static PyObject *scout(PyObject *self, PyObject *args) {
     lists = PyMem_Calloc((size_t)nlists + 1, sizeof(List));
     /* Each list asks for at most three pages a round (a header across two, and a foot). */
     wants = PyMem_Calloc(3 * (size_t)nlists + 1, sizeof(Want));
-    views = PyMem_Calloc(3 * (size_t)nsegs + 1, sizeof(Py_buffer));
+    views = PyMem_Calloc(5 * (size_t)nsegs + 1, sizeof(Py_buffer));
     if (!segs || !lists || !wants || !views) {
         PyErr_NoMemory();
         goto out;
     }
     uint64_t limit = 0;
     for (Py_ssize_t i = 0; i < nsegs; i++) {
-        PyObject *buffer, *flags, *filled;
+        PyObject *buffer, *flags, *filled, *lo_tags = NULL, *hi_tags = NULL;
         unsigned long long start;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(segs_seq, i), "OKOO", &buffer, &start,
-                              &flags, &filled))
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(segs_seq, i), "OKOO|OO", &buffer, &start,
+                              &flags, &filled, &lo_tags, &hi_tags))
             goto out;
+        if ((lo_tags == NULL) != (hi_tags == NULL)) {
+            PyErr_SetString(PyExc_ValueError, "bin tags come as a pair (lo, hi)");
+            goto out;
+        }
         if (PyObject_GetBuffer(buffer, &views[held], PyBUF_WRITABLE) < 0) goto out;
         Py_buffer *data = &views[held++];
         if (PyObject_GetBuffer(flags, &views[held], PyBUF_SIMPLE) < 0) goto out;
@@ -358,16 +376,32 @@ static PyObject *scout(PyObject *self, PyObject *args) {
                         .pages = pages, .page_bytes = page, .readable = can->buf,
                         .known = (uint64_t)can->len, .filled = got->buf,
                         .pagemap_fd = pagemap_fd};
+        if (lo_tags != NULL) {
+            if (PyObject_GetBuffer(lo_tags, &views[held], PyBUF_WRITABLE) < 0) goto out;
+            Py_buffer *lo = &views[held++];
+            if (PyObject_GetBuffer(hi_tags, &views[held], PyBUF_WRITABLE) < 0) goto out;
+            Py_buffer *hi = &views[held++];
+            if ((uint64_t)lo->len < pages || (uint64_t)hi->len < pages) {
+                PyErr_SetString(PyExc_ValueError, "bin tags need one byte per page");
+                goto out;
+            }
+            segs[i].lo = lo->buf;
+            segs[i].hi = hi->buf;
+        }
         limit += (uint64_t)data->len / MINSIZE;
     }
     for (Py_ssize_t i = 0; i < nlists; i++) {
         unsigned long long head, first;
-        int kind;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(lists_seq, i), "KKi", &head, &first,
-                              &kind))
+        int kind, bin = -1;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(lists_seq, i), "KKi|i", &head, &first,
+                              &kind, &bin))
             goto out;
+        if (bin > 127) {
+            PyErr_SetString(PyExc_ValueError, "a bin is 0..127");
+            goto out;
+        }
         lists[i] = (List){.head = head, .chunk = first, .previous = head, .kind = kind,
-                          .done = first == head || first == 0};
+                          .done = first == head || first == 0, .bin = bin};
     }
     int status = 0;
     unsigned long long read_pages = 0;

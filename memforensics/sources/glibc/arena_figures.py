@@ -103,7 +103,9 @@ def bin_figures(
     if walk.unmeasured_bins or walk.budget_reached or walk.fastbin_chunks is None:
         return None
     top_bytes = walk.top_bytes
-    if top_bytes is None:  # a top outside the heaps read: the initial one, inside the arena
+    if walk.part is not None and walk.part[0] > 0:
+        top_bytes = 0  # a part without the top (arena_read.merge_parts takes the first's)
+    elif top_bytes is None:  # a top outside the heaps read: the initial one, inside the arena
         header = mem.read(state.top, glibc.CHUNK_HEADER_BYTES)
         if header is None:
             return None

@@ -8,14 +8,16 @@ the copy and the walk, and a stop's budget takes more arenas. Where the walk mus
 target as it goes (an arena above the copy budget, a malloc_state or top chunk the copy does
 not hold whole) it is made at once, inside the stop, as without ``defer``. A scouted arena
 (ArenaWalker.scout: its lists followed before the stop) is copied in the stop only where its
-lists lie, and walked there.
+lists lie, and walked there. A scouted arena split into parts (ArenaWalker.split) is read
+one part per call, each in its own stop; ``merge_parts`` makes the arena's scan of theirs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
-from memforensics.model.heapscan import ArenaScan
+from memforensics.model.heapscan import ArenaScan, BinFigures
 from memforensics.model.process import HeapSegment
 from memforensics.sources.glibc.arena_figures import bin_figures
 from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap
@@ -49,7 +51,9 @@ def read_arena(
     (ArenaWalker.scout) found the pages of this arena's lists before the stop: where it
     read the same ``heaps``, only those pages are copied in the stop, and the walk is made
     there (not deferred); it is closed either way. ``walk`` False: its heaps are read, not its
-    lists (``lists_too_long``: a read just before found them too long to follow)."""
+    lists (``lists_too_long``: a read just before found them too long to follow). A scouted
+    walker split into parts (ArenaWalker.split) reads the part it is at, and is kept open for
+    the next (ArenaWalker.next_part, between stops) until its last; the scan is that part's."""
     segments = _segments_of(heaps)
     if state is None or not layout_ok or not walk:
         unread = ArenaScan(
@@ -78,12 +82,16 @@ def read_arena(
         raise
 
     def finish() -> ArenaScan:
+        done = True
         try:
             walk = walker.walk(
                 state, deadline=deadline, retry_deadline=retry_deadline, snapshot=snapshot
             )
+            done = walker.parts_left == 0
         finally:
-            walker.close()
+            if done:
+                walker.close()
+        copied, walker.stop_copy_bytes = walker.stop_copy_bytes, 0  # (this part's)
         # A deferred walk's arena is the copy's: the one its lists were read from.
         read_state = snapshot or state
         return _arena_scan(
@@ -95,7 +103,7 @@ def read_arena(
             is_main,
             layout_ok,
             figures,
-            walker.stop_copy_bytes,
+            copied,
             walker.scouted,
         )
 
@@ -141,7 +149,49 @@ def _arena_scan(
         corruption=tuple(walk.corruption),
         stop_copy_bytes=stop_copy_bytes,
         scouted=scouted,
+        parts=() if walk.part is None else (walk.part,),
     )
+
+
+def merge_parts(scans: Sequence[ArenaScan]) -> ArenaScan:
+    """One arena's scan of the scans of its parts, in order (``ArenaScan.parts``: each bin
+    read in one of them, the top, the fastbins, the arena's size and its heaps in the first).
+    A scan among them that is not a part (the arena read whole: its heaps changed since the
+    scout, or it was locked at every stop and read running) is the arena's, as it is."""
+    whole = [scan for scan in scans if not scan.parts]
+    if whole or len(scans) == 1:
+        return whole[0] if whole else scans[0]
+    first = scans[0]
+    return replace(
+        first,
+        layout_ok=all(scan.layout_ok for scan in scans),
+        walked=all(scan.walked for scan in scans),
+        free_bytes=sum(scan.free_bytes for scan in scans),
+        free_resident_bytes=sum(scan.free_resident_bytes for scan in scans),
+        trimmable_bytes=sum(scan.trimmable_bytes for scan in scans),
+        chunks=sum(scan.chunks for scan in scans),
+        unmeasured_bins=tuple(sorted({i for scan in scans for i in scan.unmeasured_bins})),
+        retries=sum(scan.retries for scan in scans),
+        budget_reached=any(scan.budget_reached for scan in scans),
+        lists_too_long=any(scan.lists_too_long for scan in scans),
+        bins=tuple(sorted(row for scan in scans for row in scan.bins)),
+        figures=_merged_figures([scan.figures for scan in scans]),
+        lock_retries=sum(scan.lock_retries for scan in scans),
+        corruption=tuple(found for scan in scans for found in scan.corruption),
+        stop_copy_bytes=sum(scan.stop_copy_bytes for scan in scans),
+        parts=tuple(part for scan in scans for part in scan.parts),
+    )
+
+
+def _merged_figures(parts: Sequence[BinFigures | None]) -> BinFigures | None:
+    """malloc_info's figures of an arena read in parts: the first part's (the fastbins, the
+    top, the arena's size) with every part's bins; None unless every part has them."""
+    if not parts or any(figures is None for figures in parts):
+        return None
+    first = parts[0]
+    assert first is not None
+    rows = sorted(row for figures in parts if figures is not None for row in figures.bins)
+    return replace(first, bins=tuple(rows))
 
 
 def _segments_of(heaps: Sequence[Heap]) -> tuple[HeapSegment, ...]:

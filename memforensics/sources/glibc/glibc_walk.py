@@ -28,7 +28,7 @@ from operator import ne
 from memforensics.model import glibc
 from memforensics.model.corruption import HeapCorruption
 from memforensics.sources import optional_native
-from memforensics.sources.glibc import heap_checks
+from memforensics.sources.glibc import arena_parts, heap_checks
 from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap, parse_state, read_state
 from memforensics.sources.glibc.heap_checks import bin_head
 from memforensics.sources.glibc.heapcopy import (
@@ -53,6 +53,11 @@ from memforensics.sources.proc.procmem import (
 )
 
 _scout_native = optional_native("memforensics.sources.glibc._listscout")
+# A segment as _listscout.scout takes it: (buffer, start, readable, filled[, lo, hi]).
+ScoutSegment = (
+    tuple[memoryview, int, bytes, bytearray]
+    | tuple[memoryview, int, bytes, bytearray, bytearray, bytearray]
+)
 _CIRCULAR, _FASTBIN_PLAIN, _FASTBIN_SAFE_LINKED = 0, 1, 2  # _listscout.c's kinds of list
 BIN_RETRIES = 4
 _LAZY_FILL_PAGES = 16  # a big arena read lazily: 64 KiB per read
@@ -100,17 +105,17 @@ def _nonempty_bins(state: ArenaState, first: int) -> list[int]:
     return [index for index in indexes if index >= first]
 
 
-def _scout_lists_of(state: ArenaState, indexes: Sequence[int]) -> list[tuple[int, int, int]]:
+def _scout_lists_of(state: ArenaState, indexes: Sequence[int]) -> list[tuple[int, int, int, int]]:
     """_listscout's lists for bins ``indexes`` of ``state`` (_FASTBIN: each fastbin, both
-    ways: as stored and as safe-linked)."""
+    ways: as stored and as safe-linked), each with its bin (the fastbins' is _FASTBIN)."""
     lists = [
-        (bin_head(state, index), state.bins[2 * (index - 1)], _CIRCULAR)
+        (bin_head(state, index), state.bins[2 * (index - 1)], _CIRCULAR, index)
         for index in indexes
         if index != _FASTBIN
     ]
     if _FASTBIN in indexes:
         lists += [
-            (0, head, kind)
+            (0, head, kind, _FASTBIN)
             for head in state.fastbins
             if head
             for kind in (_FASTBIN_PLAIN, _FASTBIN_SAFE_LINKED)
@@ -128,8 +133,8 @@ def _reader_threads(held: bool) -> int:
 
 def _native_scout(
     mem: ProcessMemoryReader,
-    segments: Sequence[tuple[memoryview, int, bytes, bytearray]],
-    lists: Sequence[tuple[int, int, int]],
+    segments: Sequence[ScoutSegment],
+    lists: Sequence[tuple[int, int, int, int]],
     max_pages: int | None,
     deadline: float = math.inf,
     *,
@@ -179,15 +184,15 @@ def scout_together(
     mem = walkers[0][0]._mem if walkers else None
     if _scout_native is None or len(mems) != 1 or not isinstance(mem, ProcessMemoryReader):
         return False
-    segments = []
-    lists: list[tuple[int, int, int]] = []
+    segments: list[ScoutSegment] = []
+    lists: list[tuple[int, int, int, int]] = []
     budget = 0
     seconds = 0.0
     for walker, state in walkers:
         walker._begin_scout(deadline)
         budget += walker._scout_pages_left or 0
         seconds += walker._deadline - time.monotonic()
-        segments += [(s.view, s.start, s.pages.readable, s.filled) for s in walker._segments]
+        segments += walker._scout_segments()
         lists += _scout_lists_of(state, [_FASTBIN, *_nonempty_bins(state, 1)])
     segments.sort(key=lambda segment: segment[1])
     until = min(deadline, time.monotonic() + seconds)
@@ -232,6 +237,10 @@ class ArenaWalk:
     # What failed glibc's checks in a copy made while the target was held (heap_checks):
     # those bins are corrupt, not moving, and are not read again.
     corruption: list[HeapCorruption] = field(default_factory=list)
+    # The bins [first, last] this walk read, of an arena read in parts (ArenaWalker.split);
+    # None: all of them. Only the part from bin 0 has the fastbins (``fastbin_chunks`` is
+    # () in the others) and the top.
+    part: tuple[int, int] | None = None
 
 
 class ArenaWalker:
@@ -313,8 +322,16 @@ class ArenaWalker:
         # The residency is the one read before the scout (keep_scout_residency): the stop's
         # copy and a rescout look each page up in the pagemap as they read it.
         self._residency_from_scout = False
+        # A scout's bin tags (arena_parts), per segment start, while they may be split on;
+        # once split: the parts, each part's pages per segment start, the part read now.
+        self._tags: dict[int, tuple[bytearray, bytearray]] | None = None
+        self._parts: list[tuple[int, int]] = []
+        self._part_masks: list[dict[int, bytes]] = []
+        self._part = 0
+        self.closed = False
 
     def close(self) -> None:
+        self.closed = True
         for segment in self._segments:
             segment.close(self._pool)
 
@@ -429,6 +446,22 @@ class ArenaWalker:
         self._deadline = min(deadline, time.monotonic() + seconds)
         self._scout_pages_left = max_pages
         self._max_chunks = None
+        tagged = _scout_native is not None and isinstance(self._mem, ProcessMemoryReader)
+        self._tags = (
+            {s.start: arena_parts.new_tags(len(s.filled)) for s in self._segments}
+            if tagged
+            else None
+        )
+
+    def _scout_segments(self) -> list[ScoutSegment]:
+        """The segments as _listscout takes them: with their bin tags in a scout before the
+        stop (where kept), without in a stop."""
+        tags = self._tags if self._scout_pages_left is not None else None
+        if tags is None:
+            return [(s.view, s.start, s.pages.readable, s.filled) for s in self._segments]
+        return [
+            (s.view, s.start, s.pages.readable, s.filled, *tags[s.start]) for s in self._segments
+        ]
 
     @property
     def scouted(self) -> bool:
@@ -443,7 +476,74 @@ class ArenaWalker:
         if scouted:
             self.scouted_bytes = sum(s.filled.count(1) for s in self._segments) * self._page
         else:
+            self._tags = None
             self._reset(_LAZY_FILL_PAGES)
+
+    def split(self, max_pages: int) -> int:
+        """After a scout that kept bin tags, outside a stop: the arena's bins cut into parts
+        of about ``max_pages`` scouted pages at most (arena_parts.plan), to be read one per
+        stop (``walk`` reads the part's bins alone; the first part's are the fastbins, the
+        unsorted bin and the top, and the small bins from there). Each stop copies the pages
+        its part's lists were scouted on; everything else in the copy is zeros (the scout's
+        copy is zeroed now, each stop's after it: ``next_part``), so a list that moved since
+        reads back inconsistent and is scouted again in that stop, never read from an older
+        copy. The number of parts: 1 when not split (read as one)."""
+        tags, self._tags = self._tags, None
+        if not self._scouted or tags is None or self._parts:
+            return 1
+        parts = arena_parts.plan([lo for lo, _ in tags.values()], max_pages)
+        if len(parts) < 2:
+            return 1
+        self._parts = parts
+        self._part_masks = [
+            {s.start: arena_parts.part_mask(s.filled, *tags[s.start], part) for s in self._segments}
+            for part in parts
+        ]
+        self._part = -1
+        self.next_part()
+        return len(parts)
+
+    def next_part(self) -> None:
+        """Outside a stop, between two parts of a split read: the pages copied so far zeroed
+        and forgotten, those of the next part's lists to be copied in its stop."""
+        self._part += 1
+        masks = self._part_masks[self._part]
+        for segment in self._segments:
+            self._zero(segment, segment.filled)
+            mask = masks.get(segment.start, b"")[: len(segment.filled)]
+            segment.filled[:] = mask.ljust(len(segment.filled), b"\x00")
+        self.scouted_bytes = sum(s.filled.count(1) for s in self._segments) * self._page
+
+    def _zero(self, segment: Segment, flags: bytes | bytearray) -> None:
+        """Zeros on the pages of ``segment``'s copy flagged in ``flags``."""
+        page = self._page
+        for first, end in arena_parts.flagged_runs(flags):
+            low, high = first * page, min(end * page, segment.length)
+            if low < high:
+                segment.view[low:high] = bytes(high - low)
+
+    @property
+    def page_bytes(self) -> int:
+        return self._page
+
+    @property
+    def parts_left(self) -> int:
+        """Parts of a split read after the one to be read now (0: none, or not split)."""
+        return max(0, len(self._parts) - 1 - self._part)
+
+    @property
+    def part(self) -> tuple[int, int] | None:
+        """The bins [first, last] of the part to be read now; None: not split."""
+        return self._parts[self._part] if self._parts else None
+
+    def _in_part(self, index: int) -> bool:
+        part = self.part
+        return part is None or part[0] <= index <= part[1]
+
+    @property
+    def _owns_top(self) -> bool:
+        """This read (or part: the first) measures the top and checks it."""
+        return self._in_part(_FASTBIN)
 
     def _rescout(self, state: ArenaState, pending: Sequence[int]) -> None:
         """In the stop of a scouted read: the lists of ``pending`` (they left the scouted
@@ -477,7 +577,7 @@ class ArenaWalker:
             finally:
                 self._partial = saved
             return
-        segments = [(s.view, s.start, s.pages.readable, s.filled) for s in self._segments]
+        segments = self._scout_segments()
         lists = _scout_lists_of(state, indexes)
         in_stop = self._scout_pages_left is None
         pages = _native_scout(
@@ -695,7 +795,8 @@ class ArenaWalker:
         the scouted pages and reads the lists over that copy; the lists that left it (moved
         since the scout) are followed on from the target, in the same stop, in the second.
         """
-        walk = ArenaWalk()
+        # (A part without the fastbins has none: the first part's are the arena's.)
+        walk = ArenaWalk(part=self.part, fastbin_chunks=None if self._owns_top else ())
         clock = time.monotonic
         pending: list[int] = []
         corrupt_bins: list[int] = []  # failed glibc's checks: unmeasured, never read again
@@ -725,8 +826,7 @@ class ArenaWalker:
                 # Which bins to walk comes from this snapshot, never from the state read
                 # before it: meanwhile a malloc (gdb's own, at the dump) may have sorted the
                 # unsorted bin into a large bin that the earlier state showed empty.
-                pending = [_FASTBIN, *_nonempty_bins(state, 1)]
-                self._measure_top(state, walk)
+                pending = self._first_pending(state, walk)
             state, failed, inconsistent = self._walk_bins(
                 state, pending, walk, deadline=deadline, chase=chase, lazy_round=lazy_round
             )
@@ -757,6 +857,13 @@ class ArenaWalker:
             self._check(state, walk, ())
         walk.unmeasured_bins.extend(sorted({*pending, *corrupt_bins}))
         return walk
+
+    def _first_pending(self, state: ArenaState, walk: ArenaWalk) -> list[int]:
+        """The first round's bins: the non-empty ones (of the part read now); the top is
+        measured with the part that owns it."""
+        if self._owns_top:
+            self._measure_top(state, walk)
+        return [i for i in (_FASTBIN, *_nonempty_bins(state, 1)) if self._in_part(i)]
 
     def _round_state(
         self, state: ArenaState, snapshot: ArenaState | None, lazy_round: bool, chase: bool
@@ -841,7 +948,9 @@ class ArenaWalker:
         if not indexes:
             large = [i for i, sizes in sorted(walk.bin_sizes.items()) if i >= 64 and sizes[0]]
             found = {
-                0: heap_checks.check_unlisted(state, self._segments, large, self._page, fill=fill)
+                0: heap_checks.check_unlisted(
+                    state, self._segments, large, self._page, fill=fill, top=self._owns_top
+                )
             }
         else:
             # Naming a corruption is worth more than the stall the walk allows itself: a

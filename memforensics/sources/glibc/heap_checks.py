@@ -430,16 +430,21 @@ def check_unlisted(
     page: int,
     *,
     fill: Fill | None = None,
+    top: bool = True,
 ) -> list[HeapCorruption]:
-    """The top chunk's size and the nextsize ring of each of ``large_bins`` (read back
-    consistently through fd and bk): what the list loops do not look at."""
+    """The top chunk's size (``top``) and the nextsize ring of each of ``large_bins`` (read
+    back consistently through fd and bk): what the list loops do not look at."""
     findings: list[HeapCorruption] = []
     try:
-        top = check_top(state.address, segments, state.top, state.system_bytes, page, fill=fill)
-        if top is not None:
-            findings.append(top)
+        found = (
+            check_top(state.address, segments, state.top, state.system_bytes, page, fill=fill)
+            if top
+            else None
+        )
+        if found is not None:
+            findings.append(found)
         for index in large_bins:
-            found = check_nextsize(
+            ring = check_nextsize(
                 state.address,
                 segments,
                 index,
@@ -448,8 +453,8 @@ def check_unlisted(
                 page,
                 fill=fill,
             )
-            if found is not None:
-                findings.append(found)
+            if ring is not None:
+                findings.append(ring)
     except (OutOfTime, OutOfCopy):
         pass
     return findings

@@ -22,7 +22,7 @@ from dataclasses import replace
 from memforensics.model import glibc
 from memforensics.model.heapscan import ArenaScan, HeapScan, MallocParams
 from memforensics.sources.glibc.arena_figures import ArenaHold, held_read
-from memforensics.sources.glibc.arena_read import Finish, read_arena
+from memforensics.sources.glibc.arena_read import Finish, merge_parts, read_arena
 from memforensics.sources.glibc.glibc_arenas import (
     ArenaState,
     Heap,
@@ -75,6 +75,11 @@ _SCOUT_GROUP_BYTES = 96 << 20
 # are copied whole without a scout: a process's arenas tend to look alike (but for one above
 # the copies' budget, which is never copied whole).
 _SCOUT_GIVE_UPS = 2
+# A scouted arena whose lists lie on more pages than this is read in parts, one stop each
+# (ArenaWalker.split): a part's stop copies its lists' pages (~1.3 us a page by two threads
+# of ours), so that no one stop of a big arena with long spread lists lasts more than a few
+# milliseconds, whatever its lists' size.
+_PART_MAX_BYTES = 16 << 20
 _MAX_ARENAS = 1 << 16  # a ``next`` list longer than this is not glibc's
 # A held read's budget grows by this much per thread arena: it stops the target every few
 # arenas, and each stop of a process of many threads costs more (1,500 threads: 25-35 ms to
@@ -302,6 +307,51 @@ class StopRules:
         if self.defers(weight_bytes, deferrable):
             self.pending_bytes += weight_bytes
 
+    def add_parts(
+        self,
+        walker: ArenaWalker | None,
+        read: Callable[..., Finish],
+        fresh_state: Callable[[], ArenaState | None],
+        weight_bytes: int,
+    ) -> None:
+        """Read one arena (``add``; ``read`` is handed the state, and ``weight_bytes=``), in
+        parts where its scouted ``walker`` splits (ArenaWalker.split, _PART_MAX_BYTES): each
+        part in a stop of its own, the stops ended between them (where the pages the last one
+        copied are zeroed), their scans one arena's (arena_read.merge_parts). A part left
+        unread (the walker closed: the arena was read whole) ends it."""
+        parts = 1
+        if walker is not None and self.hold is not None:
+            parts = walker.split(_PART_MAX_BYTES // walker.page_bytes)
+        start = len(self.rows)
+        for part in range(parts):
+            if part:
+                assert walker is not None
+                self.let_run()
+                if walker.closed:
+                    break
+                walker.next_part()
+            if walker is not None:
+                weight_bytes = walker.scouted_bytes
+            self.add(
+                functools.partial(read, weight_bytes=weight_bytes),
+                fresh_state,
+                weight_bytes,
+                deferrable=walker is None,
+            )
+        if len(self.rows) - start > 1:
+            self._merge_rows(start)
+
+    def _merge_rows(self, start: int) -> None:
+        """rows[start:] are one arena's parts: one row, their merge (done kept in step)."""
+        parts = self.rows[start:]
+        settled = self.done[start:]
+        del self.done[start:]
+
+        def merged() -> ArenaScan:
+            return merge_parts([*settled, *(finish() for finish in parts[len(settled) :])])
+
+        self.rows[start:] = [merged]
+
     def settle(self, force: bool = False) -> None:
         """Walk the copies a stop left once the target runs again; with ``force``, end the
         stop first. Copies kept past _PENDING_MAX_BYTES end the stop."""
@@ -449,11 +499,11 @@ class _HeapRead:
             weight = scouted.scouted_bytes
         elif scouts:
             self._prepare_for(self.main_heaps)
-        self.rules.add(
-            functools.partial(self._read_main, weight_bytes=weight, scouted=scouted),
+        self.rules.add_parts(
+            scouted,
+            functools.partial(self._read_main, scouted=scouted),
             lambda: None if address is None else read_state(self.mem, address),
             weight,
-            deferrable=scouted is None,
         )
 
     def _scout_main(self) -> ArenaWalker | None:
@@ -569,17 +619,13 @@ class _HeapRead:
                 scouted = self.scouted.pop(address, None)
             if scouted is not None:
                 weight = scouted.scouted_bytes
-            self.rules.add(
+            self.rules.add_parts(
+                scouted,
                 functools.partial(
-                    self._read_thread_arena,
-                    address=address,
-                    share=share,
-                    weight_bytes=weight,
-                    scouted=scouted,
+                    self._read_thread_arena, address=address, share=share, scouted=scouted
                 ),
                 functools.partial(read_state, self.mem, address),
                 weight,
-                deferrable=scouted is None,
             )
             # (A scouted arena is walked in its stop, so this is known now.)
             self.moving = self.moving or (scouted is not None and scouted.rescouted_pages > 0)
