@@ -181,7 +181,11 @@ static void advance(List *list, Seg *segs, Py_ssize_t nsegs, uint64_t limit, uin
 
 /* Read the pages asked for into their buffers, flagged COPIED (a page that cannot be read, one
  * unmapped meanwhile, is zeros), or NOT_IN_RAM and not read where the segment's pagemap says
- * so now: the pages read. *use_vm turns 0 when process_vm_readv is refused. */
+ * so now: the pages read. *use_vm turns 0 when process_vm_readv is refused. Each buffer page
+ * is faulted in before the read (a write of its own byte back, its bytes unchanged): a page
+ * first written inside process_vm_readv costs its fault several times what a plain write
+ * fault does, and a list followed page by page (in a stop, one that moved since the scout)
+ * pays it once a page. */
 static size_t read_wants(pid_t pid, int fd, int *use_vm, Want *wants, size_t nwants,
                          uint64_t page) {
     struct iovec local[READ_BATCH], remote[READ_BATCH];
@@ -194,6 +198,8 @@ static size_t read_wants(pid_t pid, int fd, int *use_vm, Want *wants, size_t nwa
             wants[kept++] = wants[i];
     }
     nwants = kept;
+    for (size_t i = 0; i < nwants; i++)
+        __atomic_fetch_or(wants[i].seg->base + wants[i].index * page, 0, __ATOMIC_RELAXED);
     size_t at = 0;
     while (at < nwants) {
         size_t batch = nwants - at < READ_BATCH ? nwants - at : READ_BATCH;
