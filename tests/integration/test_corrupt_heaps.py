@@ -29,7 +29,11 @@ from typing import Any
 import pytest
 
 from memforensics.model import corruption as checks
+from memforensics.model.heapscan import HeapScan
+from memforensics.sources.glibc.arena_hold import StopBatches
 from memforensics.sources.glibc.heapcopy import copy_budget_bytes
+from memforensics.sources.glibc.heapmaps import scan_heap
+from memforensics.sources.glibc.libc_elf import load_libc_image
 from tests.support.glibc_releases import RELEASES, GlibcRelease, build_target, command, release_tree
 from tests.support.glibc_releases import skip_reason as release_skip_reason
 from tests.support.measured import Run, run_measured
@@ -80,14 +84,16 @@ def _release(version: str) -> GlibcRelease:
 
 @contextlib.contextmanager
 def corrupt_target(
-    version: str, specs: list[str], pad_mib: int = 0
+    version: str, specs: list[str], pad_mib: int = 0, spread: int = 0
 ) -> Iterator[tuple[Target, Corrupted]]:
     """tests/targets/corrupt_heap.c with ``specs`` on ``version``, and what it says it did;
     ``pad_mib``: each arena holds that much live memory first (32 or more: it is scouted);
+    ``spread``: then that many free chunks, each on a page of its own (CORRUPT_HEAP_SPREAD);
     a padded target runs in a memory cgroup of what it needs and 256 MiB more."""
     release = _release(version)
     binary = build_target(release, "corrupt_heap")
-    env = dict(TUNABLES, CORRUPT_HEAP_PAD_MIB=str(pad_mib))
+    env = dict(TUNABLES, CORRUPT_HEAP_PAD_MIB=str(pad_mib), CORRUPT_HEAP_SPREAD=str(spread))
+    pad_mib += spread * 25 // 1024  # what the spread pairs take
     argv = command(release, binary, specs)
     group = memory_cgroup("memforensics-test-corrupt", (len(specs) * pad_mib + 256) << 20)
     if pad_mib and group is not None:
@@ -207,6 +213,47 @@ def test_named_corruptions_in_scouted_arenas_are_reported(
         with corrupt_target(version, specs, pad_mib=40) as (target, said):
             _check_inspect(target, said, fake_gdb)
             _check_trim(target, said, fake_gdb)
+
+
+def _held_scan(pid: int) -> HeapScan:
+    """scan_heap of ``pid`` in short stops (the default read's), with malloc_info's figures."""
+    maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
+    libc_path = next(
+        line.split()[-1] for line in maps if re.search(r"/libc(\.so\.6|-[\d.]+\.so)$", line)
+    )
+    batches = StopBatches(pid, libc=load_libc_image(pid, libc_path), single_threaded=False)
+    try:
+        return scan_heap(pid, libc_path=libc_path, figures=True, hold=batches)
+    finally:
+        batches.close()
+
+
+@pytest.mark.parametrize("version", RELEASES, ids=[f"glibc-{v}" for v in RELEASES])
+def test_named_corruptions_in_arenas_read_in_parts_are_reported(
+    version: str, fake_gdb: tuple[Path, Path]
+) -> None:
+    """Arenas whose lists lie on more pages than one stop copies (6,000 free chunks, a page
+    each, beside the named lists): read in parts, a run of bins per stop. Each corruption is
+    met in the stop of the part holding its bin (the small bins' early, the large bin's
+    last), and reported there as in a small arena; the intact arenas' parts report none.
+    The control says the arenas were read in parts."""
+    with corrupt_target(version, ["intact"] * 2, pad_mib=0, spread=6000) as (target, said):
+        run = _run(["inspect", "--json", str(target.pid)], fake_gdb[0])
+        _assert_sound_run(run, False)
+        read = json.loads(run.stdout)["read_only"]
+        assert read["parted_arenas"] == 2 and read["arena_parts"] >= 4, read
+    specs = ["intact", "cycle", "largeloop", "badsize", "fastloop"]
+    with corrupt_target(version, specs, pad_mib=0, spread=6000) as (target, said):
+        assert set(said.corrupted) == {1, 2, 3, 4}
+        _check_inspect(target, said, fake_gdb)
+        # The read itself, in this process: each corrupt arena was read in parts, and its
+        # corruption found in one of them.
+        scan = _held_scan(target.pid)
+        by_address = {arena.address: arena for arena in scan.arenas}
+        for number in said.corrupted:
+            arena = by_address[said.arenas[number]]
+            assert len(arena.parts) >= 2 and arena.corruption, (number, arena.parts)
+        _check_trim(target, said, fake_gdb)
 
 
 @pytest.mark.parametrize("version", RELEASES, ids=[f"glibc-{v}" for v in RELEASES])

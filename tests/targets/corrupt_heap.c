@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define NFAST 3
@@ -78,7 +79,13 @@ enum { W_PREV, W_SIZE, W_FD, W_BK, W_FDN, W_BKN };
 /* CORRUPT_HEAP_PAD_MIB=N: N MiB (at most 512) of live, written 64 KiB blocks in the arena
  * first, so that the read scouts it (an arena of 32 MiB or more; past the copies' budget, one
  * never copied whole): the corruption is then met by the scout and by the walk over the
- * scouted copy. */
+ * scouted copy.
+ * CORRUPT_HEAP_SPREAD=N: then N (at most 20,000) pairs of a live, written 24 KiB block and a
+ * small one, the small ones freed: N free chunks of 0x120 to 0x3f0 bytes (never a size the
+ * named lists use), each on a page of its own, one page in six, so that the arena's lists
+ * lie on more pages than one stop of the read copies (and on few enough of its pages to be
+ * scouted), and it is read in parts (a run of bins per stop). The named lists, built after,
+ * are sorted with them. */
 static void pad(void) {
     const char *value = getenv("CORRUPT_HEAP_PAD_MIB");
     long blocks = value == NULL ? 0 : atol(value) * 16;
@@ -86,6 +93,23 @@ static void pad(void) {
         void *block = malloc(64 * 1024 - 64);
         if (block != NULL) memset(block, 0x5a, 64 * 1024 - 64);
     }
+    value = getenv("CORRUPT_HEAP_SPREAD");
+    long pairs = value == NULL ? 0 : atol(value);
+    if (pairs > 20000) pairs = 20000;
+    if (pairs <= 0) return;
+    /* (The pointers kept outside the heap: the arena holds the pairs alone.) */
+    void **smalls = mmap(NULL, 20000 * sizeof *smalls, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (smalls == MAP_FAILED) return;
+    for (long i = 0; i < pairs; i++) {
+        void *block = malloc(24 * 1024 - 16);
+        if (block != NULL) memset(block, 0x5a, 24 * 1024 - 16);
+        size_t size = 0x120 + 0x10 * (size_t)(i % 46); /* 0x120 .. 0x3f0 */
+        if (size == 0x210) size = 0x220;                /* the named unsorted chunk's */
+        smalls[i] = malloc(size - 8);
+    }
+    for (long i = 0; i < pairs; i++) free(smalls[i]);
+    munmap(smalls, 20000 * sizeof *smalls);
 }
 
 static void build(struct arena_set *set) {
