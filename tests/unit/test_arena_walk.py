@@ -269,3 +269,85 @@ def test_a_scouted_stop_reads_a_page_that_came_into_ram_after_the_scout() -> Non
         assert walk.bins[index] == (2, big + bigger)
         checks = [finding.check for finding in walk.corruption]
         assert checks == ([corruption.LARGEBIN_NEXTSIZE] if broken else []), broken
+
+
+def _lone_in_its_large_bin(arena: Arena, offset: int) -> None:
+    """The large chunk at ``offset``, alone of its size in its bin: its nextsize ring is
+    itself (what glibc writes, and what a stop's checks read)."""
+    chunk = arena.base + offset
+    arena.word(chunk + 32, chunk)
+    arena.word(chunk + 40, chunk)
+
+
+def _parted_walks(arena: Arena, between: Callable[[int], None]) -> list[ArenaWalk]:
+    """The arena scouted, split into parts of a page or two each (ArenaWalker.split), each
+    part walked as its own stop walks it, ``between(part)`` run before each part's walk
+    (the target running on between two stops)."""
+    for offset in (0x30010, 0x44010):
+        _lone_in_its_large_bin(arena, offset)
+    arena.word(arena.state + glibc.OFF_SYSTEM_MEM, PAGES * PAGE)  # the top fits it
+    with ProcessMemoryReader(os.getpid()) as mem:
+        end = arena.base + PAGES * PAGE
+        pages = mem.pagemap(arena.base, end)
+        heap = Heap(arena.base, arena.state, PAGES * PAGE, PAGES * PAGE, pages)
+        walker = ArenaWalker(mem, [heap], is_main=False, pool=heapcopy.FreshBuffers(), held=True)
+        walks = []
+        try:
+            state = read_state(mem, arena.state)
+            assert state is not None
+            assert walker.scout(state, time.monotonic() + 60)
+            parts = walker.split(2)
+            for part in range(parts):
+                if part:
+                    walker.next_part()
+                between(part)
+                state = read_state(mem, arena.state)
+                assert state is not None
+                assert walker.keep_scout_residency([heap]) and walker.adopt([heap])
+                walks.append(walker.walk(state, deadline=time.monotonic() + 60))
+            assert walker.parts_left == 0
+        finally:
+            walker.close()
+    return walks
+
+
+def test_an_arena_read_in_parts_measures_what_a_whole_read_does(arena: Arena) -> None:
+    """Every bin is measured in exactly one part, the top and the fastbins in the first:
+    the parts add up to the arena (its own layout the oracle), with nothing found corrupt."""
+    walks = _parted_walks(arena, lambda part: None)
+    assert len(walks) >= 3
+    bins: dict[int, tuple[int, int]] = {}
+    for walk in walks:
+        assert walk.part is not None and not walk.unmeasured_bins and not walk.corruption
+        assert not set(bins) & set(walk.bins)
+        bins |= {index: counts for index, counts in walk.bins.items() if counts[0]}
+    assert bins == arena.bins
+    first, *rest = walks
+    assert first.part is not None and first.part[0] == 0
+    assert first.top_bytes == PAGES * PAGE - TOP and first.fastbin_chunks is not None
+    assert all(walk.top_bytes is None and walk.fastbin_chunks == () for walk in rest)
+    assert sum(walk.chunks for walk in walks) == arena.chunks
+
+
+def test_a_list_that_moved_before_its_parts_stop_is_read_as_it_is_then(arena: Arena) -> None:
+    """Between the first part's stop and the last's, a chunk of the last part's bin is
+    moved onto a page an earlier part's list lies on (page 2, bin 10's), which an earlier
+    stop copied as it was before the move: the part's stop reads the list as it is then
+    (scouted again there), not as the scout or an earlier stop copied it."""
+    big = glibc.bin_index(0x9000)
+
+    def move(part: int) -> None:
+        if part == 0:
+            return
+        arena.bins.pop(big)
+        arena.chunks -= 1
+        arena.free_bytes -= 0x9000
+        arena.bin(big, [(0x2210, 0x9400)])  # bin_index(0x9400) is the same bin
+        _lone_in_its_large_bin(arena, 0x2210)
+
+    assert glibc.bin_index(0x9400) == big
+    walks = _parted_walks(arena, move)
+    last = walks[-1]
+    assert last.part is not None and last.part[0] <= big <= last.part[1]
+    assert last.bins[big] == (1, 0x9400)
+    assert not last.unmeasured_bins and not last.corruption

@@ -279,16 +279,9 @@ class ArenaWalker:
         # ``room_to_grow`` (a scouted copy, kept until the stop): each copy's buffer leaves
         # its heap room to grow meanwhile (a thread heap up to HEAP_MAX_BYTES, the main
         # arena's by as much again), untouched and so costing nothing (adopt).
+        self._room_to_grow = room_to_grow
         self._segments = [
-            Segment(
-                h.start,
-                h.start + h.size_bytes,
-                h.pages,
-                pool,
-                (h.size_bytes + glibc.HEAP_MAX_BYTES if is_main else glibc.HEAP_MAX_BYTES)
-                if room_to_grow
-                else 0,
-            )
+            Segment(h.start, h.start + h.size_bytes, h.pages, pool, self._room_bytes(h))
             for h in sorted(heaps, key=lambda h: h.start)
             if h.pages is not None and h.size_bytes > 0
         ]
@@ -329,6 +322,12 @@ class ArenaWalker:
         self._part_masks: list[dict[int, bytes]] = []
         self._part = 0
         self.closed = False
+
+    def _room_bytes(self, heap: Heap) -> int:
+        """The buffer a copy of ``heap`` gets: room to grow (``room_to_grow``), else none."""
+        if not self._room_to_grow:
+            return 0
+        return heap.size_bytes + glibc.HEAP_MAX_BYTES if self._is_main else glibc.HEAP_MAX_BYTES
 
     def close(self) -> None:
         self.closed = True
@@ -628,8 +627,16 @@ class ArenaWalker:
         for heap in by_start.values():  # heaps added since the scout
             if heap.size_bytes > 0:
                 assert heap.pages is not None
+                # (With room to grow too: an arena read in parts adopts its heaps again at
+                # each part's stop, and the heap added last is the one that grows.)
                 self._segments.append(
-                    Segment(heap.start, heap.start + heap.size_bytes, heap.pages, self._pool)
+                    Segment(
+                        heap.start,
+                        heap.start + heap.size_bytes,
+                        heap.pages,
+                        self._pool,
+                        self._room_bytes(heap),
+                    )
                 )
         self._segments.sort(key=lambda segment: segment.start)
         return True
