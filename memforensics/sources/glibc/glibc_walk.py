@@ -189,7 +189,7 @@ def scout_together(
     budget = 0
     seconds = 0.0
     for walker, state in walkers:
-        walker._begin_scout(deadline)
+        walker._begin_scout(deadline, state)
         budget += walker._scout_pages_left or 0
         seconds += walker._deadline - time.monotonic()
         segments += walker._scout_segments()
@@ -322,6 +322,7 @@ class ArenaWalker:
         self._part_masks: list[dict[int, bytes]] = []
         self._part = 0
         self.closed = False
+        self._scouted_heads: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
     def _room_bytes(self, heap: Heap) -> int:
         """The buffer a copy of ``heap`` gets: room to grow (``room_to_grow``), else none."""
@@ -423,7 +424,7 @@ class ArenaWalker:
         arena above the budget) passes. ``outgrown`` then says it was the pages, and every
         bin's list followed passed glibc's bk check as far as the scout went (a list that
         failed it may be corrupt: its stop must read it held still, and diagnose it)."""
-        self._begin_scout(deadline)
+        self._begin_scout(deadline, state)
         try:
             self._scout_lists(state, [_FASTBIN, *_nonempty_bins(state, 1)], self._scout_pages_left)
         except OutOfTime as stopped:
@@ -433,8 +434,9 @@ class ArenaWalker:
         self._end_scout(True)
         return True
 
-    def _begin_scout(self, deadline: float) -> None:
+    def _begin_scout(self, deadline: float, state: ArenaState) -> None:
         self._reset(1)
+        self._scouted_heads = (state.bins, state.fastbins)
         resident_pages = sum(s.pages.resident_pages for s in self._segments)
         if self._prefetch_whole:
             max_pages = min(int(resident_pages * SCOUT_MAX_SHARE), SCOUT_MAX_BYTES // self._page)
@@ -520,6 +522,12 @@ class ArenaWalker:
             low, high = first * page, min(end * page, segment.length)
             if low < high:
                 segment.view[low:high] = bytes(high - low)
+
+    def moved_since_scout(self, state: ArenaState | None) -> bool:
+        """The bins' heads of ``state`` (read after the scout) differ from those the scout
+        followed: the arena's lists are moving (a busy arena), and its stop will follow
+        them again where they moved. None (unreadable) counts as moving."""
+        return state is None or self._scouted_heads != (state.bins, state.fastbins)
 
     @property
     def page_bytes(self) -> int:

@@ -78,8 +78,12 @@ _SCOUT_GIVE_UPS = 2
 # A scouted arena whose lists lie on more pages than this is read in parts, one stop each
 # (ArenaWalker.split): a part's stop copies its lists' pages (~1.3 us a page by two threads
 # of ours), so that no one stop of a big arena with long spread lists lasts more than a few
-# milliseconds, whatever its lists' size.
+# milliseconds, whatever its lists' size. An arena whose lists are moving (its bins' heads
+# changed since its scout, or an earlier arena's did) is cut finer: its stops also follow
+# the lists that moved, page by page (~7 us a page), and each part's stop follows only its
+# own bins'.
 _PART_MAX_BYTES = 16 << 20
+_MOVING_PART_MAX_BYTES = 4 << 20
 _MAX_ARENAS = 1 << 16  # a ``next`` list longer than this is not glibc's
 # A held read's budget grows by this much per thread arena: it stops the target every few
 # arenas, and each stop of a process of many threads costs more (1,500 threads: 25-35 ms to
@@ -313,15 +317,19 @@ class StopRules:
         read: Callable[..., Finish],
         fresh_state: Callable[[], ArenaState | None],
         weight_bytes: int,
+        *,
+        moving: bool = False,
     ) -> None:
         """Read one arena (``add``; ``read`` is handed the state, and ``weight_bytes=``), in
-        parts where its scouted ``walker`` splits (ArenaWalker.split, _PART_MAX_BYTES): each
+        parts where its scouted ``walker`` splits (ArenaWalker.split: _PART_MAX_BYTES, or
+        _MOVING_PART_MAX_BYTES where its lists are ``moving``): each
         part in a stop of its own, the stops ended between them (where the pages the last one
         copied are zeroed), their scans one arena's (arena_read.merge_parts). A part left
         unread (the walker closed: the arena was read whole) ends it."""
         parts = 1
         if walker is not None and self.hold is not None:
-            parts = walker.split(_PART_MAX_BYTES // walker.page_bytes)
+            part_bytes = _MOVING_PART_MAX_BYTES if moving else _PART_MAX_BYTES
+            parts = walker.split(part_bytes // walker.page_bytes)
         start = len(self.rows)
         for part in range(parts):
             if part:
@@ -499,11 +507,17 @@ class _HeapRead:
             weight = scouted.scouted_bytes
         elif scouts:
             self._prepare_for(self.main_heaps)
+        moving = scouted is not None and (
+            self.moving
+            or address is None
+            or scouted.moved_since_scout(read_state(self.mem, address))
+        )
         self.rules.add_parts(
             scouted,
             functools.partial(self._read_main, scouted=scouted),
             lambda: None if address is None else read_state(self.mem, address),
             weight,
+            moving=moving,
         )
 
     def _scout_main(self) -> ArenaWalker | None:
@@ -619,6 +633,9 @@ class _HeapRead:
                 scouted = self.scouted.pop(address, None)
             if scouted is not None:
                 weight = scouted.scouted_bytes
+            moving = scouted is not None and (
+                self.moving or scouted.moved_since_scout(read_state(self.mem, address))
+            )
             self.rules.add_parts(
                 scouted,
                 functools.partial(
@@ -626,6 +643,7 @@ class _HeapRead:
                 ),
                 functools.partial(read_state, self.mem, address),
                 weight,
+                moving=moving,
             )
             # (A scouted arena is walked in its stop, so this is known now.)
             self.moving = self.moving or (scouted is not None and scouted.rescouted_pages > 0)
