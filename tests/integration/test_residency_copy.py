@@ -211,6 +211,48 @@ def test_a_recheck_reads_only_the_flagged_pages_still_in_ram(
                 pool.close()
 
 
+def test_a_recheck_of_a_few_scattered_pages_reads_those_in_ram_and_nothing_else(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Flags on a page in 37 (as a scouted copy's, a few pages of each heap), two of them on
+    untouched pages: each flagged page is looked up in the pagemap (the C copy reads it up to
+    the last flagged page of its window, not the window's every entry); the untouched ones
+    are not read (still absent after) and lose their flags, the others are copied, and no
+    unflagged page is written (C and Python)."""
+    pages = 1024
+    ways = [heapcopy._native, None] if heapcopy._native is not None else [None]
+    with c_target("copy_pages", str(pages)) as target:
+        address = int(target.ready_line.split()[1], 16)
+        with ProcessMemoryReader(target.pid) as mem:
+            page = mem.page_bytes
+            untouched = set(range(pages // 2, pages // 2 + 8))
+            pool = BufferPool()
+            end = address + pages * page
+            segment = Segment(address, end, mem.pagemap(address, end), pool)
+            wanted = {*range(3, pages, 37), pages // 2 + 1, pages // 2 + 6}
+            try:
+                for module in ways:
+                    monkeypatch.setattr(heapcopy, "_native", module)
+                    segment.view[:] = b"\xee" * len(segment.view)
+                    flags = bytearray(pages)
+                    for index in wanted:
+                        flags[index] = 1
+                    copy_into(mem, segment, 0, segment.length, threads=2, only=flags, recheck=True)
+                    kept = {i for i in range(pages) if flags[i]}
+                    assert kept == wanted - untouched, module
+                    absent = mem.pagemap(address, end).present
+                    assert all(absent[i] == 0 for i in untouched), module
+                    expected = _expected(page, pages)
+                    for i in range(pages):
+                        got = bytes(segment.view[i * page : (i + 1) * page])
+                        copied = i in kept
+                        want = expected[i * page : (i + 1) * page] if copied else b"\xee" * page
+                        assert got == want, (module, i)
+            finally:
+                segment.close(pool)
+                pool.close()
+
+
 @pytest.mark.slow
 def test_chained_heaps_and_a_main_heap_above_64_mib_walk_the_same_every_way(
     monkeypatch: pytest.MonkeyPatch,

@@ -140,6 +140,11 @@ typedef struct {
 static int present_now(const Part *part, Window *window, size_t index) {
     if (window->count == 0 || index < window->first || index >= window->first + window->count) {
         size_t want = part->last - index < PAGEMAP_WINDOW ? part->last - index : PAGEMAP_WINDOW;
+        /* Up to the last page of the window that is to be read, not past it: the pagemap
+         * costs its walk of every page asked, and a scouted copy's pages lie a few in each
+         * 2 MiB of a heap of a GiB (a whole window each would read the heap's every entry). */
+        while (want > 1 && (index + want - 1 >= part->known || !part->can_read[index + want - 1]))
+            want--;
         uint64_t entry = part->copy->address / part->page + index;
         ssize_t got;
         do
