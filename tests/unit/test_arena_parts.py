@@ -37,6 +37,22 @@ def test_parts_are_runs_of_bins_covering_every_bin_each_within_the_page_budget()
     flat = [index for first, last in parts for index in range(first, last + 1)]
     assert flat == list(range(128))
     assert arena_parts.plan([lo], max_pages=100) == [(0, 127)]
+    for tiny in (1, 2, 3):  # every run holds a bin, and the runs still cover 0..127
+        runs = arena_parts.plan([lo], max_pages=tiny)
+        assert all(first <= last for first, last in runs), runs
+        assert [i for first, last in runs for i in range(first, last + 1)] == list(range(128))
+
+
+def test_no_part_is_cut_for_a_handful_of_pages() -> None:
+    """A part costs a stop whatever its size: a run is not cut before it holds a quarter of
+    the budget (the fastbins' page joins the big unsorted bin), and a last run of less than
+    that joins the one before (bin 100's page)."""
+    needed = {0: (0, 0)}
+    needed |= {1 + page: (1, 1) for page in range(8)}
+    needed |= {9 + page: (20, 20) for page in range(6)}
+    needed |= {15: (100, 100)}
+    lo, _ = _tags(needed, 16)
+    assert arena_parts.plan([lo], max_pages=8) == [(0, 19), (20, 127)]
 
 
 def test_a_parts_pages_are_those_some_bin_of_it_needed() -> None:
@@ -48,7 +64,6 @@ def test_a_parts_pages_are_those_some_bin_of_it_needed() -> None:
     assert arena_parts.part_mask(filled, lo, hi, (0, 10)) == b"\x01\x01\x00\x00\x00\x00"
     assert arena_parts.part_mask(filled, lo, hi, (11, 30)) == b"\x00\x01\x00\x00\x00\x00"
     assert arena_parts.part_mask(filled, lo, hi, (31, 127)) == b"\x00\x01\x01\x01\x00\x00"
-    assert arena_parts.flagged_runs(b"\x00\x01\x01\x00\x01") == [(1, 3), (4, 5)]
 
 
 def _part(part: tuple[int, int], **fields: object) -> ArenaScan:

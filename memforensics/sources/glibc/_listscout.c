@@ -448,7 +448,37 @@ out:
     return result;
 }
 
+/* zero(buffer, flags, page) -> None: zeros on every page of buffer whose flag (one byte per
+ * page) is not 0: a scouted copy made ready for another stop's pages (the Python loop over
+ * runs of pages is its fallback). */
+static PyObject *zero(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer data, flags;
+    unsigned long long page;
+    if (!PyArg_ParseTuple(args, "w*y*K", &data, &flags, &page)) return NULL;
+    if (page == 0) {
+        PyBuffer_Release(&data);
+        PyBuffer_Release(&flags);
+        PyErr_SetString(PyExc_ValueError, "page must be positive");
+        return NULL;
+    }
+    unsigned char *base = data.buf;
+    const unsigned char *flag = flags.buf;
+    uint64_t length = (uint64_t)data.len;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < flags.len && (uint64_t)i * page < length; i++) {
+        if (!flag[i]) continue;
+        uint64_t from = (uint64_t)i * page, to = from + page < length ? from + page : length;
+        memset(base + from, 0, to - from);
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&flags);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"zero", zero, METH_VARARGS, "Zeros on the pages of a buffer flagged in a byte string."},
     {"scout", scout, METH_VARARGS,
      "Learn the pages an arena's circular free lists lie on, copying them: "
      "(status, pages read, process_vm_readv usable, lists failing glibc's bk check)."},

@@ -13,14 +13,13 @@ the unsorted bin, and the top.
 
 from __future__ import annotations
 
-import re
+from collections import Counter
 from collections.abc import Sequence
 
 from memforensics.sources.glibc.heapcopy import both
 
 NO_BIN_LOW, NO_BIN_HIGH = 255, 0  # a page's tags where no list needed it
 BINS = 128  # 0 (the fastbins) to 127
-_SET = re.compile(rb"[^\x00]+")
 
 
 def new_tags(pages: int) -> tuple[bytearray, bytearray]:
@@ -31,22 +30,27 @@ def new_tags(pages: int) -> tuple[bytearray, bytearray]:
 def plan(lows: Sequence[bytes | bytearray], max_pages: int) -> list[tuple[int, int]]:
     """Runs of bins [first, last] covering 0..127, in order, each of whose pages (counted
     once, at the lowest bin that needed it) come to at most ``max_pages`` where a run of more
-    than one bin is cut (a single bin needing more is a run of its own; a run is cut only
-    where a bin with pages begins): the parts a stop each reads. One run, (0, 127), when the
-    whole fits."""
+    than one bin is cut (a single bin needing more is a run of its own): the parts a stop
+    each reads. A run is cut only where a bin with pages begins, and only once it holds a
+    quarter of ``max_pages``; a last run of less than that joins the one before (each part
+    costs a stop, whatever its size). One run, (0, 127), when the whole fits."""
     counts = [0] * BINS
     for lo in lows:
-        for index in range(BINS):
-            counts[index] += lo.count(index)
-    parts: list[tuple[int, int]] = []
-    first, taken = 0, 0
+        for value, count in Counter(bytes(lo)).items():
+            if value < BINS:
+                counts[value] += count
+    least = max(1, max_pages // 4)
+    cuts: list[int] = []  # the first bin of each run after the first
+    taken = 0
     for index, count in enumerate(counts):
-        if taken and count and taken + count > max_pages:
-            parts.append((first, index - 1))
-            first, taken = index, 0
+        if taken >= least and count and taken + count > max_pages:
+            cuts.append(index)
+            taken = 0
         taken += count
-    parts.append((first, BINS - 1))
-    return parts
+    if cuts and taken < least:
+        cuts.pop()  # the last run, too small for a stop of its own, joins the one before
+    firsts = [0, *cuts]
+    return [(first, end - 1) for first, end in zip(firsts, [*cuts, BINS], strict=True)]
 
 
 def part_mask(
@@ -60,8 +64,3 @@ def part_mask(
     flagged = bytes(int(value == 1) for value in range(256))
     mask = both(both(bytes(filled).translate(flagged), low_enough), high_enough)
     return mask.ljust(len(filled), b"\x00")
-
-
-def flagged_runs(flags: bytes | bytearray) -> list[tuple[int, int]]:
-    """[first, end) page runs of the non-zero bytes of ``flags``."""
-    return [match.span() for match in _SET.finditer(flags)]

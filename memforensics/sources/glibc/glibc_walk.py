@@ -516,12 +516,10 @@ class ArenaWalker:
         self.scouted_bytes = sum(s.filled.count(1) for s in self._segments) * self._page
 
     def _zero(self, segment: Segment, flags: bytes | bytearray) -> None:
-        """Zeros on the pages of ``segment``'s copy flagged in ``flags``."""
-        page = self._page
-        for first, end in arena_parts.flagged_runs(flags):
-            low, high = first * page, min(end * page, segment.length)
-            if low < high:
-                segment.view[low:high] = bytes(high - low)
+        """Zeros on the pages of ``segment``'s copy flagged in ``flags`` (a split walker's:
+        its scout kept bin tags, so the C scout is built)."""
+        assert _scout_native is not None
+        _scout_native.zero(segment.view, bytes(flags), self._page)
 
     def moved_since_scout(self, state: ArenaState | None) -> bool:
         """The bins' heads of ``state`` (read after the scout) differ from those the scout
