@@ -351,3 +351,25 @@ def test_a_list_that_moved_before_its_parts_stop_is_read_as_it_is_then(arena: Ar
     assert last.part is not None and last.part[0] <= big <= last.part[1]
     assert last.bins[big] == (1, 0x9400)
     assert not last.unmeasured_bins and not last.corruption
+
+
+def test_an_arena_whose_bins_heads_changed_since_its_scout_is_moving(arena: Arena) -> None:
+    """moved_since_scout: the heads the scout followed against a state read after it. The
+    same heads: not moving; a chunk freed into a bin meanwhile (its head's fd changed):
+    moving; no state to compare: moving."""
+    with ProcessMemoryReader(os.getpid()) as mem:
+        end = arena.base + PAGES * PAGE
+        heap = Heap(
+            arena.base, arena.state, PAGES * PAGE, PAGES * PAGE, mem.pagemap(arena.base, end)
+        )
+        walker = ArenaWalker(mem, [heap], is_main=False, pool=heapcopy.FreshBuffers(), held=True)
+        try:
+            state = read_state(mem, arena.state)
+            assert state is not None
+            assert walker.scout(state, time.monotonic() + 60)
+            assert not walker.moved_since_scout(read_state(mem, arena.state))
+            arena.bin(12, [(0x5A000, 0xC0)])
+            assert walker.moved_since_scout(read_state(mem, arena.state))
+            assert walker.moved_since_scout(None)
+        finally:
+            walker.close()
