@@ -11,7 +11,8 @@ from memforensics.model.process import HeapSegment
 @dataclass(frozen=True, slots=True)
 class BinFigures:
     """One arena's figures as glibc's malloc_info collects them under the arena's lock, read
-    from memory instead: every bin was read consistently in one stop of the target."""
+    from memory instead: every bin was read consistently in one stop of the target (an arena
+    read in parts, ArenaScan.parts: each bin in one stop, its bins in its parts' stops)."""
 
     fastbin_chunks: tuple[int, ...]  # chunks in each fastbin; fastbin i holds (i + 2) * 16 B
     # Each non-empty list bin, ascending (1 = unsorted): (bin, chunks, smallest, largest and
@@ -74,7 +75,7 @@ class ArenaScan:
     # failed; None when not known (or not the main arena).
     top_at_brk: bool | None = None
     # malloc_info's figures for this arena, when the read asked for them and every bin was
-    # read consistently in one stop (scan_heap's ``hold``); else None.
+    # read consistently in a stop (scan_heap's ``hold``; one stop, or one per part); else None.
     figures: BinFigures | None = None
     # Times the arena was found locked (its mutex held) and read again after the target ran.
     lock_retries: int = 0

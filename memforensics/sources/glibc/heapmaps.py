@@ -322,10 +322,10 @@ class StopRules:
     ) -> None:
         """Read one arena (``add``; ``read`` is handed the state, and ``weight_bytes=``), in
         parts where its scouted ``walker`` splits (ArenaWalker.split: _PART_MAX_BYTES, or
-        _MOVING_PART_MAX_BYTES where its lists are ``moving``): each
-        part in a stop of its own, the stops ended between them (where the pages the last one
-        copied are zeroed), their scans one arena's (arena_read.merge_parts). A part left
-        unread (the walker closed: the arena was read whole) ends it."""
+        _MOVING_PART_MAX_BYTES where its lists are ``moving``): each part in a stop of its
+        own, the stops ended between them (where the pages the last one copied are zeroed),
+        their scans one arena's (arena_read.merge_parts). A part's read that closed the
+        walker (the arena was read whole: its heaps shrank or went since the scout) ends it."""
         parts = 1
         if walker is not None and self.hold is not None:
             part_bytes = _MOVING_PART_MAX_BYTES if moving else _PART_MAX_BYTES
