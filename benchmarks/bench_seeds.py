@@ -29,7 +29,10 @@ Each round runs, on the one target of the shape, in an order reversed every othe
 Measured for each: the longest gap the target's own ticker saw (reset before, read after: the
 stop the process felt, whoever caused it; each round also reads it over a second with no
 reader, the shape's own noise), the wall time, and, for memforensics, the peak RSS of its
-process (``os.wait4``'s ru_maxrss of the child). Prints per shape the medians, the ratios to
+process (``os.wait4``'s ru_maxrss of the child); in the note column, the read's own word (its
+JSON): its longest stop, its stops, and the parts of arenas read in parts (the ticker's gap is
+that stop and whatever else kept the ticker waiting: a busy target's own threads compete for
+its CPUs). Prints per shape the medians, the ratios to
 the recipe and the issue's bars: stall <= max(0.1 x recipe's, 15 ms), wall <= 1.5 x
 recipe's, peak RSS <= 256 MiB. Asserts nothing. Every target started is killed in ``finally``.
 
@@ -164,6 +167,21 @@ class Run:
     peak_rss: int | None = None  # bytes; None for the recipe (not measured)
     refused: str | None = None  # the error line of a run that did not produce a report
     fallback: str | None = None  # the way that stood in for the refused read, and why
+    # The read's own word (its JSON's read_only): its longest stop, its stops, the parts of
+    # the arenas it read in parts. The stall above is the target's: that stop and whatever
+    # else kept the ticker from running (its busy threads' own scheduling among them).
+    longest_stop: float | None = None
+    stops: int = 0
+    arena_parts: int = 0
+
+
+def _read_only_figures(run: Run, out: Path) -> Run:
+    """``run`` with its JSON's read_only figures (none where the report has none)."""
+    read = json.loads(out.read_bytes()).get("read_only") or {}
+    run.longest_stop = read.get("longest_stop_seconds")
+    run.stops = int(read.get("stops") or 0)
+    run.arena_parts = int(read.get("arena_parts") or 0)
+    return run
 
 
 @dataclass
@@ -211,15 +229,17 @@ def run_default(pid: int, scratch: Path) -> Run:
         return Run(0.0, wall, rss, refused=_error_line(code, stderr))
     stood_in = json.loads(out.read_bytes()).get("fallback")
     fallback = f"{stood_in['way']}: {stood_in['reason']}" if stood_in else None
-    return Run(0.0, wall, rss, fallback=fallback)
+    return _read_only_figures(Run(0.0, wall, rss, fallback=fallback), out)
 
 
 def run_read_only(pid: int, scratch: Path) -> Run:
     """`memforensics inspect --read-only --json PID`: memory only, a refusal is an error."""
-    wall, code, rss, _, stderr = _run_child(
+    wall, code, rss, out, stderr = _run_child(
         [*memforensics_command(), "inspect", "--read-only", "--json", str(pid)], scratch
     )
-    return Run(0.0, wall, rss, refused=_error_line(code, stderr) if code != 0 else None)
+    if code != 0:
+        return Run(0.0, wall, rss, refused=_error_line(code, stderr))
+    return _read_only_figures(Run(0.0, wall, rss), out)
 
 
 def run_gdb_recipe(pid: int, scratch: Path) -> Run:
@@ -298,6 +318,17 @@ def report(shape: Shape, outcome: Outcome) -> list[str]:
         if fallbacks:
             note.append(f"fallback {sum(r.fallback is not None for r in done)}/{len(done)}")
             notes += [f"  {shape.title}, {name} fell back to {why}" for why in fallbacks]
+        stops = [r.longest_stop for r in done if r.longest_stop is not None]
+        if stops:
+            note.append(
+                f"its longest stop {statistics.median(stops) * 1000:.1f} ms, "
+                f"{statistics.median(r.stops for r in done):.0f} stops"
+                + (
+                    f" ({statistics.median(r.arena_parts for r in done):.0f} parts)"
+                    if any(r.arena_parts for r in done)
+                    else ""
+                )
+            )
         peak = max(r.peak_rss or 0 for r in runs)
         if not done:
             rows.append(
