@@ -28,11 +28,11 @@ def new_tags(pages: int) -> tuple[bytearray, bytearray]:
 
 
 def plan(lows: Sequence[bytes | bytearray], max_pages: int) -> list[tuple[int, int]]:
-    """Runs of bins [first, last] covering 0..127, in order, each of whose pages (counted
-    once, at the lowest bin that needed it) come to at most ``max_pages`` where a run of more
-    than one bin is cut (a single bin needing more is a run of its own): the parts a stop
-    each reads. A run is cut only where a bin with pages begins, and only once it holds a
-    quarter of ``max_pages``; a last run of less than that joins the one before (each part
+    """Runs of bins [first, last] covering 0..127, in order, of about ``max_pages`` pages
+    each (a page counted once, at the lowest bin that needed it): the parts a stop each
+    reads. A run is cut before a bin with pages that would take it past ``max_pages``, once
+    it holds a quarter of that: a bin needing more is a run of its own, or with the few pages
+    of the bins before it; a last run of less than a quarter joins the one before (each part
     costs a stop, whatever its size). One run, (0, 127), when the whole fits."""
     counts = [0] * BINS
     for lo in lows:
