@@ -24,7 +24,7 @@ BINS = 128  # 0 (the fastbins) to 127
 
 def new_tags(pages: int) -> tuple[bytearray, bytearray]:
     """Fresh (lo, hi) tags for a heap of ``pages`` pages: no list has needed any page."""
-    return bytearray([NO_BIN_LOW]) * pages, bytearray(pages)
+    return bytearray([NO_BIN_LOW]) * pages, bytearray([NO_BIN_HIGH]) * pages
 
 
 def plan(lows: Sequence[bytes | bytearray], max_pages: int) -> list[tuple[int, int]]:

@@ -327,8 +327,12 @@ class StopRules:
         their scans one arena's (arena_read.merge_parts). A part's read that closed the
         walker (the arena was read whole: its heaps shrank or went since the scout) ends it."""
         parts = 1
-        if walker is not None and self.hold is not None:
-            part_bytes = _MOVING_PART_MAX_BYTES if moving else _PART_MAX_BYTES
+        part_bytes = _MOVING_PART_MAX_BYTES if moving else _PART_MAX_BYTES
+        if walker is not None and self.hold is not None and walker.scouted_bytes > part_bytes:
+            # (Its lists may come to more than a part: the split's work, the plan and the
+            # scout's copy zeroed, is made with the target running, never in a stop that an
+            # arena read before this one left open.)
+            self.let_run()
             parts = walker.split(part_bytes // walker.page_bytes)
         start = len(self.rows)
         for part in range(parts):
