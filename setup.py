@@ -12,11 +12,13 @@ setup(
         Extension(
             "memforensics.sources.glibc._chunkwalk",
             ["memforensics/sources/glibc/_chunkwalk.c"],
+            depends=["memforensics/sources/glibc/_procmem_read.h"],
             optional=True,
         ),
         Extension(
             "memforensics.sources.glibc._listscout",
             ["memforensics/sources/glibc/_listscout.c"],
+            depends=["memforensics/sources/glibc/_procmem_read.h"],
             optional=True,
         ),
         Extension(

@@ -1,8 +1,8 @@
 """The residency walk's copy of a live heap and its walk over several heaps, C and Python.
 
-* The copy (memforensics.sources.glibc.heapcopy.copy_into): process_vm_readv in C, preadv of
-  /proc/PID/mem where the kernel refuses it or stops short, preadv in pure Python: the same
-  bytes every way, pages not present read as zeros (tests/targets/copy_pages.c).
+* The copy (memforensics.sources.glibc.heapcopy.copy_into): pread of /proc/PID/mem in C and
+  in pure Python: the same bytes both ways, pages not present read as zeros
+  (tests/targets/copy_pages.c).
 * The walk of arenas above the old 64 MiB whole-copy cap: a worker arena chained over two
   heaps and a main heap above 64 MiB, walked from whole copies in C and in Python and chunk
   by chunk (lazily), with the same figures (tests/targets/proc_arenas.c).
@@ -10,8 +10,6 @@
 
 from __future__ import annotations
 
-import ctypes
-import os
 import sys
 import threading
 import time
@@ -65,46 +63,14 @@ def _copy(
         segment.close(pool)
 
 
-def _vm_readv_bytes(pid: int, address: int, length: int) -> int:
-    """What one process_vm_readv of [address, address + length) in ``pid`` returns."""
-
-    class IoVec(ctypes.Structure):
-        _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    buffer = ctypes.create_string_buffer(length)
-    local = IoVec(ctypes.cast(buffer, ctypes.c_void_p), length)
-    remote = IoVec(address, length)
-    libc.process_vm_readv.restype = ctypes.c_ssize_t
-    return int(
-        libc.process_vm_readv(
-            pid,
-            ctypes.byref(local),
-            ctypes.c_ulong(1),
-            ctypes.byref(remote),
-            ctypes.c_ulong(1),
-            ctypes.c_ulong(0),
-        )
-    )
-
-
-def _dead_pid() -> int:
-    """The PID of a child that has exited and been reaped."""
-    child = os.fork()
-    if child == 0:
-        os._exit(0)
-    os.waitpid(child, 0)
-    return child
-
-
 @pytest.mark.parametrize(("pages", "threads"), [(PAGES, 1), (1024, 2)])
 def test_every_copy_way_gives_the_same_bytes(
     monkeypatch: pytest.MonkeyPatch, pages: int, threads: int
 ) -> None:
-    """process_vm_readv stopping at a PROT_NONE page, preadv only, a refused
-    process_vm_readv, pure Python: the same bytes, holes as zeros, nothing stale. With 1,024
-    pages and two threads the C copy splits at page 512, between the PROT_NONE pages (256)
-    and the untouched ones (512 …): each half meets its own kind of page."""
+    """The C copy and the pure Python one: the same bytes, the PROT_NONE pages read (as
+    /proc/PID/mem reads them), holes as zeros, nothing stale. With 1,024 pages and two
+    threads the C copy splits at page 512, between the PROT_NONE pages (256) and the
+    untouched ones (512 …): each half meets its own kind of page."""
     with c_target("copy_pages", str(pages)) as target:
         address = int(target.ready_line.split()[1], 16)
         with ProcessMemoryReader(target.pid) as mem:
@@ -117,23 +83,10 @@ def test_every_copy_way_gives_the_same_bytes(
                     patch.setattr(heapcopy, "_native", None)
                     copies["python"] = _copy(mem, address, pool, pages, threads)
                 if heapcopy.native_walk_available():
-                    # The scenario is real: process_vm_readv alone stops at the PROT_NONE page.
-                    assert _vm_readv_bytes(target.pid, address, pages * page) == pages // 4 * page
-                    copies["process_vm_readv"] = _copy(mem, address, pool, pages, threads)
-                    assert mem.vm_readv_usable
-                    mem.vm_readv_usable = False
-                    copies["preadv"] = _copy(mem, address, pool, pages, threads)
-                    # A refusal of the call itself (here ESRCH: the PID it is asked for is
-                    # gone, while the open /proc/PID/mem still reads): preadv from then on.
-                    mem.vm_readv_usable = True
-                    real_pid, mem.pid = mem.pid, _dead_pid()
-                    try:
-                        copies["refused"] = _copy(mem, address, pool, pages, threads)
-                    finally:
-                        mem.pid = real_pid
-                    assert not mem.vm_readv_usable
+                    copies["c"] = _copy(mem, address, pool, pages, threads)
             finally:
                 pool.close()
+    assert set(copies) == ({"python", "c"} if heapcopy.native_walk_available() else {"python"})
     for way, (data, complete) in copies.items():
         assert complete, way
         assert data == expected, way
@@ -141,9 +94,8 @@ def test_every_copy_way_gives_the_same_bytes(
 
 def test_a_page_gone_reads_as_zeros_and_says_incomplete(monkeypatch: pytest.MonkeyPatch) -> None:
     """A page the pagemap called readable that is unmapped by the time of the copy: zeros,
-    and the copy says it fell short (process_vm_readv, preadv in C, preadv in Python)."""
-    native = heapcopy._native
-    ways = [(native, True), (native, False)] if native is not None else []
+    and the copy says it fell short (C and Python)."""
+    ways = [heapcopy._native, None] if heapcopy._native is not None else [None]
     with c_target("copy_pages", str(PAGES)) as target:
         address = int(target.ready_line.split()[1], 16)
         with ProcessMemoryReader(target.pid) as mem:
@@ -156,9 +108,8 @@ def test_a_page_gone_reads_as_zeros_and_says_incomplete(monkeypatch: pytest.Monk
             pool = BufferPool()
             segment = Segment(address, end, pages, pool)
             try:
-                for module, use_vm in [*ways, (None, False)]:
+                for module in ways:
                     monkeypatch.setattr(heapcopy, "_native", module)
-                    mem.vm_readv_usable = use_vm
                     segment.view[:] = b"\xee" * len(segment.view)
                     assert not copy_into(mem, segment, 0, segment.length)
                     assert bytes(segment.view[: PAGES * page]) == _expected(page)
@@ -318,9 +269,7 @@ def test_the_c_copy_lets_other_threads_run() -> None:
             def copier() -> None:
                 for _ in range(20):
                     before = time.monotonic()
-                    native.copy(
-                        mem.pid, mem.mem_fd, buffer, address, readable, mem.page_bytes, True, False
-                    )
+                    native.copy(mem.mem_fd, buffer, address, readable, mem.page_bytes, False)
                     calls.append((before, time.monotonic()))
 
             thread = threading.Thread(target=copier)

@@ -2,9 +2,8 @@
  *
  * usage: copy_pages PAGES
  * Maps PAGES anonymous pages and writes page i full of the byte (i * 7 + 1) & 0xff, except:
- *   pages PAGES/4 .. PAGES/4 + 1   written, then mprotect(PROT_NONE): resident, but
- *                                   process_vm_readv stops there (it honours protections)
- *                                   while /proc/PID/mem still reads them (FOLL_FORCE);
+ *   pages PAGES/4 .. PAGES/4 + 1   written, then mprotect(PROT_NONE): resident, and
+ *                                   /proc/PID/mem still reads them (FOLL_FORCE);
  *   pages PAGES/2 .. PAGES/2 + 7   never touched: not present, must read as zeros;
  *   pages PAGES .. PAGES + 3       mapped, then unmapped again: a hole nothing else maps.
  * Prints "ready ADDRESS" (hex) and sleeps until killed.

@@ -1,7 +1,7 @@
 """_listscout.scout: which pages an arena's free lists lie on, read from a live process.
 
-The target here is this test's own process (process_vm_readv and /proc/self/mem read it as
-they read another): a heap laid out in an anonymous mapping, with a circular bin list and
+The target here is this test's own process (/proc/self/mem reads it as /proc/PID/mem reads
+another): a heap laid out in an anonymous mapping, with a circular bin list and
 fastbins through it. The oracle is the layout itself: the pages flagged must be exactly the
 pages of the chunks' headers and of the words after the binned chunks (their feet), the copy
 must hold the heap's bytes there and zeros everywhere else, and a page the pagemap flags as
@@ -58,10 +58,8 @@ class Heap:
     ) -> int:
         view = memoryview(self.copy)
         try:
-            status, pages, usable, self.inconsistent = native.scout(  # type: ignore[union-attr]
-                os.getpid(),
+            status, pages, self.inconsistent = native.scout(  # type: ignore[union-attr]
                 self.fd,
-                True,
                 [(view, self.start, bytes(self.readable), self.filled, *(self.tags or ()))],
                 lists,
                 PAGE,
@@ -72,7 +70,6 @@ class Heap:
             )
         finally:
             view.release()
-        assert usable
         assert pages == sum(flag == 1 for flag in self.filled)
         return int(status)
 

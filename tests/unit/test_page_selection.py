@@ -84,14 +84,13 @@ def test_the_copy_reads_only_present_pages(
     fake: FakeProcess, native: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The copy's read plan: present pages are read, swapped and untouched ones read as
-    zeros in the copy without a read (the C copy reads with pread here: no real PID)."""
+    zeros in the copy without a read."""
     if native and heapcopy.native_loop() is None:
         pytest.skip("the C copy is not in use (not built here, or MEMFORENSICS_PURE_PYTHON)")
     if not native:
         monkeypatch.setattr(heapcopy, "_native", None)
     pool = BufferPool()
     with ProcessMemoryReader(PID) as mem:
-        mem.vm_readv_usable = False
         segment = Segment(0, 6 * PAGE, mem.pagemap(0, 6 * PAGE), pool)
         try:
             segment.view[:] = b"\xee" * len(segment.view)

@@ -1,9 +1,9 @@
 /* Optional accelerator for memforensics.sources.glibc.glibc_walk: the copy of a heap mapping out
- * of the target (process_vm_readv, else preadv of /proc/PID/mem) and the two loops of the
- * residency walk (follow_list: a circular free list; follow_fastbin: a fastbin) through those
- * private copies, in C. heapcopy.copy_into, follow_list and follow_fastbin are the Python
- * twins: the same bytes, checks and results; the package works without this module (pip
- * install on a machine with no compiler builds none and uses the Python code).
+ * of the target (pread of /proc/PID/mem) and the two loops of the residency walk
+ * (follow_list: a circular free list; follow_fastbin: a fastbin) through those private copies,
+ * in C. heapcopy.copy_into, follow_list and follow_fastbin are the Python twins: the same
+ * bytes, checks and results; the package works without this module (pip install on a machine
+ * with no compiler builds none and uses the Python code).
  *
  * Every entry point releases the GIL while it works: inspect runs the residency scan in a
  * worker thread while the main thread drives the gdb session, and a copy of hundreds of MiB
@@ -12,7 +12,8 @@
  * Py_buffer views: an exported mmap or bytearray cannot be closed or resized until they are
  * released. Nothing here writes to the target; reads go only to the pages the caller marks
  * readable: those the pagemap says are present in RAM, never a swapped-out page (reading it
- * would fault it back into the target) nor a never-touched one, as procmem.py explains. */
+ * would fault it back into the target) nor a never-touched one, as procmem.py explains, and
+ * only through /proc/PID/mem (_procmem_read.h says why not process_vm_readv). */
 #define _GNU_SOURCE
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -22,11 +23,11 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
-#define COPY_BATCH 512 /* runs of pages per process_vm_readv (IOV_MAX is 1024) */
+#include "_procmem_read.h"
+
 #define ALIGN_MASK 15  /* MALLOC_ALIGNMENT - 1 on 64-bit glibc */
 #define MAX_SEGMENTS 4096
 
@@ -37,22 +38,6 @@ static uint64_t word_at(const unsigned char *base, uint64_t slot) {
 }
 
 /* ---- copy ----------------------------------------------------------------------------- */
-
-/* pread /proc/PID/mem into [buf, buf + length) from address until done; what cannot be read
- * (a page unmapped meanwhile) reads as zeros. 1 when every byte was read. */
-static int pread_fill(int fd, unsigned char *buf, size_t length, uint64_t address) {
-    size_t done = 0;
-    while (done < length) {
-        ssize_t got = pread(fd, buf + done, length - done, (off_t)(address + done));
-        if (got < 0 && errno == EINTR) continue;
-        if (got <= 0) {
-            memset(buf + done, 0, length - done);
-            return 0;
-        }
-        done += (size_t)got;
-    }
-    return 1;
-}
 
 /* A stretch of the copy that no read fills must read as zeros (a pooled buffer holds another
  * arena's bytes). Whole pages of an anonymous private mapping are dropped instead of written:
@@ -66,56 +51,17 @@ static void zero_hole(unsigned char *buf, size_t from, size_t to, size_t page, i
 }
 
 typedef struct {
-    pid_t pid;
-    int fd;
-    int use_vm;
+    int fd; /* the target's /proc/PID/mem */
     int complete;
     unsigned char *buf;
     uint64_t address;
-    struct iovec local[COPY_BATCH], remote[COPY_BATCH];
-    int runs;
 } Copy;
 
-/* Read the queued runs: process_vm_readv (one call for many runs, no page-sized kernel bounce
- * buffer), and preadv of /proc/PID/mem for what it could not read. process_vm_readv stops at
- * the first page it cannot read (a PROT_NONE page that /proc/PID/mem, reading with FOLL_FORCE,
- * still reads; one unmapped meanwhile): that run is finished with pread and the next runs are
- * asked for again. A refusal of the call itself (EPERM under a seccomp policy, ENOSYS, ESRCH)
- * turns it off for the rest of this copy and tells the caller. */
-static void flush(Copy *copy) {
-    int first = 0;
-    while (first < copy->runs) {
-        size_t got = 0;
-        if (copy->use_vm) {
-            ssize_t ret = process_vm_readv(copy->pid, copy->local + first, copy->runs - first,
-                                           copy->remote + first, copy->runs - first, 0);
-            if (ret < 0 && errno != EFAULT) {
-                copy->use_vm = 0;
-                continue;
-            }
-            got = ret < 0 ? 0 : (size_t)ret;
-            while (first < copy->runs && got >= copy->local[first].iov_len) {
-                got -= copy->local[first].iov_len;
-                first++;
-            }
-            if (first == copy->runs) break;
-        }
-        unsigned char *at = copy->local[first].iov_base;
-        size_t length = copy->local[first].iov_len;
-        if (!pread_fill(copy->fd, at + got, length - got,
-                        (uint64_t)(uintptr_t)copy->remote[first].iov_base + got))
-            copy->complete = 0;
-        first++;
-    }
-    copy->runs = 0;
-}
-
-static void queue_run(Copy *copy, size_t from, size_t to) {
-    copy->local[copy->runs].iov_base = copy->buf + from;
-    copy->local[copy->runs].iov_len = to - from;
-    copy->remote[copy->runs].iov_base = (void *)(uintptr_t)(copy->address + from);
-    copy->remote[copy->runs].iov_len = to - from;
-    if (++copy->runs == COPY_BATCH) flush(copy);
+/* Bytes [from, to) of the copy read from the target, one pread per run of pages (the kernel
+ * reads a run page by page either way); what cannot be read reads as zeros. */
+static void read_run(Copy *copy, size_t from, size_t to) {
+    if (!pread_fill(copy->fd, copy->buf + from, to - from, copy->address + from))
+        copy->complete = 0;
 }
 
 /* Pages [first, last) of one copy: readable runs queued and read, the rest zeroed. With a
@@ -178,13 +124,12 @@ static void *copy_part(void *arg) {
         size_t from = index * part->page;
         size_t to = run * part->page < part->length ? run * part->page : part->length;
         if (readable_run)
-            queue_run(copy, from, to);
+            read_run(copy, from, to);
         else if (part->zero_holes)
             zero_hole(copy->buf, from, to, part->page, part->anonymous);
         index = run;
         readable_run = next;
     }
-    flush(copy);
     return NULL;
 }
 
@@ -192,13 +137,12 @@ static void *copy_part(void *arg) {
  * still its CPUs are idle, and two readers copy a big arena in about 0.6 of one's time. */
 #define SPLIT_MIN_PAGES 512
 
-/* copy(pid, fd, buffer, address, readable, page, use_vm, anonymous[, threads[, zero_holes[,
- *      pagemap_fd]]]) -> (complete, vm_usable)
+/* copy(fd, buffer, address, readable, page, anonymous[, threads[, zero_holes[, pagemap_fd]]])
+ *     -> complete
  * Fill buffer with the target's bytes at address: readable holds one byte per page of the
  * buffer (nonzero = present in RAM, may be read; zero = swapped, never touched or unknown,
  * never read; missing entries are not read), pages not readable read as zeros. complete:
- * every readable byte was read. vm_usable: False when process_vm_readv was refused (the
- * caller stops asking for it). threads: 2 lets a copy of SPLIT_MIN_PAGES pages or more read
+ * every readable byte was read. fd: the target's /proc/PID/mem. threads: 2 lets a copy of SPLIT_MIN_PAGES pages or more read
  * its second half in a second thread (the bytes are the same; only the time differs).
  * zero_holes: 0 leaves the pages not read as they are (a caller that copies again only the
  * pages it copied before, into a buffer whose other pages are zeros already). pagemap_fd
@@ -208,10 +152,10 @@ static void *copy_part(void *arg) {
 static PyObject *copy_pages(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *target, *flags;
-    int pid, fd, use_vm, anonymous, threads = 1, zero_holes = 1, pagemap_fd = -1;
+    int fd, anonymous, threads = 1, zero_holes = 1, pagemap_fd = -1;
     unsigned long long address, page;
-    if (!PyArg_ParseTuple(args, "iiOKOKpp|iii", &pid, &fd, &target, &address, &flags, &page,
-                          &use_vm, &anonymous, &threads, &zero_holes, &pagemap_fd))
+    if (!PyArg_ParseTuple(args, "iOKOKp|iii", &fd, &target, &address, &flags, &page, &anonymous,
+                          &threads, &zero_holes, &pagemap_fd))
         return NULL;
     if (page == 0 || (pagemap_fd >= 0 && address % page != 0)) {
         PyErr_SetString(PyExc_ValueError, "page must be positive (and divide address)");
@@ -231,9 +175,7 @@ static PyObject *copy_pages(PyObject *self, PyObject *args) {
         return PyErr_NoMemory();
     }
     for (int half = 0; half < 2; half++) {
-        copy[half].pid = pid;
         copy[half].fd = fd;
-        copy[half].use_vm = use_vm;
         copy[half].complete = 1;
         copy[half].buf = view.buf;
         copy[half].address = address;
@@ -261,10 +203,7 @@ static PyObject *copy_pages(PyObject *self, PyObject *args) {
     else if (middle < pages)
         copy_part(&parts[1]); /* no second thread to be had: the same bytes, one after the other */
     Py_END_ALLOW_THREADS
-    int complete = copy[0].complete && copy[1].complete;
-    int usable = (copy[0].use_vm && copy[1].use_vm) || !use_vm;
-    PyObject *result = Py_BuildValue("(OO)", complete ? Py_True : Py_False,
-                                     usable ? Py_True : Py_False);
+    PyObject *result = PyBool_FromLong(copy[0].complete && copy[1].complete);
     PyMem_RawFree(copy);
     PyBuffer_Release(&view);
     PyBuffer_Release(&readable);
@@ -586,7 +525,7 @@ static PyMethodDef methods[] = {
      "raw_min, raw_max, raw_total), "
      "None or False."},
     {"copy", copy_pages, METH_VARARGS,
-     "Copy a target's readable pages into a buffer: (complete, process_vm_readv usable)."},
+     "Copy a target's readable pages into a buffer: True when every readable byte was read."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -5,10 +5,10 @@
  * The lists (the bins' circular lists, and the fastbins, followed both as stored and as
  * safe-linked: the wrong way leaves the heaps at once) are followed side by side: each
  * advances through the pages already copied until it needs one that is not (a chunk's 32-byte
- * header, or the word after a binned chunk where glibc repeats its size), then the pages every list needs are read together, in one
- * process_vm_readv of many pages (preadv of /proc/PID/mem where that call is refused or a page
- * cannot be read by it). So the reads are as many as the longest chain of pages one list leads
- * through, not one per chunk. Each page read is copied into the caller's buffer of its heap and
+ * header, or the word after a binned chunk where glibc repeats its size), then the pages every
+ * list needs are read together (a pread of /proc/PID/mem each, by two threads in a big round).
+ * So the rounds are as many as the longest chain of pages one list leads through, not one per
+ * chunk. Never process_vm_readv (_procmem_read.h says why). Each page read is copied into the caller's buffer of its heap and
  * flagged in the caller's ``filled`` (1); what the buffer holds elsewhere is left alone.
  *
  * Nothing is checked here beyond what keeps the reads inside the heaps: a list is followed
@@ -26,15 +26,15 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "_procmem_read.h"
 
 #define ALIGN_MASK 15
 #define MINSIZE 32
 #define HEADER_BYTES 32
 #define MAX_SEGMENTS 4096
-#define READ_BATCH 512 /* pages per process_vm_readv (IOV_MAX is 1024) */
 #define SPLIT_MIN_WANTS 16 /* a round of at least this many pages may be read by two threads */
 
 typedef struct {
@@ -181,14 +181,11 @@ static void advance(List *list, Seg *segs, Py_ssize_t nsegs, uint64_t limit, uin
 
 /* Read the pages asked for into their buffers, flagged COPIED (a page that cannot be read, one
  * unmapped meanwhile, is zeros), or NOT_IN_RAM and not read where the segment's pagemap says
- * so now: the pages read. *use_vm turns 0 when process_vm_readv is refused. Each buffer page
- * is faulted in before the read (a write of its own byte back, its bytes unchanged): a page
- * first written inside process_vm_readv costs its fault several times what a plain write
- * fault does, and a list followed page by page (in a stop, one that moved since the scout)
- * pays it once a page. */
-static size_t read_wants(pid_t pid, int fd, int *use_vm, Want *wants, size_t nwants,
-                         uint64_t page) {
-    struct iovec local[READ_BATCH], remote[READ_BATCH];
+ * so now: the pages read. Each buffer page is faulted in before the read (a write of its own
+ * byte back, its bytes unchanged): a page first written inside the read's copy to user space
+ * costs its fault several times what a plain write fault does, and a list followed page by
+ * page (in a stop, one that moved since the scout) pays it once a page. */
+static size_t read_wants(int fd, Want *wants, size_t nwants, uint64_t page) {
     size_t kept = 0;
     for (size_t i = 0; i < nwants; i++) {
         Seg *seg = wants[i].seg;
@@ -200,62 +197,18 @@ static size_t read_wants(pid_t pid, int fd, int *use_vm, Want *wants, size_t nwa
     nwants = kept;
     for (size_t i = 0; i < nwants; i++)
         __atomic_fetch_or(wants[i].seg->base + wants[i].index * page, 0, __ATOMIC_RELAXED);
-    size_t at = 0;
-    while (at < nwants) {
-        size_t batch = nwants - at < READ_BATCH ? nwants - at : READ_BATCH;
-        for (size_t i = 0; i < batch; i++) {
-            Seg *seg = wants[at + i].seg;
-            uint64_t index = wants[at + i].index;
-            uint64_t length = (index + 1) * page <= seg->length ? page : seg->length - index * page;
-            local[i].iov_base = seg->base + index * page;
-            local[i].iov_len = length;
-            remote[i].iov_base = (void *)(uintptr_t)(seg->start + index * page);
-            remote[i].iov_len = length;
-        }
-        size_t done = 0;
-        while (done < batch) {
-            ssize_t got = -1;
-            if (*use_vm) {
-                got = process_vm_readv(pid, local + done, batch - done, remote + done,
-                                       batch - done, 0);
-                if (got < 0 && errno != EFAULT) *use_vm = 0;
-            }
-            size_t whole = 0;
-            if (got > 0) {
-                while (done < batch && (size_t)got >= local[done].iov_len) {
-                    got -= (ssize_t)local[done].iov_len;
-                    done++;
-                    whole++;
-                }
-            }
-            if (whole) continue;
-            /* process_vm_readv stopped at this page (or is off): pread it, zeros if refused. */
-            unsigned char *buf = local[done].iov_base;
-            size_t length = local[done].iov_len, have = 0;
-            while (have < length) {
-                ssize_t n = pread(fd, buf + have, length - have,
-                                  (off_t)((uintptr_t)remote[done].iov_base + have));
-                if (n < 0 && errno == EINTR) continue;
-                if (n <= 0) {
-                    memset(buf + have, 0, length - have);
-                    break;
-                }
-                have += (size_t)n;
-            }
-            done++;
-        }
-        for (size_t i = 0; i < batch; i++) {
-            Seg *seg = wants[at + i].seg;
-            seg->filled[wants[at + i].index] = COPIED;
-        }
-        at += batch;
+    for (size_t i = 0; i < nwants; i++) {
+        Seg *seg = wants[i].seg;
+        uint64_t index = wants[i].index;
+        uint64_t length = (index + 1) * page <= seg->length ? page : seg->length - index * page;
+        pread_fill(fd, seg->base + index * page, length, seg->start + index * page);
+        seg->filled[index] = COPIED;
     }
     return nwants;
 }
 
 typedef struct {
-    pid_t pid;
-    int fd, use_vm;
+    int fd;
     Want *wants;
     size_t nwants, read;
     uint64_t page;
@@ -263,32 +216,29 @@ typedef struct {
 
 static void *read_part(void *arg) {
     Reads *reads = arg;
-    reads->read =
-        read_wants(reads->pid, reads->fd, &reads->use_vm, reads->wants, reads->nwants, reads->page);
+    reads->read = read_wants(reads->fd, reads->wants, reads->nwants, reads->page);
     return NULL;
 }
 
 /* read_wants, its second half in a second thread when threads >= 2 and the round is big: a
- * remote page costs the kernel microseconds to pin whatever the bytes read, so two readers
- * read a round in about 0.6 of one's time. The wants name distinct pages (need() asks for a
+ * remote page costs the kernel microseconds to look up and map whatever the bytes read, so
+ * two readers read a round in about 0.6 of one's time. The wants name distinct pages (need() asks for a
  * page once a round), so the two halves fill distinct bytes and flags. */
-static size_t read_round(pid_t pid, int fd, int *use_vm, Want *wants, size_t nwants,
-                       uint64_t page, int threads) {
+static size_t read_round(int fd, Want *wants, size_t nwants, uint64_t page, int threads) {
     size_t half = nwants / 2;
-    Reads second = {.pid = pid, .fd = fd, .use_vm = *use_vm, .wants = wants + half,
-                    .nwants = nwants - half, .page = page};
+    Reads second = {.fd = fd, .wants = wants + half, .nwants = nwants - half, .page = page};
     pthread_t helper;
     if (threads < 2 || nwants < SPLIT_MIN_WANTS ||
         pthread_create(&helper, NULL, read_part, &second) != 0)
-        return read_wants(pid, fd, use_vm, wants, nwants, page);
-    size_t read = read_wants(pid, fd, use_vm, wants, half, page);
+        return read_wants(fd, wants, nwants, page);
+    size_t read = read_wants(fd, wants, half, page);
     pthread_join(helper, NULL);
-    if (!second.use_vm) *use_vm = 0;
     return read + second.read;
 }
 
-/* scout(pid, fd, use_vm, segments, lists, page, deadline, max_pages[, pagemap_fd[, threads]])
- *     -> (status, pages, vm_usable, inconsistent)
+/* scout(fd, segments, lists, page, deadline, max_pages[, pagemap_fd[, threads]])
+ *     -> (status, pages, inconsistent)
+ * fd: the target's /proc/PID/mem.
  * segments: sorted, not overlapping (buffer, start, readable, filled[, lo, hi]): a writable
  * buffer as long as the heap, its pagemap's readable flags (one byte per page), a writable
  * bytearray of one flag per page (1 = copied; the caller's earlier reads count) and,
@@ -299,8 +249,7 @@ static size_t read_round(pid_t pid, int fd, int *use_vm, Want *wants, size_t nwa
  * size), a fastbin (1: head 0, first the fastbin's pointer), or a fastbin followed as
  * safe-linked (2); bin (0..127, the fastbins 0) is what tags its pages. status: 0 every list
  * followed to its end (or to where it cannot be read), 1 more than max_pages pages would be
- * read, 2 time.monotonic() passed deadline. pages: pages read. vm_usable: False when
- * process_vm_readv was refused. inconsistent: the bins' lists in which a chunk's bk did not
+ * read, 2 time.monotonic() passed deadline. pages: pages read. inconsistent: the bins' lists in which a chunk's bk did not
  * name the chunk before it (as far as followed). pagemap_fd (the target's
  * /proc/PID/pagemap; -1: none): the readable flags are older than the scout (a residency
  * read before an earlier scout), so whether each page it would read is in RAM is read from
@@ -309,12 +258,12 @@ static size_t read_round(pid_t pid, int fd, int *use_vm, Want *wants, size_t nwa
  * (the same bytes; only the time differs). */
 static PyObject *scout(PyObject *self, PyObject *args) {
     (void)self;
-    int pid, fd, use_vm, pagemap_fd = -1, threads = 1;
+    int fd, pagemap_fd = -1, threads = 1;
     PyObject *seg_items, *list_items;
     unsigned long long page, max_pages;
     double deadline;
-    if (!PyArg_ParseTuple(args, "iipOOKdK|ii", &pid, &fd, &use_vm, &seg_items, &list_items, &page,
-                          &deadline, &max_pages, &pagemap_fd, &threads))
+    if (!PyArg_ParseTuple(args, "iOOKdK|ii", &fd, &seg_items, &list_items, &page, &deadline,
+                          &max_pages, &pagemap_fd, &threads))
         return NULL;
     if (page == 0 || (page & (page - 1))) {
         PyErr_SetString(PyExc_ValueError, "page must be a power of two");
@@ -427,7 +376,7 @@ static PyObject *scout(PyObject *self, PyObject *args) {
             for (size_t i = 0; i < nwants; i++) wants[i].seg->filled[wants[i].index] = NOT_COPIED;
             break;
         }
-        read_pages += read_round(pid, fd, &use_vm, wants, nwants, page, threads);
+        read_pages += read_round(fd, wants, nwants, page, threads);
     }
     for (Py_ssize_t i = 0; pagemap_fd >= 0 && i < nsegs; i++) /* the caller knows 0 and 1 */
         for (uint64_t index = 0; index < segs[i].pages; index++)
@@ -435,8 +384,7 @@ static PyObject *scout(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     Py_ssize_t inconsistent = 0;
     for (Py_ssize_t i = 0; i < nlists; i++) inconsistent += lists[i].inconsistent;
-    result = Py_BuildValue("(iKOn)", status, read_pages, use_vm ? Py_True : Py_False,
-                           inconsistent);
+    result = Py_BuildValue("(iKn)", status, read_pages, inconsistent);
 out:
     for (Py_ssize_t i = 0; i < held; i++) PyBuffer_Release(&views[i]);
     PyMem_Free(views);
@@ -481,7 +429,7 @@ static PyMethodDef methods[] = {
     {"zero", zero, METH_VARARGS, "Zeros on the pages of a buffer flagged in a byte string."},
     {"scout", scout, METH_VARARGS,
      "Learn the pages an arena's circular free lists lie on, copying them: "
-     "(status, pages read, process_vm_readv usable, lists failing glibc's bk check)."},
+     "(status, pages read, lists failing glibc's bk check)."},
     {NULL, NULL, 0, NULL},
 };
 

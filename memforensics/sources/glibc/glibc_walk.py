@@ -126,7 +126,7 @@ def _scout_lists_of(state: ArenaState, indexes: Sequence[int]) -> list[tuple[int
 def _reader_threads(held: bool) -> int:
     """Threads the C scout may read a big round of pages with: two in a stop (the target's
     CPUs are idle then) where this process may run on two CPUs, else one. A remote page
-    costs the kernel's lookup and pin of it whatever the bytes read, so two readers share
+    costs the kernel's lookup of it whatever the bytes read, so two readers share
     the cost. Not while the target runs: a second reader would take a CPU from its threads."""
     return 2 if held and len(os.sched_getaffinity(0)) >= 2 else 1
 
@@ -149,10 +149,8 @@ def _native_scout(
     target is held still (a scout again, in its stop): two threads may read."""
     left = max(max_pages if max_pages is not None else 1 << 62, 0)
     assert _scout_native is not None
-    status, pages, usable, inconsistent = _scout_native.scout(
-        mem.pid,
+    status, pages, inconsistent = _scout_native.scout(
         mem.mem_fd,
-        mem.vm_readv_usable,
         segments,
         lists,
         mem.page_bytes,
@@ -161,7 +159,6 @@ def _native_scout(
         mem.pagemap_fd if live else -1,
         _reader_threads(held),
     )
-    mem.vm_readv_usable = bool(usable)
     if status == 1:
         raise OutOfPages(int(inconsistent))
     if status:

@@ -7,10 +7,11 @@ NULL-terminated fastbin) are the Python loops over chunks, for whole copies and 
 filled block by block alike (through their ``fill``). memforensics.sources.glibc._chunkwalk
 (optional, built where ``pip install`` finds a compiler) holds their C twins and the copy's:
 the same checks in the same order, the same bytes and figures; walk_copies,
-walk_fastbin_copies and copy_into use C where it is built. The C copy reads with
-process_vm_readv (one call for many runs of pages, 1.4-1.8x the speed of /proc/PID/mem
-measured on a 518 MiB heap) and falls back to preadv of /proc/PID/mem wherever that is
-refused; the Python copy reads /proc/PID/mem.
+walk_fastbin_copies and copy_into use C where it is built. Both copies read /proc/PID/mem,
+never process_vm_readv: that call pins the pages it reads, and the kernel (5.19 and later)
+gives the target a private copy of each page it shares copy-on-write with another process
+before a read-only pin of it, so a read of a forked server's heap would grow the target's
+memory by the pages read.
 """
 
 from __future__ import annotations
@@ -259,22 +260,19 @@ def copy_into(
     mask = segment.pages.readable if only is None else only
     readable = memoryview(mask)[begin // page : (end + page - 1) // page]
     if _native is not None:
-        complete, usable = _native.copy(
-            mem.pid,
-            mem.mem_fd,
-            segment.view[begin:end],
-            segment.start + begin,
-            readable,
-            page,
-            mem.vm_readv_usable,
-            True,
-            threads,
-            only is None,
-            mem.pagemap_fd if recheck and isinstance(only, bytearray) else -1,
+        return bool(
+            _native.copy(
+                mem.mem_fd,
+                segment.view[begin:end],
+                segment.start + begin,
+                readable,
+                page,
+                True,
+                threads,
+                only is None,
+                mem.pagemap_fd if recheck and isinstance(only, bytearray) else -1,
+            )
         )
-        if not usable:
-            mem.vm_readv_usable = False  # refused once (seccomp, no syscall): preadv from now
-        return bool(complete)
     complete = True
     known = len(readable)
     index, pages = 0, (end - begin + page - 1) // page

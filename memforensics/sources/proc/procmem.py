@@ -5,11 +5,14 @@ document took seconds that way); a pread of /proc/PID/mem takes milliseconds and
 same right as a ptrace attach.
 
 Invariant: reads go only to pages the pagemap says are present in RAM (bit 63). Reading any
-other page through /proc/PID/mem (or process_vm_readv) changes the target: a swapped-out page
-(bit 62) is faulted back in (its RSS grows, its swap shrinks), a never-touched page is mapped,
-and a page registered with userfaultfd blocks the reader. So ``PageMap.readable`` is the
-present pages, ``read`` refuses a range holding any page that is not present, and
-``read_present`` reads the present pages of a range and leaves the others as zeros.
+other page through /proc/PID/mem changes the target: a swapped-out page (bit 62) is faulted
+back in (its RSS grows, its swap shrinks), a never-touched page is mapped, and a page
+registered with userfaultfd blocks the reader. So ``PageMap.readable`` is the present pages,
+``read`` refuses a range holding any page that is not present, and ``read_present`` reads the
+present pages of a range and leaves the others as zeros. Nothing reads a target with
+process_vm_readv: it pins what it reads, and a read-only pin of a present page the target
+shares copy-on-write with another process (a forked server's heap) makes the kernel (5.19
+and later) give the target a private copy of it first: its memory grows by the pages read.
 """
 
 from __future__ import annotations
@@ -151,9 +154,6 @@ class ProcessMemoryReader:
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.page_bytes = os.sysconf("SC_PAGE_SIZE")
-        # The C copy (heapcopy.copy_into) reads with process_vm_readv until the kernel
-        # refuses it once (seccomp, ENOSYS); then it reads /proc/PID/mem like the rest.
-        self.vm_readv_usable = True
         self._mem_fd = _open(pid, "mem")
         try:
             self._pagemap_fd = _open(pid, "pagemap")
