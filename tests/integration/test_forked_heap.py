@@ -7,8 +7,9 @@ gunicorn's or uWSGI's preloaded workers, Redis while it saves). The oracle is th
 the target's private bytes (smaps_rollup's Private_Clean + Private_Dirty) before and after
 each default read. A reader that pins the pages it reads (process_vm_readv) makes the kernel
 give the target a private copy of each shared page it reads (Linux 5.19 and later): the
-test first shows that one process_vm_readv of a few pages does so on this kernel, so the
-oracle would see a read that did it.
+tests show that one process_vm_readv of a few pages does so on this kernel, so the oracle
+would see a read that did it. The target frees some blocks after the fork, so its heap holds
+both kinds of page: shared, and its own since (which a held read may pin).
 """
 
 from __future__ import annotations
@@ -18,11 +19,16 @@ import ctypes
 import json
 import os
 import platform
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from memforensics.sources.glibc import heapcopy
+from memforensics.sources.glibc.heapcopy import BufferPool, Segment, copy_into
+from memforensics.sources.proc.procmaps import read_maps
+from memforensics.sources.proc.procmem import ProcessMemoryReader
 from tests.support.glibc_releases import RELEASES, build_target, command, release_tree
 from tests.support.glibc_releases import skip_reason as release_skip_reason
 from tests.support.measured import run_measured
@@ -84,6 +90,49 @@ def _forked(version: str) -> Iterator[Target]:
         yield target
 
 
+def _assert_pin_copies(pid: int, block: int) -> None:
+    """One process_vm_readv of PROBE_PAGES pages of live blocks never written since the fork
+    grows ``pid``'s private bytes (where the kernel copies on a pin): the oracle can see it."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    start = (block + page - 1) // page * page
+    before = _private_bytes(pid)
+    assert _vm_readv(pid, start, PROBE_PAGES * page) == PROBE_PAGES * page
+    grown = _private_bytes(pid) - before
+    if _kernel_unshares_on_pin():
+        # (A page of them may be private already: the parent's stdio buffer, written after
+        # the fork, lies in the same heap.)
+        assert grown >= PROBE_PAGES // 2 * page, grown
+
+
+@pytest.mark.skipif(not heapcopy.native_walk_available(), reason="the C copy is not built")
+def test_a_held_copy_pins_only_the_pages_the_target_alone_maps() -> None:
+    """The C copy of a held target (copy_into with held, as a stop copies a scouted arena's
+    pages) over the whole main heap, shared and private pages mixed: the bytes /proc/PID/mem
+    reads, and the target's private bytes as they were (the shared pages were not pinned)."""
+    with _forked("2.36") as target:
+        pid, block = target.pid, int(target.ready_line.split()[2], 16)
+        heap = next(m for m in read_maps(pid) if m.path == "[heap]")
+        pool = BufferPool()
+        with ProcessMemoryReader(pid) as mem:
+            pages = mem.pagemap(heap.start_address, heap.end_address)
+            segment = Segment(heap.start_address, heap.end_address, pages, pool)
+            try:
+                os.kill(pid, signal.SIGSTOP)  # single-threaded: held still
+                try:
+                    before = _private_bytes(pid)
+                    assert copy_into(mem, segment, 0, segment.length, threads=2, held=True)
+                    after = _private_bytes(pid)
+                    expected = mem.read_present(heap.start_address, segment.length)
+                finally:
+                    os.kill(pid, signal.SIGCONT)
+                assert bytes(segment.view) == expected
+            finally:
+                segment.close(pool)
+                pool.close()
+        assert after - before <= SLACK_BYTES, (before, after)
+        _assert_pin_copies(pid, block)
+
+
 @pytest.mark.parametrize("version", RELEASES, ids=[f"glibc-{v}" for v in RELEASES])
 def test_reading_a_forked_heap_copies_none_of_its_pages(version: str) -> None:
     """Each default read of the target (inspect, with its pins, census, trim's forecast)
@@ -93,7 +142,6 @@ def test_reading_a_forked_heap_copies_none_of_its_pages(version: str) -> None:
         _, child, block = target.ready_line.split()
         pid = target.pid
         assert os.path.exists(f"/proc/{int(child)}")
-        page = os.sysconf("SC_PAGE_SIZE")
         for name, args in COMMANDS.items():
             before = _private_bytes(pid)
             run = run_measured([*args, str(pid)], timeout_seconds=120)
@@ -107,12 +155,4 @@ def test_reading_a_forked_heap_copies_none_of_its_pages(version: str) -> None:
                 read = document["read_only"]
                 assert read["source"] == "live" and read["scouted_arenas"] >= 1, read
             assert after - before <= SLACK_BYTES, (name, before, after)
-        # The oracle sees a copy where one is made: a pinned read of live blocks' pages.
-        start = (int(block, 16) + page - 1) // page * page
-        before = _private_bytes(pid)
-        assert _vm_readv(pid, start, PROBE_PAGES * page) == PROBE_PAGES * page
-        grown = _private_bytes(pid) - before
-        if _kernel_unshares_on_pin():
-            # (A page of them may be private already: the parent's stdio buffer, written
-            # after the fork, lies in the same heap.)
-            assert grown >= PROBE_PAGES // 2 * page, grown
+        _assert_pin_copies(pid, int(block, 16))

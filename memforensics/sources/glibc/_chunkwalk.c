@@ -55,24 +55,31 @@ typedef struct {
     int complete;
     unsigned char *buf;
     uint64_t address;
+    Pinned pinned; /* runs of pages the held target alone maps: process_vm_readv, batched */
 } Copy;
 
-/* Bytes [from, to) of the copy read from the target, one pread per run of pages (the kernel
- * reads a run page by page either way); what cannot be read reads as zeros. */
-static void read_run(Copy *copy, size_t from, size_t to) {
-    if (!pread_fill(copy->fd, copy->buf + from, to - from, copy->address + from))
+/* Bytes [from, to) of the copy read from the target: pinned (batched) where ``pin`` says the
+ * pagemap, read in this stop, has every page of the run present and the target's alone, else
+ * one pread for the run (the kernel reads it page by page either way); what cannot be read
+ * reads as zeros. */
+static void read_run(Copy *copy, size_t from, size_t to, int pin) {
+    if (pin)
+        pinned_read(&copy->pinned, copy->buf + from, copy->address + from, to - from);
+    else if (!pread_fill(copy->fd, copy->buf + from, to - from, copy->address + from))
         copy->complete = 0;
 }
 
-/* Pages [first, last) of one copy: readable runs queued and read, the rest zeroed. With a
- * pagemap fd, a page flagged readable is read only when the pagemap says it is present in RAM
+/* Pages [first, last) of one copy: readable runs read, the rest zeroed. With a pagemap fd
+ * and recheck, a page flagged readable is read only when the pagemap says it is present in RAM
  * now (its flag is cleared otherwise): the flags may come from an earlier pagemap, and a page
- * that left RAM since must not be read (a swapped one would be faulted back in). */
+ * that left RAM since must not be read (a swapped one would be faulted back in). With a
+ * pagemap fd and held (every thread of the target is held still), the pages it says the target
+ * alone maps are read pinned (_procmem_read.h). */
 typedef struct {
     Copy *copy;
     unsigned char *can_read;
     size_t first, last, pages, known, length, page;
-    int anonymous, zero_holes, pagemap_fd;
+    int anonymous, zero_holes, pagemap_fd, recheck, held;
 } Part;
 
 #define PAGEMAP_WINDOW 512 /* pagemap entries read at a time: 4 KiB, 2 MiB of address space */
@@ -82,8 +89,8 @@ typedef struct {
     uint64_t entries[PAGEMAP_WINDOW];
 } Window;
 
-/* Page ``index`` of the copy is present in RAM now (bit 63 of its pagemap entry). */
-static int present_now(const Part *part, Window *window, size_t index) {
+/* The pagemap entry of page ``index`` of the copy now (0: not read). */
+static uint64_t entry_now(const Part *part, Window *window, size_t index) {
     if (window->count == 0 || index < window->first || index >= window->first + window->count) {
         size_t want = part->last - index < PAGEMAP_WINDOW ? part->last - index : PAGEMAP_WINDOW;
         /* Up to the last page of the window that is to be read, not past it: the pagemap
@@ -100,15 +107,22 @@ static int present_now(const Part *part, Window *window, size_t index) {
         window->count = got > 0 ? (size_t)got / 8 : 0;
         if (window->count == 0) return 0;
     }
-    return (int)((window->entries[index - window->first] >> 63) & 1);
+    return window->entries[index - window->first];
 }
 
-/* Page ``index`` is to be read: flagged readable and, with a pagemap fd, present now. */
+enum { SKIP = 0, READ = 1, READ_PINNED = 2 };
+
+/* How page ``index`` is read: not (not flagged readable, or rechecked and not in RAM now),
+ * with pread, or pinned (the held target alone maps it now). */
 static int take(Part *part, Window *window, size_t index) {
-    if (index >= part->known || !part->can_read[index]) return 0;
-    if (part->pagemap_fd < 0 || present_now(part, window, index)) return 1;
-    part->can_read[index] = 0; /* left RAM since the caller's pagemap: not read, and told */
-    return 0;
+    if (index >= part->known || !part->can_read[index]) return SKIP;
+    if (part->pagemap_fd < 0) return READ;
+    uint64_t entry = entry_now(part, window, index);
+    if (!(entry & PM_PRESENT) && part->recheck) {
+        part->can_read[index] = 0; /* left RAM since the caller's pagemap: not read, and told */
+        return SKIP;
+    }
+    return part->held && pinnable(entry) ? READ_PINNED : READ;
 }
 
 static void *copy_part(void *arg) {
@@ -116,20 +130,22 @@ static void *copy_part(void *arg) {
     Copy *copy = part->copy;
     Window window = {.count = 0};
     size_t index = part->first;
-    int readable_run = index < part->last ? take(part, &window, index) : 0;
+    int how = index < part->last ? take(part, &window, index) : SKIP;
     while (index < part->last) {
         size_t run = index + 1;
-        int next = 0;
-        while (run < part->last && (next = take(part, &window, run)) == readable_run) run++;
+        int next = SKIP;
+        while (run < part->last && (next = take(part, &window, run)) == how) run++;
         size_t from = index * part->page;
         size_t to = run * part->page < part->length ? run * part->page : part->length;
-        if (readable_run)
-            read_run(copy, from, to);
+        if (how != SKIP)
+            read_run(copy, from, to, how == READ_PINNED);
         else if (part->zero_holes)
             zero_hole(copy->buf, from, to, part->page, part->anonymous);
         index = run;
-        readable_run = next;
+        how = next;
     }
+    pinned_flush(&copy->pinned);
+    if (!copy->pinned.complete) copy->complete = 0;
     return NULL;
 }
 
@@ -137,8 +153,8 @@ static void *copy_part(void *arg) {
  * still its CPUs are idle, and two readers copy a big arena in about 0.6 of one's time. */
 #define SPLIT_MIN_PAGES 512
 
-/* copy(fd, buffer, address, readable, page, anonymous[, threads[, zero_holes[, pagemap_fd]]])
- *     -> complete
+/* copy(fd, buffer, address, readable, page, anonymous[, threads[, zero_holes[, pagemap_fd[,
+ *      recheck[, held_pid]]]]]) -> complete
  * Fill buffer with the target's bytes at address: readable holds one byte per page of the
  * buffer (nonzero = present in RAM, may be read; zero = swapped, never touched or unknown,
  * never read; missing entries are not read), pages not readable read as zeros. complete:
@@ -146,25 +162,32 @@ static void *copy_part(void *arg) {
  * its second half in a second thread (the bytes are the same; only the time differs).
  * zero_holes: 0 leaves the pages not read as they are (a caller that copies again only the
  * pages it copied before, into a buffer whose other pages are zeros already). pagemap_fd
- * (the target's /proc/PID/pagemap, -1: none): readable may be older than the copy; a flagged
- * page is read only if present in RAM now, and its flag (readable must then be writable) is
- * cleared where it is not. address must then be page-aligned. */
+ * (the target's /proc/PID/pagemap, -1: none; address must then be page-aligned): the copy
+ * reads each flagged page's entry as it goes. With recheck (the default), readable may be
+ * older than the copy: a flagged page is read only if present in RAM now, and its flag
+ * (readable must then be writable) is cleared where it is not. held_pid (0: none): the
+ * caller holds every thread of that process, the target, still: the pages its pagemap says it
+ * alone maps are read with process_vm_readv (_procmem_read.h); it needs pagemap_fd. */
 static PyObject *copy_pages(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *target, *flags;
-    int fd, anonymous, threads = 1, zero_holes = 1, pagemap_fd = -1;
+    int fd, anonymous, threads = 1, zero_holes = 1, pagemap_fd = -1, recheck = 1, held_pid = 0;
     unsigned long long address, page;
-    if (!PyArg_ParseTuple(args, "iOKOKp|iii", &fd, &target, &address, &flags, &page, &anonymous,
-                          &threads, &zero_holes, &pagemap_fd))
+    if (!PyArg_ParseTuple(args, "iOKOKp|iiipi", &fd, &target, &address, &flags, &page,
+                          &anonymous, &threads, &zero_holes, &pagemap_fd, &recheck, &held_pid))
         return NULL;
     if (page == 0 || (pagemap_fd >= 0 && address % page != 0)) {
         PyErr_SetString(PyExc_ValueError, "page must be positive (and divide address)");
         return NULL;
     }
+    if (held_pid > 0 && pagemap_fd < 0) {
+        PyErr_SetString(PyExc_ValueError, "a held read decides its pins from the pagemap");
+        return NULL;
+    }
+    recheck = recheck && pagemap_fd >= 0;
     Py_buffer view, readable;
     if (PyObject_GetBuffer(target, &view, PyBUF_WRITABLE) < 0) return NULL;
-    if (PyObject_GetBuffer(flags, &readable, pagemap_fd >= 0 ? PyBUF_WRITABLE : PyBUF_SIMPLE) <
-        0) {
+    if (PyObject_GetBuffer(flags, &readable, recheck ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0) {
         PyBuffer_Release(&view);
         return NULL;
     }
@@ -179,6 +202,7 @@ static PyObject *copy_pages(PyObject *self, PyObject *args) {
         copy[half].complete = 1;
         copy[half].buf = view.buf;
         copy[half].address = address;
+        copy[half].pinned = (Pinned){.pid = held_pid, .fd = fd, .complete = 1};
     }
     size_t length = (size_t)view.len, pages = (length + page - 1) / page;
     Part parts[2];
@@ -186,7 +210,8 @@ static PyObject *copy_pages(PyObject *self, PyObject *args) {
         parts[half] = (Part){.copy = &copy[half], .can_read = readable.buf, .pages = pages,
                              .known = (size_t)readable.len, .length = length, .page = page,
                              .anonymous = anonymous, .zero_holes = zero_holes,
-                             .pagemap_fd = pagemap_fd};
+                             .pagemap_fd = pagemap_fd, .recheck = recheck,
+                             .held = held_pid > 0};
     }
     /* The halves meet at a page boundary: each fills its own pages of the buffer. */
     size_t middle = threads >= 2 && pages >= SPLIT_MIN_PAGES ? pages / 2 : pages;

@@ -66,6 +66,7 @@ typedef struct {
 typedef struct {
     Seg *seg;
     uint64_t index;
+    int pin; /* read pinned (read_wants decides) */
 } Want;
 
 static double monotonic_seconds(void) {
@@ -96,23 +97,24 @@ static Seg *find_seg(Seg *segs, Py_ssize_t count, uint64_t address) {
 }
 
 /* Page ``index`` may be asked for: in RAM per the caller's flags; with a pagemap fd, whether
- * it is in RAM is read by the reader as it is about to read it (in_ram_now). */
+ * it is in RAM is read by the reader as it is about to read it (entry_now). */
 static int readable(const Seg *seg, uint64_t index) {
     if (index >= seg->pages) return 0;
     if (seg->pagemap_fd >= 0) return seg->filled[index] != NOT_IN_RAM;
     return index < seg->known && seg->readable[index];
 }
 
-/* Page ``index`` of ``seg`` is in RAM now: its pagemap entry's bit 63 (one entry read: the
- * pages a list leads to lie anywhere in the heap, so a wider window is seldom used again). */
-static int in_ram_now(const Seg *seg, uint64_t index) {
+/* The pagemap entry of page ``index`` of ``seg`` now, 0 where it cannot be read (one entry
+ * read: the pages a list leads to lie anywhere in the heap, so a wider window is seldom used
+ * again). */
+static uint64_t entry_now(const Seg *seg, uint64_t index) {
     uint64_t entry = 0;
     ssize_t got;
     do
         got = pread(seg->pagemap_fd, &entry, sizeof entry,
                     (off_t)((seg->start / seg->page_bytes + index) * sizeof entry));
     while (got < 0 && errno == EINTR);
-    return got == (ssize_t)sizeof entry && (entry >> 63) & 1;
+    return got == (ssize_t)sizeof entry ? entry : 0;
 }
 
 /* Page ``index`` of ``seg`` is needed by the list of bin ``bin``: 1 when it is there to read
@@ -128,7 +130,7 @@ static int need(Seg *seg, uint64_t index, int bin, Want *wants, size_t *nwants,
     if (!readable(seg, index)) return -1;
     if (seg->filled[index] == NOT_COPIED && *nwants < max_wants) {
         seg->filled[index] = ASKED;
-        wants[(*nwants)++] = (Want){seg, index};
+        wants[(*nwants)++] = (Want){seg, index, 0};
     }
     return 0;
 }
@@ -181,34 +183,47 @@ static void advance(List *list, Seg *segs, Py_ssize_t nsegs, uint64_t limit, uin
 
 /* Read the pages asked for into their buffers, flagged COPIED (a page that cannot be read, one
  * unmapped meanwhile, is zeros), or NOT_IN_RAM and not read where the segment's pagemap says
- * so now: the pages read. Each buffer page is faulted in before the read (a write of its own
- * byte back, its bytes unchanged): a page first written inside the read's copy to user space
- * costs its fault several times what a plain write fault does, and a list followed page by
- * page (in a stop, one that moved since the scout) pays it once a page. */
-static size_t read_wants(int fd, Want *wants, size_t nwants, uint64_t page) {
+ * so now: the pages read. held_pid (0: none): every thread of the target is held still, so
+ * the pages whose pagemap entry, read now, says the target alone maps them are read pinned in
+ * one process_vm_readv (_procmem_read.h); the others with pread. Each buffer page is faulted
+ * in before the read (a write of its own byte back, its bytes unchanged): a page first written
+ * inside the read's copy to user space costs its fault several times what a plain write fault
+ * does, and a list followed page by page (in a stop, one that moved since the scout) pays it
+ * once a page. */
+static size_t read_wants(int fd, pid_t held_pid, Want *wants, size_t nwants, uint64_t page) {
     size_t kept = 0;
     for (size_t i = 0; i < nwants; i++) {
         Seg *seg = wants[i].seg;
-        if (seg->pagemap_fd >= 0 && !in_ram_now(seg, wants[i].index))
+        uint64_t entry = seg->pagemap_fd >= 0 ? entry_now(seg, wants[i].index) : 0;
+        if (seg->pagemap_fd >= 0 && !(entry & PM_PRESENT)) {
             seg->filled[wants[i].index] = NOT_IN_RAM;
-        else
-            wants[kept++] = wants[i];
+            continue;
+        }
+        wants[i].pin = held_pid > 0 && pinnable(entry);
+        wants[kept++] = wants[i];
     }
     nwants = kept;
     for (size_t i = 0; i < nwants; i++)
         __atomic_fetch_or(wants[i].seg->base + wants[i].index * page, 0, __ATOMIC_RELAXED);
+    Pinned pinned = {.pid = held_pid, .fd = fd, .complete = 1};
     for (size_t i = 0; i < nwants; i++) {
         Seg *seg = wants[i].seg;
         uint64_t index = wants[i].index;
         uint64_t length = (index + 1) * page <= seg->length ? page : seg->length - index * page;
-        pread_fill(fd, seg->base + index * page, length, seg->start + index * page);
+        unsigned char *buf = seg->base + index * page;
+        if (wants[i].pin)
+            pinned_read(&pinned, buf, seg->start + index * page, length);
+        else
+            pread_fill(fd, buf, length, seg->start + index * page);
         seg->filled[index] = COPIED;
     }
+    pinned_flush(&pinned);
     return nwants;
 }
 
 typedef struct {
     int fd;
+    pid_t held_pid;
     Want *wants;
     size_t nwants, read;
     uint64_t page;
@@ -216,7 +231,7 @@ typedef struct {
 
 static void *read_part(void *arg) {
     Reads *reads = arg;
-    reads->read = read_wants(reads->fd, reads->wants, reads->nwants, reads->page);
+    reads->read = read_wants(reads->fd, reads->held_pid, reads->wants, reads->nwants, reads->page);
     return NULL;
 }
 
@@ -224,19 +239,21 @@ static void *read_part(void *arg) {
  * remote page costs the kernel microseconds to look up and map whatever the bytes read, so
  * two readers read a round in about 0.6 of one's time. The wants name distinct pages (need() asks for a
  * page once a round), so the two halves fill distinct bytes and flags. */
-static size_t read_round(int fd, Want *wants, size_t nwants, uint64_t page, int threads) {
+static size_t read_round(int fd, pid_t held_pid, Want *wants, size_t nwants, uint64_t page,
+                         int threads) {
     size_t half = nwants / 2;
-    Reads second = {.fd = fd, .wants = wants + half, .nwants = nwants - half, .page = page};
+    Reads second = {.fd = fd, .held_pid = held_pid, .wants = wants + half,
+                    .nwants = nwants - half, .page = page};
     pthread_t helper;
     if (threads < 2 || nwants < SPLIT_MIN_WANTS ||
         pthread_create(&helper, NULL, read_part, &second) != 0)
-        return read_wants(fd, wants, nwants, page);
-    size_t read = read_wants(fd, wants, half, page);
+        return read_wants(fd, held_pid, wants, nwants, page);
+    size_t read = read_wants(fd, held_pid, wants, half, page);
     pthread_join(helper, NULL);
     return read + second.read;
 }
 
-/* scout(fd, segments, lists, page, deadline, max_pages[, pagemap_fd[, threads]])
+/* scout(fd, segments, lists, page, deadline, max_pages[, pagemap_fd[, threads[, held_pid]]])
  *     -> (status, pages, inconsistent)
  * fd: the target's /proc/PID/mem.
  * segments: sorted, not overlapping (buffer, start, readable, filled[, lo, hi]): a writable
@@ -255,15 +272,17 @@ static size_t read_round(int fd, Want *wants, size_t nwants, uint64_t page, int 
  * read before an earlier scout), so whether each page it would read is in RAM is read from
  * the pagemap now instead (segments page-aligned): a page that left RAM since is never read,
  * and one that came since is. threads: 2 lets a big round's pages be read by two threads
- * (the same bytes; only the time differs). */
+ * (the same bytes; only the time differs). held_pid (0: none): the caller holds every thread
+ * of that process, the target, still: with pagemap_fd, the pages it alone maps are read
+ * pinned (read_wants). */
 static PyObject *scout(PyObject *self, PyObject *args) {
     (void)self;
-    int fd, pagemap_fd = -1, threads = 1;
+    int fd, pagemap_fd = -1, threads = 1, held_pid = 0;
     PyObject *seg_items, *list_items;
     unsigned long long page, max_pages;
     double deadline;
-    if (!PyArg_ParseTuple(args, "iOOKdK|ii", &fd, &seg_items, &list_items, &page, &deadline,
-                          &max_pages, &pagemap_fd, &threads))
+    if (!PyArg_ParseTuple(args, "iOOKdK|iii", &fd, &seg_items, &list_items, &page, &deadline,
+                          &max_pages, &pagemap_fd, &threads, &held_pid))
         return NULL;
     if (page == 0 || (page & (page - 1))) {
         PyErr_SetString(PyExc_ValueError, "page must be a power of two");
@@ -376,7 +395,7 @@ static PyObject *scout(PyObject *self, PyObject *args) {
             for (size_t i = 0; i < nwants; i++) wants[i].seg->filled[wants[i].index] = NOT_COPIED;
             break;
         }
-        read_pages += read_round(fd, wants, nwants, page, threads);
+        read_pages += read_round(fd, held_pid, wants, nwants, page, threads);
     }
     for (Py_ssize_t i = 0; pagemap_fd >= 0 && i < nsegs; i++) /* the caller knows 0 and 1 */
         for (uint64_t index = 0; index < segs[i].pages; index++)

@@ -146,7 +146,8 @@ def _native_scout(
     ``deadline``. ValueError for segments that overlap (heaps read while moving). ``live``:
     the segments' readable flags are older than this call (an earlier scout's), so whether
     a page is in RAM is read from the pagemap as each is about to be read. ``held``: the
-    target is held still (a scout again, in its stop): two threads may read."""
+    target is held still (a scout again, in its stop): two threads may read, and with
+    ``live`` the pages it alone maps are read with process_vm_readv (_procmem_read.h)."""
     left = max(max_pages if max_pages is not None else 1 << 62, 0)
     assert _scout_native is not None
     status, pages, inconsistent = _scout_native.scout(
@@ -158,6 +159,7 @@ def _native_scout(
         left,
         mem.pagemap_fd if live else -1,
         _reader_threads(held),
+        mem.pid if held else 0,
     )
     if status == 1:
         raise OutOfPages(int(inconsistent))
@@ -399,7 +401,9 @@ class ArenaWalker:
         (per _COPY_SLICE_BYTES at most, with a pause between slices)."""
         for segment in self._segments:
             if self._held:
-                copy_into(self._mem, segment, 0, segment.length, threads=2)
+                # Held still: the pages the pagemap (read as it copies, ~5% of the copy's
+                # time) says the target alone maps are read pinned, many to a call.
+                copy_into(self._mem, segment, 0, segment.length, threads=2, held=True)
                 self.stop_copy_bytes += segment.pages.resident_pages * self._page
             else:
                 for begin in range(0, segment.length, _COPY_SLICE_BYTES):
@@ -654,6 +658,10 @@ class ArenaWalker:
             pages = min(len(segment.pages.readable), len(segment.filled))
             scouted = bytes(segment.filled[:pages])
             still = bytearray(both(scouted, segment.pages.readable))
+            # A copy that rechecks the pagemap (its residency is the scout's) reads in it which
+            # pages the held target alone maps, and reads those pinned (_procmem_read.h); one
+            # that does not would pay ~12 ms per GiB of heap for the pagemap, more than the
+            # pins save, and reads every page with pread.
             copy_into(
                 self._mem,
                 segment,
@@ -662,6 +670,7 @@ class ArenaWalker:
                 threads=2,
                 only=still,
                 recheck=self._residency_from_scout,
+                held=self._residency_from_scout,
             )
             kept = bytes(still)
             self.stop_copy_bytes += kept.count(1) * page

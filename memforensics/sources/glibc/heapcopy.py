@@ -7,11 +7,12 @@ NULL-terminated fastbin) are the Python loops over chunks, for whole copies and 
 filled block by block alike (through their ``fill``). memforensics.sources.glibc._chunkwalk
 (optional, built where ``pip install`` finds a compiler) holds their C twins and the copy's:
 the same checks in the same order, the same bytes and figures; walk_copies,
-walk_fastbin_copies and copy_into use C where it is built. Both copies read /proc/PID/mem,
-never process_vm_readv: that call pins the pages it reads, and the kernel (5.19 and later)
-gives the target a private copy of each page it shares copy-on-write with another process
-before a read-only pin of it, so a read of a forked server's heap would grow the target's
-memory by the pages read.
+walk_fastbin_copies and copy_into use C where it is built. Both copies read /proc/PID/mem.
+The C copy of a target held still may read the pages it alone maps with process_vm_readv,
+many scattered pages a call; never another page: that call pins what it reads, and the
+kernel (5.19 and later) gives the target a private copy of each page it shares copy-on-write
+with another process before a read-only pin of it, so a read of a forked server's heap would
+grow the target's memory by the pages read (_procmem_read.h).
 """
 
 from __future__ import annotations
@@ -233,6 +234,7 @@ def copy_into(
     threads: int = 1,
     only: bytes | bytearray | None = None,
     recheck: bool = False,
+    held: bool = False,
 ) -> bool:
     """Copy bytes [begin, end) of ``segment`` (offsets, ``begin`` page-aligned) out of the
     target: its readable pages (``PageMap.readable``: the present ones) are read, one read
@@ -246,7 +248,9 @@ def copy_into(
     the others are left as they are, not zeroed (a copy made again of the pages a scout
     read, into a buffer that holds zeros elsewhere). ``recheck`` (with ``only``, a
     bytearray): those flags come from an earlier pagemap; a page is read only if the
-    pagemap says it is in RAM now, and its flag is cleared where it is not."""
+    pagemap says it is in RAM now, and its flag is cleared where it is not. ``held``: every
+    thread of the target is held still: the C copy reads the pages its pagemap, read as it
+    copies, says the target alone maps with process_vm_readv (the same bytes, sooner)."""
     page = mem.page_bytes
     if not isinstance(mem, ProcessMemoryReader):  # a core file's: it does not move
         segment.view[begin:end] = mem.read_present(segment.start + begin, end - begin)
@@ -260,6 +264,7 @@ def copy_into(
     mask = segment.pages.readable if only is None else only
     readable = memoryview(mask)[begin // page : (end + page - 1) // page]
     if _native is not None:
+        rechecked = recheck and isinstance(only, bytearray)
         return bool(
             _native.copy(
                 mem.mem_fd,
@@ -270,7 +275,9 @@ def copy_into(
                 True,
                 threads,
                 only is None,
-                mem.pagemap_fd if recheck and isinstance(only, bytearray) else -1,
+                mem.pagemap_fd if rechecked or held else -1,
+                rechecked,
+                mem.pid if held else 0,
             )
         )
     complete = True
