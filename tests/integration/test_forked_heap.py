@@ -44,6 +44,8 @@ COMMANDS = {
     "inspect --pins": ["inspect", "--json", "--pins"],
     "census": ["census", "--json"],
     "trim --dry-run": ["trim", "--dry-run", "--json"],
+    "watch": ["watch", "--interval", "0.2s", "--count", "2", "--census", "0.2s", "--json"],
+    "collect": ["collect", "--no-oom", "--census-top", "5", "--json"],
 }
 
 
@@ -134,17 +136,20 @@ def test_a_held_copy_pins_only_the_pages_the_target_alone_maps() -> None:
 
 
 @pytest.mark.parametrize("version", RELEASES, ids=[f"glibc-{v}" for v in RELEASES])
-def test_reading_a_forked_heap_copies_none_of_its_pages(version: str) -> None:
-    """Each default read of the target (inspect, with its pins, census, trim's forecast)
-    leaves its private bytes as they were: no shared page was copied for the read. The
-    same target's private bytes grow by the pages one process_vm_readv reads."""
+def test_reading_a_forked_heap_copies_none_of_its_pages(version: str, tmp_path: Path) -> None:
+    """Each default read of the target (inspect, with its pins, census, trim's forecast,
+    watch's samples and censuses, collect's) leaves its private bytes as they were: no shared
+    page was copied for the read. The same target's private bytes grow by the pages one
+    process_vm_readv reads."""
     with _forked(version) as target:
         _, child, block = target.ready_line.split()
         pid = target.pid
         assert os.path.exists(f"/proc/{int(child)}")
         for name, args in COMMANDS.items():
             before = _private_bytes(pid)
-            run = run_measured([*args, str(pid)], timeout_seconds=120)
+            folders = ["--textfile-dir", str(tmp_path), "--state-dir", str(tmp_path / "state")]
+            argv = [*args, *(folders if name == "collect" else []), str(pid)]
+            run = run_measured(argv, timeout_seconds=120)
             after = _private_bytes(pid)
             assert run.exit_code == 0, (name, run.exit_code, run.stderr)
             assert "Traceback" not in run.stderr, run.stderr
