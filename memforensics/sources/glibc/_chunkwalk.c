@@ -1,5 +1,5 @@
 /* Optional accelerator for memforensics.sources.glibc.glibc_walk: the copy of a heap mapping out
- * of the target (pread of /proc/PID/mem) and the two loops of the residency walk
+ * of the target (_procmem_read.h) and the two loops of the residency walk
  * (follow_list: a circular free list; follow_fastbin: a fastbin) through those private copies,
  * in C. heapcopy.copy_into, follow_list and follow_fastbin are the Python twins: the same
  * bytes, checks and results; the package works without this module (pip install on a machine
@@ -12,8 +12,9 @@
  * Py_buffer views: an exported mmap or bytearray cannot be closed or resized until they are
  * released. Nothing here writes to the target; reads go only to the pages the caller marks
  * readable: those the pagemap says are present in RAM, never a swapped-out page (reading it
- * would fault it back into the target) nor a never-touched one, as procmem.py explains, and
- * only through /proc/PID/mem (_procmem_read.h says why not process_vm_readv). */
+ * would fault it back into the target) nor a never-touched one, as procmem.py explains; with
+ * pread of /proc/PID/mem, and process_vm_readv only for the pages a held target alone maps
+ * (_procmem_read.h says why). */
 #define _GNU_SOURCE
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -6,10 +6,11 @@
  * safe-linked: the wrong way leaves the heaps at once) are followed side by side: each
  * advances through the pages already copied until it needs one that is not (a chunk's 32-byte
  * header, or the word after a binned chunk where glibc repeats its size), then the pages every
- * list needs are read together (a pread of /proc/PID/mem each, by two threads in a big round).
- * So the rounds are as many as the longest chain of pages one list leads through, not one per
- * chunk. Never process_vm_readv (_procmem_read.h says why). Each page read is copied into the caller's buffer of its heap and
- * flagged in the caller's ``filled`` (1); what the buffer holds elsewhere is left alone.
+ * list needs are read together (a pread of /proc/PID/mem each; in a stop, by two threads in a
+ * big round, and the pages the held target alone maps through process_vm_readv:
+ * _procmem_read.h). So the rounds are as many as the longest chain of pages one list leads
+ * through, not one per chunk. Each page read is copied into the caller's buffer of its heap
+ * and flagged in the caller's ``filled`` (1); what the buffer holds elsewhere is left alone.
  *
  * Nothing is checked here beyond what keeps the reads inside the heaps: a list is followed
  * until it returns to its head, leaves the heaps, is misaligned, names a size that does not fit

@@ -10,7 +10,10 @@
  * goes through process_vm_readv only where its pagemap entry, read while every thread of the
  * target is held (no fork can share it meanwhile), says it is present and mapped by the
  * target alone (bit 56); a page mapped once but not yet marked exclusive is then made so by the
- * kernel without a copy. Everything else is read with pread. */
+ * kernel without a copy. Everything else is read with pread. (Not excluded: a page mapped once
+ * whose exclusive mark a fork cleared and which the kernel will not take back in place, a part
+ * of a split transparent huge page, is still copied; that needs a heap in huge pages and a
+ * child forked earlier that has since exited.) */
 #ifndef MEMFORENSICS_PROCMEM_READ_H
 #define MEMFORENSICS_PROCMEM_READ_H
 

@@ -24,7 +24,7 @@ per-chunk arrays (a census of a GB heap needs none): each HeapChunks then has em
 How a live read stays consistent: each heap is read in windows (1 MiB pieces for about 3 ms,
 at most 16 MiB, plus a tail: sources.glibc.heap_window), each window in a stop of every
 thread at a moment its arena's mutex is free (a single-threaded target: no thread inside the
-allocator), copied with process_vm_readv where the optional C copy is built; the stop ends
+allocator), copied through /proc/PID/mem (in C where the optional copy is built); the stop ends
 as soon as the window is copied, so the target's longest stall does not grow with the heap.
 The chunks are walked after the stop, from the copy. A chunk crossing a window's end is
 continued from the next window (another moment): every header is validated (aligned, at

@@ -156,8 +156,7 @@ class HeapWalk:
     def _read(self, into: memoryview, base: int, end: int) -> None:
         """[base, end) into ``into`` (``base`` page-aligned): its present pages read, the
         others zeros; through the optional C copy where it is built (one pread per run of
-        present pages: six times the Python read's speed here, the stop that much
-        shorter)."""
+        present pages, in C)."""
         pages = self.ref.pages
         if pages is None:
             into[:] = self.mem.read_present(base, end - base)

@@ -9,10 +9,11 @@ other page through /proc/PID/mem changes the target: a swapped-out page (bit 62)
 back in (its RSS grows, its swap shrinks), a never-touched page is mapped, and a page
 registered with userfaultfd blocks the reader. So ``PageMap.readable`` is the present pages,
 ``read`` refuses a range holding any page that is not present, and ``read_present`` reads the
-present pages of a range and leaves the others as zeros. Nothing reads a target with
-process_vm_readv: it pins what it reads, and a read-only pin of a present page the target
-shares copy-on-write with another process (a forked server's heap) makes the kernel (5.19
-and later) give the target a private copy of it first: its memory grows by the pages read.
+present pages of a range and leaves the others as zeros. process_vm_readv reads only pages
+a held target's pagemap says it alone maps (the C copies, _procmem_read.h): it pins what it
+reads, and a read-only pin of a present page the target shares copy-on-write with another
+process (a forked server's heap) makes the kernel (5.19 and later) give the target a private
+copy of it first: its memory would grow by the pages read.
 """
 
 from __future__ import annotations
