@@ -15,10 +15,8 @@ both kinds of page: shared, and its own since (which a held read may pin).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
-import platform
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +30,7 @@ from memforensics.sources.proc.procmem import ProcessMemoryReader
 from tests.support.glibc_releases import RELEASES, build_target, command, release_tree
 from tests.support.glibc_releases import skip_reason as release_skip_reason
 from tests.support.measured import run_measured
+from tests.support.private_pages import kernel_copies_on_pin, private_bytes, vm_readv
 from tests.support.targets import Target, live_skip_reason, running
 
 _SKIP = live_skip_reason()
@@ -49,39 +48,6 @@ COMMANDS = {
 }
 
 
-def _private_bytes(pid: int) -> int:
-    """Private_Clean + Private_Dirty of ``pid``, from the kernel's smaps_rollup."""
-    fields = {}
-    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-        name, _, rest = line.partition(":")
-        if name in ("Private_Clean", "Private_Dirty"):
-            fields[name] = int(rest.split()[0]) * 1024
-    return sum(fields.values())
-
-
-def _vm_readv(pid: int, address: int, length: int) -> int:
-    """One process_vm_readv of [address, address + length) of ``pid``: bytes read."""
-
-    class IoVec(ctypes.Structure):
-        _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    buffer = ctypes.create_string_buffer(length)
-    local, remote = IoVec(ctypes.cast(buffer, ctypes.c_void_p), length), IoVec(address, length)
-    libc.process_vm_readv.restype = ctypes.c_ssize_t
-    return int(
-        libc.process_vm_readv(
-            pid, ctypes.byref(local), ctypes.c_ulong(1), ctypes.byref(remote), ctypes.c_ulong(1), 0
-        )
-    )
-
-
-def _kernel_unshares_on_pin() -> bool:
-    """Linux 5.19 and later copy a shared anonymous page before a read-only pin of it."""
-    major, minor = (int(part) for part in platform.release().split(".")[:2])
-    return (major, minor) >= (5, 19)
-
-
 @contextlib.contextmanager
 def _forked(version: str) -> Iterator[Target]:
     """tests/targets/forked_heap.c run on glibc ``version``."""
@@ -97,10 +63,10 @@ def _assert_pin_copies(pid: int, block: int) -> None:
     grows ``pid``'s private bytes (where the kernel copies on a pin): the oracle can see it."""
     page = os.sysconf("SC_PAGE_SIZE")
     start = (block + page - 1) // page * page
-    before = _private_bytes(pid)
-    assert _vm_readv(pid, start, PROBE_PAGES * page) == PROBE_PAGES * page
-    grown = _private_bytes(pid) - before
-    if _kernel_unshares_on_pin():
+    before = private_bytes(pid)
+    assert vm_readv(pid, start, PROBE_PAGES * page) == PROBE_PAGES * page
+    grown = private_bytes(pid) - before
+    if kernel_copies_on_pin():
         # (A page of them may be private already: the parent's stdio buffer, written after
         # the fork, lies in the same heap.)
         assert grown >= PROBE_PAGES // 2 * page, grown
@@ -121,9 +87,9 @@ def test_a_held_copy_pins_only_the_pages_the_target_alone_maps() -> None:
             try:
                 os.kill(pid, signal.SIGSTOP)  # single-threaded: held still
                 try:
-                    before = _private_bytes(pid)
+                    before = private_bytes(pid)
                     assert copy_into(mem, segment, 0, segment.length, threads=2, held=True)
-                    after = _private_bytes(pid)
+                    after = private_bytes(pid)
                     expected = mem.read_present(heap.start_address, segment.length)
                 finally:
                     os.kill(pid, signal.SIGCONT)
@@ -146,11 +112,11 @@ def test_reading_a_forked_heap_copies_none_of_its_pages(version: str, tmp_path: 
         pid = target.pid
         assert os.path.exists(f"/proc/{int(child)}")
         for name, args in COMMANDS.items():
-            before = _private_bytes(pid)
+            before = private_bytes(pid)
             folders = ["--textfile-dir", str(tmp_path), "--state-dir", str(tmp_path / "state")]
             argv = [*args, *(folders if name == "collect" else []), str(pid)]
             run = run_measured(argv, timeout_seconds=120)
-            after = _private_bytes(pid)
+            after = private_bytes(pid)
             assert run.exit_code == 0, (name, run.exit_code, run.stderr)
             assert "Traceback" not in run.stderr, run.stderr
             document = json.loads(run.stdout)

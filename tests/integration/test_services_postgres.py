@@ -8,14 +8,25 @@ waits for pgbench to finish: 0 failed transactions, and a server log without a c
 
 from __future__ import annotations
 
+import contextlib
+
+import psutil
 import pytest
 
 from memforensics.errors import MemforensicsError
+from memforensics.sources.proc.procmaps import read_maps
 from tests.support.postgres import (
+    PG_DATABASE,
     PgbenchRun,
     PostgresCluster,
     pgbench_failed_transactions,
     pgbench_processed_transactions,
+)
+from tests.support.private_pages import (
+    heap_shared_bytes,
+    kernel_copies_on_pin,
+    private_bytes,
+    vm_readv,
 )
 from tests.support.service_figures import Figure, json_measured_share, record
 from tests.support.service_runs import (
@@ -118,3 +129,44 @@ def test_pgbench_had_no_failures_and_the_log_is_clean(
     assert failed == 0, output[-2000:]
     assert processed is not None and processed > 0, output[-2000:]
     assert pg_cluster.bad_log_lines() == []
+
+
+# What an idle auxiliary process may write to its own pages while it is read (a wake-up or
+# two: a few pages), well under the postmaster's heap it shares (hundreds of KiB).
+AUX_SLACK_BYTES = 64 << 10
+
+
+@pytest.mark.timeout(120)
+def test_forked_processes_keep_the_heap_they_share_with_the_postmaster(
+    pg_cluster: PostgresCluster,
+) -> None:
+    """The postmaster's children share its heap copy-on-write, as forked servers do. The
+    auxiliary ones holding shared heap pages (the background writer and the WAL writer here),
+    read by the default `inspect` and by `census` (which copies every heap page) once pgbench
+    is done: their private bytes, as the kernel counts them, are what they were (no shared
+    page was copied for the read). One
+    process_vm_readv of the same shared heap pages does grow them: the oracle sees a copy."""
+    assert pg_cluster.postmaster is not None
+    sharing = []
+    for child in psutil.Process(pg_cluster.postmaster.pid).children():
+        with contextlib.suppress(psutil.NoSuchProcess):
+            title = " ".join(child.cmdline())
+            if PG_DATABASE not in title and heap_shared_bytes(child.pid) >= 64 << 10:
+                sharing.append(child.pid)
+    assert sharing, "no child of the postmaster shares its heap"
+    for pid in sharing:
+        for command in ("inspect", "census"):
+            before = private_bytes(pid)
+            document = cli_json(command, pid)
+            after = private_bytes(pid)
+            if command == "inspect":
+                assert document["read_only"]["source"] == "live", document["read_only"]
+            assert after - before <= AUX_SLACK_BYTES, (command, pid, before, after)
+    pid = sharing[0]
+    heap = next(m for m in read_maps(pid) if m.path == "[heap]")
+    shared = heap_shared_bytes(pid)
+    before = private_bytes(pid)
+    length = heap.end_address - heap.start_address
+    assert vm_readv(pid, heap.start_address, length) == length
+    if kernel_copies_on_pin():
+        assert private_bytes(pid) - before >= shared // 2, (shared, before)
