@@ -279,6 +279,14 @@ class StopRules:
     def held(self) -> bool:
         return self.hold is not None
 
+    @property
+    def holding(self) -> bool:
+        """A stop holds the target now: an arena's read in its stop. False in a held read's
+        arena locked at every stop, then read while the target runs (arena_figures.held_read):
+        that read must not take a moving list for a corrupt one, nor pin a page (a fork may
+        share it meanwhile), nor read with two threads."""
+        return self.hold is not None and self.hold.stopped
+
     def defers(self, weight_bytes: int, deferrable: bool = True) -> bool:
         """This arena's walk is made after its stop (a scouted one's never is)."""
         return deferrable and self.hold is not None and weight_bytes >= _DEFER_MIN_BYTES
@@ -573,7 +581,7 @@ class _HeapRead:
     def _read_main(
         self, fresh: ArenaState | None, *, weight_bytes: int, scouted: ArenaWalker | None = None
     ) -> Finish:
-        mem, held = self.mem, self.rules.held
+        mem, held = self.mem, self.rules.holding
         heaps = self.main_heaps
         state = self.main_state if not held or self.main_state is None else fresh
         if state is None and self.main_state is not None:
@@ -760,9 +768,9 @@ class _HeapRead:
         weight_bytes: int,
         scouted: ArenaWalker | None = None,
     ) -> Finish:
-        mem = self.mem
+        mem, held = self.mem, self.rules.holding
         state = self.states[address]
-        if self.rules.held:
+        if held:
             held_state = fresh or read_state(mem, address)
             if held_state is None:  # unreadable in this stop: its figures stay unknown
                 return read_arena(
@@ -779,7 +787,7 @@ class _HeapRead:
         arena_heaps = self.by_arena.get(address) or heaps_from_top(mem, state)
         state, arena_heaps, layout_ok = _settle_layout(mem, state, arena_heaps)
         if not (
-            self.rules.held and scouted is not None and scouted.keep_scout_residency(arena_heaps)
+            held and scouted is not None and scouted.keep_scout_residency(arena_heaps)
         ):
             for heap in arena_heaps:
                 heap.pages = mem.pagemap(heap.start, heap.start + heap.mprotect_bytes)
@@ -795,7 +803,7 @@ class _HeapRead:
             retry_deadline=self.rules.retry_deadline(share),
             pause=self.pause,
             figures=self.figures,
-            held=self.rules.held,
+            held=held,
             defer=self.rules.defers(weight_bytes, scouted is None),
             scouted=scouted,
             walk=address not in self.unwalked,
