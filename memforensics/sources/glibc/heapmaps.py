@@ -786,9 +786,7 @@ class _HeapRead:
             state = held_state
         arena_heaps = self.by_arena.get(address) or heaps_from_top(mem, state)
         state, arena_heaps, layout_ok = _settle_layout(mem, state, arena_heaps)
-        if not (
-            held and scouted is not None and scouted.keep_scout_residency(arena_heaps)
-        ):
+        if not (held and scouted is not None and scouted.keep_scout_residency(arena_heaps)):
             for heap in arena_heaps:
                 heap.pages = mem.pagemap(heap.start, heap.start + heap.mprotect_bytes)
         self.seen[address] = arena_heaps
