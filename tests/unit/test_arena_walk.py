@@ -373,3 +373,51 @@ def test_an_arena_whose_bins_heads_changed_since_its_scout_is_moving(arena: Aren
             assert walker.moved_since_scout(None)
         finally:
             walker.close()
+
+
+@pytest.mark.parametrize("caught_up", [False, True], ids=["stop-alone", "caught-up"])
+def test_a_catch_up_before_the_stop_leaves_the_stop_no_page_to_follow(caught_up: bool) -> None:
+    """A busy arena's bin takes on chunks between the scout and the stop: one at its head on
+    a page the scout never read, one after a chunk whose page the scout copied (that copy is
+    old by then: it still ends the list there). Caught up before the stop (the target
+    running), both pages are flagged, so the stop copies them at one go and follows nothing
+    page by page; without it, its stop reads both itself (ArenaWalker._rescout). Either way
+    the bin's figures are the list as it is in the stop."""
+    size = 0x100
+    index = glibc.bin_index(size)
+    arena = Arena(safe_linked=True)
+    try:
+        old = [arena.chunk(0x10010, size), arena.chunk(0x20010, size)]
+        arena._link(index, old)
+        arena.top(TOP)
+        arena.word(arena.state + glibc.OFF_SYSTEM_MEM, PAGES * PAGE)  # the top fits it
+        with ProcessMemoryReader(os.getpid()) as mem:
+            pages = mem.pagemap(arena.base, arena.base + PAGES * PAGE)
+            heap = Heap(arena.base, arena.state, PAGES * PAGE, PAGES * PAGE, pages)
+            walker = ArenaWalker(
+                mem, [heap], is_main=False, pool=heapcopy.FreshBuffers(), held=True
+            )
+            try:
+                state = functools.partial(read_state, mem, arena.state)
+                scouted = state()
+                assert scouted is not None and walker.scout(scouted, time.monotonic() + 60)
+                assert walker.catch_up(state) == 0  # nothing moved yet: nothing read
+                added = [arena.chunk(0x38010, size), arena.chunk(0x4C010, size)]
+                arena._link(index, [added[0], *old, added[1]])
+                if caught_up:
+                    # 0x38 and 0x4C new; 0x10 and 0x20 read again (their copies were old).
+                    assert walker.catch_up(state) == 4
+                    filled = walker._segments[0].filled
+                    assert [filled[p] for p in (0x10, 0x20, 0x38, 0x4C)] == [1, 1, 1, 1]
+                    assert set(filled) <= {0, 1}
+                assert walker.keep_scout_residency([heap]) and walker.adopt([heap])
+                now = state()
+                assert now is not None
+                walk = walker.walk(now, deadline=time.monotonic() + 60)
+                assert walk.bins[index] == (4, 4 * size)
+                assert walk.unmeasured_bins == []
+                assert walker.rescouted_pages == (0 if caught_up else 2)
+            finally:
+                walker.close()
+    finally:
+        arena.close()

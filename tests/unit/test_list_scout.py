@@ -40,6 +40,7 @@ class Heap:
         self.readable = bytearray(b"\x01" * PAGES)
         self.inconsistent = -1  # lists failing glibc's bk check, as the last scout found
         self.tags: tuple[bytearray, bytearray] | None = None  # (lo, hi) bins per page, if kept
+        self.pages_read = 0  # what the last scout said it read
         self.fd = os.open("/proc/self/mem", os.O_RDONLY)
 
     def chunk(self, offset: int, size: int, fd: int, bk: int) -> int:
@@ -55,8 +56,11 @@ class Heap:
         max_pages: int = 1 << 30,
         pagemap_fd: int = -1,
         threads: int = 1,
+        *,
+        fresh: bool = False,
     ) -> int:
         view = memoryview(self.copy)
+        flagged_before = len(self.flagged())
         try:
             status, pages, self.inconsistent = native.scout(  # type: ignore[union-attr]
                 self.fd,
@@ -67,10 +71,15 @@ class Heap:
                 max_pages,
                 pagemap_fd,
                 threads,
+                0,
+                fresh,
             )
         finally:
             view.release()
-        assert pages == sum(flag == 1 for flag in self.filled)
+        assert set(self.filled) <= {0, 1}  # no flag of the scout's own is left behind
+        if not fresh:  # (a fresh scout reads flagged pages again: more reads than new flags)
+            assert pages == len(self.flagged()) - flagged_before
+        self.pages_read = int(pages)
         return int(status)
 
     def flagged(self) -> set[int]:
@@ -261,3 +270,78 @@ def test_a_list_without_a_bin_tags_nothing_and_bad_tags_are_refused(heap: Heap) 
     heap.tags = (bytearray([255]) * 2, bytearray(2))
     with pytest.raises(ValueError, match="one byte per page"):
         heap.scout([(HEAD, first, CIRCULAR, 3)])
+
+
+def _moved_ring(heap: Heap) -> tuple[int, int]:
+    """A list on pages 2 and 7 scouted (with the pagemap, as a catch-up reads), then moved as
+    a busy arena moves it: a chunk on page 12 put at its head, and one on page 18 put after
+    the chunk of page 7 (that page's copy is now old: it still ends the list there). The
+    list's old first chunk and its new one."""
+    old = _ring(heap, [(2 * PAGE, 64), (7 * PAGE, 64)])
+    pagemap = os.open("/proc/self/pagemap", os.O_RDONLY)
+    try:
+        assert heap.scout([(HEAD, old, CIRCULAR)], pagemap_fd=pagemap) == 0
+    finally:
+        os.close(pagemap)
+    assert heap.flagged() == {2, 7}
+    new = _ring(heap, [(12 * PAGE, 64), (2 * PAGE, 64), (7 * PAGE, 64), (18 * PAGE, 64)])
+    return old, new
+
+
+def test_a_fresh_scout_reads_again_the_copied_pages_a_moved_list_leads_through(
+    heap: Heap,
+) -> None:
+    """Through pages copied before, a scout trusts their old bytes and misses what the list
+    took on past them; a fresh one reads each again (once) and finds it. Both keep every
+    page flagged, and the copy then holds the list as it is now."""
+    _, new = _moved_ring(heap)
+    kept_filled, kept_copy = bytes(heap.filled), bytes(heap.copy)
+    pagemap = os.open("/proc/self/pagemap", os.O_RDONLY)
+    try:
+        assert heap.scout([(HEAD, new, CIRCULAR)], pagemap_fd=pagemap) == 0
+        assert heap.flagged() == {2, 7, 12}  # page 18 missed: page 7's old bytes end the list
+        assert heap.pages_read == 1
+        heap.filled[:], heap.copy[:] = kept_filled, kept_copy
+        assert heap.scout([(HEAD, new, CIRCULAR)], pagemap_fd=pagemap, fresh=True) == 0
+    finally:
+        os.close(pagemap)
+    assert heap.flagged() == {2, 7, 12, 18}
+    assert heap.pages_read == 4  # 12 and 18 new, 2 and 7 read again
+    assert heap.inconsistent == 0
+    heap.assert_copied()
+
+
+def test_a_fresh_scout_never_reads_a_copied_page_that_left_ram_and_keeps_it_flagged(
+    heap: Heap,
+) -> None:
+    """A page copied before that is no longer in RAM (swapped out since) is not read again
+    (that would fault it back into the target): it keeps its flag and its old copy, and the
+    list ends there; the stop's copy decides about it."""
+    _, new = _moved_ring(heap)
+    old_page_7 = bytes(heap.copy[7 * PAGE : 8 * PAGE])
+    heap.memory.madvise(mmap.MADV_DONTNEED, 7 * PAGE, PAGE)
+    pagemap = os.open("/proc/self/pagemap", os.O_RDONLY)
+    try:
+        assert heap.scout([(HEAD, new, CIRCULAR)], pagemap_fd=pagemap, fresh=True) == 0
+    finally:
+        os.close(pagemap)
+    assert heap.flagged() == {2, 7, 12}
+    assert heap.copy[7 * PAGE : 8 * PAGE] == old_page_7 != bytes(PAGE)
+    assert heap.pages_read == 2  # 12 new, 2 again; never 7 (nor 18, past it)
+
+
+def test_a_fresh_scout_cut_short_leaves_the_pages_it_did_not_reach_flagged(heap: Heap) -> None:
+    _, new = _moved_ring(heap)
+    pagemap = os.open("/proc/self/pagemap", os.O_RDONLY)
+    try:
+        status = heap.scout([(HEAD, new, CIRCULAR)], max_pages=2, pagemap_fd=pagemap, fresh=True)
+    finally:
+        os.close(pagemap)
+    assert status == 1
+    assert heap.flagged() == {2, 7, 12}  # 7 asked for in the round cut: flagged as before
+
+
+def test_a_fresh_scout_reads_the_pagemap_or_is_refused(heap: Heap) -> None:
+    first = _ring(heap, [(7 * PAGE, 64)])
+    with pytest.raises(ValueError, match="pagemap"):
+        heap.scout([(HEAD, first, CIRCULAR)], fresh=True)

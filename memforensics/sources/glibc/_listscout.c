@@ -44,7 +44,10 @@ typedef struct {
     const unsigned char *readable; /* pagemap: 1 = in RAM (may be read) */
     uint64_t known;                /* entries of readable */
     /* 1 = copied; 2 = asked for in this round; 3 = found not in RAM as it was to be read
-     * (pagemap_fd only; 0 again before the scout returns) */
+     * (pagemap_fd only; 0 again before the scout returns). A fresh scout's (its pages copied
+     * earlier are read again once, where a list needs them; 1 again before it returns): 4 =
+     * copied earlier, not read again yet; 5 = one of those asked for in this round; 6 = one
+     * of those found not in RAM (not read: it keeps its earlier copy and flag) */
     unsigned char *filled;
     int pagemap_fd; /* >= 0: whether a page is in RAM is read as it is to be read, not readable */
     /* Optional (NULL: not kept): per page, the lowest and highest bin whose list needed it
@@ -52,7 +55,8 @@ typedef struct {
     unsigned char *lo, *hi;
 } Seg;
 
-enum { NOT_COPIED = 0, COPIED = 1, ASKED = 2, NOT_IN_RAM = 3 };
+enum { NOT_COPIED = 0, COPIED = 1, ASKED = 2, NOT_IN_RAM = 3, STALE = 4, ASKED_STALE = 5,
+       STALE_GONE = 6 };
 
 /* What a list is: a bin's circular list (ends back at its head), or a fastbin (ends at NULL;
  * its fd pointers stored as they are, or safe-linked as glibc >= 2.32 stores them). */
@@ -101,7 +105,8 @@ static Seg *find_seg(Seg *segs, Py_ssize_t count, uint64_t address) {
  * it is in RAM is read by the reader as it is about to read it (entry_now). */
 static int readable(const Seg *seg, uint64_t index) {
     if (index >= seg->pages) return 0;
-    if (seg->pagemap_fd >= 0) return seg->filled[index] != NOT_IN_RAM;
+    if (seg->pagemap_fd >= 0)
+        return seg->filled[index] != NOT_IN_RAM && seg->filled[index] != STALE_GONE;
     return index < seg->known && seg->readable[index];
 }
 
@@ -129,8 +134,9 @@ static int need(Seg *seg, uint64_t index, int bin, Want *wants, size_t *nwants,
     }
     if (index < seg->pages && seg->filled[index] == COPIED) return 1; /* nothing to ask */
     if (!readable(seg, index)) return -1;
-    if (seg->filled[index] == NOT_COPIED && *nwants < max_wants) {
-        seg->filled[index] = ASKED;
+    unsigned char *flag = &seg->filled[index];
+    if ((*flag == NOT_COPIED || *flag == STALE) && *nwants < max_wants) {
+        *flag = *flag == STALE ? ASKED_STALE : ASKED;
         wants[(*nwants)++] = (Want){seg, index, 0};
     }
     return 0;
@@ -197,7 +203,8 @@ static size_t read_wants(int fd, pid_t held_pid, Want *wants, size_t nwants, uin
         Seg *seg = wants[i].seg;
         uint64_t entry = seg->pagemap_fd >= 0 ? entry_now(seg, wants[i].index) : 0;
         if (seg->pagemap_fd >= 0 && !(entry & PM_PRESENT)) {
-            seg->filled[wants[i].index] = NOT_IN_RAM;
+            unsigned char *flag = &seg->filled[wants[i].index];
+            *flag = *flag == ASKED_STALE ? STALE_GONE : NOT_IN_RAM;
             continue;
         }
         wants[i].pin = held_pid > 0 && pinnable(entry);
@@ -220,6 +227,14 @@ static size_t read_wants(int fd, pid_t held_pid, Want *wants, size_t nwants, uin
     }
     pinned_flush(&pinned);
     return nwants;
+}
+
+/* The pages asked for in a round that is not read: as they were before it. */
+static void unask(Want *wants, size_t nwants) {
+    for (size_t i = 0; i < nwants; i++) {
+        unsigned char *flag = &wants[i].seg->filled[wants[i].index];
+        *flag = *flag == ASKED_STALE ? COPIED : NOT_COPIED;
+    }
 }
 
 typedef struct {
@@ -254,7 +269,8 @@ static size_t read_round(int fd, pid_t held_pid, Want *wants, size_t nwants, uin
     return read + second.read;
 }
 
-/* scout(fd, segments, lists, page, deadline, max_pages[, pagemap_fd[, threads[, held_pid]]])
+/* scout(fd, segments, lists, page, deadline, max_pages[, pagemap_fd[, threads[, held_pid
+ *       [, fresh]]]])
  *     -> (status, pages, inconsistent)
  * fd: the target's /proc/PID/mem.
  * segments: sorted, not overlapping (buffer, start, readable, filled[, lo, hi]): a writable
@@ -275,16 +291,22 @@ static size_t read_round(int fd, pid_t held_pid, Want *wants, size_t nwants, uin
  * and one that came since is. threads: 2 lets a big round's pages be read by two threads
  * (the same bytes; only the time differs). held_pid (0: none): the caller holds every thread
  * of that process, the target, still: with pagemap_fd, the pages it alone maps are read
- * pinned (read_wants). */
+ * pinned (read_wants). fresh (needs pagemap_fd): the pages flagged copied on entry are read
+ * again where a list leads through them (once each), not trusted: a catch-up of lists that
+ * moved since those pages were copied; they stay flagged whether read again or not. */
 static PyObject *scout(PyObject *self, PyObject *args) {
     (void)self;
-    int fd, pagemap_fd = -1, threads = 1, held_pid = 0;
+    int fd, pagemap_fd = -1, threads = 1, held_pid = 0, fresh = 0;
     PyObject *seg_items, *list_items;
     unsigned long long page, max_pages;
     double deadline;
-    if (!PyArg_ParseTuple(args, "iOOKdK|iii", &fd, &seg_items, &list_items, &page, &deadline,
-                          &max_pages, &pagemap_fd, &threads, &held_pid))
+    if (!PyArg_ParseTuple(args, "iOOKdK|iiip", &fd, &seg_items, &list_items, &page, &deadline,
+                          &max_pages, &pagemap_fd, &threads, &held_pid, &fresh))
         return NULL;
+    if (fresh && pagemap_fd < 0) {
+        PyErr_SetString(PyExc_ValueError, "a fresh scout reads the pagemap as it goes");
+        return NULL;
+    }
     if (page == 0 || (page & (page - 1))) {
         PyErr_SetString(PyExc_ValueError, "page must be a power of two");
         return NULL;
@@ -378,6 +400,9 @@ static PyObject *scout(PyObject *self, PyObject *args) {
         lists[i] = (List){.head = head, .chunk = first, .previous = head, .kind = kind,
                           .done = first == head || first == 0, .bin = bin};
     }
+    for (Py_ssize_t i = 0; fresh && i < nsegs; i++)
+        for (uint64_t index = 0; index < segs[i].pages; index++)
+            if (segs[i].filled[index] == COPIED) segs[i].filled[index] = STALE;
     int status = 0;
     unsigned long long read_pages = 0;
     Py_BEGIN_ALLOW_THREADS
@@ -388,19 +413,22 @@ static PyObject *scout(PyObject *self, PyObject *args) {
         if (nwants == 0) break;
         if (read_pages + nwants > max_pages) {
             status = 1;
-            for (size_t i = 0; i < nwants; i++) wants[i].seg->filled[wants[i].index] = NOT_COPIED;
+            unask(wants, nwants);
             break;
         }
         if (monotonic_seconds() > deadline) {
             status = 2;
-            for (size_t i = 0; i < nwants; i++) wants[i].seg->filled[wants[i].index] = NOT_COPIED;
+            unask(wants, nwants);
             break;
         }
         read_pages += read_round(fd, held_pid, wants, nwants, page, threads);
     }
     for (Py_ssize_t i = 0; pagemap_fd >= 0 && i < nsegs; i++) /* the caller knows 0 and 1 */
-        for (uint64_t index = 0; index < segs[i].pages; index++)
-            if (segs[i].filled[index] == NOT_IN_RAM) segs[i].filled[index] = NOT_COPIED;
+        for (uint64_t index = 0; index < segs[i].pages; index++) {
+            unsigned char *flag = &segs[i].filled[index];
+            if (*flag == NOT_IN_RAM) *flag = NOT_COPIED;
+            else if (*flag == STALE || *flag == STALE_GONE) *flag = COPIED;
+        }
     Py_END_ALLOW_THREADS
     Py_ssize_t inconsistent = 0;
     for (Py_ssize_t i = 0; i < nlists; i++) inconsistent += lists[i].inconsistent;

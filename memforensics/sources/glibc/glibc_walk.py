@@ -86,6 +86,11 @@ SCOUT_MAX_BYTES = 64 << 20
 # thread longer; where that refusal lets malloc_info be called instead, the call keeps only
 # its calling thread busy.
 HELD_LAZY_SECONDS = 0.015
+# The catch-up of a moving arena's lists before its stop (ArenaWalker.catch_up) reads at most
+# this many pages (our memory until the stop; its stop copies them again) for at most this
+# long: a busy arena's lists change as fast as it frees, so past that it no longer keeps up.
+_CATCH_UP_MAX_PAGES = 4096
+_CATCH_UP_SECONDS = 0.02
 HELD_CHECK_SECONDS = 0.1  # the least a list found inconsistent in a stop is diagnosed for
 # A walk copying block by block as the lists lead gives up past this many bytes copied (the
 # arena's figures then unknown): our memory, no more than the biggest whole copy.
@@ -103,6 +108,18 @@ def _nonempty_bins(state: ArenaState, first: int) -> list[int]:
     # within a few stops).
     indexes = compress(range(1, glibc.NBINS), map(ne, state.bins[0::2], heads))
     return [index for index in indexes if index >= first]
+
+
+def _moved_bins(heads: tuple[tuple[int, ...], tuple[int, ...]], state: ArenaState) -> list[int]:
+    """The bins (_FASTBIN: the fastbins) whose heads in ``state`` differ from ``heads``
+    (bins and fastbins as an earlier state had them), the non-empty ones."""
+    bins, fastbins = heads
+    moved = [_FASTBIN] if fastbins != state.fastbins and any(state.fastbins) else []
+    return moved + [
+        index
+        for index in _nonempty_bins(state, 1)
+        if bins[2 * (index - 1) : 2 * index] != state.bins[2 * (index - 1) : 2 * index]
+    ]
 
 
 def _scout_lists_of(state: ArenaState, indexes: Sequence[int]) -> list[tuple[int, int, int, int]]:
@@ -140,6 +157,7 @@ def _native_scout(
     *,
     live: bool = False,
     held: bool = False,
+    fresh: bool = False,
 ) -> int:
     """One _listscout.scout call: the pages read; OutOfPages past ``max_pages`` (None: no
     bound; with the count of lists that failed glibc's bk check), OutOfTime past
@@ -147,7 +165,9 @@ def _native_scout(
     the segments' readable flags are older than this call (an earlier scout's), so whether
     a page is in RAM is read from the pagemap as each is about to be read. ``held``: the
     target is held still (a scout again, in its stop): two threads may read, and with
-    ``live`` the pages it alone maps are read with process_vm_readv (_procmem_read.h)."""
+    ``live`` the pages it alone maps are read with process_vm_readv (_procmem_read.h).
+    ``fresh`` (with ``live``): the pages copied before are read again where the lists lead
+    through them, not trusted (they stay flagged)."""
     left = max(max_pages if max_pages is not None else 1 << 62, 0)
     assert _scout_native is not None
     status, pages, inconsistent = _scout_native.scout(
@@ -160,6 +180,7 @@ def _native_scout(
         mem.pagemap_fd if live else -1,
         _reader_threads(held),
         mem.pid if held else 0,
+        fresh,
     )
     if status == 1:
         raise OutOfPages(int(inconsistent))
@@ -566,6 +587,49 @@ class ArenaWalker:
                 sum(len(s.filled) for s in self._segments),
                 live=self._residency_from_scout,
             )
+
+    def catch_up(self, fresh_state: Callable[[], ArenaState | None]) -> int:
+        """Outside a stop, just before the stop of a scouted read (of the part to be read
+        now, where split) whose lists are moving: the lists of that part whose heads moved
+        since the scout followed again from their heads as ``fresh_state()`` reads them now,
+        while the target runs, each page they lead through read again (the scout's copy of
+        it is old, or zeros after a split) and the pages new to them read and flagged for
+        the stop's copy, each looked up in the pagemap as it is read; then once more those
+        whose heads moved during that, through what it read. A busy arena puts each chunk
+        it frees on its unsorted bin, a page of its own each: those pages are then copied in
+        the stop at one go, not followed there a page a round. This only learns pages: the
+        stop copies every flagged page again and checks the lists over that copy. The pages
+        read (0: nothing moved, or the catch-up could not be made)."""
+        if not self._scouted or self.closed or self._scouted_heads is None:
+            return 0
+        if _scout_native is None or not isinstance(self._mem, ProcessMemoryReader):
+            return 0
+        pages = 0
+        heads = self._scouted_heads
+        deadline = time.monotonic() + _CATCH_UP_SECONDS
+        try:
+            for fresh in (True, False):
+                state = fresh_state()
+                if state is None:
+                    break
+                moved = [i for i in _moved_bins(heads, state) if self._in_part(i)]
+                heads = (state.bins, state.fastbins)
+                if not moved:
+                    break
+                pages += _native_scout(
+                    self._mem,
+                    self._scout_segments(),
+                    _scout_lists_of(state, moved),
+                    _CATCH_UP_MAX_PAGES - pages,
+                    deadline,
+                    live=True,
+                    fresh=fresh,
+                )
+        except (OutOfTime, ValueError):
+            pass  # what it read stays flagged (copied in the stop, checked there)
+        finally:
+            self.scouted_bytes = sum(s.filled.count(1) for s in self._segments) * self._page
+        return pages
 
     def _scout_lists(
         self, state: ArenaState, indexes: Sequence[int], max_pages: int | None, live: bool = False

@@ -333,7 +333,9 @@ class StopRules:
         _MOVING_PART_MAX_BYTES where its lists are ``moving``): each part in a stop of its
         own, the stops ended between them (where the pages the last one copied are zeroed),
         their scans one arena's (arena_read.merge_parts). A part's read that closed the
-        walker (the arena was read whole: its heaps shrank or went since the scout) ends it."""
+        walker (the arena was read whole: its heaps shrank or went since the scout) ends it.
+        Where the lists are ``moving``, each part's are caught up with the running target
+        just before its stop (ArenaWalker.catch_up)."""
         parts = 1
         part_bytes = _MOVING_PART_MAX_BYTES if moving else _PART_MAX_BYTES
         if walker is not None and self.hold is not None and walker.scouted_bytes > part_bytes:
@@ -350,6 +352,11 @@ class StopRules:
                 if walker.closed:
                     break
                 walker.next_part()
+            if walker is not None and moving and self.hold is not None:
+                # (Running: what its lists took on since the scout is learnt now, and
+                # copied at one go in the stop instead of followed there page by page.)
+                self.let_run()
+                walker.catch_up(fresh_state)
             if walker is not None:
                 weight_bytes = walker.scouted_bytes
             self.add(
