@@ -79,11 +79,10 @@ _SCOUT_GIVE_UPS = 2
 # (ArenaWalker.split): a part's stop copies its lists' pages (~1.3 us a page by two threads
 # of ours), so that no one stop of a big arena with long spread lists lasts more than a few
 # milliseconds, whatever its lists' size. An arena whose lists are moving (its bins' heads
-# changed since its scout, or an earlier arena's did) is cut finer: its stops also follow
-# the lists that moved, page by page (~7 us a page), and each part's stop follows only its
-# own bins'.
+# changed since its scout, or an earlier arena's did) is cut the same: its lists are caught
+# up before each stop (ArenaWalker.catch_up), so a stop follows page by page (~7 us a page)
+# only what moved in the milliseconds since, and finer parts would only add stops.
 _PART_MAX_BYTES = 16 << 20
-_MOVING_PART_MAX_BYTES = 4 << 20
 _MAX_ARENAS = 1 << 16  # a ``next`` list longer than this is not glibc's
 # A held read's budget grows by this much per thread arena: it stops the target every few
 # arenas, and each stop of a process of many threads costs more (1,500 threads: 25-35 ms to
@@ -329,15 +328,14 @@ class StopRules:
         moving: bool = False,
     ) -> None:
         """Read one arena (``add``; ``read`` is handed the state, and ``weight_bytes=``), in
-        parts where its scouted ``walker`` splits (ArenaWalker.split: _PART_MAX_BYTES, or
-        _MOVING_PART_MAX_BYTES where its lists are ``moving``): each part in a stop of its
-        own, the stops ended between them (where the pages the last one copied are zeroed),
-        their scans one arena's (arena_read.merge_parts). A part's read that closed the
-        walker (the arena was read whole: its heaps shrank or went since the scout) ends it.
-        Where the lists are ``moving``, each part's are caught up with the running target
-        just before its stop (ArenaWalker.catch_up)."""
+        parts where its scouted ``walker`` splits (ArenaWalker.split: _PART_MAX_BYTES): each
+        part in a stop of its own, the stops ended between them (where the pages the last
+        one copied are zeroed), their scans one arena's (arena_read.merge_parts). A part's
+        read that closed the walker (the arena was read whole: its heaps shrank or went
+        since the scout) ends it. Where the lists are ``moving``, each part's are caught up
+        with the running target just before its stop (ArenaWalker.catch_up)."""
         parts = 1
-        part_bytes = _MOVING_PART_MAX_BYTES if moving else _PART_MAX_BYTES
+        part_bytes = _PART_MAX_BYTES
         if walker is not None and self.hold is not None and walker.scouted_bytes > part_bytes:
             # (Its lists may come to more than a part: the split's work, the plan and the
             # scout's copy zeroed, is made with the target running, never in a stop that an
