@@ -350,9 +350,15 @@ class StopRules:
                 if walker.closed:
                     break
                 walker.next_part()
-            if walker is not None and moving and self.hold is not None:
+            if (
+                walker is not None
+                and moving
+                and self.hold is not None
+                and walker.moved_since_scout(fresh_state())
+            ):
                 # (Running: what its lists took on since the scout is learnt now, and
-                # copied at one go in the stop instead of followed there page by page.)
+                # copied at one go in the stop instead of followed there page by page. An
+                # arena whose heads stayed keeps the stop an arena before it left open.)
                 self.let_run()
                 walker.catch_up(fresh_state)
             if walker is not None:
