@@ -486,6 +486,10 @@ class ArenaWalker:
             (s.view, s.start, s.pages.readable, s.filled, *tags[s.start]) for s in self._segments
         ]
 
+    def _flagged_bytes(self) -> int:
+        """Bytes of the pages flagged copied (or to be copied in the stop) in every segment."""
+        return sum(s.filled.count(1) for s in self._segments) * self._page
+
     @property
     def scouted(self) -> bool:
         """The lists were scouted before the stop (``scout``)."""
@@ -497,7 +501,7 @@ class ArenaWalker:
         self._mangled = None  # decided again from the stop's copy
         self._scouted = scouted
         if scouted:
-            self.scouted_bytes = sum(s.filled.count(1) for s in self._segments) * self._page
+            self.scouted_bytes = self._flagged_bytes()
         else:
             self._tags = None
             self._reset(_LAZY_FILL_PAGES)
@@ -535,7 +539,7 @@ class ArenaWalker:
             self._zero(segment, segment.filled)
             mask = masks.get(segment.start, b"")[: len(segment.filled)]
             segment.filled[:] = mask.ljust(len(segment.filled), b"\x00")
-        self.scouted_bytes = sum(s.filled.count(1) for s in self._segments) * self._page
+        self.scouted_bytes = self._flagged_bytes()
 
     def _zero(self, segment: Segment, flags: bytes | bytearray) -> None:
         """Zeros on the pages of ``segment``'s copy flagged in ``flags`` (a split walker's:
@@ -628,7 +632,7 @@ class ArenaWalker:
         except (OutOfTime, ValueError):
             pass  # what it read stays flagged (copied in the stop, checked there)
         finally:
-            self.scouted_bytes = sum(s.filled.count(1) for s in self._segments) * self._page
+            self.scouted_bytes = self._flagged_bytes()
         return pages
 
     def _scout_lists(

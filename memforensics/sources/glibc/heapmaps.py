@@ -335,13 +335,12 @@ class StopRules:
         since the scout) ends it. Where the lists are ``moving``, each part's are caught up
         with the running target just before its stop (ArenaWalker.catch_up)."""
         parts = 1
-        part_bytes = _PART_MAX_BYTES
-        if walker is not None and self.hold is not None and walker.scouted_bytes > part_bytes:
+        if walker is not None and self.hold is not None and walker.scouted_bytes > _PART_MAX_BYTES:
             # (Its lists may come to more than a part: the split's work, the plan and the
             # scout's copy zeroed, is made with the target running, never in a stop that an
             # arena read before this one left open.)
             self.let_run()
-            parts = walker.split(part_bytes // walker.page_bytes)
+            parts = walker.split(_PART_MAX_BYTES // walker.page_bytes)
         start = len(self.rows)
         for part in range(parts):
             if part:
