@@ -6,7 +6,10 @@ holds the main arena's mutex inside malloc_stats() (blocked writing to a full st
 until the test drains the pipe, so the calls (malloc first) wait for it. After each kill the
 target must be alive, untraced, not stopped, and its main thread (the one that made the
 calls, blocked in read() on its stdin) must still answer commands: its registers and its
-interrupted system call came back.
+interrupted system call came back. The session makes no call while it sees an arena's mutex
+held (test_no_call_while_an_arena_stays_locked); the tests of a call that waits stand for a
+mutex taken just after that look (a race): they hide the arenas from the look
+(_lock_taken_after_the_look).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from pathlib import Path
 import pytest
 
 from memforensics.errors import MemforensicsError
+from memforensics.sources.gdb import gdb as gdb_module
+from memforensics.sources.gdb import watchdog_link
 from memforensics.sources.gdb.gdb import GdbSession
 from tests.support.stall_target import StallTarget
 from tests.support.targets import assert_integrity_intact, compile_target, live_skip_reason, running
@@ -33,6 +38,13 @@ pytestmark = [
     pytest.mark.skipif(_SKIP is not None, reason=_SKIP or ""),
     pytest.mark.skipif(os.uname().machine != "x86_64", reason="the guardian restores x86-64"),
 ]
+
+
+@pytest.fixture
+def _lock_taken_after_the_look(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The session's look at the arenas' mutexes finds no arena: as if the stall took the
+    main arena's mutex just after that look, so that the first call waits for it."""
+    monkeypatch.setattr(gdb_module, "arena_mutexes", lambda pid, libc_path: [])
 
 
 @contextlib.contextmanager
@@ -172,6 +184,7 @@ def test_gdb_killed_at_a_moment_leaves_the_target_running(moment: str, nth: int)
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("_lock_taken_after_the_look")
 def test_gdb_killed_during_a_long_call_the_guardian_finishes_it() -> None:
     with victim() as target:
         assert target.say("stall") == "stalling"
@@ -207,6 +220,34 @@ def test_gdb_killed_during_a_long_call_the_guardian_finishes_it() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("_lock_taken_after_the_look")
+def test_a_rescued_call_blocked_on_a_lock_past_the_deadline_is_unwound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """gdb killed while its call waits for a mutex that stays held past the rescue's
+    deadline: the guardian unwinds the call where it waits, never lets go of it (the call
+    would later return into gdb's breakpoint and kill the target). The main thread answers
+    while the mutex is still held: it is back in its read(), not in the call."""
+    monkeypatch.setattr(watchdog_link, "RESCUE_SECONDS", 1.0)
+    with victim() as target:
+        assert target.say("stall") == "stalling"
+        box: list[GdbSession] = []
+        log, fired = _kill_gdb_when(box, r"^-> \d+-data-evaluate-expression .*\(16\)", 0.3)
+        session = GdbSession(target.pid, timeout_seconds=30, log=log)
+        box.append(session)
+        with contextlib.suppress(MemforensicsError), session:
+            session.malloc_info()
+        assert fired.is_set()
+        # The mutex is still held (stderr not drained): only an unwound caller answers.
+        _left_running(target)
+        target.drain_stderr()
+        _left_running(target)
+        with GdbSession(target.pid, timeout_seconds=10) as again:
+            assert again.malloc_info().startswith(b"<malloc")
+        _left_running(target)
+
+
+@pytest.mark.slow
 def test_nothing_in_the_target_changes_across_dozens_of_inspects_and_trims() -> None:
     """Issue 10 item 3: registers (upper ymm lanes too) held across a loop, a blocking read()
     of an ordered byte stream, SIGALRM every 2 ms and heap buffers: all intact."""
@@ -231,19 +272,48 @@ def test_nothing_in_the_target_changes_across_dozens_of_inspects_and_trims() -> 
         assert len(safe_points) >= 2, safe_points
 
 
+def _stalled_malloc_info_error(target: StallTarget) -> MemforensicsError:
+    """The error of malloc_info through a session with a 1.5 s deadline, the main arena's
+    mutex held by the stall: a timeout (exit 6)."""
+    assert target.say("stall") == "stalling"
+    with (
+        pytest.raises(MemforensicsError) as info,
+        GdbSession(target.pid, timeout_seconds=1.5) as session,
+    ):
+        session.malloc_info()
+    assert info.value.exit_code == 6, info.value
+    return info.value
+
+
 @pytest.mark.slow
-def test_call_past_its_deadline_is_unwound_and_the_target_left_running() -> None:
-    """A call that overruns (here: waiting for an arena mutex another thread holds) is
-    interrupted and unwound; once the mutex is free the target carries on, untraced."""
+def test_no_call_while_an_arena_stays_locked() -> None:
+    """An arena's mutex held at every look from the safe point to the deadline (a thread
+    blocked inside malloc_stats): no call is made, so none can be left waiting in the
+    target; the session ends at its deadline, untraced at once, and the main thread (the
+    caller it chose) answers as soon as the mutex is let go."""
     with victim() as target:
-        assert target.say("stall") == "stalling"
         started = time.monotonic()
-        with (
-            pytest.raises(MemforensicsError) as info,
-            GdbSession(target.pid, timeout_seconds=1.5) as session,
-        ):
-            session.malloc_info()
-        assert info.value.exit_code == 6, info.value
+        error = _stalled_malloc_info_error(target)
+        assert "nothing was called" in error.message, error
+        assert time.monotonic() - started < 5
+        # No call was left to the watchdog: nothing traces the target once gdb detached.
+        assert target.status()["TracerPid"] == "0"
+        target.drain_stderr()
+        _left_running(target)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("_lock_taken_after_the_look")
+def test_call_past_its_deadline_is_unwound_and_the_target_left_running() -> None:
+    """A call that overruns (here: waiting for an arena mutex another thread took after the
+    session looked) is given up at its deadline, and said to be: gdb/MI reads no interrupt
+    while a non-stop call runs, so the watchdog takes the call over and restores the caller
+    once the mutex is free; the target then carries on, untraced."""
+    with victim() as target:
+        started = time.monotonic()
+        error = _stalled_malloc_info_error(target)
+        assert "did not return within 1.5 s" in error.message, error
+        assert "the watchdog took the call over" in error.message, error
         assert time.monotonic() - started < 15
         target.drain_stderr()
         _left_running(target)

@@ -297,6 +297,41 @@ def test_a_locked_arena_is_never_read_while_locked(tmp_path: Path) -> None:
         staller.close()
 
 
+@pytest.mark.slow
+def test_a_locked_arena_whose_fastbin_moves_is_refused_as_locked_never_as_corrupt() -> None:
+    """Its mutex held at every stop while another thread frees into one of its fastbins
+    (glibc pushes there without the mutex): the read made after the last stop, the target
+    running, sees that list move under it. The refusal is the locked arena's (exit 6), never
+    a corruption; the default's stand-in and the gdb path make no call (the mutex is held at
+    every look); the target is left untraced, and carries on once the mutex is let go."""
+    staller = StallTarget(20000)
+    try:
+        # 500,000 frees, one every 20 us or more: the fastbin moves for 10 s or more.
+        assert staller.say("churn 500000") == "churning"
+        assert staller.say("stall") == "stalling"
+        time.sleep(0.1)
+        for args in (
+            ("--read-only", "--json"),
+            ("--timeout", "2s"),
+            ("--gdb", "gdb", "--timeout", "2s"),
+        ):
+            before = int(staller.say("churned").split()[1])
+            done = run_cli("inspect", *args, str(staller.pid))
+            after = int(staller.say("churned").split()[1])
+            # The fastbin moved during the read, and still moved as it ended.
+            assert before < after < 500000, (before, after)
+            assert done.returncode == 6, (args, done.stderr)
+            assert "corrupt" not in done.stderr.lower(), (args, done.stderr)
+            assert "Traceback" not in done.stderr
+            said = "locked at every stop" if "--read-only" in args else "nothing was called"
+            assert said in done.stderr, (args, done.stderr)
+            fields = proc_status(staller.pid)
+            assert fields["TracerPid"] == "0" and fields["State"][0] not in "Tt", (args, fields)
+        _assert_staller_carries_on(staller)
+    finally:
+        staller.close()
+
+
 def _assert_staller_carries_on(staller: StallTarget) -> None:
     """Untraced, not stopped, and its main thread answers once its stall is released."""
     fields = proc_status(staller.pid)

@@ -12,6 +12,11 @@
  * thread that fills stderr (give it a pipe of 4 KiB nobody reads yet) and then calls
  * malloc_stats(), which blocks in its fprintf holding the main arena's mutex until stderr is
  * drained: a malloc_info called meanwhile waits for it, a call as long as the test wants.
+ * "churn N" (before "stall": it mallocs in the main arena) takes N blocks of 40 bytes there
+ * and starts a thread that frees them one every CHURN_GAP_US: past its tcache, each free
+ * pushes onto a main-arena fastbin without the arena's mutex (glibc frees to fastbins
+ * lock-free), so that fastbin moves even while "stall" holds the mutex. "churned" prints
+ * "churned <frees so far>".
  * On EOF it keeps sleeping (tests that start it with stdin closed still get a live target).
  */
 #include <malloc.h>
@@ -27,6 +32,10 @@ static pthread_barrier_t barrier;
 static long blocks_per_thread;
 static long size_steps = 61; /* block sizes 24, 40, ... 24 + 16 * (size_steps - 1) */
 static atomic_long longest_gap_us;
+#define CHURN_GAP_US 20
+static void **churn_blocks;
+static long churn_count;
+static atomic_long churned;
 
 static long now_us(void) {
     struct timespec ts;
@@ -82,6 +91,17 @@ static void *staller(void *arg) {
     return NULL;
 }
 
+static void *churner(void *arg) {
+    (void)arg;
+    for (long i = 0; i < churn_count; i++) {
+        long until = now_us() + CHURN_GAP_US;
+        while (now_us() < until) {}
+        free(churn_blocks[i]);
+        atomic_store(&churned, i + 1);
+    }
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     if (argc != 3 && argc != 4) {
         fprintf(stderr, "usage: %s THREADS BLOCKS [MAX_BYTES]\n", argv[0]);
@@ -119,6 +139,21 @@ int main(int argc, char **argv) {
             pthread_t stall;
             pthread_create(&stall, NULL, staller, NULL);
             printf("stalling\n");
+            fflush(stdout);
+        } else if (strncmp(line, "churned", 7) == 0) {
+            printf("churned %ld\n", atomic_load(&churned));
+            fflush(stdout);
+        } else if (strncmp(line, "churn ", 6) == 0 && churn_blocks == NULL) {
+            churn_count = atol(line + 6);
+            churn_blocks = malloc((size_t)(churn_count > 0 ? churn_count : 1) * sizeof(void *));
+            if (!churn_blocks) abort();
+            for (long i = 0; i < churn_count; i++) {
+                churn_blocks[i] = malloc(40);
+                if (!churn_blocks[i]) abort();
+            }
+            pthread_t churn;
+            pthread_create(&churn, NULL, churner, NULL);
+            printf("churning\n");
             fflush(stdout);
         } else if (strncmp(line, "gap", 3) == 0) {
             printf("gap %ld\n", atomic_load(&longest_gap_us));

@@ -30,7 +30,11 @@ from memforensics.model.heap import process_source
 from memforensics.model.inspection import Fallback, Inspection
 from memforensics.model.process import ProcessFacts
 from memforensics.sources.glibc.after_call import verified_state
-from memforensics.sources.glibc.call_moment import direct_unavailable, unsafe_moment
+from memforensics.sources.glibc.call_moment import (
+    arena_mutexes,
+    direct_unavailable,
+    unsafe_moment,
+)
 from memforensics.sources.glibc.called_malloc_info import (
     MallocInfoChain,
     kernel_refusal,
@@ -47,7 +51,6 @@ from memforensics.sources.proc.ptrace_probe import call_chain
 
 _RETRY_FIRST_SECONDS = 0.002
 _RETRY_MAX_SECONDS = 0.05
-_ARENAS_BUDGET_SECONDS = 0.05  # the read of the arenas' addresses (their mutexes)
 
 
 @dataclass(frozen=True)
@@ -57,20 +60,6 @@ class CalledDocument:
     xml: bytes
     pause_seconds: float  # the hold in which the calls were made
     holds: int  # holds taken until a safe moment came
-
-
-def _arena_mutexes(pid: int, libc_path: str) -> list[int]:
-    """Each arena's address (its mutex is its first word), from a quick read of the heap;
-    none when that read fails (the moment then rests on the threads' program counters)."""
-    try:
-        scan = scan_heap(
-            pid, libc_path=libc_path, budget_seconds=_ARENAS_BUDGET_SECONDS, arenas_only=True
-        )
-    except NoSuchProcessError:
-        raise
-    except (MemforensicsError, OSError):
-        return []
-    return [arena.address for arena in scan.arenas if arena.address]
 
 
 def _usable_libc(pid: int, facts: ProcessFacts) -> LibcImage:
@@ -94,7 +83,7 @@ def call_malloc_info(pid: int, facts: ProcessFacts, timeout_seconds: float) -> C
     when no safe moment came in time, or the calls did not end (what they left is said)."""
     libc = _usable_libc(pid, facts)
     assert libc.restore_rt is not None  # libc_refusal checked it
-    mutexes = _arena_mutexes(pid, libc.path)
+    mutexes = arena_mutexes(pid, libc.path)
     deadline = time.monotonic() + timeout_seconds
     wait = _RETRY_FIRST_SECONDS
     holds = 0

@@ -42,6 +42,7 @@ from memforensics.sources.gdb.gdb_threads import CLEANUP_SECONDS, ThreadControl
 from memforensics.sources.gdb.gdbmi import MiError, MiGdbExited, MiResult, MiTimeout, MiTransport
 from memforensics.sources.gdb.signals import TerminationHandlers, deferred_signals
 from memforensics.sources.gdb.watchdog_link import Watchdog
+from memforensics.sources.glibc.call_moment import arena_mutexes
 from memforensics.sources.glibc.libc_elf import LibcImage, load_libc_image
 from memforensics.sources.proc import procfs, target_check
 from memforensics.sources.proc.procmem import TargetMemory
@@ -53,6 +54,9 @@ MAX_XML_BYTES = 64 * 1024 * 1024
 # While the XML is read from /proc/PID/mem, the calling thread sleeps this long in the target
 # (base + size / speed): long enough that the read ends before the threads are stopped again.
 _READ_SLEEP_BASE_US = 2000
+# Looks again at the arenas' mutexes at the safe point, at first after this long, doubling.
+_LOCK_LOOK_FIRST_SECONDS = 0.001
+_LOCK_LOOK_MAX_SECONDS = 0.05
 _READ_BYTES_PER_US = 200  # 200 MB/s, a fifth of what /proc/PID/mem reads here
 
 
@@ -123,6 +127,7 @@ class GdbSession:
         self._sysroot: str | None = None  # private copy of a libc replaced on disk, for gdb
         self._gdb: GdbProcess | None = None
         self._pending_calls: dict[int, str] = {}  # token -> command of calls sent, not awaited
+        self._arena_mutexes: list[int] = []  # each arena's address (its mutex), read at start
         self.non_stop = False  # set for a running target (see gdb_threads)
         self.held_result: object = None  # what malloc_info's while_held returned
         self._threads = ThreadControl(_ThreadsPort(self), pid=pid, timeout_seconds=timeout_seconds)
@@ -267,6 +272,7 @@ class GdbSession:
             )
         )
         self._libc = load_libc_image(self.pid, facts.libc_path)
+        self._arena_mutexes = arena_mutexes(self.pid, facts.libc_path)
         with contextlib.suppress(OSError):  # without it, memory is read through gdb (slower)
             self._memory = TargetMemory(self.pid)
         with deferred_signals():
@@ -283,7 +289,42 @@ class GdbSession:
         with self._quiet_while_stopping():
             self._attach()
         self._threads.reach_safe_point(self._attach_started)
+        self._await_unlocked_arenas()
         self._tell_watchdog_the_caller()
+
+    def _await_unlocked_arenas(self) -> None:
+        """Return once no arena's mutex is held, the caller held at its safe point; else
+        DeadlineError at the deadline, nothing called. Every call takes arena mutexes (the
+        first is malloc's). A mutex held by a thread that does not let go (blocked inside
+        malloc_stats on a full pipe, say) would keep the call waiting past its deadline, and
+        gdb's interrupt of a call in non-stop mode abandons it without restoring the caller:
+        it would return into the dummy frame later, gdb gone, and kill the target. Non-stop:
+        the other threads run meanwhile, so a mutex held a moment is let go. All-stop: every
+        thread is held, so a held mutex stays held: no call."""
+        memory = self._memory
+        if not self._arena_mutexes or memory is None:
+            return
+        deadline = (self._attach_started or time.monotonic()) + self.timeout_seconds
+        wait = _LOCK_LOOK_FIRST_SECONDS
+        while True:
+            held = [address for address in self._arena_mutexes if _lock_held(memory, address)]
+            if not held:
+                return
+            if not self.non_stop or time.monotonic() + wait > deadline:
+                during = (
+                    "with every thread stopped"
+                    if not self.non_stop
+                    else f"at every look within {self.timeout_seconds:g} s"
+                )
+                raise DeadlineError(
+                    f"PID {self.pid}: the mutex of the arena at {held[0]:#x} was held {during}; "
+                    "a call would wait for it: nothing was called",
+                    pid=self.pid,
+                    hint="a thread may be blocked holding it (its stack shows malloc_stats, "
+                    "malloc_info or a fork); retry with a longer deadline",
+                )
+            time.sleep(wait)
+            wait = min(2 * wait, _LOCK_LOOK_MAX_SECONDS)
 
     def _tell_watchdog_the_call_dummy(self) -> None:
         """Where gdb's calls return to, and the byte its breakpoint there replaces."""
@@ -456,12 +497,16 @@ class GdbSession:
                 self._tell_call(False)
             return result
         except MiTimeout as exc:
+            unwound = True
             if call:
                 # unwindonsignal: gdb abandons the call and restores the thread's registers.
                 self._call_abandoned = True
+                unwound = False
                 with contextlib.suppress(MiTimeout, MiGdbExited):
-                    self._unwind_call(token)
-            raise gdb_error(exc, self.pid, doing=text, call=call, timeout_seconds=timeout) from exc
+                    unwound = self._unwind_call(token)
+            raise gdb_error(
+                exc, self.pid, doing=text, call=call, timeout_seconds=timeout, unwound=unwound
+            ) from exc
         except (MiGdbExited, MiError) as exc:
             if call and isinstance(exc, MiError):
                 self._tell_call(False)  # gdb answered: it unwound or finished the call
@@ -476,16 +521,19 @@ class GdbSession:
         if self._watchdog is not None:
             self._watchdog.tell("call" if running else "ret")
 
-    def _unwind_call(self, token: int) -> None:
-        """Interrupt the call sent as ``token`` and wait for gdb's answer to it (MiTimeout or
-        MiGdbExited without one: the call may still run, and the watchdog may have to
-        rescue it). Once gdb answered, the call is over, and the watchdog hears so: told
-        nothing, it would still see a call running when gdb exits after the detach."""
+    def _unwind_call(self, token: int) -> bool:
+        """Interrupt the call sent as ``token`` and wait for gdb's answer to it: True once
+        gdb answered (the call is over, and the watchdog hears so: told nothing, it would
+        still see a call running when gdb exits after the detach). MiTimeout or MiGdbExited
+        without an answer: the call may still run, and the watchdog may have to rescue it
+        (gdb/MI reads no command while a call it evaluates runs in non-stop mode, so the
+        interrupt waits behind it)."""
         self._threads.interrupt_call()
         # An MiError is how gdb answers an interrupted call: it unwound the call.
         with contextlib.suppress(MiError):
             self._mi_or_fail().wait_result(token, timeout_seconds=CLEANUP_SECONDS)
         self._tell_call(False)
+        return True
 
     # -- cleanup -------------------------------------------------------------------------------
 
@@ -572,3 +620,11 @@ class GdbSession:
         if self._libc is None:
             raise ToolingError("the target's libc was not read")
         return self._libc
+
+
+def _lock_held(memory: TargetMemory, address: int) -> bool:
+    """The lock word at ``address`` is nonzero, or could not be read (taken as held)."""
+    try:
+        return int.from_bytes(memory.read(address, 4), "little") != 0
+    except TargetError:
+        return True

@@ -18,6 +18,7 @@ from memforensics.errors import (
     ToolingError,
 )
 from memforensics.sources.gdb.gdbmi import MiError, MiGdbExited, MiTimeout
+from memforensics.sources.gdb.watchdog_link import RESCUE_SECONDS
 from memforensics.sources.proc import attach_diagnosis, procfs
 
 
@@ -103,11 +104,14 @@ def gdb_error(
     call: bool = False,
     attached: bool = True,
     timeout_seconds: float | None = None,
+    unwound: bool = True,
 ) -> MemforensicsError:
     """The one place where gdb's failures become the project's errors.
 
     A failure is the target's when the target is gone (it exited: exit 3, never "install gdb"),
     the deadline's when gdb or a call did not answer in time, and gdb's own otherwise.
+    ``unwound``: gdb answered the interrupt of a call that overran (it restored the caller);
+    False when it did not (the watchdog's guardian then finishes the call in its place).
     """
     command = doing.split(maxsplit=1)[0] if doing else "a command"
     message = str(exc).splitlines()[0] if str(exc) else ""
@@ -133,9 +137,15 @@ def gdb_error(
         )
     if isinstance(exc, MiTimeout):
         if call:
+            after = (
+                "gdb interrupted it and says it unwound it"
+                if unwound
+                else "gdb did not answer its interrupt; the watchdog took the call over and "
+                "restores the calling thread when the call returns (a call still waiting for "
+                f"a lock after {RESCUE_SECONDS:g} s is unwound where it waits)"
+            )
             return DeadlineError(
-                f"a call into PID {pid} did not return within {timeout_seconds:g} s; "
-                "gdb interrupted it and says it unwound it",
+                f"a call into PID {pid} did not return within {timeout_seconds:g} s; {after}",
                 pid=pid,
             )
         if not attached:

@@ -10,6 +10,13 @@ through PTRACE_SETREGSET NT_X86_XSTATE: xmm, upper ymm, zmm and mask registers),
 entry point's original byte and detaches. The thread resumes where it was (a system call it
 was blocked in is restarted by the kernel, as after gdb's own restore).
 
+It never lets go of a call in flight: let go, the call's return would land in that int3 and
+kill the process. Past its deadline, a call still running is waited for again; a call
+blocked waiting for a lock (a futex wait: an arena's mutex that a stuck thread holds, stdio's
+list lock) is unwound where it waits, as gdb's unwindonsignal would. Waiting, the calls
+malloc_info, malloc_trim, malloc, open_memstream, fclose and free hold no allocator lock
+(each takes one arena's mutex at a time, and waits for it holding none).
+
 x86-64 only; memforensics sends the saved registers as gdb reported them (see gdb.py).
 """
 
@@ -47,6 +54,15 @@ _OPMASK_OFFSET = 1088  # component 5: k0-k7
 _ZMMH_OFFSET = 1152  # component 6: upper 256 bits of zmm0-15
 _HI16_ZMM_OFFSET = 1664  # component 7: zmm16-31 whole
 _FAULTS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGABRT}
+_SYS_FUTEX = 202  # x86-64
+# How often the thread is looked at: often while the call should end soon, rarely past the
+# deadline (a call blocked for hours must not cost a CPU).
+_POLL_SECONDS = 0.0005
+_LATE_POLL_SECONDS = 0.01
+# What a futex wait interrupted by PTRACE_INTERRUPT returns (include/linux/errno.h): the
+# kernel restarts the wait on resume. ERESTARTSYS, ERESTARTNOINTR, ERESTARTNOHAND,
+# ERESTART_RESTARTBLOCK.
+_RESTARTING = {-512, -513, -514, -516}
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
@@ -123,6 +139,19 @@ def _register(tid: int, name: str) -> int:
     return int(regs[USER_REGS.index(name)])
 
 
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _in_futex_wait(pid: int, tid: int) -> bool:
+    """``tid`` sleeps in a futex system call (/proc's syscall file: its number first)."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/syscall") as text:
+            return text.read().split(maxsplit=1)[:1] == [str(_SYS_FUTEX)]
+    except (OSError, ValueError):
+        return False
+
+
 def write_text(pid: int, address: int, data: bytes) -> None:
     """Write bytes into the target's (read-only) text, as a debugger does."""
     fd = os.open(f"/proc/{pid}/mem", os.O_RDWR)
@@ -142,6 +171,8 @@ def finish_call(
     timeout_seconds: float,
 ) -> str:
     """Seize ``tid``, wait for its return into the dummy breakpoint, restore it, detach.
+    Past ``timeout_seconds`` (and every such time after it), a call blocked in a futex wait
+    is unwound there; one still running is waited for (see the module).
 
     Returns what happened, in words (the watchdog has nobody to tell, but tests read it).
     """
@@ -150,14 +181,36 @@ def finish_call(
         _ptrace(_PTRACE_INTERRUPT, tid)  # one look: is it really inside a call?
     except OSError as exc:
         return f"could not seize thread {tid}: {exc.strerror}"
-    deadline = time.monotonic() + timeout_seconds
-    checked = False
+    call = _Call(pid, tid, saved, dummy_address, dummy_byte, timeout_seconds)
     try:
-        while time.monotonic() < deadline:
-            waited, status = os.waitpid(tid, os.WNOHANG | _WALL)
-            if waited == 0:
-                time.sleep(0.0005)
-                continue
+        return call.follow()
+    except OSError as exc:
+        return f"lost thread {tid}: {exc.strerror}"
+
+
+class _Call:
+    """The seized thread of a call in flight, followed until it is restored or gone."""
+
+    def __init__(
+        self,
+        pid: int,
+        tid: int,
+        saved: dict[str, int],
+        dummy_address: int,
+        dummy_byte: bytes,
+        timeout_seconds: float,
+    ) -> None:
+        self.pid, self.tid, self.saved = pid, tid, saved
+        self.dummy_address, self.dummy_byte = dummy_address, dummy_byte
+        self.timeout_seconds = timeout_seconds
+        self.deadline = time.monotonic() + timeout_seconds
+        self.unwinding = False  # interrupted past the deadline, in a futex wait: unwind there
+        self.poll_seconds = _POLL_SECONDS
+
+    def follow(self) -> str:
+        checked = False
+        while True:
+            status = self._next_stop()
             if os.WIFEXITED(status) or os.WIFSIGNALED(status):
                 return "the thread ended"
             if not os.WIFSTOPPED(status):
@@ -168,25 +221,46 @@ def finish_call(
                 # In a call the stack pointer is in gdb's dummy frame, below the caller's
                 # red zone. At or above the saved one, gdb never started the call (it died
                 # first) or had already restored the thread: nothing to do.
-                if "rsp" in saved and _register(tid, "rsp") >= saved["rsp"]:
-                    _ptrace(_PTRACE_DETACH, tid, 0, 0 if status >> 16 else sig)
+                if "rsp" in self.saved and _register(self.tid, "rsp") >= self.saved["rsp"]:
+                    _ptrace(_PTRACE_DETACH, self.tid, 0, 0 if status >> 16 else sig)
                     return "the thread was not inside a call; detached"
             if status >> 16 == _PTRACE_EVENT_STOP:
-                _ptrace(_PTRACE_CONT, tid, 0, 0)  # a group-stop or interrupt: keep running
+                if self.unwinding and self._still_waiting():
+                    return self._restore("call blocked on a lock past the deadline; unwound")
+                self.unwinding = False
+                _ptrace(_PTRACE_CONT, self.tid, 0, 0)  # a group-stop or interrupt: keep running
                 continue
-            if sig == signal.SIGTRAP and _register(tid, "rip") == dummy_address + 1:
-                _restore_registers(tid, saved)
-                write_text(pid, dummy_address, dummy_byte)
-                _ptrace(_PTRACE_DETACH, tid, 0, 0)
-                return "call finished; thread restored"
+            if sig == signal.SIGTRAP and _register(self.tid, "rip") == self.dummy_address + 1:
+                return self._restore("call finished")
             if sig in _FAULTS:
                 # The call faulted: unwind it as gdb's unwindonsignal would.
-                _restore_registers(tid, saved)
-                write_text(pid, dummy_address, dummy_byte)
-                _ptrace(_PTRACE_DETACH, tid, 0, 0)
-                return f"call raised {signal.Signals(sig).name}; thread restored"
-            _ptrace(_PTRACE_CONT, tid, 0, sig)  # the program's own signal: deliver it
-        _ptrace(_PTRACE_DETACH, tid, 0, 0)
-        return "the call did not return in time; detached"
-    except OSError as exc:
-        return f"lost thread {tid}: {exc.strerror}"
+                return self._restore(f"call raised {signal.Signals(sig).name}")
+            _ptrace(_PTRACE_CONT, self.tid, 0, sig)  # the program's own signal: deliver it
+
+    def _next_stop(self) -> int:
+        """The thread's next wait status; past the deadline, a futex wait is interrupted
+        (to be unwound at that stop) and a running call given another deadline."""
+        while True:
+            waited, status = os.waitpid(self.tid, os.WNOHANG | _WALL)
+            if waited:
+                return status
+            if not self.unwinding and time.monotonic() >= self.deadline:
+                if _in_futex_wait(self.pid, self.tid):
+                    _ptrace(_PTRACE_INTERRUPT, self.tid)
+                    self.unwinding = True
+                self.deadline = time.monotonic() + self.timeout_seconds
+                self.poll_seconds = _LATE_POLL_SECONDS
+            time.sleep(self.poll_seconds)
+
+    def _still_waiting(self) -> bool:
+        """Stopped inside its futex wait, not past it (then holding the lock it waited for)."""
+        return (
+            _register(self.tid, "orig_rax") == _SYS_FUTEX
+            and _signed(_register(self.tid, "rax")) in _RESTARTING
+        )
+
+    def _restore(self, what: str) -> str:
+        _restore_registers(self.tid, self.saved)
+        write_text(self.pid, self.dummy_address, self.dummy_byte)
+        _ptrace(_PTRACE_DETACH, self.tid, 0, 0)
+        return f"{what}; thread restored"

@@ -1,7 +1,8 @@
 """The watchdog: a separate process that leaves the target running whoever dies.
 
-Run as ``python -m memforensics.sources.gdb.watchdog TARGET_PID GDB_PID WAS_RUNNING`` (the session
-starts it through ``-c`` with the same arguments: see watchdog_link) in its own
+Run as ``python -m memforensics.sources.gdb.watchdog TARGET_PID GDB_PID WAS_RUNNING
+RESCUE_SECONDS`` (the session starts it through ``-c`` with the same arguments: see
+watchdog_link) in its own
 session (the terminal's Ctrl-C and memforensics' death do not reach it), with oom_score_adj
 -1000 where allowed. memforensics tells it, line by line on its stdin, where gdb's call dummy
 is, the calling thread's registers, and when a call starts and ends; ``done`` is a clean finish.
@@ -37,8 +38,6 @@ _RESUME_WINDOW_SECONDS = 5.0
 # A target untraced and not stopped for this long is considered safely left alone.
 _CALM_SECONDS = 0.5
 _POLL_SECONDS = 0.02
-# A rescued call (malloc_info of millions of chunks, malloc_trim of gigabytes) may run long.
-_CALL_RESCUE_SECONDS = 120.0
 _GDB_DEATH_SECONDS = 5.0
 
 
@@ -105,7 +104,7 @@ class _Session:
             self.saved = {k: int(v, 16) for k, _, v in (w.partition("=") for w in words[2:])}
 
 
-def _rescue_call(target_pid: int, session: _Session) -> None:
+def _rescue_call(target_pid: int, session: _Session, rescue_seconds: float) -> None:
     """gdb died while the caller ran a function: finish the call in gdb's place."""
     if not session.in_call or session.caller_tid is None or session.dummy_address is None:
         return
@@ -115,7 +114,7 @@ def _rescue_call(target_pid: int, session: _Session) -> None:
         session.saved,
         dummy_address=session.dummy_address,
         dummy_byte=session.dummy_byte,
-        timeout_seconds=_CALL_RESCUE_SECONDS,
+        timeout_seconds=rescue_seconds,
     )
     session.in_call = False
 
@@ -140,6 +139,7 @@ def _protect_from_oom_killer() -> None:
 def main(argv: list[str]) -> int:
     """The watchdog program (see the module docstring)."""
     target_pid, gdb_pid, was_running = int(argv[0]), int(argv[1]), argv[2] == "1"
+    rescue_seconds = float(argv[3])  # watchdog_link.RESCUE_SECONDS
     _protect_from_oom_killer()
     session = _Session()
     poller = select.poll()
@@ -162,7 +162,7 @@ def main(argv: list[str]) -> int:
             if fd == gdb_fd:  # gdb is gone: expected after a detach, a rescue mid-call
                 if gdb_leads_its_group:
                     _end_gdbs_children(gdb_pid)
-                _rescue_call(target_pid, session)
+                _rescue_call(target_pid, session, rescue_seconds)
                 if not session.detached:
                     # gdb died holding the target: a SIGSTOP of its attach may still land.
                     _leave_running(target_pid, was_running=was_running)
@@ -190,7 +190,7 @@ def main(argv: list[str]) -> int:
             if gdb_fd is not None:
                 with contextlib.suppress(OSError):
                     select.select([gdb_fd], [], [], _GDB_DEATH_SECONDS)
-            _rescue_call(target_pid, session)
+            _rescue_call(target_pid, session, rescue_seconds)
             _leave_running(target_pid, was_running=was_running)
             return 0
 

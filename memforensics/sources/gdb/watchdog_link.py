@@ -27,6 +27,12 @@ def package_root() -> str:
     return str(Path(__file__).resolve().parents[__name__.count(".")])
 
 
+# How long a call the watchdog takes over (gdb died mid-call) may wait on a lock before it is
+# unwound where it waits (guardian.finish_call); a call that runs is waited for as long as it
+# runs (malloc_info of millions of chunks, malloc_trim of gigabytes).
+RESCUE_SECONDS = 120.0
+
+
 class Watchdog:
     """memforensics' side: start the watchdog process, tell it the session, dismiss it."""
 
@@ -46,6 +52,7 @@ class Watchdog:
                     str(target_pid),
                     str(gdb_pid),
                     "1" if was_running else "0",
+                    str(RESCUE_SECONDS),
                 ],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,

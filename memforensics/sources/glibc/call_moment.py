@@ -1,13 +1,16 @@
 """When a call into glibc's allocator may be made without gdb (through the self-restoring
 frame of sources.proc.ptrace_call): on what machine and process at all, and at which moment
 of a hold. Shared by the direct malloc_trim (entry.trimmers.direct) and the malloc_info call
-that stands in for a refused read (entry.readers.call)."""
+that stands in for a refused read (entry.readers.call); the gdb path (sources.gdb.gdb) asks
+the same of the arenas' mutexes before its calls."""
 
 from __future__ import annotations
 
 import os
 
+from memforensics.errors import MemforensicsError, NoSuchProcessError
 from memforensics.sources.glibc.arena_hold import in_allocator
+from memforensics.sources.glibc.heapmaps import scan_heap
 from memforensics.sources.glibc.libc_elf import LibcImage
 from memforensics.sources.proc.procmem import ProcessMemoryReader
 from memforensics.sources.proc.ptrace_call import shadow_stack_enabled
@@ -21,6 +24,23 @@ def direct_unavailable(pid: int) -> str | None:
     if shadow_stack_enabled(pid):
         return "the process runs with a shadow stack (CET)"
     return None
+
+
+_ARENAS_BUDGET_SECONDS = 0.05  # the read of the arenas' addresses (their mutexes)
+
+
+def arena_mutexes(pid: int, libc_path: str) -> list[int]:
+    """Each arena's address (its mutex is its first word), from a quick read of the heap;
+    none when that read fails (the moment then rests on the threads' program counters)."""
+    try:
+        scan = scan_heap(
+            pid, libc_path=libc_path, budget_seconds=_ARENAS_BUDGET_SECONDS, arenas_only=True
+        )
+    except NoSuchProcessError:
+        raise
+    except (MemforensicsError, OSError):
+        return []
+    return [arena.address for arena in scan.arenas if arena.address]
 
 
 def unsafe_moment(
