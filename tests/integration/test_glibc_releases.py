@@ -375,3 +375,25 @@ def test_malloc_info_called_without_gdb_equals_the_targets_own(
         _assert_untouched(target, _status(target.pid), "malloc_info called without gdb")
     assert len(heaps(own.read_text())) >= 3
     assert_equal_but_the_callers_arena(called.xml.decode(), own.read_text())
+
+
+def test_the_arenas_looked_at_before_a_call_are_every_arena(
+    glibc: GlibcRelease, tmp_path: Path
+) -> None:
+    """heapmaps.arena_addresses (the arenas whose mutexes a call waits for: the gdb path and
+    the calls without gdb look at them first) on each release: as many as the target's own
+    malloc_info has heaps, in the order and at the addresses of the full read."""
+    from memforensics.sources.glibc.heapmaps import arena_addresses, scan_heap
+    from memforensics.sources.proc import target_check
+
+    binary = build_target(glibc, "heap_shapes")
+    own = tmp_path / "own.xml"
+    with running(
+        command(glibc, binary, ["31", "threads", str(own)]), ready_timeout_seconds=60
+    ) as target:
+        libc = target_check.check_target(target.pid).libc_path
+        looked_at = arena_addresses(target.pid, libc)
+        read = [arena.address for arena in scan_heap(target.pid, libc_path=libc).arenas]
+    assert len(heaps(own.read_text())) >= 3
+    assert len(looked_at) == len(heaps(own.read_text()))
+    assert looked_at == read

@@ -10,7 +10,7 @@ import os
 
 from memforensics.errors import MemforensicsError, NoSuchProcessError
 from memforensics.sources.glibc.arena_hold import in_allocator
-from memforensics.sources.glibc.heapmaps import scan_heap
+from memforensics.sources.glibc.heapmaps import arena_addresses
 from memforensics.sources.glibc.libc_elf import LibcImage
 from memforensics.sources.proc.procmem import ProcessMemoryReader
 from memforensics.sources.proc.ptrace_call import shadow_stack_enabled
@@ -26,21 +26,16 @@ def direct_unavailable(pid: int) -> str | None:
     return None
 
 
-_ARENAS_BUDGET_SECONDS = 0.05  # the read of the arenas' addresses (their mutexes)
-
-
 def arena_mutexes(pid: int, libc_path: str) -> list[int]:
-    """Each arena's address (its mutex is its first word), from a quick read of the heap;
-    none when that read fails (the moment then rests on the threads' program counters)."""
+    """Each arena's address (its mutex is its first word), from a quick look at the heap
+    (heapmaps.arena_addresses); none when that fails (the moment then rests on the threads'
+    program counters)."""
     try:
-        scan = scan_heap(
-            pid, libc_path=libc_path, budget_seconds=_ARENAS_BUDGET_SECONDS, arenas_only=True
-        )
+        return arena_addresses(pid, libc_path)
     except NoSuchProcessError:
         raise
     except (MemforensicsError, OSError):
         return []
-    return [arena.address for arena in scan.arenas if arena.address]
 
 
 def unsafe_moment(

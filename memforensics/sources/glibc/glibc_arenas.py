@@ -100,10 +100,12 @@ def _heap_info(mem: MemoryReader, address: int) -> tuple[int, int, int, int] | N
 
 
 def find_heaps(mappings: Sequence[Mapping], mem: MemoryReader) -> list[Heap]:
-    """Sub-heaps of non-main arenas: 64 MiB-aligned anonymous RW memory holding a heap_info."""
+    """Sub-heaps of non-main arenas: 64 MiB-aligned anonymous RW memory holding a heap_info
+    (a mapping smaps says holds no resident page is passed over; from /proc/PID/maps, whose
+    residency is unknown, every one is looked at)."""
     heaps: list[Heap] = []
     for mapping in mappings:
-        if not mapping.anonymous or not mapping.perms.startswith("rw") or not mapping.rss_bytes:
+        if not mapping.anonymous or not mapping.perms.startswith("rw") or mapping.rss_bytes == 0:
             continue
         # Adjacent anonymous mappings may merge, so look at every aligned address inside.
         address = glibc.page_ceil(mapping.start_address, glibc.HEAP_MAX_BYTES)

@@ -43,7 +43,7 @@ from memforensics.sources.glibc.heap_search import (
 )
 from memforensics.sources.glibc.heapcopy import BufferPool, FreshBuffers
 from memforensics.sources.glibc.malloc_par import find_malloc_par, read_malloc_par
-from memforensics.sources.proc.procmaps import Mapping, read_smaps_and_totals
+from memforensics.sources.proc.procmaps import Mapping, read_maps, read_smaps_and_totals
 from memforensics.sources.proc.procmem import MemoryReader, ProcessMemoryReader
 
 # The walk runs after detach, with the target running: its time is the user's wait, not a
@@ -98,6 +98,24 @@ def _is_64bit(pid: int) -> bool:
     except OSError:
         return True  # no readable exe (e.g. deleted): assume the machine's word size
     return header[:4] == b"\x7fELF" and header[4] == 2
+
+
+def arena_addresses(pid: int, libc_path: str | None) -> list[int]:
+    """main_arena and every arena along its ``next`` chain (malloc_info's order), from
+    /proc/PID/maps and a few reads per arena: no walk of the page tables (smaps) nor of the
+    lists. [] where main_arena is not found or the chain does not close (a 32-bit target, a
+    corrupt chain)."""
+    if not _is_64bit(pid):
+        return []
+    mappings = read_maps(pid)
+    with ProcessMemoryReader(pid) as mem:
+        owners = {heap.ar_ptr for heap in find_heaps(mappings, mem)}
+        main = find_main_arena(mappings, mem, libc_path, owners)
+        state = None if main is None else read_state(mem, main)
+        if state is None:
+            return []
+        chain = _arena_chain(mem, state, {})
+    return [] if chain is None else [state.address, *chain]
 
 
 def _arena_chain(
