@@ -64,6 +64,12 @@ enum { CIRCULAR = 0, FASTBIN = 1, FASTBIN_SAFE_LINKED = 2 };
 
 typedef struct {
     uint64_t head, chunk, count, previous;
+    /* Brent's cycle check: a list read from pages copied at different moments (the target
+     * runs) can close a loop that misses its head; followed until ``limit`` chunks, such a
+     * loop through copied pages alone spins for as many steps as the heaps hold chunks (1.6
+     * GiB of heaps: 50 million, a second) without reading anything. ``mark`` is a chunk
+     * passed, seen again within 2 x (the loop's start + its length) steps. */
+    uint64_t mark, power, steps;
     int kind, done, inconsistent;
     int bin; /* the bin the list is (0..127, 0: a fastbin), tagged on its pages; -1: none */
 } List;
@@ -183,6 +189,16 @@ static void advance(List *list, Seg *segs, Py_ssize_t nsegs, uint64_t limit, uin
             list->done = 1;
             return;
         }
+        if (next == list->mark) { /* a loop that misses the head: the stop's walk decides */
+            list->done = 1;
+            if (list->kind == CIRCULAR) list->inconsistent = 1;
+            return;
+        }
+        if (++list->steps == list->power) {
+            list->mark = next;
+            list->power <<= 1;
+            list->steps = 0;
+        }
         list->previous = chunk;
         list->chunk = next;
     }
@@ -271,7 +287,7 @@ static size_t read_round(int fd, pid_t held_pid, Want *wants, size_t nwants, uin
 
 /* scout(fd, segments, lists, page, deadline, max_pages[, pagemap_fd[, threads[, held_pid
  *       [, fresh]]]])
- *     -> (status, pages, inconsistent)
+ *     -> (status, pages, inconsistent, steps)
  * fd: the target's /proc/PID/mem.
  * segments: sorted, not overlapping (buffer, start, readable, filled[, lo, hi]): a writable
  * buffer as long as the heap, its pagemap's readable flags (one byte per page), a writable
@@ -283,8 +299,10 @@ static size_t read_round(int fd, pid_t held_pid, Want *wants, size_t nwants, uin
  * size), a fastbin (1: head 0, first the fastbin's pointer), or a fastbin followed as
  * safe-linked (2); bin (0..127, the fastbins 0) is what tags its pages. status: 0 every list
  * followed to its end (or to where it cannot be read), 1 more than max_pages pages would be
- * read, 2 time.monotonic() passed deadline. pages: pages read. inconsistent: the bins' lists in which a chunk's bk did not
- * name the chunk before it (as far as followed). pagemap_fd (the target's
+ * read, 2 time.monotonic() passed deadline. pages: pages read. inconsistent: the bins' lists
+ * in which a chunk's bk did not name the chunk before it, or that looped without their head
+ * (as far as followed). steps: the chunks the lists advanced by (a loop costs at most twice
+ * its start and length, List's mark says why). pagemap_fd (the target's
  * /proc/PID/pagemap; -1: none): the readable flags are older than the scout (a residency
  * read before an earlier scout), so whether each page it would read is in RAM is read from
  * the pagemap now instead (segments page-aligned): a page that left RAM since is never read,
@@ -397,8 +415,9 @@ static PyObject *scout(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_ValueError, "a bin is 0..127");
             goto out;
         }
-        lists[i] = (List){.head = head, .chunk = first, .previous = head, .kind = kind,
-                          .done = first == head || first == 0, .bin = bin};
+        lists[i] = (List){.head = head, .chunk = first, .previous = head, .mark = first,
+                          .power = 1, .kind = kind, .done = first == head || first == 0,
+                          .bin = bin};
     }
     for (Py_ssize_t i = 0; fresh && i < nsegs; i++)
         for (uint64_t index = 0; index < segs[i].pages; index++)
@@ -431,8 +450,12 @@ static PyObject *scout(PyObject *self, PyObject *args) {
         }
     Py_END_ALLOW_THREADS
     Py_ssize_t inconsistent = 0;
-    for (Py_ssize_t i = 0; i < nlists; i++) inconsistent += lists[i].inconsistent;
-    result = Py_BuildValue("(iKn)", status, read_pages, inconsistent);
+    unsigned long long steps = 0;
+    for (Py_ssize_t i = 0; i < nlists; i++) {
+        inconsistent += lists[i].inconsistent;
+        steps += lists[i].count;
+    }
+    result = Py_BuildValue("(iKnK)", status, read_pages, inconsistent, steps);
 out:
     for (Py_ssize_t i = 0; i < held; i++) PyBuffer_Release(&views[i]);
     PyMem_Free(views);

@@ -170,7 +170,7 @@ def _native_scout(
     through them, not trusted (they stay flagged)."""
     left = max(max_pages if max_pages is not None else 1 << 62, 0)
     assert _scout_native is not None
-    status, pages, inconsistent = _scout_native.scout(
+    status, pages, inconsistent, _steps = _scout_native.scout(
         mem.mem_fd,
         segments,
         lists,
