@@ -253,6 +253,22 @@ def test_the_clock_is_looked_at_after_the_same_count_every_way(heaps: Heaps, cou
         assert way(segments, fd, 32, PAGE, False, past) == expected, name
 
 
+def test_a_fastbin_loop_ends_long_before_the_clock_every_way(heaps: Heaps) -> None:
+    """A fastbin looping through three chunks (a corrupt heap's: no bk catches it) in a copy
+    that could hold more than the clock's interval of chunks: every way gives it up as
+    inconsistent within a few turns, the deadline long past never looked at (followed to
+    chunk_limit, it would run into the clock: out of time, after 65,536 steps)."""
+    segments, _, _ = _long_list(heaps, 2 * heapcopy.CLOCK_EVERY_CHUNKS)
+    assert heapcopy.chunk_limit(segments) > heapcopy.CLOCK_EVERY_CHUNKS
+    loop = [START, START + 0x100, START + 0x200]
+    for address, following in _chain(loop, loop[0]):
+        _poke(segments, address + 8, 0x40 | 1)
+        _poke(segments, address + 16, following)
+    past = time.monotonic() - 1
+    for name, way in _fastbin_ways(heaps).items():
+        assert way(segments, loop[0], 0x40, PAGE, False, past) is None, name
+
+
 def test_walk_copies_raises_out_of_time_c_or_python(
     heaps: Heaps, monkeypatch: pytest.MonkeyPatch
 ) -> None:

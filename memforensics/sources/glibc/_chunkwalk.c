@@ -409,11 +409,16 @@ static int take_segments(PyObject *items, Py_ssize_t nsegs, unsigned long long p
  * one size; mangled: every fd is stored safe-linked, as (its own address >> 12) ^ pointer
  * (glibc >= 2.32). heapcopy.follow_fastbin is its Python twin. Per chunk: the header inside
  * a segment; 16-byte aligned; at most chunk_limit chunks; the clock every 65,536 chunks; size
- * equal to the bin's and the chunk within its segment. */
+ * equal to the bin's and the chunk within its segment; then the next chunk must not be the
+ * one Brent's check marked: a fastbin has no bk to catch a loop (a corrupt heap's), and one
+ * followed to chunk_limit would spin for as many chunks as the heaps hold (tens of millions
+ * in a gigabyte arena, inside a stop) where this ends it within about twice its start and
+ * length. */
 static Tally follow_fastbin(const Seg *segs, Py_ssize_t nsegs, uint64_t chunk, uint64_t size,
                             uint64_t page, int mangled, double deadline) {
     Tally t = {0, 0, 0, 0, 0, 0, 0, 1, 0};
     uint64_t limit = chunk_limit(segs, nsegs);
+    uint64_t mark = chunk, power = 1, steps = 0;
     while (chunk) {
         const Seg *seg = find_seg(segs, nsegs, chunk);
         if (seg == NULL || (chunk & ALIGN_MASK) || ++t.count > limit) goto inconsistent;
@@ -431,6 +436,12 @@ static Tally follow_fastbin(const Seg *segs, Py_ssize_t nsegs, uint64_t chunk, u
         t.resident += seg->present == NULL ? size : resident_span(seg, chunk, chunk + size, page);
         uint64_t stored = word_at(seg->base, slot + 2);
         chunk = mangled ? ((chunk + OFF_FD) >> 12) ^ stored : stored;
+        if (chunk == mark) goto inconsistent;
+        if (++steps == power) {
+            mark = chunk;
+            power <<= 1;
+            steps = 0;
+        }
     }
     return t;
 inconsistent:

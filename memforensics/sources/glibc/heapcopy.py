@@ -574,7 +574,9 @@ def follow_fastbin(
     """One fastbin (a NULL-terminated list through ``fd`` from ``head``) followed through
     copies of an arena's heaps, or None when it does not read back consistently. The Python
     twin of _chunkwalk.c's follow_fastbin. Per chunk: follow_list's checks without ``bk``,
-    and its size equal to the bin's ``size_bytes``. ``mangled``: every ``fd`` is stored
+    and its size equal to the bin's ``size_bytes``; then the next chunk must not be the one
+    Brent's check marked (a loop ends within about twice its start and length, not at
+    chunk_limit). ``mangled``: every ``fd`` is stored
     safe-linked, as (its own address >> 12) ^ pointer (glibc >= 2.32), which the caller
     decided (glibc_walk.ArenaWalker, once per arena). ``fill`` and OutOfTime as in
     follow_list."""
@@ -583,6 +585,7 @@ def follow_fastbin(
     shift = page.bit_length() - 1
     count = total = resident = raw_min = raw_max = raw_total = 0
     chunk = head
+    mark, power, steps = head, 1, 0
     while chunk:
         position = bisect.bisect_right(starts, chunk) - 1
         if position < 0:
@@ -614,4 +617,9 @@ def follow_fastbin(
             resident += pages.resident_bytes(chunk, chunk + size_bytes)
         stored = segment.words[slot + 2]
         chunk = ((chunk + glibc.OFF_FD) >> 12) ^ stored if mangled else stored
+        if chunk == mark:
+            return None
+        steps += 1
+        if steps == power:
+            mark, power, steps = chunk, power * 2, 0
     return count, total, resident, 0, raw_min, raw_max, raw_total
