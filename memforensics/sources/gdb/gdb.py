@@ -54,10 +54,10 @@ MAX_XML_BYTES = 64 * 1024 * 1024
 # While the XML is read from /proc/PID/mem, the calling thread sleeps this long in the target
 # (base + size / speed): long enough that the read ends before the threads are stopped again.
 _READ_SLEEP_BASE_US = 2000
+_READ_BYTES_PER_US = 200  # 200 MB/s, a fifth of what /proc/PID/mem reads here
 # Looks again at the arenas' mutexes at the safe point, at first after this long, doubling.
 _LOCK_LOOK_FIRST_SECONDS = 0.001
 _LOCK_LOOK_MAX_SECONDS = 0.05
-_READ_BYTES_PER_US = 200  # 200 MB/s, a fifth of what /proc/PID/mem reads here
 
 
 # --- the session ----------------------------------------------------------------------------

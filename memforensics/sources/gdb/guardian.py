@@ -13,9 +13,12 @@ was blocked in is restarted by the kernel, as after gdb's own restore).
 It never lets go of a call in flight: let go, the call's return would land in that int3 and
 kill the process. Past its deadline, a call still running is waited for again; a call
 blocked waiting for a lock (a futex wait: an arena's mutex that a stuck thread holds, stdio's
-list lock) is unwound where it waits, as gdb's unwindonsignal would. Waiting, the calls
-malloc_info, malloc_trim, malloc, open_memstream, fclose and free hold no allocator lock
-(each takes one arena's mutex at a time, and waits for it holding none).
+list lock) is unwound where it waits, as gdb's unwindonsignal would. Waiting for an arena's
+mutex or stdio's list lock, the calls made (malloc_info, malloc_trim, malloc, open_memstream,
+fclose, free) hold no allocator lock: each takes one arena's mutex at a time, and waits for it
+holding none. (One wait does hold one: malloc's reused_arena takes glibc's free_list_lock
+holding the arena it chose; that lock is held for a few instructions at a time, so a wait
+for it past the deadline means a process already stuck.)
 
 x86-64 only; memforensics sends the saved registers as gdb reported them (see gdb.py).
 """
