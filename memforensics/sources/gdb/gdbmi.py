@@ -39,6 +39,32 @@ _REGISTER_VALUE = re.compile(r'\{number="(\d+)",value="([^"\\]*)"\}')
 _REGISTER_NAME = re.compile(r'"([^"\\]*)"')
 
 
+# Where an MI result or async record may begin inside a line: a result with its token; an
+# async record without one (the digits before "*stopped" in "...libc.so.6*stopped" are the
+# broken text's, and gdb sends its async records untokened).
+_RECORD_START = re.compile(r"(?:\d*\^|[*=+])[a-z][a-z-]*(?=,|$)")
+
+
+def parse_line(line: str) -> dict[str, Any]:
+    """pygdbmi's record of one line of gdb/MI output, never an exception. gdb interrupted
+    mid-line may leave a console record unterminated and the next record glued to it
+    (``~"0x7f... in __write_nocancel () from ...libc.so.6*stopped,reason=...``), which
+    pygdbmi refuses: the first record found after the broken text is parsed instead (the
+    text is console output, lost), or the line is kept as plain output."""
+    try:
+        return parse_register_list(line) or gdbmiparser.parse_response(line)
+    except (ValueError, IndexError, KeyError):
+        pass
+    for match in _RECORD_START.finditer(line, 1):
+        try:
+            record: dict[str, Any] = gdbmiparser.parse_response(line[match.start() :])
+        except (ValueError, IndexError, KeyError):
+            continue
+        if record.get("type") in ("result", "notify"):
+            return record
+    return {"type": "output", "message": None, "payload": line, "stream": "stdout"}
+
+
 def parse_register_list(line: str) -> dict[str, Any] | None:
     """The record pygdbmi makes of a ``register-values`` or ``register-names`` result line,
     or None for any other line, and for a list with anything this does not read back
@@ -218,9 +244,7 @@ class MiTransport:
                 line = self._lines.popleft()
                 if self._log is not None:
                     self._log(f"<- {line}")
-                record: dict[str, Any] = parse_register_list(line) or gdbmiparser.parse_response(
-                    line
-                )
+                record = parse_line(line)
                 if record.get("type") == "done":  # the "(gdb)" prompt
                     continue
                 return record
