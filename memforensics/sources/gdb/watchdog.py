@@ -2,10 +2,10 @@
 
 Run as ``python -m memforensics.sources.gdb.watchdog TARGET_PID GDB_PID WAS_RUNNING
 RESCUE_SECONDS`` (the session starts it through ``-c`` with the same arguments: see
-watchdog_link) in its own
-session (the terminal's Ctrl-C and memforensics' death do not reach it), with oom_score_adj
--1000 where allowed. memforensics tells it, line by line on its stdin, where gdb's call dummy
-is, the calling thread's registers, and when a call starts and ends; ``done`` is a clean finish.
+watchdog_link) in its own session (the terminal's Ctrl-C and memforensics' death do not reach
+it), with oom_score_adj -1000 where allowed. memforensics tells it, line by line on its stdin,
+where gdb's call dummy is, the calling thread's registers, and when a call starts and ends;
+``done`` is a clean finish.
 
 * gdb dies (pidfd) while a call runs: the guardian module takes over the calling thread so
   that its return into gdb's breakpoint does not kill the target.
