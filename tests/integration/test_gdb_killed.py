@@ -183,16 +183,25 @@ def test_gdb_killed_at_a_moment_leaves_the_target_running(moment: str, nth: int)
         _left_running(target)
 
 
+def _session_killed_in_its_first_call(
+    target: StallTarget,
+) -> tuple[GdbSession, threading.Event]:
+    """The stall started, and a session (not yet entered) whose gdb is SIGKILLed 0.3 s after
+    its first call, malloc(16), goes out: that call already waits for the main arena's mutex.
+    The event is set once the kill is on its way."""
+    assert target.say("stall") == "stalling"
+    box: list[GdbSession] = []
+    log, fired = _kill_gdb_when(box, r"^-> \d+-data-evaluate-expression .*\(16\)", 0.3)
+    session = GdbSession(target.pid, timeout_seconds=30, log=log)
+    box.append(session)
+    return session, fired
+
+
 @pytest.mark.slow
 @pytest.mark.usefixtures("_lock_taken_after_the_look")
 def test_gdb_killed_during_a_long_call_the_guardian_finishes_it() -> None:
     with victim() as target:
-        assert target.say("stall") == "stalling"
-        box: list[GdbSession] = []
-        # The first call, malloc(16), already waits for the main arena's mutex.
-        log, fired = _kill_gdb_when(box, r"^-> \d+-data-evaluate-expression .*\(16\)", 0.3)
-        session = GdbSession(target.pid, timeout_seconds=30, log=log)
-        box.append(session)
+        session, fired = _session_killed_in_its_first_call(target)
 
         def drain_when_gdb_is_gone() -> None:
             # The call waits for the arena mutex until stderr drains: let it finish only once
@@ -230,11 +239,7 @@ def test_a_rescued_call_blocked_on_a_lock_past_the_deadline_is_unwound(
     while the mutex is still held: it is back in its read(), not in the call."""
     monkeypatch.setattr(watchdog_link, "RESCUE_SECONDS", 1.0)
     with victim() as target:
-        assert target.say("stall") == "stalling"
-        box: list[GdbSession] = []
-        log, fired = _kill_gdb_when(box, r"^-> \d+-data-evaluate-expression .*\(16\)", 0.3)
-        session = GdbSession(target.pid, timeout_seconds=30, log=log)
-        box.append(session)
+        session, fired = _session_killed_in_its_first_call(target)
         with contextlib.suppress(MemforensicsError), session:
             session.malloc_info()
         assert fired.is_set()
