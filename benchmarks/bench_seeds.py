@@ -13,7 +13,9 @@ The shapes, each one target process in a memory cgroup sized for it (when one ca
   live blocks of 12 KiB);
 * "1,500 arenas": tests/targets/many_arenas.c as benchmarks/bench_inspect.py runs it;
 * "2M-chunk unsorted bin": seeds_heap.c's main-arena shape, every other one of 4 million
-  small blocks freed and left in the unsorted bin (the main thread never mallocs again);
+  small blocks freed in a scattered order and left in the unsorted bin (the main thread
+  never mallocs again); "..., address order": the same freed in address order (read in
+  relays, memforensics.sources.glibc.bin_relay);
 * not run by default: the 32 x 100 MiB shape under a 64 MiB threshold (accepted by the
   tunable, beyond what mallopt accepts), and bench_inspect's 2-million-chunk small bin.
 
@@ -116,10 +118,18 @@ SHAPES = (
         "1500", "1,500 arenas", "many_arenas", ["1500", "600"], "glibc.malloc.arena_max=1500", 2048
     ),
     Shape("2m", "2M-chunk unsorted bin", "seeds_heap", ["unsorted", "4000000"], "", 2048),
+    Shape(
+        "2m-ordered",
+        "2M-chunk unsorted bin, address order",
+        "seeds_heap",
+        ["unsorted", "4000000", "ordered"],
+        "",
+        2048,
+    ),
     _arenas("32x100-t64", "32 x 100 MiB idle, t=64M", 32, 100, False, 64 * MIB),
     Shape("2m-smallbin", "2M-chunk small bin", "many_arenas", ["1", "4000000", "24"], "", 2048),
 )
-DEFAULT_SHAPES = "32x100,32x100-busy,8x1g,8x1g-busy,4x384-spread,1500,2m"
+DEFAULT_SHAPES = "32x100,32x100-busy,8x1g,8x1g-busy,4x384-spread,1500,2m,2m-ordered"
 
 
 class CgroupTarget(Target):

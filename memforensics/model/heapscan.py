@@ -91,6 +91,11 @@ class ArenaScan:
     # one stop, the arena's bins in as many stops as parts, milliseconds apart. () for an arena
     # read in one stop (or running). A single part's scan names its one part.
     parts: tuple[tuple[int, int], ...] = ()
+    # Read in relays (bin_relay): lists too long for one stop, each followed in the held
+    # target a stretch per stop, in this many stops (0: not relayed). Each chunk was read in
+    # a stop; a list followed over several stops, milliseconds apart, is counted as it was at
+    # each of them.
+    relay_stops: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,3 +150,7 @@ class ReadOnlyRead:
     # Of those, arenas read in parts, one stop each (ArenaScan.parts), and their parts in all.
     parted_arenas: int = 0
     arena_parts: int = 0
+    # Arenas read in relays (ArenaScan.relay_stops: lists too long for one stop), and the
+    # stops their relays took in all.
+    relayed_arenas: int = 0
+    relay_stops: int = 0

@@ -58,6 +58,8 @@ def inspection_document(result: Inspection) -> dict[str, Any]:
             "scouted_arenas": read.scouted_arenas,
             "parted_arenas": read.parted_arenas,
             "arena_parts": read.arena_parts,
+            "relayed_arenas": read.relayed_arenas,
+            "relay_stops": read.relay_stops,
         }
     )
     return document

@@ -43,8 +43,11 @@ MIB_PER_ARENA = 40  # scouted: 32 MiB or more (heapmaps._SCOUT_MIN_BYTES)
 TUNABLES = f"glibc.malloc.arena_max={THREADS + 1}:glibc.malloc.mmap_threshold={32 << 20}"
 
 
-def _inspect(pid: int, *extra: str, command: str = "inspect") -> tuple[dict[str, Any], str]:
-    """``memforensics COMMAND --json EXTRA PID``: its document and stderr (exit 0 asserted)."""
+def _inspect(
+    pid: int, *extra: str, command: str = "inspect", exit_code: int = 0
+) -> tuple[dict[str, Any], str]:
+    """``memforensics COMMAND --json EXTRA PID``: its document and stderr (``exit_code``
+    asserted)."""
     done = subprocess.run(
         [sys.executable, "-m", "memforensics", command, "--json", *extra, str(pid)],
         capture_output=True,
@@ -52,7 +55,7 @@ def _inspect(pid: int, *extra: str, command: str = "inspect") -> tuple[dict[str,
         timeout=120,
         check=False,
     )
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == exit_code, done.stderr
     document: dict[str, Any] = json.loads(done.stdout)
     return document, done.stderr
 
@@ -283,6 +286,60 @@ def test_a_main_arena_whose_lists_outgrow_the_budget_is_refused_without_a_walk_i
     main = next(arena for arena in scan.arenas if arena.is_main)
     assert main.lists_too_long and main.budget_reached
     assert not main.walked
+
+
+@pytest.mark.slow
+def test_a_main_arena_list_past_the_budget_in_address_order_is_read_in_relays(
+    release: Any, tmp_path: Path
+) -> None:
+    """2 million free chunks in the main arena's unsorted bin, freed in address order over
+    ~800 MiB: the list leads past the copies' budget (its scout gives up), so it is read in
+    relays (bin_relay): followed in the held target a stretch per stop, from where the last
+    stretch left it. The document equals the target's own malloc_info byte for byte (written
+    through a FILE opened before the heap was built: it allocates nothing), `--read-only`
+    exits 0 (nothing was called), the list took several stops, and the target runs on
+    untraced. (The same list in a scattered order is refused:
+    test_a_main_arena_whose_lists_outgrow_the_budget_is_refused_without_a_walk_in_its_stop.)"""
+    from tests.support.targets import started_in_cgroup
+
+    binary = build_target(release, "seeds_heap")
+    own, rebuilt = tmp_path / "own.xml", tmp_path / "read.xml"
+    argv = command(release, binary, ["unsorted", "4000000", "ordered", str(own)])
+    with started_in_cgroup(
+        argv, group_name="memforensics-test-seeds-relay", limit_bytes=2 << 30, arena_max=2
+    ) as pid:
+        document, _ = _inspect(pid, "--read-only", "--save-xml", str(rebuilt))
+        _assert_running(pid)
+    assert rebuilt.read_bytes() == own.read_bytes()
+    read = document["read_only"]
+    assert read["relayed_arenas"] == 1 and read["relay_stops"] > 1, read
+    main = next(arena for arena in document["arenas"] if arena["index"] == 0)
+    assert main["system_bytes"] > 2 * copy_budget_bytes(), main
+
+
+@pytest.mark.slow
+def test_a_corrupt_list_read_in_relays_is_reported_never_called_into() -> None:
+    """The same ordered list with one chunk's bk overwritten halfway down (the target says
+    which): the relay's stretch that reaches it reads it in its own stop, with the arena
+    unlocked, so the list is corrupt there, not moving (rule 8). `inspect` reports that
+    chunk in the unsorted bin of the main arena with glibc's words and exits 8; nothing is
+    called (no fallback), and the target runs on untraced."""
+    from tests.support.targets import compile_target, started_in_cgroup
+
+    binary = compile_target("seeds_heap")
+    with started_in_cgroup(
+        [str(binary), "unsorted", "4000000", "ordered"],
+        group_name="memforensics-test-seeds-relay-corrupt",
+        limit_bytes=2 << 30,
+        arena_max=2,
+        env={"SEEDS_CORRUPT": "1"},
+    ) as pid:
+        document, _ = _inspect(pid, exit_code=8)
+        _assert_running(pid)
+    assert document["schema"] == "memforensics/heap-corrupt/1"
+    findings = document["corruption"]
+    assert [f["bin"] for f in findings] == ["unsorted"], findings
+    assert findings[0]["check"] == "malloc(): unsorted double linked list corrupted", findings
 
 
 def _small_bins(xml: bytes) -> list[dict[int, tuple[int, int]]]:

@@ -2,7 +2,7 @@
  *
  * usage: seeds_heap THREADS MEGABYTES BUSY [XML_PATH]
  *        seeds_heap spread THREADS MEGABYTES [XML_PATH]
- *        seeds_heap unsorted BLOCKS
+ *        seeds_heap unsorted BLOCKS [ORDER [XML_PATH]]
  *
  * THREADS MEGABYTES BUSY: each of THREADS workers fills its own arena (run it with
  * GLIBC_TUNABLES=glibc.malloc.arena_max=THREADS+1) with MEGABYTES MiB of blocks: four fifths
@@ -38,6 +38,10 @@
  * chunks in the main arena's unsorted bin (but the few tcache holds), which stay there
  * because the main thread never calls malloc again (stdin and stdout are unbuffered: no
  * stdio buffer is malloc'ed later, and the ticker thread exists before the blocks do).
+ * ORDER "ordered" frees them in address order instead (the list then leads from page to
+ * page); XML_PATH: malloc_info(0) written there once the bin is built, as above. With
+ * SEEDS_CORRUPT=1 in the environment, the bk of the chunk halfway down the list is then
+ * overwritten (printed on the ready line as corrupt=ADDRESS): the list is corrupt there.
  *
  * A ticker thread wakes every millisecond and records the longest gap between two wake-ups:
  * the longest stop the process felt. Prints "ready ..." once built. Then reads commands on
@@ -232,17 +236,26 @@ static void *ticker(void *arg) {
     return NULL;
 }
 
-/* The main arena's unsorted bin of BLOCKS/2 chunks; the main thread mallocs nothing after. */
-static void build_unsorted(long blocks) {
+static uintptr_t corrupted_chunk; /* SEEDS_CORRUPT=1: the chunk whose bk was overwritten */
+
+/* The main arena's unsorted bin of BLOCKS/2 chunks (freed in a scattered order, or in
+ * address order when ``ordered``); the main thread mallocs nothing after. */
+static void build_unsorted(long blocks, int ordered) {
     void **block = must_malloc((size_t)blocks * sizeof(void *)); /* mmapped: not in the bins */
     for (long i = 0; i < blocks; i++) {
         size_t size = 136 + (size_t)(i % 9) * 16;
         block[i] = must_malloc(size);
         memset(block[i], 0x5a, size);
     }
-    long odd = blocks / 2, stride = 7919; /* a prime: k * stride % odd visits all */
-    while (odd % stride == 0) stride += 2;
+    long odd = blocks / 2, stride = ordered ? 1 : 7919; /* a prime: k * stride % odd visits all */
+    while (!ordered && odd % stride == 0) stride += 2;
     for (long k = 0; k < odd; k++) free(block[2 * ((k * stride) % odd) + 1]);
+    const char *corrupt = getenv("SEEDS_CORRUPT");
+    if (corrupt != NULL && atoi(corrupt) == 1) {
+        uintptr_t *user = block[2 * (odd / 2) + 1]; /* freed: fd and bk are its first words */
+        user[1] = (uintptr_t)0x5a5a5a5a5a50;
+        corrupted_chunk = (uintptr_t)user - 16;
+    }
 }
 
 int main(int argc, char **argv) {
@@ -255,11 +268,24 @@ int main(int argc, char **argv) {
     pthread_attr_setstacksize(&attr, 256 * 1024);
     pthread_t tick;
     if (pthread_create(&tick, &attr, ticker, NULL) != 0) return 1;
-    if (argc == 3 && strcmp(argv[1], "unsorted") == 0) {
+    if (argc >= 3 && argc <= 5 && strcmp(argv[1], "unsorted") == 0) {
+        static char unsorted_xml_buffer[1 << 20];
+        FILE *xml = NULL;
+        if (argc == 5) {
+            xml = fopen(argv[4], "w"); /* before any block: its FILE is the heap's first */
+            if (xml == NULL || setvbuf(xml, unsorted_xml_buffer, _IOFBF, sizeof unsorted_xml_buffer) != 0) {
+                perror(argv[4]);
+                return 1;
+            }
+        }
         long blocks = atol(argv[2]);
         if (blocks < 2) return 2;
-        build_unsorted(blocks);
-        printf("ready unsorted=%ld\n", blocks / 2);
+        build_unsorted(blocks, argc >= 4 && strcmp(argv[3], "ordered") == 0);
+        if (xml != NULL && (malloc_info(0, xml) != 0 || fflush(xml) != 0)) {
+            perror("malloc_info");
+            return 1;
+        }
+        printf("ready unsorted=%ld corrupt=%#lx\n", blocks / 2, (unsigned long)corrupted_chunk);
     } else if (argc == 4 || argc == 5) {
         static char xml_buffer[1 << 20];
         FILE *xml = NULL;

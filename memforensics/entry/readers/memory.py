@@ -216,6 +216,8 @@ def _inspect(
         scouted_arenas=sum(arena.scouted for arena in scan.arenas),
         parted_arenas=sum(bool(arena.parts) for arena in scan.arenas),
         arena_parts=sum(len(arena.parts) for arena in scan.arenas),
+        relayed_arenas=sum(bool(arena.relay_stops) for arena in scan.arenas),
+        relay_stops=sum(arena.relay_stops for arena in scan.arenas),
     )
     capture = Capture(
         xml=xml,

@@ -553,6 +553,271 @@ static PyObject *walk_fastbin(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* ---- The relay (memforensics.sources.glibc.bin_relay): one circular free list followed in the
+ * held target itself, a stretch per stop, from where the last stretch left it. No copy of the
+ * heap is kept: the pages the list leads to are read into ``cache`` (blocks of RELAY_BLOCK_PAGES
+ * pages, direct-mapped, forgotten at every call: a call is one stop, and a page read in an
+ * earlier stop may have changed since), so our memory is the cache's whatever the list's
+ * length. Whether a page is in RAM is read from the pagemap as it is needed (a window of
+ * RELAY_WINDOW_ENTRIES entries at a time); a page that is not is never read. ---- */
+
+#define RELAY_BLOCK_PAGES 16
+#define RELAY_WINDOW_ENTRIES 512
+#define RELAY_CLOCK_EVERY 63 /* the clock is looked at every 64 chunks (a chunk may cost a read) */
+#define RELAY_CURSOR_FIELDS 12
+
+enum {
+    RELAY_DONE = 0,       /* back at the head: the caller checks the bin's bk */
+    RELAY_TIME = 1,       /* the deadline passed: the cursor is where the next stretch begins */
+    RELAY_MOVED = 2,      /* resumed: the chunk before no longer leads to the cursor's chunk */
+    RELAY_NOT_IN_RAM = 3, /* a header lies on a page not in RAM (never read) */
+    RELAY_OUTSIDE = 4,    /* the chunk is outside the arena's heaps */
+    RELAY_ALIGN = 5,      /* the chunk is not 16-byte aligned */
+    RELAY_BK = 6,         /* its bk does not name the chunk before (detail: the bk) */
+    RELAY_SIZE = 7,       /* its size does not fit the bin or its heap (detail: the size word) */
+    RELAY_FOOT = 8,       /* the next chunk's prev_size is not its size (detail: that word) */
+    RELAY_LOOP = 9,       /* the list came back to a chunk it passed (Brent's check) */
+    RELAY_LIMIT = 10,     /* more chunks than the heaps can hold */
+};
+
+typedef struct {
+    uint64_t start, end;
+} Span;
+
+typedef struct {
+    int mem_fd, pagemap_fd;
+    uint64_t page;
+    const Span *spans;
+    Py_ssize_t nspans;
+    unsigned char *data;    /* nblocks blocks of RELAY_BLOCK_PAGES pages */
+    uint64_t *tags;         /* per block slot: its block number + 1, 0 when empty */
+    unsigned char *present; /* per block slot and page: 1 = read from RAM */
+    size_t nblocks;
+    uint64_t window_tag; /* the pagemap window held: its number + 1, 0 none */
+    uint64_t window[RELAY_WINDOW_ENTRIES];
+    uint64_t pages_read;
+} Live;
+
+/* Page ``number``'s pagemap entry now (0 where it cannot be read). */
+static uint64_t live_entry(Live *l, uint64_t number) {
+    uint64_t window = number / RELAY_WINDOW_ENTRIES;
+    if (l->window_tag != window + 1) {
+        memset(l->window, 0, sizeof l->window);
+        ssize_t got;
+        do
+            got = pread(l->pagemap_fd, l->window, sizeof l->window,
+                        (off_t)(window * RELAY_WINDOW_ENTRIES * sizeof(uint64_t)));
+        while (got < 0 && errno == EINTR);
+        l->window_tag = window + 1;
+    }
+    return l->window[number % RELAY_WINDOW_ENTRIES];
+}
+
+/* The page holding ``address`` as read in this call, or NULL when it is not in RAM. A block is
+ * read at its first use, one pread per run of its pages in RAM. */
+static const unsigned char *live_page(Live *l, uint64_t address) {
+    uint64_t page = l->page, number = address / page, block = number / RELAY_BLOCK_PAGES;
+    size_t slot = (size_t)(block % l->nblocks);
+    unsigned char *data = l->data + slot * RELAY_BLOCK_PAGES * page;
+    unsigned char *present = l->present + slot * RELAY_BLOCK_PAGES;
+    if (l->tags[slot] != block + 1) {
+        uint64_t first = block * RELAY_BLOCK_PAGES;
+        size_t i = 0;
+        while (i < RELAY_BLOCK_PAGES) {
+            if (!(live_entry(l, first + i) & PM_PRESENT)) {
+                present[i++] = 0;
+                continue;
+            }
+            size_t j = i + 1;
+            while (j < RELAY_BLOCK_PAGES && (live_entry(l, first + j) & PM_PRESENT)) j++;
+            int whole = pread_fill(l->mem_fd, data + i * page, (j - i) * page, (first + i) * page);
+            memset(present + i, whole, j - i); /* a run cut short: none of it is trusted */
+            l->pages_read += j - i;
+            i = j;
+        }
+        l->tags[slot] = block + 1;
+    }
+    size_t index = (size_t)(number - block * RELAY_BLOCK_PAGES);
+    return present[index] ? data + index * page : NULL;
+}
+
+/* The 8-byte word at ``address`` (8-aligned) into *value: 1, or 0 when its page is not in RAM. */
+static int live_word(Live *l, uint64_t address, uint64_t *value) {
+    const unsigned char *page = live_page(l, address);
+    if (page == NULL) return 0;
+    memcpy(value, page + address % l->page, sizeof *value);
+    return 1;
+}
+
+/* Bytes of [from, to) on pages in RAM now. */
+static uint64_t live_resident(Live *l, uint64_t from, uint64_t to) {
+    uint64_t total = 0, page = l->page;
+    while (from < to) {
+        uint64_t end = (from / page + 1) * page;
+        uint64_t piece = end < to ? end : to;
+        if (live_entry(l, from / page) & PM_PRESENT) total += piece - from;
+        from = piece;
+    }
+    return total;
+}
+
+static const Span *live_span(const Live *l, uint64_t chunk) {
+    for (Py_ssize_t i = 0; i < l->nspans; i++)
+        if (chunk >= l->spans[i].start && l->spans[i].end - l->spans[i].start >= 32 &&
+            chunk - l->spans[i].start <= l->spans[i].end - l->spans[i].start - 32)
+            return &l->spans[i];
+    return NULL;
+}
+
+/* The cursor: the chunk before, the chunk to read next, the figures so far (follow_list's
+ * Tally) and Brent's mark, power and steps. */
+typedef struct {
+    uint64_t previous, chunk, count, total, resident, trimmable, raw_min, raw_max, raw_total,
+        mark, power, steps;
+} Cursor;
+
+/* Follow the list of bin ``head`` from the cursor until back at the head or past ``deadline``;
+ * the checks are follow_list's, in its order, on words read from the held target now. With
+ * ``resume``, the link the cursor was left on is looked at first: the fd of the chunk before
+ * must still name the cursor's chunk (else RELAY_MOVED: the list changed between two stops).
+ * *detail: the word a failed check read. */
+static int relay_follow(Live *l, uint64_t head, uint64_t low, uint64_t high, uint64_t limit,
+                        double deadline, int resume, Cursor *c, uint64_t *detail) {
+    uint64_t page = l->page;
+    if (resume) {
+        uint64_t fd;
+        if (!live_word(l, c->previous + 16, &fd)) return RELAY_NOT_IN_RAM;
+        if (fd != c->chunk) {
+            *detail = fd;
+            return RELAY_MOVED;
+        }
+    }
+    uint64_t walked = 0;
+    while (c->chunk != head) {
+        if (!(++walked & RELAY_CLOCK_EVERY) && monotonic_seconds() > deadline) return RELAY_TIME;
+        uint64_t chunk = c->chunk;
+        const Span *span = live_span(l, chunk);
+        if (span == NULL) return RELAY_OUTSIDE;
+        if (chunk & ALIGN_MASK) return RELAY_ALIGN;
+        uint64_t raw, fd, bk;
+        if (!live_word(l, chunk + 24, &bk) || !live_word(l, chunk + 8, &raw) ||
+            !live_word(l, chunk + 16, &fd))
+            return RELAY_NOT_IN_RAM;
+        if (bk != c->previous) {
+            *detail = bk;
+            return RELAY_BK;
+        }
+        if (c->count + 1 > limit) return RELAY_LIMIT;
+        uint64_t size = raw & ~(uint64_t)7;
+        if (size < low || size > high || size > span->end - chunk) {
+            *detail = raw;
+            return RELAY_SIZE;
+        }
+        uint64_t foot;
+        if (chunk + size + 8 <= span->end && live_word(l, chunk + size, &foot) && foot != size) {
+            *detail = foot;
+            return RELAY_FOOT;
+        }
+        c->count++;
+        c->total += size;
+        c->raw_total += raw;
+        if (c->count == 1 || raw < c->raw_min) c->raw_min = raw;
+        if (raw > c->raw_max) c->raw_max = raw;
+        c->resident += live_resident(l, chunk, chunk + size);
+        uint64_t first, last;
+        mtrim_pages(chunk, size, page, &first, &last);
+        for (uint64_t p = first; p < last; p++)
+            if (live_entry(l, p) & PM_PRESENT) c->trimmable += page;
+        c->previous = chunk;
+        c->chunk = fd;
+        if (fd == c->mark) return RELAY_LOOP;
+        if (++c->steps == c->power) {
+            c->mark = fd;
+            c->power <<= 1;
+            c->steps = 0;
+        }
+    }
+    return RELAY_DONE;
+}
+
+/* relay(mem_fd, pagemap_fd, spans, head, low, high, page, limit, deadline, cache, resume,
+ *       cursor) -> (status, cursor, detail, pages_read)
+ * spans: ((start, end), ...) of the arena's heaps; cache: a writable buffer of RELAY_BLOCK_PAGES
+ * pages per block plus 8 + RELAY_BLOCK_PAGES bytes per block (relay_cache_bytes); cursor and
+ * the returned one: RELAY_CURSOR_FIELDS integers (Cursor's fields, in order). */
+static PyObject *relay(PyObject *self, PyObject *args) {
+    (void)self;
+    int mem_fd, pagemap_fd, resume;
+    PyObject *spans_obj, *cursor_obj;
+    unsigned long long head, low, high, page, limit;
+    double deadline;
+    Py_buffer cache;
+    if (!PyArg_ParseTuple(args, "iiOKKKKKdw*pO", &mem_fd, &pagemap_fd, &spans_obj, &head, &low,
+                          &high, &page, &limit, &deadline, &cache, &resume, &cursor_obj))
+        return NULL;
+    PyObject *result = NULL, *spans_seq = NULL, *cursor_seq = NULL;
+    Span *spans = NULL;
+    Live live;
+    memset(&live, 0, sizeof live);
+    size_t per_block = RELAY_BLOCK_PAGES * (size_t)page + sizeof(uint64_t) + RELAY_BLOCK_PAGES;
+    if (page == 0 || (page & (page - 1)) || (size_t)cache.len < per_block) {
+        PyErr_SetString(PyExc_ValueError, "page must be a power of two, cache one block or more");
+        goto done;
+    }
+    spans_seq = PySequence_Fast(spans_obj, "spans must be a sequence");
+    cursor_seq = spans_seq ? PySequence_Fast(cursor_obj, "cursor must be a sequence") : NULL;
+    if (cursor_seq == NULL) goto done;
+    Py_ssize_t nspans = PySequence_Fast_GET_SIZE(spans_seq);
+    if (nspans > MAX_SEGMENTS || PySequence_Fast_GET_SIZE(cursor_seq) != RELAY_CURSOR_FIELDS) {
+        PyErr_SetString(PyExc_ValueError, "too many spans, or a cursor of the wrong length");
+        goto done;
+    }
+    spans = PyMem_Malloc(sizeof(Span) * (size_t)(nspans ? nspans : 1));
+    if (spans == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < nspans; i++) {
+        unsigned long long start, end;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(spans_seq, i), "KK", &start, &end))
+            goto done;
+        spans[i] = (Span){start, end};
+    }
+    uint64_t fields[RELAY_CURSOR_FIELDS];
+    for (Py_ssize_t i = 0; i < RELAY_CURSOR_FIELDS; i++) {
+        fields[i] = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(cursor_seq, i));
+        if (PyErr_Occurred()) goto done;
+    }
+    Cursor c;
+    memcpy(&c, fields, sizeof c);
+    live.mem_fd = mem_fd;
+    live.pagemap_fd = pagemap_fd;
+    live.page = page;
+    live.spans = spans;
+    live.nspans = nspans;
+    live.nblocks = (size_t)cache.len / per_block;
+    live.data = cache.buf;
+    live.tags = (uint64_t *)((unsigned char *)cache.buf +
+                             live.nblocks * RELAY_BLOCK_PAGES * (size_t)page);
+    live.present = (unsigned char *)(live.tags + live.nblocks);
+    uint64_t detail = 0;
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    memset(live.tags, 0, live.nblocks * sizeof(uint64_t));
+    status = relay_follow(&live, head, low, high, limit, deadline, resume, &c, &detail);
+    Py_END_ALLOW_THREADS
+    memcpy(fields, &c, sizeof c);
+    result = Py_BuildValue("(i(KKKKKKKKKKKK)KK)", status, fields[0], fields[1], fields[2],
+                           fields[3], fields[4], fields[5], fields[6], fields[7], fields[8],
+                           fields[9], fields[10], fields[11], detail, live.pages_read);
+done:
+    PyBuffer_Release(&cache);
+    Py_XDECREF(spans_seq);
+    Py_XDECREF(cursor_seq);
+    PyMem_Free(spans);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"walk_segments", walk_segments, METH_VARARGS,
      "Follow one free list through copies of an arena's heaps: (count, total, resident, "
@@ -561,6 +826,9 @@ static PyMethodDef methods[] = {
      "Follow one fastbin through copies of an arena's heaps: (count, total, resident, 0, "
      "raw_min, raw_max, raw_total), "
      "None or False."},
+    {"relay", relay, METH_VARARGS,
+     "Follow one free list in the held target from a cursor, until its head or a deadline: "
+     "(status, cursor, detail, pages_read)."},
     {"copy", copy_pages, METH_VARARGS,
      "Copy a target's readable pages into a buffer: True when every readable byte was read."},
     {NULL, NULL, 0, NULL},
@@ -572,7 +840,8 @@ PyMODINIT_FUNC PyInit__chunkwalk(void) {
     PyObject *created = PyModule_Create(&module);
     if (created == NULL) return NULL;
     if (PyModule_AddIntConstant(created, "CLOCK_EVERY_CHUNKS", CLOCK_EVERY_CHUNKS) < 0 ||
-        PyModule_AddIntConstant(created, "TALLY_FIELDS", TALLY_FIELDS) < 0) {
+        PyModule_AddIntConstant(created, "TALLY_FIELDS", TALLY_FIELDS) < 0 ||
+        PyModule_AddIntConstant(created, "RELAY_BLOCK_PAGES", RELAY_BLOCK_PAGES) < 0) {
         Py_DECREF(created);
         return NULL;
     }

@@ -20,6 +20,7 @@ from dataclasses import replace
 from memforensics.model.heapscan import ArenaScan, BinFigures
 from memforensics.model.process import HeapSegment
 from memforensics.sources.glibc.arena_figures import bin_figures
+from memforensics.sources.glibc.bin_relay import RelayRead
 from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap
 from memforensics.sources.glibc.glibc_walk import ArenaWalk, ArenaWalker
 from memforensics.sources.glibc.heapcopy import BufferPool
@@ -151,6 +152,32 @@ def _arena_scan(
         scouted=scouted,
         parts=() if walk.part is None else (walk.part,),
     )
+
+
+def relayed_scan(
+    mem: MemoryReader,
+    relayed: RelayRead,
+    *,
+    is_main: bool,
+    figures: bool,
+) -> ArenaScan | None:
+    """The scan of an arena read in relays (bin_relay.relay_arena), None when it was not."""
+    if relayed.walk is None or relayed.state is None:
+        return None
+    heaps = relayed.heaps
+    scan = _arena_scan(
+        mem,
+        relayed.state,
+        heaps,
+        _segments_of(heaps),
+        relayed.walk,
+        is_main,
+        True,
+        figures,
+        relayed.pages_read * mem.page_bytes,
+        False,
+    )
+    return replace(scan, relay_stops=relayed.stops)
 
 
 def merge_parts(scans: Sequence[ArenaScan]) -> ArenaScan:

@@ -101,7 +101,7 @@ _COPY_SLICE_BYTES = 4 << 20  # ~1 ms of copying: the longest a pause waits for t
 _TOP_RUNS_MAX = 4096  # a top with more runs of resident pages is estimated, not listed
 
 
-def _nonempty_bins(state: ArenaState, first: int) -> list[int]:
+def nonempty_bins(state: ArenaState, first: int) -> list[int]:
     """Bins from ``first`` on whose fd does not point back at the bin itself."""
     heads = range(bin_head(state, 1), bin_head(state, glibc.NBINS), 16)
     # compress/map: the 127 comparisons in C (a held read makes one per arena, 1,500 of them
@@ -117,7 +117,7 @@ def _moved_bins(heads: tuple[tuple[int, ...], tuple[int, ...]], state: ArenaStat
     moved = [_FASTBIN] if fastbins != state.fastbins and any(state.fastbins) else []
     return moved + [
         index
-        for index in _nonempty_bins(state, 1)
+        for index in nonempty_bins(state, 1)
         if bins[2 * (index - 1) : 2 * index] != state.bins[2 * (index - 1) : 2 * index]
     ]
 
@@ -213,7 +213,7 @@ def scout_together(
         budget += walker._scout_pages_left or 0
         seconds += walker._deadline - time.monotonic()
         segments += walker._scout_segments()
-        lists += _scout_lists_of(state, [_FASTBIN, *_nonempty_bins(state, 1)])
+        lists += _scout_lists_of(state, [_FASTBIN, *nonempty_bins(state, 1)])
     segments.sort(key=lambda segment: segment[1])
     until = min(deadline, time.monotonic() + seconds)
     try:
@@ -448,7 +448,7 @@ class ArenaWalker:
         failed it may be corrupt: its stop must read it held still, and diagnose it)."""
         self._begin_scout(deadline, state)
         try:
-            self._scout_lists(state, [_FASTBIN, *_nonempty_bins(state, 1)], self._scout_pages_left)
+            self._scout_lists(state, [_FASTBIN, *nonempty_bins(state, 1)], self._scout_pages_left)
         except OutOfTime as stopped:
             self.outgrown = isinstance(stopped, OutOfPages) and stopped.inconsistent_lists == 0
             self._end_scout(False)
@@ -529,6 +529,12 @@ class ArenaWalker:
         self._part = -1
         self.next_part()
         return len(parts)
+
+    def fastbins_and_top_only(self) -> None:
+        """Before ``walk``: it reads the fastbins and the top alone (a part [0, 0]); the list
+        bins are read in relays (bin_relay)."""
+        self._parts = [(_FASTBIN, _FASTBIN)]
+        self._part = 0
 
     def next_part(self) -> None:
         """Outside a stop, between two parts of a split read: the pages copied so far zeroed
@@ -950,7 +956,7 @@ class ArenaWalker:
         measured with the part that owns it."""
         if self._owns_top:
             self._measure_top(state, walk)
-        return [i for i in (_FASTBIN, *_nonempty_bins(state, 1)) if self._in_part(i)]
+        return [i for i in (_FASTBIN, *nonempty_bins(state, 1)) if self._in_part(i)]
 
     def _round_state(
         self, state: ArenaState, snapshot: ArenaState | None, lazy_round: bool, chase: bool

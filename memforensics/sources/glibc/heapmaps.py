@@ -21,8 +21,9 @@ from dataclasses import replace
 
 from memforensics.model import glibc
 from memforensics.model.heapscan import ArenaScan, HeapScan, MallocParams
+from memforensics.sources.glibc import bin_relay
 from memforensics.sources.glibc.arena_figures import ArenaHold, held_read
-from memforensics.sources.glibc.arena_read import Finish, merge_parts, read_arena
+from memforensics.sources.glibc.arena_read import Finish, merge_parts, read_arena, relayed_scan
 from memforensics.sources.glibc.glibc_arenas import (
     ArenaState,
     Heap,
@@ -389,6 +390,18 @@ class StopRules:
         if len(self.rows) - start > 1:
             self._merge_rows(start)
 
+    def add_relayed(self, read: Callable[[], ArenaScan | None]) -> bool:
+        """Read one arena in relays (bin_relay: it begins and ends its own stops), after the
+        stop running now has ended and the walks it left are made. False, and nothing
+        added, when the relay could not read it."""
+        self.settle(force=True)
+        scan = read()
+        if scan is None:
+            return False
+        self.rows.append(lambda: scan)
+        self.done.append(scan)
+        return True
+
     def _merge_rows(self, start: int) -> None:
         """rows[start:] are one arena's parts: one row, their merge (done kept in step)."""
         parts = self.rows[start:]
@@ -436,6 +449,9 @@ class _HeapRead:
         # (Grown by the scouts: an arena above the copies' budget whose lists lead to more
         # pages than the budget is refused without being followed again in its stop.)
         self.unwalked = set(unwalked)
+        # Of those, the ones a scout of this read refused: read in relays where it can be
+        # (bin_relay), never those a caller named (read before, and refused then).
+        self.relayable: set[int] = set()
         self.libc_path = libc_path
         self.deadline = deadline
         self.pause = pause or (lambda: None)
@@ -545,6 +561,8 @@ class _HeapRead:
         scouted = self._scout_main() if scouts else None
         if scouted is not None:
             weight = scouted.scouted_bytes
+        elif address is not None and self._relayed(address, is_main=True):
+            return
         elif scouts:
             self._prepare_for(self.main_heaps)
         moving = scouted is not None and (
@@ -579,7 +597,7 @@ class _HeapRead:
         return None
 
     def _main_heaps_now(
-        self, state: ArenaState, scouted: ArenaWalker | None = None
+        self, state: ArenaState, scouted: ArenaWalker | None = None, *, pages: bool = True
     ) -> tuple[list[Heap], tuple[int, int] | None]:
         """The main arena's heaps as the target has them now, their residency read now (or,
         where ``scouted`` read the same heaps, the one read before its scout:
@@ -588,7 +606,7 @@ class _HeapRead:
         mem, brk = self.mem, self.brk
         if brk is None:
             heaps = list(self.main_heaps)
-            if scouted is None or not scouted.keep_scout_residency(heaps):
+            if pages and (scouted is None or not scouted.keep_scout_residency(heaps)):
                 for heap in heaps:
                     heap.pages = mem.pagemap(heap.start, heap.start + heap.size_bytes)
             return heaps, brk
@@ -602,7 +620,7 @@ class _HeapRead:
                 self.brk = brk
         first = Heap(brk[0], 0, brk[1] - brk[0], brk[1] - brk[0])
         heaps = [first, *(h for h in self.main_heaps if h.ar_ptr)]
-        if scouted is None or not scouted.keep_scout_residency(heaps):
+        if pages and (scouted is None or not scouted.keep_scout_residency(heaps)):
             first.pages = mem.pagemap(brk[0], brk[1])
         return heaps, brk
 
@@ -673,6 +691,8 @@ class _HeapRead:
                 scouted = self.scouted.pop(address, None)
             if scouted is not None:
                 weight = scouted.scouted_bytes
+            elif self._relayed(address, is_main=False):
+                continue
             moving = scouted is not None and (
                 self.moving or scouted.moved_since_scout(read_state(self.mem, address))
             )
@@ -689,6 +709,45 @@ class _HeapRead:
             self.moving = self.moving or (scouted is not None and scouted.rescouted_pages > 0)
             self.rules.settle()
         self.rules.settle(force=True)
+
+    def _relayed(self, address: int, *, is_main: bool) -> bool:
+        """An arena this read's scout refused (its lists lead past the copies' budget), read
+        in relays instead (bin_relay) where the target is held and the relay is built: True
+        when it was read so. The arena is then walked; else refused as before."""
+        hold, mem = self.rules.hold, self.mem
+        if (
+            address not in self.relayable
+            or hold is None
+            or not isinstance(mem, ProcessMemoryReader)
+            or not bin_relay.available()
+        ):
+            return False
+
+        def heaps_now(state: ArenaState, pages: bool) -> list[Heap]:
+            if is_main:
+                return self._main_heaps_now(state, pages=pages)[0]
+            known = self.by_arena.get(address) or heaps_from_top(mem, state)
+            heaps = _settle_layout(mem, state, known)[1]
+            if pages:
+                for heap in heaps:
+                    heap.pages = mem.pagemap(heap.start, heap.start + heap.mprotect_bytes)
+            return heaps
+
+        def read() -> ArenaScan | None:
+            relayed = bin_relay.relay_arena(
+                mem, hold, address, heaps_now, is_main=is_main, deadline=self.deadline
+            )
+            scan = relayed_scan(mem, relayed, is_main=is_main, figures=self.figures)
+            if scan is None:
+                return None
+            self.unwalked.discard(address)
+            if not is_main:
+                self.seen[address] = relayed.heaps
+                return scan
+            assert relayed.state is not None
+            return replace(scan, top_at_brk=_top_at_brk(mem, relayed.state, self.brk, scan))
+
+        return self.rules.add_relayed(read)
 
     def _scout_from(self, position: int) -> None:
         """Scout, while the target runs, the arena at ``position`` of the order and the next
@@ -771,6 +830,7 @@ class _HeapRead:
         the same refusal): it is refused as lists too long (ArenaScan.lists_too_long)."""
         if walker.outgrown and self._beyond(heaps):
             self.unwalked.add(address)
+            self.relayable.add(address)
 
     def _beyond(self, heaps: Sequence[Heap]) -> bool:
         """An arena of ``heaps`` is above the copies' budget: never copied whole."""

@@ -1,0 +1,372 @@
+"""An arena whose free lists are too long to follow in one stop, read in relays: each long
+list followed in the held target a stretch per stop (``_chunkwalk.relay``), from where the
+stretch before left it, the target running between stops.
+
+Contract:
+- Every word a stretch checks is read in its own stop, with the arena's mutex free (a
+  single-threaded target's thread outside the allocator). The first link of a stretch that
+  resumes a list is checked again in that stop: the fd of the chunk before must still name
+  the chunk the list goes on with. Where it does not, the list moved between stops (its
+  threads ran): it is followed again from its head, at most RELAY_RESTARTS times, then the
+  arena is not read (None: refused as before, never estimated).
+- A check that fails inside one stretch failed on words read in that one stop: the list is
+  corrupt there (rule 8), named with glibc's words, and its bin is left unmeasured. A loop
+  back to a chunk passed in an earlier stop, or a count past what the heaps hold, is moved
+  when the list was followed over several stops, corrupt when in one.
+- A stop lasts about RELAY_STOP_SECONDS of following, whatever the list's length; our memory
+  is the block cache's (RELAY_CACHE_BLOCKS blocks of 64 KiB), whatever the heap's size.
+- On an arena no thread changes, the figures are those of the one moment of any stop: each
+  chunk is counted once, as malloc_info counts it. On a busy arena, a list followed over
+  several stops is counted as it was at each of them (like a split arena's bins).
+
+The fastbins and the top are read in the first stop by the ordinary walk (a part [0, 0]).
+Without the C module there is no relay (``available``): such an arena is refused as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import time
+from collections.abc import Callable, Sequence
+
+from memforensics.model import corruption as words
+from memforensics.model import glibc
+from memforensics.model.corruption import HeapCorruption, bin_name
+from memforensics.sources import optional_native
+from memforensics.sources.glibc.arena_figures import ArenaHold
+from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap, read_state
+from memforensics.sources.glibc.glibc_walk import ArenaWalk, ArenaWalker, nonempty_bins
+from memforensics.sources.glibc.heap_checks import bin_head
+from memforensics.sources.glibc.heapcopy import FreshBuffers
+from memforensics.sources.proc.procmem import PageMap, ProcessMemoryReader
+
+_native = optional_native("memforensics.sources.glibc._chunkwalk")
+
+RELAY_STOP_SECONDS = 0.008  # following per stop (the stop's own cost comes on top)
+RELAY_FIRST_SECONDS = 0.002  # the first stop's following
+RELAY_GAP_SECONDS = 0.002  # the target runs this long between two stops
+RELAY_RESTARTS = 3  # a list that moved between stops is followed again from its head
+RELAY_CACHE_BLOCKS = 64  # 4 MiB of pages read in one stop, forgotten at the next
+_MADV_POPULATE_WRITE = 23  # linux/mman.h (5.14+)
+# A relay reading more than this many pages per chunk followed (past _SCATTERED_MIN_PAGES)
+# follows a list whose chunks lie apart (a block read for each): it stops (the arena is refused
+# as before). A list in address order reads ~0.1 page a chunk; one scattered over the heap, 16.
+RELAY_MAX_PAGES_PER_CHUNK = 4
+_SCATTERED_MIN_PAGES = 512
+_LOCKED_STOPS = 60  # stops in a row that found the arena locked (then: not read)
+
+# _chunkwalk.c's relay statuses.
+_DONE, _TIME, _MOVED, _NOT_IN_RAM = 0, 1, 2, 3
+_OUTSIDE, _ALIGN, _BK, _SIZE, _FOOT, _LOOP, _LIMIT = 4, 5, 6, 7, 8, 9, 10
+
+
+def available() -> bool:
+    """The relay is built (the C module, with its ``relay``)."""
+    return _native is not None and hasattr(_native, "relay")
+
+
+class _List:
+    """One list bin's relay: its cursor (_chunkwalk.c's Cursor fields), the stop it was
+    (re)started in, and how often it was."""
+
+    def __init__(self, index: int, head: int) -> None:
+        self.index, self.head = index, head
+        self.cursor: tuple[int, ...] | None = None  # None: to be (re)started from the head
+        self.started_stop = 0
+        self.restarts = 0
+
+    def start(self, fd: int, stop: int) -> None:
+        # (previous, chunk, count, total, resident, trimmable, raw min/max/total, Brent's
+        # mark, power, steps)
+        self.cursor = (self.head, fd, 0, 0, 0, 0, 0, 0, 0, self.head, 1, 0)
+        self.started_stop = stop
+
+
+class RelayRead:
+    """What relay_arena read: the arena's walk (every bin and the top, as ArenaWalker's) and
+    in how many stops; ``walk`` None when the arena could not be read."""
+
+    def __init__(self) -> None:
+        self.walk: ArenaWalk | None = None
+        self.state: ArenaState | None = None  # as read in the last stop
+        self.heaps: list[Heap] = []  # as of the first stop, with their residency
+        self.stops = 0
+        self.pages_read = 0
+
+
+def relay_arena(
+    mem: ProcessMemoryReader,
+    hold: ArenaHold,
+    address: int,
+    heaps_now: Callable[[ArenaState, bool], list[Heap]],
+    *,
+    is_main: bool,
+    deadline: float,
+) -> RelayRead:
+    """Read the arena at ``address`` in relays (the module's contract). ``heaps_now(state,
+    pages)``: its heaps as of the stop it is called in (their residency read when
+    ``pages``); a list is followed within them. Ends every stop it begins."""
+    hold.release()  # (a stop an earlier arena left open is not made longer by this one)
+    relay = _Relay(mem, address, heaps_now, is_main, deadline)
+    running = read_state(mem, address)
+    if running is not None:  # (the residency of a big heap read in a stop would lengthen it)
+        relay.known = {(h.start, h.size_bytes): h.pages for h in heaps_now(running, True)}
+    locked = 0
+    try:
+        while time.monotonic() < deadline and not relay.over:
+            with hold.arena(0):
+                busy = relay.stop(hold)
+            hold.release()
+            if busy:
+                if locked >= _LOCKED_STOPS or not hold.let_run(locked):
+                    break
+                locked += 1
+            elif not relay.over:
+                locked = 0
+                time.sleep(RELAY_GAP_SECONDS)
+        return relay.read
+    finally:
+        hold.release()
+        relay.close()
+
+
+class _Relay:
+    """One arena's relay: its lists still followed, and what was read."""
+
+    def __init__(
+        self,
+        mem: ProcessMemoryReader,
+        address: int,
+        heaps_now: Callable[[ArenaState, bool], list[Heap]],
+        is_main: bool,
+        deadline: float,
+    ) -> None:
+        assert _native is not None
+        self.mem, self.address, self.heaps_now = mem, address, heaps_now
+        self.is_main, self.deadline = is_main, deadline
+        block = _native.RELAY_BLOCK_PAGES
+        self.cache = mmap.mmap(
+            -1,
+            RELAY_CACHE_BLOCKS * (block * mem.page_bytes + 8 + block),
+            flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
+        )
+        with contextlib.suppress(OSError):  # faulted in now, not in a stop (Linux 5.14+)
+            self.cache.madvise(_MADV_POPULATE_WRITE)
+        # Each heap's residency (by start and size) as read before the first stop.
+        self.known: dict[tuple[int, int], PageMap | None] = {}
+        self.lists: dict[int, _List] = {}
+        self.walk: ArenaWalk | None = None
+        self.read = RelayRead()
+        self.over = False  # read (``read.walk``), or given up
+
+    def close(self) -> None:
+        self.cache.close()
+
+    def stop(self, hold: ArenaHold) -> bool:
+        """Inside a stop: one stretch of each list still followed, as far as the stop's time
+        goes. True when the arena was locked (nothing read)."""
+        began = time.monotonic()  # (the stop's own reads count against its time too)
+        state = read_state(self.mem, self.address)
+        if state is None:
+            self.over = True
+            return False
+        if state.mutex != 0 or hold.in_allocator():
+            return True
+        read = self.read
+        read.stops += 1
+        heaps = self.heaps_now(state, False)
+        if self.walk is None:
+            for heap in heaps:
+                heap.pages = self.known.get((heap.start, heap.size_bytes))
+                if heap.pages is None:  # (its heap changed since: read in this stop)
+                    heap.pages = self.mem.pagemap(heap.start, heap.start + heap.mprotect_bytes)
+            read.heaps = heaps
+            self.walk = _fastbins_and_top(self.mem, heaps, state, self.is_main, self.deadline)
+            self.lists = {i: _List(i, bin_head(state, i)) for i in nonempty_bins(state, 1)}
+        spans = [(h.start, h.start + h.size_bytes) for h in heaps]
+        limit = sum(h.size_bytes for h in heaps) // glibc.MINSIZE
+        # (The first stretch is short: it tells a scattered list, _scattered, at little cost.)
+        first = read.stops == 1
+        end = min(began + (RELAY_FIRST_SECONDS if first else RELAY_STOP_SECONDS), self.deadline)
+        for each in list(self.lists.values()):
+            outcome = _stretch(self.mem, self.cache, each, state, spans, limit, end, read)
+            if outcome is not None:  # (None: its stretch ran out of this stop's time)
+                del self.lists[each.index]
+                if outcome == "gave up":
+                    self.over = True
+                    return False
+                _record(self.walk, each, outcome)
+            if time.monotonic() > end:
+                break
+        if not self.lists:
+            self.walk.unmeasured_bins.sort()
+            read.walk, read.state, self.over = self.walk, state, True
+        elif self._scattered():
+            self.over = True  # refused as before: following it would outlast the read
+        return False
+
+    def _scattered(self) -> bool:
+        """The lists lead to a block not read yet at most chunks (consecutive chunks lie
+        far apart): followed so, millions of them would take seconds of stops."""
+        followed = self.walk.chunks if self.walk is not None else 0
+        followed += sum(each.cursor[2] for each in self.lists.values() if each.cursor)
+        pages = self.read.pages_read
+        return pages > _SCATTERED_MIN_PAGES and pages > RELAY_MAX_PAGES_PER_CHUNK * followed
+
+
+def _fastbins_and_top(
+    mem: ProcessMemoryReader,
+    heaps: Sequence[Heap],
+    state: ArenaState,
+    is_main: bool,
+    deadline: float,
+) -> ArenaWalk:
+    """In the first stop: the fastbins and the top, read as any arena's walk reads them."""
+    walker = ArenaWalker(mem, heaps, is_main=is_main, pool=FreshBuffers(), held=True)
+    try:
+        walker.fastbins_and_top_only()
+        walk = walker.walk(state, deadline=deadline)
+    finally:
+        walker.close()
+    walk.part = None
+    return walk
+
+
+def _stretch(
+    mem: ProcessMemoryReader,
+    cache: mmap.mmap,
+    each: _List,
+    state: ArenaState,
+    spans: list[tuple[int, int]],
+    limit: int,
+    end: float,
+    read: RelayRead,
+) -> tuple[int, ...] | HeapCorruption | str | None:
+    """One stretch of ``each`` in this stop: None when this stop's time ran out on it, else
+    what it came to (the figures, a corruption, "not in RAM", or "gave up": moved too often)."""
+    assert _native is not None
+    fd, bk = state.bins[2 * (each.index - 1)], state.bins[2 * (each.index - 1) + 1]
+    while True:
+        resume = each.cursor is not None
+        if each.cursor is None:
+            each.start(fd, read.stops)
+        assert each.cursor is not None
+        low, high = glibc.bin_size_range(each.index)
+        status, cursor, detail, pages = _native.relay(
+            mem.mem_fd,
+            mem.pagemap_fd,
+            spans,
+            each.head,
+            low,
+            high,
+            mem.page_bytes,
+            limit,
+            end,
+            cache,
+            resume,
+            each.cursor,
+        )
+        read.pages_read += pages
+        each.cursor = cursor
+        spanned = each.started_stop != read.stops  # followed over more than this stop
+        if status == _TIME:
+            return None
+        if status == _DONE and bk == cursor[0]:
+            figures: tuple[int, ...] = tuple(cursor[2:9])
+            return figures
+        if status == _MOVED or (spanned and status in (_LOOP, _LIMIT)):
+            each.restarts += 1
+            if each.restarts > RELAY_RESTARTS:
+                return "gave up"
+            each.cursor = None  # followed again from the head, in this stop
+            if time.monotonic() > end:
+                return None
+            continue
+        if status == _NOT_IN_RAM:
+            return "not in RAM"
+        return _finding(state.address, each.index, each.head, status, cursor, detail, bk)
+
+
+def _finding(
+    arena: int,
+    index: int,
+    head: int,
+    status: int,
+    cursor: Sequence[int],
+    detail: int,
+    bk: int,
+) -> HeapCorruption:
+    """The corruption a stretch found (``cursor``: its chunk before and its chunk), in
+    heap_checks' words (the same checks, on words read from the held target)."""
+    previous, chunk = cursor[0], cursor[1]
+    name = bin_name(index)
+    whose = "the bin's fd" if previous == head else f"the fd of {previous:#x}"
+    list_check = (
+        words.UNSORTED_LIST
+        if index == 1
+        else words.SMALLBIN_LIST
+        if index < 64
+        else words.LARGEBIN_LIST
+    )
+    if status == _DONE:
+        return HeapCorruption(
+            arena,
+            name,
+            head,
+            list_check,
+            f"the bin's bk is {bk:#x}, its last chunk {previous:#x}",
+        )
+    if status == _OUTSIDE:
+        return HeapCorruption(
+            arena,
+            name,
+            previous,
+            words.OUTSIDE_HEAPS,
+            f"{whose} is {chunk:#x}, outside the arena's heaps",
+        )
+    if status == _ALIGN:
+        return HeapCorruption(
+            arena, name, previous, words.DOUBLE_LINKED, f"{whose} is {chunk:#x}, not aligned"
+        )
+    if status == _BK:
+        return HeapCorruption(
+            arena,
+            name,
+            chunk,
+            list_check,
+            f"its bk is {detail:#x}, not the chunk before it ({previous:#x})",
+        )
+    if status == _SIZE:
+        return HeapCorruption(
+            arena,
+            name,
+            chunk,
+            words.UNSORTED_SIZE if index == 1 else words.SIZE_VS_PREV_SIZE,
+            f"size {detail:#x} does not fit {name} or runs past its heap",
+        )
+    if status == _FOOT:
+        return HeapCorruption(
+            arena,
+            name,
+            chunk,
+            words.UNSORTED_PREV_SIZE if index == 1 else words.SIZE_VS_PREV_SIZE,
+            f"the next chunk's prev_size is {detail:#x}, not its size",
+        )
+    return HeapCorruption(arena, name, chunk, words.LIST_LOOPS, "the list loops")
+
+
+def _record(walk: ArenaWalk, each: _List, outcome: tuple[int, ...] | HeapCorruption | str) -> None:
+    """A list's outcome into the arena's walk: its figures, or the bin left unmeasured."""
+    if isinstance(outcome, tuple):
+        count, total, resident, trimmable, raw_min, raw_max, raw_total = outcome
+        walk.chunks += count
+        walk.free_bytes += total
+        walk.resident_bytes += resident
+        walk.trimmable_bytes += trimmable
+        walk.bins[each.index] = (count, total)
+        walk.bin_sizes[each.index] = (count, raw_min, raw_max, raw_total)
+        return
+    if isinstance(outcome, HeapCorruption):
+        walk.corruption.append(outcome)
+    walk.unmeasured_bins.append(each.index)
