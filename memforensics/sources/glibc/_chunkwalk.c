@@ -582,6 +582,10 @@ enum {
 
 typedef struct {
     uint64_t start, end;
+    /* Optional (NULL: every page): one byte per page from start, the pages a block read takes
+     * (a scout's pages of the lists: the others are read alone, where a list leads there). */
+    const unsigned char *mask;
+    uint64_t mask_pages;
 } Span;
 
 typedef struct {
@@ -596,6 +600,7 @@ typedef struct {
     uint64_t window_tag; /* the pagemap window held: its number + 1, 0 none */
     uint64_t window[RELAY_WINDOW_ENTRIES];
     uint64_t pages_read;
+    Pinned pinned; /* pages the held target alone maps: process_vm_readv (_procmem_read.h) */
 } Live;
 
 /* Page ``number``'s pagemap entry now (0 where it cannot be read). */
@@ -615,30 +620,89 @@ static uint64_t live_entry(Live *l, uint64_t number) {
 
 /* The page holding ``address`` as read in this call, or NULL when it is not in RAM. A block is
  * read at its first use, one pread per run of its pages in RAM. */
+/* Page ``number`` is one a block read takes: no mask, or its span's mask flags it. */
+static int live_wanted(const Live *l, uint64_t number) {
+    uint64_t address = number * l->page;
+    for (Py_ssize_t i = 0; i < l->nspans; i++) {
+        const Span *span = &l->spans[i];
+        if (address >= span->start && address < span->end) {
+            uint64_t index = (address - span->start) / l->page;
+            return span->mask == NULL || (index < span->mask_pages && span->mask[index]);
+        }
+    }
+    return 1;
+}
+
+/* Pages [i, j) of the block at page ``first`` read into ``data``, all pinned or all with pread
+ * (``pin``); 1 when every byte was read. */
+static int live_read(Live *l, unsigned char *data, uint64_t first, size_t i, size_t j, int pin) {
+    uint64_t page = l->page;
+    l->pages_read += j - i;
+    if (!pin) return pread_fill(l->mem_fd, data + i * page, (j - i) * page, (first + i) * page);
+    l->pinned.complete = 1;
+    pinned_read(&l->pinned, data + i * page, (first + i) * page, (j - i) * page);
+    pinned_flush(&l->pinned);
+    return l->pinned.complete;
+}
+
+enum { PAGE_NOT_IN_RAM = 0, PAGE_READ = 1, PAGE_LATER = 2 };
+
+/* The page holding ``address`` as read in this call, or NULL when it is not in RAM. A block is
+ * read at its first use, one read per run of its pages in RAM (and wanted: live_wanted); a page
+ * of it left out is read alone when a list leads there. */
 static const unsigned char *live_page(Live *l, uint64_t address) {
     uint64_t page = l->page, number = address / page, block = number / RELAY_BLOCK_PAGES;
+    uint64_t first = block * RELAY_BLOCK_PAGES;
     size_t slot = (size_t)(block % l->nblocks);
     unsigned char *data = l->data + slot * RELAY_BLOCK_PAGES * page;
     unsigned char *present = l->present + slot * RELAY_BLOCK_PAGES;
+    size_t index = (size_t)(number - first);
     if (l->tags[slot] != block + 1) {
-        uint64_t first = block * RELAY_BLOCK_PAGES;
         size_t i = 0;
+        int pinned_any = 0;
+        l->pinned.complete = 1;
         while (i < RELAY_BLOCK_PAGES) {
-            if (!(live_entry(l, first + i) & PM_PRESENT)) {
-                present[i++] = 0;
+            uint64_t entry = live_entry(l, first + i);
+            if (!(entry & PM_PRESENT) || (i != index && !live_wanted(l, first + i))) {
+                present[i] = (entry & PM_PRESENT) ? PAGE_LATER : PAGE_NOT_IN_RAM;
+                i++;
                 continue;
             }
+            /* A run of wanted pages in RAM, all read pinned or all with pread. */
+            int pin = l->pinned.pid > 0 && pinnable(entry);
             size_t j = i + 1;
-            while (j < RELAY_BLOCK_PAGES && (live_entry(l, first + j) & PM_PRESENT)) j++;
-            int whole = pread_fill(l->mem_fd, data + i * page, (j - i) * page, (first + i) * page);
-            memset(present + i, whole, j - i); /* a run cut short: none of it is trusted */
-            l->pages_read += j - i;
+            while (j < RELAY_BLOCK_PAGES) {
+                uint64_t next = live_entry(l, first + j);
+                if (!(next & PM_PRESENT) || (j != index && !live_wanted(l, first + j)) ||
+                    (l->pinned.pid > 0 && pinnable(next)) != pin)
+                    break;
+                j++;
+            }
+            if (pin) { /* queued: the block's pinned runs are read in one call, below */
+                pinned_read(&l->pinned, data + i * page, (first + i) * page, (j - i) * page);
+                memset(present + i, PAGE_READ, j - i);
+                l->pages_read += j - i;
+                pinned_any = 1;
+            } else { /* a run cut short: none of it is trusted */
+                memset(present + i, live_read(l, data, first, i, j, 0) ? PAGE_READ : 0, j - i);
+            }
             i = j;
         }
+        if (pinned_any) {
+            pinned_flush(&l->pinned);
+            if (!l->pinned.complete) /* (which run fell short is not known: none trusted) */
+                for (size_t k = 0; k < RELAY_BLOCK_PAGES; k++)
+                    if (present[k] == PAGE_READ) present[k] = PAGE_NOT_IN_RAM;
+        }
         l->tags[slot] = block + 1;
+    } else if (present[index] == PAGE_LATER) {
+        uint64_t entry = live_entry(l, number);
+        int pin = l->pinned.pid > 0 && pinnable(entry);
+        present[index] = (entry & PM_PRESENT) && live_read(l, data, first, index, index + 1, pin)
+                             ? PAGE_READ
+                             : PAGE_NOT_IN_RAM;
     }
-    size_t index = (size_t)(number - block * RELAY_BLOCK_PAGES);
-    return present[index] ? data + index * page : NULL;
+    return present[index] == PAGE_READ ? data + index * page : NULL;
 }
 
 /* The 8-byte word at ``address`` (8-aligned) into *value: 1, or 0 when its page is not in RAM. */
@@ -740,19 +804,22 @@ static int relay_follow(Live *l, uint64_t head, uint64_t low, uint64_t high, uin
     return RELAY_DONE;
 }
 
-/* relay(mem_fd, pagemap_fd, spans, head, low, high, page, limit, deadline, cache, resume,
+/* relay(pid, mem_fd, pagemap_fd, spans, head, low, high, page, limit, deadline, cache, resume,
  *       cursor) -> (status, cursor, detail, pages_read)
- * spans: ((start, end), ...) of the arena's heaps; cache: a writable buffer of RELAY_BLOCK_PAGES
+ * pid: the target, held still (its pages it alone maps are read with process_vm_readv);
+ * 0: every page with pread.
+ * spans: ((start, end[, mask]), ...) of the arena's heaps (mask: bytes, one a page, the pages a
+ * block read takes; the spans' items are held by the caller until the call returns); cache: a writable buffer of RELAY_BLOCK_PAGES
  * pages per block plus 8 + RELAY_BLOCK_PAGES bytes per block (relay_cache_bytes); cursor and
  * the returned one: RELAY_CURSOR_FIELDS integers (Cursor's fields, in order). */
 static PyObject *relay(PyObject *self, PyObject *args) {
     (void)self;
-    int mem_fd, pagemap_fd, resume;
+    int pid, mem_fd, pagemap_fd, resume;
     PyObject *spans_obj, *cursor_obj;
     unsigned long long head, low, high, page, limit;
     double deadline;
     Py_buffer cache;
-    if (!PyArg_ParseTuple(args, "iiOKKKKKdw*pO", &mem_fd, &pagemap_fd, &spans_obj, &head, &low,
+    if (!PyArg_ParseTuple(args, "iiiOKKKKKdw*pO", &pid, &mem_fd, &pagemap_fd, &spans_obj, &head, &low,
                           &high, &page, &limit, &deadline, &cache, &resume, &cursor_obj))
         return NULL;
     PyObject *result = NULL, *spans_seq = NULL, *cursor_seq = NULL;
@@ -779,9 +846,12 @@ static PyObject *relay(PyObject *self, PyObject *args) {
     }
     for (Py_ssize_t i = 0; i < nspans; i++) {
         unsigned long long start, end;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(spans_seq, i), "KK", &start, &end))
+        const char *mask = NULL;
+        Py_ssize_t mask_pages = 0;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(spans_seq, i), "KK|z#", &start, &end,
+                              &mask, &mask_pages))
             goto done;
-        spans[i] = (Span){start, end};
+        spans[i] = (Span){start, end, (const unsigned char *)mask, (uint64_t)mask_pages};
     }
     uint64_t fields[RELAY_CURSOR_FIELDS];
     for (Py_ssize_t i = 0; i < RELAY_CURSOR_FIELDS; i++) {
@@ -791,6 +861,8 @@ static PyObject *relay(PyObject *self, PyObject *args) {
     Cursor c;
     memcpy(&c, fields, sizeof c);
     live.mem_fd = mem_fd;
+    live.pinned.pid = pid;
+    live.pinned.fd = mem_fd;
     live.pagemap_fd = pagemap_fd;
     live.page = page;
     live.spans = spans;

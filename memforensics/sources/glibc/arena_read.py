@@ -82,15 +82,16 @@ def read_arena(
         walker.close()
         raise
 
-    def finish() -> ArenaScan:
-        done = True
+    closing = [True]  # the walker is closed after this read (its last part, or an error)
+
+    def finish(close: bool = True) -> ArenaScan:
         try:
             walk = walker.walk(
                 state, deadline=deadline, retry_deadline=retry_deadline, snapshot=snapshot
             )
-            done = walker.parts_left == 0
+            closing[0] = walker.parts_left == 0
         finally:
-            if done:
+            if closing[0] and close:
                 walker.close()
         copied, walker.stop_copy_bytes = walker.stop_copy_bytes, 0  # (this part's)
         # A deferred walk's arena is the copy's: the one its lists were read from.
@@ -110,8 +111,20 @@ def read_arena(
 
     if snapshot is not None:
         return finish
-    done = finish()
-    return lambda: done
+    try:
+        done = finish(close=False)
+    except BaseException:
+        walker.close()
+        raise
+
+    def closed() -> ArenaScan:
+        # (Closed once the stop is over: unmapping a scouted copy of hundreds of MiB takes
+        # milliseconds that no thread of the target need wait for.)
+        if closing[0]:
+            walker.close()
+        return done
+
+    return closed
 
 
 def _arena_scan(
@@ -160,8 +173,10 @@ def relayed_scan(
     *,
     is_main: bool,
     figures: bool,
+    scouted: bool = False,
 ) -> ArenaScan | None:
-    """The scan of an arena read in relays (bin_relay.relay_arena), None when it was not."""
+    """The scan of an arena read in relays (bin_relay.relay_arena), None when it was not;
+    ``scouted``: a part of an arena whose lists were scouted (the other parts are copied)."""
     if relayed.walk is None or relayed.state is None:
         return None
     heaps = relayed.heaps
@@ -175,7 +190,7 @@ def relayed_scan(
         True,
         figures,
         relayed.pages_read * mem.page_bytes,
-        False,
+        scouted,
     )
     return replace(scan, relay_stops=relayed.stops)
 

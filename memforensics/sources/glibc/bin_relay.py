@@ -103,12 +103,18 @@ def relay_arena(
     *,
     is_main: bool,
     deadline: float,
+    part: tuple[int, int] | None = None,
+    pages: dict[int, bytes] | None = None,
 ) -> RelayRead:
     """Read the arena at ``address`` in relays (the module's contract). ``heaps_now(state,
     pages)``: its heaps as of the stop it is called in (their residency read when
-    ``pages``); a list is followed within them. Ends every stop it begins."""
+    ``pages``); a list is followed within them. ``part``: only the bins [first, last] (the
+    fastbins and the top with bin 0), the walk a part's (ArenaWalk.part). ``pages``: per heap
+    start, one byte a page, those its lists were scouted on: a block read takes those alone
+    (a page the lists lead to since is read alone). Ends every stop it begins."""
     hold.release()  # (a stop an earlier arena left open is not made longer by this one)
-    relay = _Relay(mem, address, heaps_now, is_main, deadline)
+    relay = _Relay(mem, address, heaps_now, is_main, deadline, part)
+    relay.scouted_pages = pages or {}
     running = read_state(mem, address)
     if running is not None:  # (the residency of a big heap read in a stop would lengthen it)
         relay.known = {(h.start, h.size_bytes): h.pages for h in heaps_now(running, True)}
@@ -141,10 +147,11 @@ class _Relay:
         heaps_now: Callable[[ArenaState, bool], list[Heap]],
         is_main: bool,
         deadline: float,
+        part: tuple[int, int] | None,
     ) -> None:
         assert _native is not None
         self.mem, self.address, self.heaps_now = mem, address, heaps_now
-        self.is_main, self.deadline = is_main, deadline
+        self.is_main, self.deadline, self.part = is_main, deadline, part
         block = _native.RELAY_BLOCK_PAGES
         self.cache = mmap.mmap(
             -1,
@@ -155,6 +162,7 @@ class _Relay:
             self.cache.madvise(_MADV_POPULATE_WRITE)
         # Each heap's residency (by start and size) as read before the first stop.
         self.known: dict[tuple[int, int], PageMap | None] = {}
+        self.scouted_pages: dict[int, bytes] = {}  # relay_arena's ``pages``
         self.lists: dict[int, _List] = {}
         self.walk: ArenaWalk | None = None
         self.read = RelayRead()
@@ -177,14 +185,13 @@ class _Relay:
         read.stops += 1
         heaps = self.heaps_now(state, False)
         if self.walk is None:
-            for heap in heaps:
-                heap.pages = self.known.get((heap.start, heap.size_bytes))
-                if heap.pages is None:  # (its heap changed since: read in this stop)
-                    heap.pages = self.mem.pagemap(heap.start, heap.start + heap.mprotect_bytes)
-            read.heaps = heaps
-            self.walk = _fastbins_and_top(self.mem, heaps, state, self.is_main, self.deadline)
-            self.lists = {i: _List(i, bin_head(state, i)) for i in nonempty_bins(state, 1)}
-        spans = [(h.start, h.start + h.size_bytes) for h in heaps]
+            self.walk = self._begin(state, heaps)
+        spans = [
+            (h.start, h.start + h.size_bytes, self.scouted_pages[h.start])
+            if h.start in self.scouted_pages
+            else (h.start, h.start + h.size_bytes)
+            for h in heaps
+        ]
         limit = sum(h.size_bytes for h in heaps) // glibc.MINSIZE
         # (The first stretch is short: it tells a scattered list, _scattered, at little cost.)
         first = read.stops == 1
@@ -206,6 +213,24 @@ class _Relay:
             self.over = True  # refused as before: following it would outlast the read
         return False
 
+    def _begin(self, state: ArenaState, heaps: list[Heap]) -> ArenaWalk:
+        """In the first stop: the heaps' residency (as read before it where they did not
+        change), the fastbins and the top (with bin 0), and the lists to follow."""
+        for heap in heaps:
+            heap.pages = self.known.get((heap.start, heap.size_bytes))
+            if heap.pages is None:  # (its heap changed since: read in this stop)
+                heap.pages = self.mem.pagemap(heap.start, heap.start + heap.mprotect_bytes)
+        self.read.heaps = heaps
+        first, last = self.part or (0, glibc.NBINS - 1)
+        if first == 0:
+            walk = _fastbins_and_top(self.mem, heaps, state, self.is_main, self.deadline)
+        else:  # (a part without the fastbins has none: the first part's are the arena's)
+            walk = ArenaWalk(fastbin_chunks=())
+        walk.part = self.part
+        bins = [i for i in nonempty_bins(state, max(first, 1)) if i <= last]
+        self.lists = {i: _List(i, bin_head(state, i)) for i in bins}
+        return walk
+
     def _scattered(self) -> bool:
         """The lists lead to a block not read yet at most chunks (consecutive chunks lie
         far apart): followed so, millions of them would take seconds of stops."""
@@ -226,11 +251,9 @@ def _fastbins_and_top(
     walker = ArenaWalker(mem, heaps, is_main=is_main, pool=FreshBuffers(), held=True)
     try:
         walker.fastbins_and_top_only()
-        walk = walker.walk(state, deadline=deadline)
+        return walker.walk(state, deadline=deadline)
     finally:
         walker.close()
-    walk.part = None
-    return walk
 
 
 def _stretch(
@@ -238,7 +261,7 @@ def _stretch(
     cache: mmap.mmap,
     each: _List,
     state: ArenaState,
-    spans: list[tuple[int, int]],
+    spans: list[tuple[int, int] | tuple[int, int, bytes]],
     limit: int,
     end: float,
     read: RelayRead,
@@ -254,6 +277,7 @@ def _stretch(
         assert each.cursor is not None
         low, high = glibc.bin_size_range(each.index)
         status, cursor, detail, pages = _native.relay(
+            mem.pid,
             mem.mem_fd,
             mem.pagemap_fd,
             spans,

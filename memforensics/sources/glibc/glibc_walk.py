@@ -530,6 +530,11 @@ class ArenaWalker:
         self.next_part()
         return len(parts)
 
+    def part_pages(self) -> dict[int, bytes]:
+        """Of a split read, outside a stop: per heap start, one byte per page, the pages the
+        lists of the part to be read now were scouted on."""
+        return {segment.start: bytes(segment.filled) for segment in self._segments}
+
     def fastbins_and_top_only(self) -> None:
         """Before ``walk``: it reads the fastbins and the top alone (a part [0, 0]); the list
         bins are read in relays (bin_relay)."""

@@ -345,6 +345,7 @@ class StopRules:
         weight_bytes: int,
         *,
         moving: bool = False,
+        relay: Callable[[tuple[int, int], dict[int, bytes]], ArenaScan | None] | None = None,
     ) -> None:
         """Read one arena (``add``; ``read`` is handed the state, and ``weight_bytes=``), in
         parts where its scouted ``walker`` splits (ArenaWalker.split: _PART_MAX_BYTES): each
@@ -352,7 +353,10 @@ class StopRules:
         one copied are zeroed), their scans one arena's (arena_read.merge_parts). A part's
         read that closed the walker (the arena was read whole: its heaps shrank or went
         since the scout) ends it. Where the lists are ``moving``, each part's are caught up
-        with the running target just before its stop (ArenaWalker.catch_up)."""
+        with the running target just before its stop (ArenaWalker.catch_up). A part whose
+        pages come to more than _PART_MAX_BYTES (one bin whose list alone is that long) is
+        read in relays where ``relay`` is given and can (``relay(part)`` is its read),
+        instead of copied in one stop."""
         parts = 1
         if walker is not None and self.hold is not None and walker.scouted_bytes > _PART_MAX_BYTES:
             # (Its lists may come to more than a part: the split's work, the plan and the
@@ -381,6 +385,14 @@ class StopRules:
                 walker.catch_up(fresh_state)
             if walker is not None:
                 weight_bytes = walker.scouted_bytes
+                part_bins = walker.part
+                if (
+                    relay is not None
+                    and part_bins is not None
+                    and weight_bytes > _PART_MAX_BYTES
+                    and self.add_relayed(functools.partial(relay, part_bins, walker.part_pages()))
+                ):
+                    continue
             self.add(
                 functools.partial(read, weight_bytes=weight_bytes),
                 fresh_state,
@@ -576,6 +588,7 @@ class _HeapRead:
             lambda: None if address is None else read_state(self.mem, address),
             weight,
             moving=moving,
+            relay=None if address is None else self._relay(address, is_main=True),
         )
 
     def _scout_main(self) -> ArenaWalker | None:
@@ -704,6 +717,7 @@ class _HeapRead:
                 functools.partial(read_state, self.mem, address),
                 weight,
                 moving=moving,
+                relay=self._relay(address, is_main=False),
             )
             # (A scouted arena is walked in its stop, so this is known now.)
             self.moving = self.moving or (scouted is not None and scouted.rescouted_pages > 0)
@@ -712,16 +726,25 @@ class _HeapRead:
 
     def _relayed(self, address: int, *, is_main: bool) -> bool:
         """An arena this read's scout refused (its lists lead past the copies' budget), read
-        in relays instead (bin_relay) where the target is held and the relay is built: True
-        when it was read so. The arena is then walked; else refused as before."""
+        in relays instead (bin_relay) where it can be: True when it was read so. The arena
+        is then walked; else refused as before."""
+        relay = self._relay(address, is_main=is_main)
+        return (
+            address in self.relayable
+            and relay is not None
+            and self.rules.add_relayed(functools.partial(relay, None, None))
+        )
+
+    def _relay(
+        self, address: int, *, is_main: bool
+    ) -> Callable[[tuple[int, int] | None, dict[int, bytes] | None], ArenaScan | None] | None:
+        """The read in relays (bin_relay) of the arena at ``address`` or of a part of its
+        bins (``read(part, pages)``: its scan, None when the relay could not read it; ``pages``
+        the part's scouted pages, bin_relay.relay_arena's); None
+        where there is no relay: a target not held, a core, no C module."""
         hold, mem = self.rules.hold, self.mem
-        if (
-            address not in self.relayable
-            or hold is None
-            or not isinstance(mem, ProcessMemoryReader)
-            or not bin_relay.available()
-        ):
-            return False
+        if hold is None or not isinstance(mem, ProcessMemoryReader) or not bin_relay.available():
+            return None
 
         def heaps_now(state: ArenaState, pages: bool) -> list[Heap]:
             if is_main:
@@ -733,11 +756,20 @@ class _HeapRead:
                     heap.pages = mem.pagemap(heap.start, heap.start + heap.mprotect_bytes)
             return heaps
 
-        def read() -> ArenaScan | None:
+        def read(part: tuple[int, int] | None, pages: dict[int, bytes] | None) -> ArenaScan | None:
             relayed = bin_relay.relay_arena(
-                mem, hold, address, heaps_now, is_main=is_main, deadline=self.deadline
+                mem,
+                hold,
+                address,
+                heaps_now,
+                is_main=is_main,
+                deadline=self.deadline,
+                part=part,
+                pages=pages,
             )
-            scan = relayed_scan(mem, relayed, is_main=is_main, figures=self.figures)
+            scan = relayed_scan(
+                mem, relayed, is_main=is_main, figures=self.figures, scouted=part is not None
+            )
             if scan is None:
                 return None
             self.unwalked.discard(address)
@@ -747,7 +779,7 @@ class _HeapRead:
             assert relayed.state is not None
             return replace(scan, top_at_brk=_top_at_brk(mem, relayed.state, self.brk, scan))
 
-        return self.rules.add_relayed(read)
+        return read
 
     def _scout_from(self, position: int) -> None:
         """Scout, while the target runs, the arena at ``position`` of the order and the next
