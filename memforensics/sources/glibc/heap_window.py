@@ -235,7 +235,13 @@ class HeapWalk:
         window_end = base + len(data)
         stop_at = window_end if window_end >= self.limit else window_end - WINDOW_TAIL_BYTES
         pages = self.ref.pages
-        all_present = pages is None or pages.all_resident
+        # (Per window, not per heap: one page not in RAM, often in a main heap's top, must
+        # not send every window of the heap to the Python loop.)
+        all_present = (
+            pages is None
+            or pages.all_resident
+            or pages.resident_bytes(base, window_end) == window_end - base
+        )
         return _Window(
             data=data,
             view=view,
