@@ -96,6 +96,9 @@ class ArenaScan:
     # a stop; a list followed over several stops, milliseconds apart, is counted as it was at
     # each of them.
     relay_stops: int = 0
+    # Of a relayed arena: lists whose chunks lay too far apart to follow were read by a sweep
+    # of its heaps (list_sweep), their links checked in our memory.
+    swept: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,3 +157,4 @@ class ReadOnlyRead:
     # stops their relays took in all.
     relayed_arenas: int = 0
     relay_stops: int = 0
+    swept_arenas: int = 0  # of those, arenas whose lists were swept (ArenaScan.swept)

@@ -60,6 +60,7 @@ def inspection_document(result: Inspection) -> dict[str, Any]:
             "arena_parts": read.arena_parts,
             "relayed_arenas": read.relayed_arenas,
             "relay_stops": read.relay_stops,
+            "swept_arenas": read.swept_arenas,
         }
     )
     return document

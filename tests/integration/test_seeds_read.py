@@ -245,16 +245,14 @@ def test_buffers_kept_for_a_whole_copy_do_not_cut_short_a_scout_above_the_budget
 
 
 @pytest.mark.slow
-def test_a_main_arena_whose_lists_outgrow_the_budget_is_refused_without_a_walk_in_its_stop() -> (
-    None
-):
+def test_a_main_arena_whose_scattered_list_outgrows_the_budget_is_swept() -> None:
     """2 million free chunks in the main arena's unsorted bin (the target's own count, on its
     ready line), scattered over ~800 MiB: the list leads over more pages than the copies'
-    budget, so its scout gives up on its page budget, and the read made in the stop (with
-    the same budget) would only hold every thread longer before the same refusal. The main
-    arena is refused as lists too long without being walked in its stop (walked False;
-    before, the stop followed the list lazily for 15 ms and then refused it), and the
-    target runs on untraced."""
+    budget, so its scout gives up on its page budget; its relay gives up after its first
+    short stretch (a read per chunk: consecutive chunks lie megabytes apart); and the list is
+    read by a sweep of the heap (list_sweep). The main arena is walked, with malloc_info's
+    figures, and the target runs on untraced. (Its figures against the target's own
+    malloc_info: test_a_main_arena_list_past_the_budget_in_a_scattered_order_is_read_by_a_sweep.)"""
     from memforensics.sources.glibc.arena_hold import StopBatches
     from memforensics.sources.glibc.heapmaps import scan_heap
     from memforensics.sources.glibc.libc_elf import load_libc_image
@@ -284,8 +282,9 @@ def test_a_main_arena_whose_lists_outgrow_the_budget_is_refused_without_a_walk_i
     # The kernel's word: the list's chunks lie on a heap far past what a read may copy.
     assert heap_bytes > 2 * copy_budget_bytes(), heap_bytes
     main = next(arena for arena in scan.arenas if arena.is_main)
-    assert main.lists_too_long and main.budget_reached
-    assert not main.walked
+    assert main.walked and main.swept and main.relay_stops >= 2, main.relay_stops
+    assert not main.lists_too_long and main.figures is not None
+    assert main.chunks >= 1_999_000, main.chunks  # (2 million less the few tcache holds)
 
 
 @pytest.mark.slow
@@ -318,17 +317,49 @@ def test_a_main_arena_list_past_the_budget_in_address_order_is_read_in_relays(
 
 
 @pytest.mark.slow
-def test_a_corrupt_list_read_in_relays_is_reported_never_called_into() -> None:
-    """The same ordered list with one chunk's bk overwritten halfway down (the target says
-    which): the relay's stretch that reaches it reads it in its own stop, with the arena
-    unlocked, so the list is corrupt there, not moving (rule 8). `inspect` reports that
-    chunk in the unsorted bin of the main arena with glibc's words and exits 8; nothing is
-    called (no fallback), and the target runs on untraced."""
+def test_a_main_arena_list_past_the_budget_in_a_scattered_order_is_read_by_a_sweep(
+    release: Any, tmp_path: Path
+) -> None:
+    """The same 2 million chunks freed in a scattered order (consecutive chunks megabytes
+    apart): the relay gives up after its first short stretch (a read per chunk), and the
+    list is read by a sweep of the heap (list_sweep: every header walked window by window in
+    stops, the links checked in our memory). The document equals the target's own
+    malloc_info byte for byte, `--read-only` exits 0 (nothing was called), and our own peak
+    RSS stays within 256 MiB."""
+    from tests.support.targets import started_in_cgroup
+
+    binary = build_target(release, "seeds_heap")
+    own, rebuilt = tmp_path / "own.xml", tmp_path / "read.xml"
+    argv = command(release, binary, ["unsorted", "4000000", "scattered", str(own)])
+    with started_in_cgroup(
+        argv, group_name="memforensics-test-seeds-sweep", limit_bytes=2 << 30, arena_max=2
+    ) as pid:
+        run = run_measured(
+            ["inspect", "--json", "--read-only", "--save-xml", str(rebuilt), str(pid)],
+            timeout_seconds=120,
+        )
+        _assert_running(pid)
+    assert run.exit_code == 0, run.stderr
+    assert rebuilt.read_bytes() == own.read_bytes()
+    read = json.loads(run.stdout)["read_only"]
+    assert read["relayed_arenas"] == 1 and read["swept_arenas"] == 1, read
+    assert run.peak_rss_kib << 10 <= RSS_BOUND_BYTES, run.peak_rss_kib
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("order", ["ordered", "scattered"])
+def test_a_corrupt_long_list_is_reported_never_called_into(order: str) -> None:
+    """The same list of 2 million with one chunk's bk overwritten halfway down: in address
+    order, the relay's stretch that reaches it reads it in its own stop, with the arena
+    unlocked; scattered, the sweep finds the link broken and looks at it again in one stop.
+    Either way the list is corrupt there, not moving (rule 8): `inspect` reports it in the
+    unsorted bin of the main arena with glibc's words and exits 8; nothing is called (no
+    fallback), and the target runs on untraced."""
     from tests.support.targets import compile_target, started_in_cgroup
 
     binary = compile_target("seeds_heap")
     with started_in_cgroup(
-        [str(binary), "unsorted", "4000000", "ordered"],
+        [str(binary), "unsorted", "4000000", order],
         group_name="memforensics-test-seeds-relay-corrupt",
         limit_bytes=2 << 30,
         arena_max=2,

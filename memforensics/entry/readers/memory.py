@@ -218,6 +218,7 @@ def _inspect(
         arena_parts=sum(len(arena.parts) for arena in scan.arenas),
         relayed_arenas=sum(bool(arena.relay_stops) for arena in scan.arenas),
         relay_stops=sum(arena.relay_stops for arena in scan.arenas),
+        swept_arenas=sum(arena.swept for arena in scan.arenas),
     )
     capture = Capture(
         xml=xml,

@@ -192,7 +192,7 @@ def relayed_scan(
         relayed.pages_read * mem.page_bytes,
         scouted,
     )
-    return replace(scan, relay_stops=relayed.stops)
+    return replace(scan, relay_stops=relayed.stops, swept=relayed.swept)
 
 
 def merge_parts(scans: Sequence[ArenaScan]) -> ArenaScan:

@@ -39,6 +39,7 @@ from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap, read_state
 from memforensics.sources.glibc.glibc_walk import ArenaWalk, ArenaWalker, nonempty_bins
 from memforensics.sources.glibc.heap_checks import bin_head
 from memforensics.sources.glibc.heapcopy import FreshBuffers
+from memforensics.sources.glibc.list_sweep import sweep_lists
 from memforensics.sources.proc.procmem import PageMap, ProcessMemoryReader
 
 _native = optional_native("memforensics.sources.glibc._chunkwalk")
@@ -93,6 +94,7 @@ class RelayRead:
         self.heaps: list[Heap] = []  # as of the first stop, with their residency
         self.stops = 0
         self.pages_read = 0
+        self.swept = False  # its lists were read by a sweep of its heaps (list_sweep)
 
 
 def relay_arena(
@@ -105,16 +107,19 @@ def relay_arena(
     deadline: float,
     part: tuple[int, int] | None = None,
     pages: dict[int, bytes] | None = None,
+    sbrk_base: int | None = None,
 ) -> RelayRead:
     """Read the arena at ``address`` in relays (the module's contract). ``heaps_now(state,
     pages)``: its heaps as of the stop it is called in (their residency read when
     ``pages``); a list is followed within them. ``part``: only the bins [first, last] (the
     fastbins and the top with bin 0), the walk a part's (ArenaWalk.part). ``pages``: per heap
     start, one byte a page, those its lists were scouted on: a block read takes those alone
-    (a page the lists lead to since is read alone). Ends every stop it begins."""
+    (a page the lists lead to since is read alone). ``sbrk_base``: mp_'s, for a sweep of the
+    main heap (list_sweep). Ends every stop it begins."""
     hold.release()  # (a stop an earlier arena left open is not made longer by this one)
     relay = _Relay(mem, address, heaps_now, is_main, deadline, part)
     relay.scouted_pages = pages or {}
+    relay.sbrk_base = sbrk_base
     running = read_state(mem, address)
     if running is not None:  # (the residency of a big heap read in a stop would lengthen it)
         relay.known = {(h.start, h.size_bytes): h.pages for h in heaps_now(running, True)}
@@ -131,6 +136,8 @@ def relay_arena(
             elif not relay.over:
                 locked = 0
                 time.sleep(RELAY_GAP_SECONDS)
+        if relay.scattered:
+            relay.sweep(hold)
         return relay.read
     finally:
         hold.release()
@@ -163,10 +170,13 @@ class _Relay:
         # Each heap's residency (by start and size) as read before the first stop.
         self.known: dict[tuple[int, int], PageMap | None] = {}
         self.scouted_pages: dict[int, bytes] = {}  # relay_arena's ``pages``
+        self.sbrk_base: int | None = None  # relay_arena's
         self.lists: dict[int, _List] = {}
         self.walk: ArenaWalk | None = None
         self.read = RelayRead()
         self.over = False  # read (``read.walk``), or given up
+        self.scattered = False  # given up on as scattered: to be swept (list_sweep)
+        self.last_state: ArenaState | None = None  # as read in the last stop
 
     def close(self) -> None:
         self.cache.close()
@@ -210,8 +220,36 @@ class _Relay:
             self.walk.unmeasured_bins.sort()
             read.walk, read.state, self.over = self.walk, state, True
         elif self._scattered():
-            self.over = True  # refused as before: following it would outlast the read
+            # Following them would outlast the read: they are swept instead (list_sweep).
+            self.over = self.scattered = True
+        self.last_state = state
         return False
+
+    def sweep(self, hold: ArenaHold) -> None:
+        """The lists given up on as scattered, read by a sweep of the heaps (list_sweep);
+        the read stays empty where the sweep cannot read them."""
+        walk, state, read = self.walk, self.last_state, self.read
+        if walk is None or state is None:
+            return
+        swept = sweep_lists(
+            self.mem,
+            hold,
+            state,
+            read.heaps,
+            sorted(self.lists),
+            is_main=self.is_main,
+            deadline=self.deadline,
+            sbrk_base=self.sbrk_base,
+        )
+        if swept is None:
+            return
+        for number, figures in swept.figures.items():
+            _record(walk, self.lists[number], figures)
+        walk.unmeasured_bins.extend(swept.unmeasured)
+        walk.corruption.extend(swept.corruption)
+        walk.unmeasured_bins.sort()
+        read.walk, read.state, read.swept = walk, state, True
+        read.stops += swept.stops
 
     def _begin(self, state: ArenaState, heaps: list[Heap]) -> ArenaWalk:
         """In the first stop: the heaps' residency (as read before it where they did not

@@ -766,6 +766,7 @@ class _HeapRead:
                 deadline=self.deadline,
                 part=part,
                 pages=pages,
+                sbrk_base=self.params.sbrk_base if self.params is not None else None,
             )
             scan = relayed_scan(
                 mem, relayed, is_main=is_main, figures=self.figures, scouted=part is not None

@@ -1,0 +1,459 @@
+"""Free lists whose chunks lie too far apart to follow in stops (bin_relay gives up on them:
+a read per chunk), read by sweeping their arena's heaps instead: every chunk header walked
+window by window, each window copied in a stop of every thread with the arena unlocked
+(heap_window, as the census walks a heap), the free chunks' size words and links kept, and
+the lists checked and counted in our memory.
+
+Contract:
+- A chunk is in a bin exactly when the next chunk's PREV_INUSE bit is clear (the top apart):
+  glibc clears it when it bins a chunk, and sets it when it takes one out. Every such chunk
+  must be linked both ways (its fd names a free chunk or a bin head whose bk names it back,
+  and its bk likewise), and following fd from each bin's head must come back to that head:
+  the lists as malloc_info follows them, each chunk counted once, in the bin whose head its
+  list comes back to. The sizes are checked as the walk checks them (the bin's range, the next
+  chunk's prev_size where the window holds it).
+- The windows are copied at different moments: on an arena no thread changes they are one
+  heap; on a busy one a link may disagree because the heap moved between two windows. So a
+  disagreement is looked at again in one stop (the arena unlocked): where it still holds
+  there, the heap is corrupt (rule 8: named, never called into); where it does not, the heap
+  moved and the sweep gives up (None: the arena is refused as before).
+- Our memory: 33 bytes a free chunk (size word, fd, bk, address, a flag) plus the window
+  buffer, at most SWEEP_MAX_CHUNKS chunks (past them: None); the counting is numpy's, over
+  those arrays and a few of 4 bytes a chunk, its other temporaries in blocks of _BLOCK.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from memforensics.model import corruption as words
+from memforensics.model import glibc
+from memforensics.model.chunks import ChunkState
+from memforensics.model.corruption import HeapCorruption, bin_name
+from memforensics.sources.glibc.arena_figures import LOCK_RETRIES, ArenaHold
+from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap, read_state
+from memforensics.sources.glibc.heap_checks import bin_head
+from memforensics.sources.glibc.heap_lists import Tcache
+from memforensics.sources.glibc.heap_window import (
+    WINDOW_BYTES,
+    ChunkRef,
+    HeapWalk,
+    window_buffer,
+)
+from memforensics.sources.proc.procmem import ProcessMemoryReader
+
+_FREE = int(ChunkState.FREE)
+# The most free chunks a sweep keeps (33 bytes each, and a few arrays of 4 bytes each while
+# counting): past it the sweep gives up (our memory, issue 31: 256 MiB at any heap size).
+SWEEP_MAX_CHUNKS = 3_000_000
+Figures = tuple[int, int, int, int, int, int, int]  # heapcopy.Tally's: count … raw_total
+
+
+class _Free:
+    """The free chunks a sweep found: address, size word (with its flags), fd, bk, and
+    whether the next chunk's prev_size (where the window held it) repeats the size."""
+
+    def __init__(self) -> None:
+        self.columns: tuple[list[np.ndarray], ...] = ([], [], [], [], [])
+        self.count = 0  # free chunks kept
+
+    def visit(
+        self,
+        ref: ChunkRef,
+        view: memoryview,
+        base: int,
+        addresses: Sequence[int],
+        sizes: Sequence[int],
+        states: bytes | bytearray,
+    ) -> None:
+        free = np.frombuffer(bytes(states), dtype=np.uint8) == _FREE
+        if not free.any():
+            return
+        at = np.asarray(addresses, dtype=np.uint64)[free]
+        size = np.asarray(sizes, dtype=np.uint64)[free]
+        usable = len(view) // 8 * 8
+        memory = np.frombuffer(view[:usable], dtype=np.uint64)
+        slot = ((at - np.uint64(base)) // np.uint64(8)).astype(np.int64)
+        raw, fd, bk = memory[slot + 1], memory[slot + 2], memory[slot + 3]
+        foot_slot = slot + (size // np.uint64(8)).astype(np.int64)
+        held = foot_slot < len(memory)
+        foot_ok = np.ones(len(at), dtype=bool)
+        foot_ok[held] = memory[foot_slot[held]] == size[held]
+        for column, values in zip(self.columns, (at, raw, fd, bk, foot_ok), strict=True):
+            column.append(values)
+        self.count += len(at)
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """The five columns, each joined once its parts are let go (a column at a time: the
+        join never holds two copies of everything)."""
+        joined = []
+        for column, kind in zip(self.columns, (np.uint64,) * 4 + (bool,), strict=True):
+            joined.append(np.concatenate(column) if column else np.zeros(0, dtype=kind))
+            column.clear()
+        return tuple(joined)
+
+
+class SweepResult:
+    """What sweep_lists read: per bin its figures, the corruptions found, or ``moved``."""
+
+    def __init__(self) -> None:
+        self.figures: dict[int, Figures] = {}
+        self.corruption: list[HeapCorruption] = []
+        self.unmeasured: list[int] = []
+        self.stops = 0
+
+
+def sweep_lists(
+    mem: ProcessMemoryReader,
+    hold: ArenaHold,
+    state: ArenaState,
+    heaps: Sequence[Heap],
+    bins: Sequence[int],
+    *,
+    is_main: bool,
+    deadline: float,
+    sbrk_base: int | None = None,
+) -> SweepResult | None:
+    """The list bins ``bins`` of the arena of ``state`` (its heaps ``heaps``, as read in a
+    stop, with their residency), read by a sweep (see the module); the bins' heads are read
+    again in a stop once the heaps are walked. None where the sweep could not read them: a
+    heap walk cut short (a page not in RAM, the read's time), the arena locked at every try,
+    or a heap that moved under it. ``sbrk_base``: where the main arena's first sbrk began
+    (mp_'s; a program run through ld.so finds its break moved by the loader's own sbrk)."""
+    free = _Free()
+    result = SweepResult()
+    buffer = window_buffer()
+    for index, heap in enumerate(sorted(heaps, key=lambda h: h.start)):
+        if heap.pages is None:
+            return None
+        start = _first_chunk(state, heap, heaps, is_main)
+        if (
+            is_main
+            and sbrk_base is not None
+            and heap.start <= sbrk_base < heap.start + heap.size_bytes
+        ):
+            start = -(-sbrk_base // glibc.MALLOC_ALIGNMENT) * glibc.MALLOC_ALIGNMENT
+        limit = heap.start + (heap.size_bytes if is_main else heap.mprotect_bytes)
+        walk = HeapWalk(
+            mem,
+            ChunkRef(0, index, heap.pages),
+            start,
+            limit,
+            lambda: _top(mem, state.address),
+            set(),
+            Tcache(keys=set(), structs=set()),
+            free.visit,
+            keep=False,
+            retry=True,
+            buffer=buffer,
+        )
+        while not walk.done:
+            if time.monotonic() > deadline or free.count > SWEEP_MAX_CHUNKS:
+                return None
+            window = _in_a_stop(hold, mem, state.address, walk.read_window)
+            hold.release()
+            if window is _LOCKED:
+                return None
+            result.stops += 1
+            if window is None:
+                break
+            walk.walk_window(*window)  # type: ignore[misc]
+        if not walk.complete:
+            return None
+    heads = _in_a_stop(hold, mem, state.address, lambda: read_state(mem, state.address))
+    hold.release()
+    if not isinstance(heads, ArenaState):
+        return None
+    return _count(mem, hold, heads, heaps, bins, free.arrays(), result)
+
+
+_LOCKED = object()
+
+
+def _in_a_stop(hold: ArenaHold, mem: ProcessMemoryReader, address: int, read: object) -> object:
+    """``read()`` inside a stop at a moment the arena is unlocked (no single thread inside
+    the allocator); _LOCKED when it was locked at every try."""
+    assert callable(read)
+    for attempt in range(LOCK_RETRIES + 1):
+        with hold.arena(WINDOW_BYTES):
+            state = read_state(mem, address)
+            if state is not None and state.mutex == 0 and not hold.in_allocator():
+                return read()
+        if not hold.let_run(attempt):
+            break
+    return _LOCKED
+
+
+def _top(mem: ProcessMemoryReader, address: int) -> int | None:
+    state = read_state(mem, address)
+    return state.top if state is not None else None
+
+
+def _first_chunk(state: ArenaState, heap: Heap, heaps: Sequence[Heap], is_main: bool) -> int:
+    """Where the chunks of ``heap`` begin: the main heap's start (heap_window finds its first
+    chunk), past heap_info (and the malloc_state, in an arena's first heap) in a sub-heap."""
+    if is_main:
+        return heap.start
+    first = next((h for h in heaps if h.start < state.address < h.start + h.size_bytes), heap)
+    info_bytes = state.address - first.start  # sizeof(heap_info)
+    at = state.address + glibc.STATE_BYTES if heap is first else heap.start + info_bytes
+    return -(-at // glibc.MALLOC_ALIGNMENT) * glibc.MALLOC_ALIGNMENT
+
+
+def _count(
+    mem: ProcessMemoryReader,
+    hold: ArenaHold,
+    state: ArenaState,
+    heaps: Sequence[Heap],
+    bins: Sequence[int],
+    free: tuple[np.ndarray, ...],
+    result: SweepResult,
+) -> SweepResult | None:
+    """The lists checked and counted over the free chunks (the module's contract). Our
+    memory: the four arrays of the chunks (8 bytes each a chunk) and a few of 4 bytes."""
+    at, raw, fd, bk, foot_ok = free
+    n = len(at)
+    if n and not bool(np.all(at[1:] > at[:-1])):  # (windows are walked in address order)
+        order = np.argsort(at, kind="stable")
+        at, raw, fd, bk, foot_ok = at[order], raw[order], fd[order], bk[order], foot_ok[order]
+        del order
+    every_bin = np.arange(1, glibc.NBINS)
+    heads = np.array([bin_head(state, int(i)) for i in every_bin], dtype=np.uint64)
+    head_order = np.argsort(heads)
+    sorted_heads = heads[head_order]
+    head_fd = np.array(state.bins[0::2], dtype=np.uint64)
+    head_bk = np.array(state.bins[1::2], dtype=np.uint64)
+    # Nodes: the free chunks 0 … n-1, then the bin heads n … n+126 (int32: n < 2**31).
+
+    def node_of(values: np.ndarray) -> np.ndarray:
+        found = np.full(len(values), -1, dtype=np.int32)
+        if n:
+            position = np.minimum(np.searchsorted(at, values), n - 1)
+            hit = at[position] == values
+            found[hit] = position[hit]
+            del position, hit
+        position = np.minimum(np.searchsorted(sorted_heads, values), len(heads) - 1)
+        hit = sorted_heads[position] == values
+        found[hit] = n + head_order[position[hit]]
+        return found
+
+    linked, bin_of = _lists(
+        np.concatenate([node_of(fd), node_of(head_fd)]),
+        np.concatenate([node_of(bk), node_of(head_bk)]),
+        n,
+    )
+    on_a_list = bin_of >= 1
+    low = np.array([glibc.bin_size_range(int(i))[0] for i in every_bin], dtype=np.uint64)
+    high = np.array(
+        [min(glibc.bin_size_range(int(i))[1], (1 << 64) - 1) for i in every_bin], dtype=np.uint64
+    )
+    bad = ~linked[:n] | ~on_a_list | ~foot_ok
+    for block in range(0, n, _BLOCK):  # (in blocks: no whole-length temporaries)
+        part = slice(block, block + _BLOCK)
+        sizes = raw[part] & ~np.uint64(glibc.SIZE_FLAGS)
+        index = np.clip(bin_of[part] - 1, 0, len(every_bin) - 1)
+        bad[part] |= (sizes < low[index]) | (sizes > high[index])
+    bad_heads = ~linked[n:]
+    del linked
+    if bad.any() or bad_heads.any():
+        return _confirm(mem, hold, state, at, raw, fd, bk, bad, bad_heads, bin_of, result)
+    del bad, fd, bk
+    page = mem.page_bytes
+    adjust = _adjustments(heaps, at, raw, bin_of, page)
+    # Grouped by bin once (a sort), each bin's figures over its slice, in blocks.
+    grouped = np.argsort(bin_of, kind="stable").astype(np.int32)
+    ordered_bins = bin_of[grouped]
+    del bin_of
+    for number in sorted(set(bins)):
+        lo, hi = np.searchsorted(ordered_bins, [number, number + 1])
+        members = grouped[lo:hi]
+        if not len(members):
+            if int(head_fd[number - 1]) == int(heads[number - 1]):
+                result.figures[number] = (0, 0, 0, 0, 0, 0, 0)
+            continue
+        result.figures[number] = _bin_figures(members, at, raw, page, adjust.get(number, (0, 0)))
+    result.unmeasured = [number for number in sorted(set(bins)) if number not in result.figures]
+    return result
+
+
+_BLOCK = 1 << 18  # chunks a temporary array covers at most
+
+
+def _bin_figures(
+    members: np.ndarray,
+    at: np.ndarray,
+    raw: np.ndarray,
+    page: int,
+    adjust: tuple[int, int],
+) -> Figures:
+    """One bin's figures (heapcopy.Tally's) over its chunks ``members``: each chunk in RAM
+    whole, then ``adjust`` added to the resident and trimmable bytes (its chunks over pages
+    not in RAM)."""
+    total = resident = trimmable = raw_total = 0
+    raw_min, raw_max = (1 << 64) - 1, 0
+    flags = ~np.uint64(glibc.SIZE_FLAGS)
+    for block in range(0, len(members), _BLOCK):
+        chunks = members[block : block + _BLOCK]
+        words = raw[chunks]
+        sizes = words & flags
+        starts = at[chunks]
+        first = (starts + np.uint64(glibc.MALLOC_CHUNK_BYTES + page - 1)) // np.uint64(page)
+        last = (starts + sizes) // np.uint64(page)
+        total += int(sizes.sum())
+        trimmable += int(np.where(last > first, last - first, 0).sum()) * page
+        raw_total += int(words.sum())
+        raw_min, raw_max = min(raw_min, int(words.min())), max(raw_max, int(words.max()))
+    resident = total + adjust[0]
+    trimmable += adjust[1]
+    return len(members), total, resident, trimmable, raw_min, raw_max, raw_total
+
+
+def _adjustments(
+    heaps: Sequence[Heap], at: np.ndarray, raw: np.ndarray, bin_of: np.ndarray, page: int
+) -> dict[int, tuple[int, int]]:
+    """Per bin, what its chunks over pages not in RAM take off its resident and trimmable
+    bytes (counted as if in RAM whole by _bin_figures)."""
+    adjust: dict[int, tuple[int, int]] = {}
+    for chunk, (in_ram, trim) in _not_in_ram(heaps, at, raw, page).items():
+        size = int(raw[chunk]) & ~glibc.SIZE_FLAGS
+        start = int(at[chunk])
+        whole = max(0, (start + size) // page - -(-(start + glibc.MALLOC_CHUNK_BYTES) // page))
+        number = int(bin_of[chunk])
+        before = adjust.get(number, (0, 0))
+        adjust[number] = (before[0] + in_ram - size, before[1] + trim - whole * page)
+    return adjust
+
+
+def _not_in_ram(
+    heaps: Sequence[Heap], at: np.ndarray, raw: np.ndarray, page: int
+) -> dict[int, tuple[int, int]]:
+    """The chunks (``at`` sorted) lying over a page not in RAM, each with its bytes on pages
+    in RAM and the bytes of its whole pages mtrim releases that are in RAM (the heaps'
+    residency, as read before the sweep); every other chunk is in RAM whole."""
+    found: dict[int, tuple[int, int]] = {}
+    for heap in heaps:
+        pages = heap.pages
+        if pages is None or pages.all_resident:
+            continue
+        absent = np.flatnonzero(np.frombuffer(pages.present, dtype=np.uint8) == 0)
+        if not len(absent):
+            continue
+        # Runs of absent pages, and the chunks over each (chunks do not overlap: a range).
+        breaks = np.flatnonzero(np.diff(absent) != 1) + 1
+        firsts = absent[np.concatenate([[0], breaks])].astype(np.uint64)
+        lasts = absent[np.concatenate([breaks - 1, [len(absent) - 1]])].astype(np.uint64)
+        run_starts = np.uint64(pages.start) + firsts * np.uint64(page)
+        run_ends = np.uint64(pages.start) + (lasts + np.uint64(1)) * np.uint64(page)
+        low = np.maximum(np.searchsorted(at, run_starts, side="right") - 1, 0)
+        high = np.searchsorted(at, run_ends, side="left")
+        for lo, hi in zip(low.tolist(), high.tolist(), strict=True):
+            for chunk in range(lo, hi):
+                start = int(at[chunk])
+                end = start + (int(raw[chunk]) & ~glibc.SIZE_FLAGS)
+                first = -(-(start + glibc.MALLOC_CHUNK_BYTES) // page) * page
+                last = end // page * page
+                trim = pages.whole_pages_resident_bytes(first, last) if last > first else 0
+                found[chunk] = (pages.resident_bytes(start, end), trim)
+    return found
+
+
+def _lists(nexts: np.ndarray, prevs: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Over the nodes (``n`` chunks, then the bin heads) and their fd and bk as node numbers
+    (-1: neither a free chunk nor a head): which nodes are linked both ways, and each chunk's
+    bin (the head its fds lead to; 0 or less where they lead to none)."""
+    total = len(nexts)
+    linked = (nexts >= 0) & (prevs >= 0)
+    both = np.flatnonzero(linked).astype(np.int32)
+    linked[both] = (prevs[nexts[both]] == both) & (nexts[prevs[both]] == both)
+    del both, prevs
+    # Each node's list: follow fd until a head (heads stay put), doubling the stride. (By fd
+    # alone: a chunk whose bk is wrong still names the bin its list leads to.)
+    reach = np.where(nexts >= 0, nexts, np.arange(total, dtype=np.int32)).astype(np.int32)
+    del nexts
+    reach[n:] = np.arange(n, total, dtype=np.int32)
+    for _ in range(max(1, total.bit_length() + 1)):
+        reach = reach[reach]
+    return linked, reach[:n] - (n - 1)
+
+
+def _confirm(
+    mem: ProcessMemoryReader,
+    hold: ArenaHold,
+    state: ArenaState,
+    at: np.ndarray,
+    raw: np.ndarray,
+    fd: np.ndarray,
+    bk: np.ndarray,
+    bad: np.ndarray,
+    bad_heads: np.ndarray,
+    bin_of: np.ndarray,
+    result: SweepResult,
+) -> SweepResult | None:
+    """A chunk (or bin head) the sweep found inconsistent, looked at again in one stop with
+    the arena unlocked: still so there, a corruption (the heap's words, in glibc's terms);
+    else the heap moved between the windows (None)."""
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        chunk, was = int(at[i]), (int(raw[i]), int(fd[i]), int(bk[i]))
+        # (Its bin: where its list leads, or the bin of the chunk whose fd names it.)
+        number = int(bin_of[i]) if bin_of[i] >= 1 else 0
+        named = np.flatnonzero(fd == np.uint64(chunk))
+        if not number and len(named) and bin_of[named[0]] >= 1:
+            number = int(bin_of[named[0]])
+        found = _in_a_stop(hold, mem, state.address, lambda: _look_again(mem, chunk, was, number))
+    else:
+        number = int(np.flatnonzero(bad_heads)[0]) + 1
+        head = bin_head(state, number)
+        found = _in_a_stop(hold, mem, state.address, lambda: _look_again(mem, head, None, number))
+    hold.release()
+    if not isinstance(found, HeapCorruption):
+        return None
+    result.corruption.append(
+        HeapCorruption(state.address, found.bin, found.chunk_address, found.check, found.detail)
+    )
+    result.unmeasured = sorted({*result.unmeasured, *range(1, glibc.NBINS)})
+    return result
+
+
+def _look_again(
+    mem: ProcessMemoryReader, chunk: int, was: tuple[int, int, int] | None, number: int = 0
+) -> HeapCorruption | None:
+    """In a stop: the links of ``chunk`` (a free chunk whose size word, fd and bk the sweep
+    read as ``was``, or the head of bin ``number``; ``number`` 0: its bin is not known), read
+    now; a corruption where they still disagree, None where the chunk changed (the heap
+    moved). Its bk is looked at first: a chunk whose bk was overwritten is named itself."""
+    data = mem.read_present(chunk, 32)
+    size_word, forward, back = (int.from_bytes(data[o : o + 8], "little") for o in (8, 16, 24))
+    if was is not None and (size_word, forward, back) != was:
+        return None  # it changed between the window and now: moved
+    name = bin_name(number) if number else "a bin"
+    check = (
+        words.DOUBLE_LINKED
+        if not number
+        else words.UNSORTED_LIST
+        if number == 1
+        else words.SMALLBIN_LIST
+        if number < 64
+        else words.LARGEBIN_LIST
+    )
+    back_forward = (
+        int.from_bytes(mem.read_present(back + 16, 8), "little") if back % 16 == 0 else -1
+    )
+    if back_forward != chunk:
+        detail = f"its bk is {back:#x}, whose fd is {back_forward:#x}, not it"
+        return HeapCorruption(0, name, chunk, check, detail)
+    forward_back = (
+        int.from_bytes(mem.read_present(forward + 24, 8), "little") if forward % 16 == 0 else -1
+    )
+    if forward_back != chunk:
+        detail = f"its bk is {forward_back:#x}, not the chunk before it ({chunk:#x})"
+        return HeapCorruption(0, name, forward, check, detail)
+    size = size_word & ~glibc.SIZE_FLAGS
+    following = int.from_bytes(mem.read_present(chunk + size + 8, 8), "little") if size else 1
+    if was is not None and following & 1:
+        return None  # in use now (the next chunk's PREV_INUSE): the heap moved
+    detail = "a free chunk in no bin's list, or its size does not fit its bin"
+    return HeapCorruption(0, name, chunk, words.UNNAMED, detail)
