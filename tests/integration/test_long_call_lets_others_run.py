@@ -1,7 +1,8 @@
 """A long call into the target keeps only its calling thread busy: the other threads are let go
 as it starts (ThreadHold.let_others_go), by `inspect` where it calls malloc_info (the read of
-a main arena of 2 million unsorted chunks over ~800 MiB is refused within its stop) and by
-`trim` (malloc_trim).
+a main arena of 3.1 million unsorted chunks scattered over ~1.3 GiB is refused: too many for
+a relay to follow, more than a sweep keeps, list_sweep.SWEEP_MAX_CHUNKS) and by `trim`
+(malloc_trim).
 
 Target: tests/targets/seeds_heap.c's unsorted shape (its main thread and a ticker thread),
 in a memory cgroup. Oracle: the kernel's word on each thread, /proc/PID/task/TID/status
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from memforensics.sources.glibc.list_sweep import SWEEP_MAX_CHUNKS
 from tests.support.targets import compile_target, live_skip_reason, started_in_cgroup
 
 _SKIP = live_skip_reason()
@@ -32,7 +34,8 @@ pytestmark = [
     pytest.mark.skipif(_SKIP is not None, reason=_SKIP or ""),
 ]
 
-BLOCKS = 4_000_000  # 2 million unsorted chunks: the read is refused, malloc_info is called
+# Unsorted chunks past what a sweep keeps: the read is refused, malloc_info is called.
+BLOCKS = 2 * (SWEEP_MAX_CHUNKS + 100_000)
 LIMIT_BYTES = 2 << 30
 SAMPLE_SECONDS = 0.001
 # A hold seizes and releases a handful of threads in well under a millisecond: a state this

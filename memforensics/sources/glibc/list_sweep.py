@@ -126,17 +126,13 @@ def sweep_lists(
     free = _Free()
     result = SweepResult()
     buffer = window_buffer()
+    walked, total_bytes = 0, sum(h.size_bytes for h in heaps)
     for index, heap in enumerate(sorted(heaps, key=lambda h: h.start)):
         if heap.pages is None:
             return None
-        start = _first_chunk(state, heap, heaps, is_main)
-        if (
-            is_main
-            and sbrk_base is not None
-            and heap.start <= sbrk_base < heap.start + heap.size_bytes
-        ):
-            start = -(-sbrk_base // glibc.MALLOC_ALIGNMENT) * glibc.MALLOC_ALIGNMENT
+        start = _first_chunk(state, heap, heaps, is_main, sbrk_base)
         limit = heap.start + (heap.size_bytes if is_main else heap.mprotect_bytes)
+        at = start
         walk = HeapWalk(
             mem,
             ChunkRef(0, index, heap.pages),
@@ -151,7 +147,9 @@ def sweep_lists(
             buffer=buffer,
         )
         while not walk.done:
-            if time.monotonic() > deadline or free.count > SWEEP_MAX_CHUNKS:
+            walked += walk.at - at
+            at = walk.at
+            if time.monotonic() > deadline or _too_many(free.count, walked, total_bytes):
                 return None
             window = _in_a_stop(hold, mem, state.address, walk.read_window)
             hold.release()
@@ -171,6 +169,17 @@ def sweep_lists(
 
 
 _LOCKED = object()
+_PROJECT_AFTER_BYTES = 64 << 20  # heap walked before the chunks to come are projected
+
+
+def _too_many(kept: int, walked_bytes: int, total_bytes: int) -> bool:
+    """More than SWEEP_MAX_CHUNKS kept, or, past _PROJECT_AFTER_BYTES walked, as many free
+    chunks a byte as so far over the whole heap would come to a quarter more than that."""
+    if kept > SWEEP_MAX_CHUNKS:
+        return True
+    if walked_bytes < _PROJECT_AFTER_BYTES:
+        return False
+    return kept * total_bytes > 1.25 * SWEEP_MAX_CHUNKS * walked_bytes
 
 
 def _in_a_stop(hold: ArenaHold, mem: ProcessMemoryReader, address: int, read: object) -> object:
@@ -192,10 +201,17 @@ def _top(mem: ProcessMemoryReader, address: int) -> int | None:
     return state.top if state is not None else None
 
 
-def _first_chunk(state: ArenaState, heap: Heap, heaps: Sequence[Heap], is_main: bool) -> int:
-    """Where the chunks of ``heap`` begin: the main heap's start (heap_window finds its first
-    chunk), past heap_info (and the malloc_state, in an arena's first heap) in a sub-heap."""
+def _first_chunk(
+    state: ArenaState, heap: Heap, heaps: Sequence[Heap], is_main: bool, sbrk_base: int | None
+) -> int:
+    """Where the chunks of ``heap`` begin: in the main heap, at ``sbrk_base`` (aligned, as
+    sysmalloc aligns its first chunk) where it lies in the heap, else at its start (heap_window
+    finds its first chunk); in a sub-heap, past heap_info (and the malloc_state, in an
+    arena's first heap)."""
     if is_main:
+        end = heap.start + heap.size_bytes
+        if sbrk_base is not None and heap.start <= sbrk_base < end:
+            return -(-sbrk_base // glibc.MALLOC_ALIGNMENT) * glibc.MALLOC_ALIGNMENT
         return heap.start
     first = next((h for h in heaps if h.start < state.address < h.start + h.size_bytes), heap)
     info_bytes = state.address - first.start  # sizeof(heap_info)
