@@ -39,7 +39,6 @@ from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap, read_state
 from memforensics.sources.glibc.glibc_walk import ArenaWalk, ArenaWalker, nonempty_bins
 from memforensics.sources.glibc.heap_checks import bin_head
 from memforensics.sources.glibc.heapcopy import FreshBuffers
-from memforensics.sources.glibc.list_sweep import sweep_lists
 from memforensics.sources.proc.procmem import PageMap, ProcessMemoryReader
 
 _native = optional_native("memforensics.sources.glibc._chunkwalk")
@@ -231,6 +230,9 @@ class _Relay:
         walk, state, read = self.walk, self.last_state, self.read
         if walk is None or state is None:
             return
+        # (Imported here: numpy costs every inspect ~45 ms of start-up, a sweep is rare.)
+        from memforensics.sources.glibc.list_sweep import sweep_lists
+
         swept = sweep_lists(
             self.mem,
             hold,
