@@ -111,16 +111,19 @@ def read_arena(
 
     if snapshot is not None:
         return finish
+    # A scouted walker's buffers are its own (FreshBuffers): closing it unmaps a copy of up
+    # to hundreds of MiB, milliseconds no thread of the target need wait for, so it is closed
+    # once the stop is over. Any other gives its buffers back to the pool at once: the next
+    # arena of the same stop takes them (a fresh buffer would fault its pages in there).
+    later = walker is scouted
     try:
-        done = finish(close=False)
+        done = finish(close=not later)
     except BaseException:
         walker.close()
         raise
 
     def closed() -> ArenaScan:
-        # (Closed once the stop is over: unmapping a scouted copy of hundreds of MiB takes
-        # milliseconds that no thread of the target need wait for.)
-        if closing[0]:
+        if later and closing[0]:
             walker.close()
         return done
 
