@@ -19,8 +19,14 @@ Contract:
   chunk is counted once, as malloc_info counts it. On a busy arena, a list followed over
   several stops is counted as it was at each of them (like a split arena's bins).
 
+- Lists whose chunks lie far apart (past 512 pages read, more than
+  RELAY_MAX_PAGES_PER_CHUNK pages a chunk: a read for each) are not followed on; the lists
+  not finished are read by a sweep of the arena's heaps instead (list_sweep).
+
 The fastbins and the top are read in the first stop by the ordinary walk (a part [0, 0]).
-Without the C module there is no relay (``available``): such an arena is refused as before.
+A part of a split arena (``part``: bins [first, last]) is relayed the same way, its block
+reads taking only the pages its scout found its lists on (``pages``). Without the C module
+there is no relay (``available``): such an arena is refused as before.
 """
 
 from __future__ import annotations
