@@ -97,7 +97,8 @@ class _Free:
 
 
 class SweepResult:
-    """What sweep_lists read: per bin its figures, the corruptions found, or ``moved``."""
+    """What sweep_lists read: per bin its figures, the corruptions found (all bins then
+    unmeasured), the bins it could not measure, and the stops it took."""
 
     def __init__(self) -> None:
         self.figures: dict[int, Figures] = {}
