@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -344,6 +345,44 @@ def test_a_main_arena_list_past_the_budget_in_a_scattered_order_is_read_by_a_swe
     read = json.loads(run.stdout)["read_only"]
     assert read["relayed_arenas"] == 1 and read["swept_arenas"] == 1, read
     assert run.peak_rss_kib << 10 <= RSS_BOUND_BYTES, run.peak_rss_kib
+
+
+def _heap_element(xml: bytes, number: int) -> bytes:
+    """The <heap nr="NUMBER"> element of a malloc_info document, as its bytes."""
+    found = re.search(rb'<heap nr="%d">.*?</heap>' % number, xml, re.DOTALL)
+    assert found is not None, xml[:200]
+    return found.group(0)
+
+
+@pytest.mark.slow
+def test_a_thread_arena_list_past_the_budget_is_swept_as_gdbs_malloc_info_reads_it(
+    tmp_path: Path,
+) -> None:
+    """A thread arena of ~256 MiB in 64 MiB sub-heaps (many_arenas: one worker, 4 million
+    blocks of 24-88 bytes, every other one freed): its lists lead past the copies' budget
+    and their chunks lie apart, so they are swept, across sub-heaps and their fenceposts.
+    Oracle: the gdb path's malloc_info document (gdb's own allocation lands in the main
+    arena, the calling thread's): the thread arena's <heap> is the same, byte for byte."""
+    from tests.support.gdb_binary import use_test_gdb
+    from tests.support.targets import compile_target, started_in_cgroup
+
+    use_test_gdb()
+    binary = compile_target("many_arenas")
+    rebuilt, by_gdb = tmp_path / "read.xml", tmp_path / "gdb.xml"
+    with started_in_cgroup(
+        [str(binary), "1", "4000000", "88"],
+        group_name="memforensics-test-seeds-sweep-thread",
+        limit_bytes=2 << 30,
+        arena_max=2,
+    ) as pid:
+        document, _ = _inspect(pid, "--read-only", "--save-xml", str(rebuilt))
+        _inspect(pid, "--gdb", "gdb", "--save-xml", str(by_gdb))
+        _assert_running(pid)
+    read = document["read_only"]
+    assert read["swept_arenas"] == 1, read
+    thread_arena = next(arena for arena in document["arenas"] if arena["index"] == 1)
+    assert thread_arena["system_bytes"] > copy_budget_bytes(), thread_arena
+    assert _heap_element(rebuilt.read_bytes(), 1) == _heap_element(by_gdb.read_bytes(), 1)
 
 
 @pytest.mark.slow
