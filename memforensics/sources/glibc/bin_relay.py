@@ -40,10 +40,10 @@ from memforensics.model import corruption as words
 from memforensics.model import glibc
 from memforensics.model.corruption import HeapCorruption, bin_name
 from memforensics.sources import optional_native
-from memforensics.sources.glibc.arena_figures import ArenaHold
+from memforensics.sources.glibc.arena_figures import LOCK_RETRIES, ArenaHold
 from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap, read_state
 from memforensics.sources.glibc.glibc_walk import ArenaWalk, ArenaWalker, nonempty_bins
-from memforensics.sources.glibc.heap_checks import bin_head
+from memforensics.sources.glibc.heap_checks import bin_head, list_check
 from memforensics.sources.glibc.heapcopy import FreshBuffers
 from memforensics.sources.proc.procmem import PageMap, ProcessMemoryReader
 
@@ -56,11 +56,11 @@ RELAY_RESTARTS = 3  # a list that moved between stops is followed again from its
 RELAY_CACHE_BLOCKS = 64  # 4 MiB of pages read in one stop, forgotten at the next
 _MADV_POPULATE_WRITE = 23  # linux/mman.h (5.14+)
 # A relay reading more than this many pages per chunk followed (past _SCATTERED_MIN_PAGES)
-# follows a list whose chunks lie apart (a block read for each): it stops (the arena is refused
-# as before). A list in address order reads ~0.1 page a chunk; one scattered over the heap, 16.
+# follows a list whose chunks lie apart (a block read for each): it stops, and the lists not
+# finished are swept (list_sweep). A list in address order reads ~0.1 page a chunk; one
+# scattered over the heap, 16.
 RELAY_MAX_PAGES_PER_CHUNK = 4
 _SCATTERED_MIN_PAGES = 512
-_LOCKED_STOPS = 60  # stops in a row that found the arena locked (then: not read)
 
 # _chunkwalk.c's relay statuses.
 _DONE, _TIME, _MOVED, _NOT_IN_RAM = 0, 1, 2, 3
@@ -122,9 +122,7 @@ def relay_arena(
     (a page the lists lead to since is read alone). ``sbrk_base``: mp_'s, for a sweep of the
     main heap (list_sweep). Ends every stop it begins."""
     hold.release()  # (a stop an earlier arena left open is not made longer by this one)
-    relay = _Relay(mem, address, heaps_now, is_main, deadline, part)
-    relay.scouted_pages = pages or {}
-    relay.sbrk_base = sbrk_base
+    relay = _Relay(mem, address, heaps_now, is_main, deadline, part, pages or {}, sbrk_base)
     running = read_state(mem, address)
     if running is not None:  # (the residency of a big heap read in a stop would lengthen it)
         relay.known = {(h.start, h.size_bytes): h.pages for h in heaps_now(running, True)}
@@ -135,7 +133,7 @@ def relay_arena(
                 busy = relay.stop(hold)
             hold.release()
             if busy:
-                if locked >= _LOCKED_STOPS or not hold.let_run(locked):
+                if locked >= LOCK_RETRIES or not hold.let_run(locked):
                     break
                 locked += 1
             elif not relay.over:
@@ -160,6 +158,8 @@ class _Relay:
         is_main: bool,
         deadline: float,
         part: tuple[int, int] | None,
+        scouted_pages: dict[int, bytes],
+        sbrk_base: int | None,
     ) -> None:
         assert _native is not None
         self.mem, self.address, self.heaps_now = mem, address, heaps_now
@@ -174,8 +174,8 @@ class _Relay:
             self.cache.madvise(_MADV_POPULATE_WRITE)
         # Each heap's residency (by start and size) as read before the first stop.
         self.known: dict[tuple[int, int], PageMap | None] = {}
-        self.scouted_pages: dict[int, bytes] = {}  # relay_arena's ``pages``
-        self.sbrk_base: int | None = None  # relay_arena's
+        self.scouted_pages = scouted_pages  # relay_arena's ``pages``
+        self.sbrk_base = sbrk_base  # relay_arena's
         self.lists: dict[int, _List] = {}
         self.walk: ArenaWalk | None = None
         self.read = RelayRead()
@@ -372,19 +372,13 @@ def _finding(
     previous, chunk = cursor[0], cursor[1]
     name = bin_name(index)
     whose = "the bin's fd" if previous == head else f"the fd of {previous:#x}"
-    list_check = (
-        words.UNSORTED_LIST
-        if index == 1
-        else words.SMALLBIN_LIST
-        if index < 64
-        else words.LARGEBIN_LIST
-    )
+    check = list_check(index)
     if status == _DONE:
         return HeapCorruption(
             arena,
             name,
             head,
-            list_check,
+            check,
             f"the bin's bk is {bk:#x}, its last chunk {previous:#x}",
         )
     if status == _OUTSIDE:
@@ -404,7 +398,7 @@ def _finding(
             arena,
             name,
             chunk,
-            list_check,
+            check,
             f"its bk is {detail:#x}, not the chunk before it ({previous:#x})",
         )
     if status == _SIZE:

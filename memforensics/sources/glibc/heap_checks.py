@@ -89,7 +89,8 @@ class _Copy:
         return segment.end if segment is not None else 0
 
 
-def _list_check(index: int) -> str:
+def list_check(index: int) -> str:
+    """glibc's words for a list bin's double-link check (unsorted, small or large bin)."""
     if index == 1:
         return words.UNSORTED_LIST
     return words.SMALLBIN_LIST if index < 64 else words.LARGEBIN_LIST
@@ -124,7 +125,7 @@ def diagnose_list(
             if bk != previous:
                 return found(
                     head,
-                    _list_check(index),
+                    list_check(index),
                     f"the bin's bk is {bk:#x}, its last chunk {previous:#x}",
                 )
             if index < 64:
@@ -150,7 +151,7 @@ def diagnose_list(
                 )
             return found(
                 chunk,
-                _list_check(index),
+                list_check(index),
                 f"its bk is {back:#x}, not the chunk before it ({previous:#x})",
             )
         fault = _size_fault(copy, index, chunk)

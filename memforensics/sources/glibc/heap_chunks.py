@@ -159,14 +159,20 @@ def _plan(
         if first is None:
             notes.append(f"arena {position}: its first heap was not found; not walked")
             continue
-        info_bytes = address - first.start  # sizeof(heap_info): 32, or 48 from 2.35
         for index, heap in enumerate([first, *(h for h in heaps if h is not first)]):
-            chunk0 = address + glibc.STATE_BYTES if heap is first else heap.start + info_bytes
-            chunk0 = -(-chunk0 // glibc.MALLOC_ALIGNMENT) * glibc.MALLOC_ALIGNMENT
+            chunk0 = subheap_first_chunk(address, heap, first)
             limit = heap.start + heap.mprotect_bytes
             pages = mem.pagemap(heap.start, limit)
             planned.append(_PlannedHeap(position, index, chunk0, heap.start, limit, address, pages))
     return planned, subheaps, notes
+
+
+def subheap_first_chunk(arena_address: int, heap: Heap, first: Heap) -> int:
+    """Where the chunks of a thread arena's sub-heap ``heap`` begin: past its heap_info, and
+    past the arena's malloc_state in the arena's ``first`` heap (the one holding it)."""
+    info_bytes = arena_address - first.start  # sizeof(heap_info): 32, or 48 from 2.35
+    at = arena_address + glibc.STATE_BYTES if heap is first else heap.start + info_bytes
+    return -(-at // glibc.MALLOC_ALIGNMENT) * glibc.MALLOC_ALIGNMENT
 
 
 def _chunk_reader(

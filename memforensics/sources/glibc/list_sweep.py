@@ -35,7 +35,8 @@ from memforensics.model.chunks import ChunkState
 from memforensics.model.corruption import HeapCorruption, bin_name
 from memforensics.sources.glibc.arena_figures import LOCK_RETRIES, ArenaHold
 from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap, read_state
-from memforensics.sources.glibc.heap_checks import bin_head
+from memforensics.sources.glibc.heap_checks import bin_head, list_check
+from memforensics.sources.glibc.heap_chunks import subheap_first_chunk
 from memforensics.sources.glibc.heap_lists import Tcache
 from memforensics.sources.glibc.heap_window import (
     WINDOW_BYTES,
@@ -215,9 +216,7 @@ def _first_chunk(
             return -(-sbrk_base // glibc.MALLOC_ALIGNMENT) * glibc.MALLOC_ALIGNMENT
         return heap.start
     first = next((h for h in heaps if h.start < state.address < h.start + h.size_bytes), heap)
-    info_bytes = state.address - first.start  # sizeof(heap_info)
-    at = state.address + glibc.STATE_BYTES if heap is first else heap.start + info_bytes
-    return -(-at // glibc.MALLOC_ALIGNMENT) * glibc.MALLOC_ALIGNMENT
+    return subheap_first_chunk(state.address, heap, first)
 
 
 def _count(
@@ -447,15 +446,7 @@ def _look_again(
     if was is not None and (size_word, forward, back) != was:
         return None  # it changed between the window and now: moved
     name = bin_name(number) if number else "a bin"
-    check = (
-        words.DOUBLE_LINKED
-        if not number
-        else words.UNSORTED_LIST
-        if number == 1
-        else words.SMALLBIN_LIST
-        if number < 64
-        else words.LARGEBIN_LIST
-    )
+    check = list_check(number) if number else words.DOUBLE_LINKED
     back_forward = (
         int.from_bytes(mem.read_present(back + 16, 8), "little") if back % 16 == 0 else -1
     )
