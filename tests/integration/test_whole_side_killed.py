@@ -9,8 +9,8 @@ runs in its own process group with every process it starts (it starts none on th
 paths), and the whole group is SIGKILLed at once, as a pod deletion or a unit's final
 SIGKILL does. The target has 2 million free chunks, so its read and its malloc_trim take a
 few hundred ms and the kills land inside them; the seeds' shapes (busy thread arenas read
-with a scout, and a main arena whose 2 million chunks make the default call malloc_info
-without gdb) are killed the same way, under every command; the integrity target (registers
+with a scout, and a main arena whose 2 million scattered chunks the default reads by a
+sweep, list_sweep) are killed the same way, under every command; the integrity target (registers
 with upper ymm lanes, an ordered pipe, SIGALRM every 2 ms, heap buffers) says whether
 anything in it was disturbed.
 """
@@ -144,8 +144,9 @@ class SeedsTarget(ChunkTarget):
 # The seeds' shapes as tests/integration/test_seeds_read.py and benchmarks/bench_seeds.py make
 # them: busy thread arenas (read with a scout, their lists moving), arenas above the copies'
 # budget whose lists lie on ~100 MiB of pages each (scouted for longer, their stops copying
-# that much), and a main arena whose unsorted bin holds 2 million chunks (its read refused
-# within a stop: malloc_info is called without gdb instead, and trim calls malloc_trim).
+# that much), and a main arena whose unsorted bin holds 2 million scattered chunks (its scout
+# and its relay give up, and the default reads it by a sweep; trim calls malloc_trim). The
+# stand-in call itself is killed at any moment in tests/integration/test_called_malloc_info.py.
 SEEDS_SHAPES = {
     "busy-arenas": (
         ["5", "24", "1"],
@@ -229,8 +230,8 @@ def test_a_target_with_two_million_free_chunks_survives_every_kill(
 def test_the_seeds_shapes_survive_every_kill(
     seeds_target: SeedsTarget, command: str, tmp_path: Path
 ) -> None:
-    """Every default path killed at 10 moments of its read (a scout, a stop, the stand-in's
-    call): the target lives on, untraced, running and answering, each time."""
+    """Every default path killed at 10 moments of its read (a scout, a stop, a relay, a
+    sweep): the target lives on, untraced, running and answering, each time."""
     for moment in MOMENTS_SECONDS:
         _kill_side_at([*MEMFORENSICS, *COMMANDS[command](seeds_target.pid, tmp_path)], moment)
         _left_running(seeds_target.pid, f"{command} killed after {moment} s")
