@@ -36,7 +36,9 @@ class HeapCorruption:
     """One check that failed: in which arena and bin, at which chunk, and what was read."""
 
     arena_address: int  # the arena's malloc_state
-    bin: str  # "fastbin 2", "unsorted", "small bin 17", "large bin 68", "top"
+    # "fastbin 2", "unsorted", "small bin 17", "large bin 68", "top"; "heap": a header met
+    # walking the heap chunk by chunk (list_sweep), on no list
+    bin: str
     chunk_address: int  # the chunk whose header or link failed (a bin's own head: its address)
     check: str  # glibc's words for the check (the constants above)
     detail: str  # what was read, with addresses

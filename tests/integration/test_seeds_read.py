@@ -412,6 +412,38 @@ def test_a_corrupt_long_list_is_reported_never_called_into(order: str) -> None:
     assert findings[0]["check"] == "malloc(): unsorted double linked list corrupted", findings
 
 
+@pytest.mark.slow
+def test_a_broken_header_under_a_swept_list_is_reported_never_called_into() -> None:
+    """The scattered 2-million-chunk list (read by a sweep of the heap's headers) with the
+    size word of a live block halfway up the heap overwritten, as an overrun of the block
+    before it would: no list is broken, but the sweep cannot walk past that header. Read
+    again from the window before in one stop, with the arena unchanged since, it is a
+    corruption (rule 8), not a heap caught moving: `inspect` names that chunk with glibc's
+    words and exits 8; before, the sweep gave up and the default called the stand-in
+    malloc_info into the corrupt heap. The target runs on untraced."""
+    from tests.support.targets import compile_target, started_in_cgroup
+
+    binary = compile_target("seeds_heap")
+    ready: list[str] = []
+    with started_in_cgroup(
+        [str(binary), "unsorted", "4000000", "scattered"],
+        group_name="memforensics-test-seeds-sweep-corrupt",
+        limit_bytes=2 << 30,
+        arena_max=2,
+        env={"SEEDS_CORRUPT": "2"},
+        ready=ready,
+    ) as pid:
+        document, _ = _inspect(pid, exit_code=8)
+        _assert_running(pid)
+    corrupt = int(ready[0].split("corrupt=")[1].split()[0], 16)
+    assert document["schema"] == "memforensics/heap-corrupt/1"
+    assert not document["called_into_target"], document
+    findings = document["corruption"]
+    assert [(f["arena"], f["bin"]) for f in findings] == [(0, "heap")], findings
+    assert int(findings[0]["chunk_address"], 16) == corrupt, findings
+    assert findings[0]["check"] == "corrupted size vs. prev_size", findings
+
+
 def _small_bins(xml: bytes) -> list[dict[int, tuple[int, int]]]:
     """Per <heap> of a malloc_info document: chunk size -> (bytes, chunks) of its small bins
     (chunks under 1 KiB), and its system bytes under key 0."""

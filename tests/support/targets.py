@@ -206,11 +206,12 @@ def started_in_cgroup(
     arena_max: int,
     tunables: str = "",
     env: dict[str, str] | None = None,
+    ready: list[str] | None = None,
 ) -> Iterator[int]:
     """``argv`` (a built target) run with glibc.malloc.arena_max=``arena_max`` (and the
     GLIBC_TUNABLES ``tunables``, "name=value:...", and ``env`` added to ours), in a fresh
-    memory cgroup of ``limit_bytes`` when one can be made; its PID once it printed "ready".
-    Killed, and its cgroup removed, at the end."""
+    memory cgroup of ``limit_bytes`` when one can be made; its PID once it printed "ready"
+    (the line appended to ``ready`` where given). Killed, and its cgroup removed, at the end."""
     group = memory_cgroup(group_name, limit_bytes)
     settings = ":".join(filter(None, [f"glibc.malloc.arena_max={arena_max}", tunables]))
     env = dict(os.environ, **(env or {}), GLIBC_TUNABLES=settings)
@@ -224,6 +225,8 @@ def started_in_cgroup(
         line = proc.stdout.readline().decode()
         if not line.startswith("ready"):
             raise RuntimeError(f"target did not start: {line!r}")
+        if ready is not None:
+            ready.append(line)
         yield proc.pid
     finally:
         proc.kill()

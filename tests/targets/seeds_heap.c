@@ -42,6 +42,9 @@
  * page); XML_PATH: malloc_info(0) written there once the bin is built, as above. With
  * SEEDS_CORRUPT=1 in the environment, the bk of the chunk halfway down the list is then
  * overwritten (printed on the ready line as corrupt=ADDRESS): the list is corrupt there.
+ * With SEEDS_CORRUPT=2, the size word of the live block halfway up the heap is overwritten
+ * instead (as a buffer overrun before it would): no list is broken, but a walk of the heap's
+ * headers cannot pass that chunk.
  *
  * A ticker thread wakes every millisecond and records the longest gap between two wake-ups:
  * the longest stop the process felt. Prints "ready ..." once built. Then reads commands on
@@ -236,7 +239,8 @@ static void *ticker(void *arg) {
     return NULL;
 }
 
-static uintptr_t corrupted_chunk; /* SEEDS_CORRUPT=1: the chunk whose bk was overwritten */
+/* SEEDS_CORRUPT: the chunk whose bk (1) or size word (2) was overwritten */
+static uintptr_t corrupted_chunk;
 
 /* The main arena's unsorted bin of BLOCKS/2 chunks (freed in a scattered order, or in
  * address order when ``ordered``); the main thread mallocs nothing after. */
@@ -254,6 +258,10 @@ static void build_unsorted(long blocks, int ordered) {
     if (corrupt != NULL && atoi(corrupt) == 1) {
         uintptr_t *user = block[2 * (odd / 2) + 1]; /* freed: fd and bk are its first words */
         user[1] = (uintptr_t)0x5a5a5a5a5a50;
+        corrupted_chunk = (uintptr_t)user - 16;
+    } else if (corrupt != NULL && atoi(corrupt) == 2) {
+        uintptr_t *user = block[2 * (odd / 2)]; /* live: its chunk's size word precedes it */
+        user[-1] = (uintptr_t)0x5a5a5a5a5a51;    /* runs past the heap's end, PREV_INUSE */
         corrupted_chunk = (uintptr_t)user - 16;
     }
 }

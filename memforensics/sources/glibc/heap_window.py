@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from memforensics.model import corruption as words
 from memforensics.model import glibc
 from memforensics.model.chunks import ChunkState, HeapChunks
 from memforensics.sources import optional_native
@@ -137,6 +138,9 @@ class HeapWalk:
         self.complete = True
         self.stop_reason: str | None = None
         self.stopped_at: int | None = None
+        # glibc's words for the check a header failed (model.corruption's): None where the
+        # walk stopped for another reason (a page not in RAM, not finished).
+        self.stop_check: str | None = None
         # A live walk whose window fails a header walks again once from the previous
         # window's first header (trusted in its own stop), in one stop: a chunk at a window's
         # edge may have been merged or reused between the two stops.
@@ -412,10 +416,12 @@ class HeapWalk:
             return None
         self.at = at
         if size < glibc.MINSIZE or size % glibc.MALLOC_ALIGNMENT:
-            self._stop(f"malloc(): invalid size (unsorted) at {at:#x}: size field {size_field:#x}")
+            self.stop_check = words.UNSORTED_SIZE
+            self._stop(f"{words.UNSORTED_SIZE} at {at:#x}: size field {size_field:#x}")
         else:
+            self.stop_check = words.SIZE_VS_PREV_SIZE
             self._stop(
-                f"corrupted size vs. prev_size: chunk at {at:#x} of {size:#x} bytes "
+                f"{words.SIZE_VS_PREV_SIZE}: chunk at {at:#x} of {size:#x} bytes "
                 f"runs past the heap's end {self.limit:#x}"
             )
         return at

@@ -17,6 +17,11 @@ Contract:
   disagreement is looked at again in one stop (the arena unlocked): where it still holds
   there, the heap is corrupt (rule 8: named, never called into); where it does not, the heap
   moved and the sweep gives up (None: the arena is refused as before).
+- A chunk header the walk cannot pass (a size that is not one, or runs past the heap) fails
+  for good only once read again in one stop from a boundary trusted before (HeapWalk's
+  retry). Where the arena's malloc_state read the same in every stop that window rests on,
+  the arena did not move: the heap is corrupt there (bin "heap", glibc's words, every bin
+  unmeasured); else the sweep gives up (None).
 - Our memory: 33 bytes a free chunk (size word, fd, bk, address, a flag) plus the window
   buffer, at most SWEEP_MAX_CHUNKS chunks (past them: None); the counting is numpy's, over
   those arrays and a few of 4 bytes a chunk, its other temporaries in blocks of _BLOCK.
@@ -24,8 +29,10 @@ Contract:
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 
@@ -148,21 +155,28 @@ def sweep_lists(
             retry=True,
             buffer=buffer,
         )
+        arena_words: list[bytes | None] = []  # the malloc_state as each window's stop read it
         while not walk.done:
             walked += walk.at - at
             at = walk.at
             if time.monotonic() > deadline or _too_many(free.count, walked, total_bytes):
                 return None
-            window = _in_a_stop(hold, mem, state.address, walk.read_window)
+            read = _in_a_stop(
+                hold, mem, state.address, functools.partial(_window, mem, walk, state)
+            )
             hold.release()
-            if window is _LOCKED:
+            if read is _LOCKED:
                 return None
             result.stops += 1
+            window, now = cast(_Windowed, read)
+            arena_words = [*arena_words[-(_STILL_STOPS - 1) :], now]
             if window is None:
                 break
-            walk.walk_window(*window)  # type: ignore[misc]
+            walk.walk_window(*window)
         if not walk.complete:
-            return None
+            if walk.stop_check is None or not _still(arena_words):
+                return None  # a page not in RAM, or a header failed while the arena moved
+            return _broken_header(state, walk, result)
     heads = _in_a_stop(hold, mem, state.address, lambda: read_state(mem, state.address))
     hold.release()
     if not isinstance(heads, ArenaState):
@@ -171,6 +185,46 @@ def sweep_lists(
 
 
 _LOCKED = object()
+# A header that failed was read, in its last stop, from a chunk boundary the walk trusted
+# since at most the three stops before: where the arena's malloc_state read the same in all
+# of them, the header failed on one heap, not on one caught moving. (A malloc or free that
+# changes a header changes a bin, a fastbin or the top, all in malloc_state; the exception is
+# a realloc in place that grows into a free chunk in the middle of its bin's list, or
+# shrinks, leaving the rest to tcache: a boundary the walk trusted could then lie under a
+# grown block's data. Such a finding is a false alarm of exit 8, never a call.)
+_STILL_STOPS = 4
+
+
+_Windowed = tuple[tuple[int, memoryview, int | None] | None, bytes | None]
+
+
+def _window(mem: ProcessMemoryReader, walk: HeapWalk, state: ArenaState) -> _Windowed:
+    """In a stop: the walk's next window, and the arena's malloc_state words at that moment."""
+    return walk.read_window(), mem.read(state.address, glibc.STATE_BYTES)
+
+
+def _still(arena_words: list[bytes | None]) -> bool:
+    """The arena did not change over the stops the failed header's window rests on: its
+    malloc_state read the same in each of the last _STILL_STOPS (in all of them where the
+    heap's walk had fewer: its first window begins at the heap's first chunk, a boundary in
+    any stop). A header fails for good only in a window walked again from the window before
+    (HeapWalk's retry) or in a heap's first window."""
+    return bool(arena_words) and arena_words[-1] is not None and len(set(arena_words)) == 1
+
+
+def _broken_header(state: ArenaState, walk: HeapWalk, result: SweepResult) -> SweepResult:
+    """The sweep's finding where a header failed on an arena that did not move (rule 8: the
+    heap is corrupt there; nothing is called into it): every bin unmeasured."""
+    assert walk.stop_check is not None and walk.stopped_at is not None
+    result.corruption.append(
+        HeapCorruption(
+            state.address, "heap", walk.stopped_at, walk.stop_check, walk.stop_reason or ""
+        )
+    )
+    result.unmeasured = list(range(1, glibc.NBINS))
+    return result
+
+
 _PROJECT_AFTER_BYTES = 64 << 20  # heap walked before the chunks to come are projected
 
 
