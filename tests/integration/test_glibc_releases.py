@@ -397,3 +397,40 @@ def test_the_arenas_looked_at_before_a_call_are_every_arena(
     assert len(heaps(own.read_text())) >= 3
     assert len(looked_at) == len(heaps(own.read_text()))
     assert looked_at == read
+
+
+def test_the_chunk_walk_begins_where_mallocs_first_sbrk_did(
+    glibc: GlibcRelease, tmp_path: Path
+) -> None:
+    """With GLIBC_TUNABLES set, glibc < 2.34's ld.so copies it with sbrk before malloc's
+    first sbrk: [heap] then begins with that text (2.31), and a walk from [heap]'s start
+    ended there (the census and the pins lost the whole main heap). The walk (census, pins,
+    sweeps) begins at mp_'s sbrk_base. Oracle: the target's own malloc_info, written once the
+    heap was built: the main heap's free, fastbin and top chunks add up to arena 0's fast and
+    rest bytes."""
+    from memforensics.model.chunks import ChunkState
+    from memforensics.sources.glibc.heap_chunks import walk_process_chunks
+
+    binary = build_target(glibc, "heap_shapes")
+    own = tmp_path / "own.xml"
+    with running(
+        command(glibc, binary, ["31", "threads", str(own)]),
+        env={"GLIBC_TUNABLES": "glibc.malloc.arena_max=64"},
+        ready_timeout_seconds=60,
+    ) as target:
+        maps = Path(f"/proc/{target.pid}/maps").read_text().splitlines()
+        heap_start = next(int(line.split("-")[0], 16) for line in maps if line.endswith("[heap]"))
+        walked = walk_process_chunks(target.pid)
+        _assert_untouched(target, _status(target.pid), "the chunk walk")
+    main = next(h for h in walked.heaps if h.arena == 0)
+    assert main.complete, main.stop_reason
+    if glibc.version == "2.31":
+        assert main.start > heap_start  # the loader's copy of GLIBC_TUNABLES comes first
+    unused = {ChunkState.FREE, ChunkState.FAST, ChunkState.TOP}
+    pairs = list(zip(main.sizes, main.states, strict=True))
+    free = sum(size for size, state in pairs if state in unused)
+    # malloc_info totals a bin's chunks by their size words, flags and all (chunksize_nomask):
+    # PREV_INUSE is set on every binned chunk (two free chunks never lie side by side).
+    binned = sum(1 for _, state in pairs if state == ChunkState.FREE)
+    assert binned > 0
+    assert free + binned == xml_arenas(own.read_bytes())[0].free_bytes

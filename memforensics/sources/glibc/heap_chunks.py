@@ -61,6 +61,7 @@ from memforensics.sources.glibc.glibc_arenas import (
     find_heaps,
     find_main_arena,
     heaps_from_top,
+    libc_data_regions,
     read_state,
 )
 from memforensics.sources.glibc.heap_lists import (
@@ -79,6 +80,7 @@ from memforensics.sources.glibc.heap_window import (
     Visit,
     window_buffer,
 )
+from memforensics.sources.glibc.malloc_par import find_malloc_par
 from memforensics.sources.proc.procmaps import Mapping, read_smaps
 from memforensics.sources.proc.procmem import MemoryReader, PageMap, ProcessMemoryReader
 
@@ -144,7 +146,9 @@ def _plan(
             if part.start_address == end:
                 end = part.end_address
         pages = mem.pagemap(start, end)
-        planned.append(_PlannedHeap(0, 0, start, start, end, main_address, pages))
+        found = find_malloc_par(mem, libc_data_regions(mappings, libc_path), sbrk_bases=[start])
+        chunk0 = main_first_chunk(start, end, found.sbrk_base if found is not None else None)
+        planned.append(_PlannedHeap(0, 0, chunk0, start, end, main_address, pages))
     if main is not None and main.noncontiguous:
         notes.append(
             "main arena fell back to mmap (sbrk failed): its mmapped segments are not walked"
@@ -165,6 +169,16 @@ def _plan(
             pages = mem.pagemap(heap.start, limit)
             planned.append(_PlannedHeap(position, index, chunk0, heap.start, limit, address, pages))
     return planned, subheaps, notes
+
+
+def main_first_chunk(start: int, end: int, sbrk_base: int | None) -> int:
+    """Where the chunks of the main heap [start, end) begin: at mp_'s ``sbrk_base`` (aligned,
+    as sysmalloc aligns its first chunk) where it lies in the heap, else at its start. They
+    differ where the loader's own sbrk came first (glibc < 2.34's ld.so copies GLIBC_TUNABLES
+    there: read from [heap]'s start, that text ends the walk at once)."""
+    if sbrk_base is not None and start <= sbrk_base < end:
+        return -(-sbrk_base // glibc.MALLOC_ALIGNMENT) * glibc.MALLOC_ALIGNMENT
+    return start
 
 
 def subheap_first_chunk(arena_address: int, heap: Heap, first: Heap) -> int:

@@ -43,7 +43,7 @@ from memforensics.model.corruption import HeapCorruption, bin_name
 from memforensics.sources.glibc.arena_figures import LOCK_RETRIES, ArenaHold
 from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap, read_state
 from memforensics.sources.glibc.heap_checks import bin_head, list_check
-from memforensics.sources.glibc.heap_chunks import subheap_first_chunk
+from memforensics.sources.glibc.heap_chunks import main_first_chunk, subheap_first_chunk
 from memforensics.sources.glibc.heap_lists import Tcache
 from memforensics.sources.glibc.heap_window import (
     WINDOW_BYTES,
@@ -260,15 +260,11 @@ def _top(mem: ProcessMemoryReader, address: int) -> int | None:
 def _first_chunk(
     state: ArenaState, heap: Heap, heaps: Sequence[Heap], is_main: bool, sbrk_base: int | None
 ) -> int:
-    """Where the chunks of ``heap`` begin: in the main heap, at ``sbrk_base`` (aligned, as
-    sysmalloc aligns its first chunk) where it lies in the heap, else at its start (heap_window
-    finds its first chunk); in a sub-heap, past heap_info (and the malloc_state, in an
-    arena's first heap)."""
+    """Where the chunks of ``heap`` begin: in the main heap, at ``sbrk_base`` where it lies
+    in the heap (heap_chunks.main_first_chunk); in a sub-heap, past heap_info (and the
+    malloc_state, in an arena's first heap)."""
     if is_main:
-        end = heap.start + heap.size_bytes
-        if sbrk_base is not None and heap.start <= sbrk_base < end:
-            return -(-sbrk_base // glibc.MALLOC_ALIGNMENT) * glibc.MALLOC_ALIGNMENT
-        return heap.start
+        return main_first_chunk(heap.start, heap.start + heap.size_bytes, sbrk_base)
     first = next((h for h in heaps if h.start < state.address < h.start + h.size_bytes), heap)
     return subheap_first_chunk(state.address, heap, first)
 
