@@ -527,3 +527,41 @@ def test_trim_on_the_32_x_100_mib_shape_forecasts_what_the_kernel_sees_released(
     released = before - after
     assert released > 1 << 30, (before, after)
     assert abs(forecast - released) <= 0.10 * released, (forecast, released)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("order", ["ordered", "scattered"])
+def test_a_list_read_in_relays_or_swept_forecasts_what_trim_releases(order: str) -> None:
+    """The residency of lists too long for the copies: 60,000 free chunks of ~6 KiB in the
+    main arena's unsorted bin (every other one of 120,000 blocks freed, in address order: read
+    in relays; scattered: swept), on more pages than the copies' budget. Oracle: the kernel.
+    The read's trimmable bytes (each chunk's resident whole pages inside its mtrim span) are
+    what `trim` then releases, by the RSS this test reads before and after (within 2 %); read
+    again after it, those pages are measured not resident and nothing is left to trim."""
+    from tests.support.targets import compile_target, started_in_cgroup
+
+    binary = compile_target("seeds_heap")
+    with started_in_cgroup(
+        [str(binary), "unsorted", "120000", order],
+        group_name="memforensics-test-seeds-list-trim",
+        limit_bytes=3 << 30,
+        arena_max=2,
+        env={"SEEDS_BLOCK_BYTES": "6000"},
+    ) as pid:
+        first, _ = _inspect(pid, "--read-only")
+        before = _rss_bytes(pid)
+        _inspect(pid, command="trim")
+        after = _rss_bytes(pid)
+        second, _ = _inspect(pid, "--read-only")
+        _assert_running(pid)
+    read = first["read_only"]
+    assert (read["relayed_arenas"], read["swept_arenas"]) == (1, int(order == "scattered")), read
+    released = before - after
+    assert released > 100 << 20, (before, after)
+    forecast = first["residency"]["trimmable_bytes"]
+    again = second["residency"]
+    gone = again["measured_not_resident_bytes"] - first["residency"]["measured_not_resident_bytes"]
+    print(f"{order}: released {released:,} B, forecast {forecast:,} B, measured gone {gone:,} B")
+    assert abs(forecast - released) <= 0.02 * released, (forecast, released)
+    assert again["trimmable_bytes"] <= 0.01 * released, again["trimmable_bytes"]
+    assert abs(gone - released) <= 0.02 * released, (gone, released)

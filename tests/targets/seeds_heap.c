@@ -42,6 +42,8 @@
  * page); XML_PATH: malloc_info(0) written there once the bin is built, as above. With
  * SEEDS_CORRUPT=1 in the environment, the bk of the chunk halfway down the list is then
  * overwritten (printed on the ready line as corrupt=ADDRESS): the list is corrupt there.
+ * SEEDS_BLOCK_BYTES=N (at least 136): the blocks are N..N+128 bytes instead (N of a page or
+ * more: free chunks with whole pages inside, what malloc_trim gives back).
  * With SEEDS_CORRUPT=2, the size word of the live block halfway up the heap is overwritten
  * instead (as a buffer overrun before it would): no list is broken, but a walk of the heap's
  * headers cannot pass that chunk.
@@ -246,8 +248,10 @@ static uintptr_t corrupted_chunk;
  * address order when ``ordered``); the main thread mallocs nothing after. */
 static void build_unsorted(long blocks, int ordered) {
     void **block = must_malloc((size_t)blocks * sizeof(void *)); /* mmapped: not in the bins */
+    const char *bytes = getenv("SEEDS_BLOCK_BYTES");
+    size_t base = bytes != NULL && atol(bytes) >= 136 ? (size_t)atol(bytes) : 136;
     for (long i = 0; i < blocks; i++) {
-        size_t size = 136 + (size_t)(i % 9) * 16;
+        size_t size = base + (size_t)(i % 9) * 16;
         block[i] = must_malloc(size);
         memset(block[i], 0x5a, size);
     }
