@@ -15,7 +15,10 @@ The shapes, each one target process in a memory cgroup sized for it (when one ca
 * "2M-chunk unsorted bin": seeds_heap.c's main-arena shape, every other one of 4 million
   small blocks freed in a scattered order and left in the unsorted bin (the main thread
   never mallocs again); "..., address order": the same freed in address order (read in
-  relays, memforensics.sources.glibc.bin_relay);
+  relays, memforensics.sources.glibc.bin_relay); "..., busy": either with a thread that
+  keeps mallocing and freeing small blocks in that arena (glibc.malloc.arena_max=1): its first
+  mallocs sort the 2 million chunks into the small bins, then it takes from them and gives
+  back, a few hundred blocks a millisecond;
 * not run by default: the 32 x 100 MiB shape under a 64 MiB threshold (accepted by the
   tunable, beyond what mallopt accepts), and bench_inspect's 2-million-chunk small bin.
 
@@ -88,6 +91,7 @@ class Shape:
     args: list[str]
     tunables: str
     limit_mib: int
+    env: tuple[tuple[str, str], ...] = ()  # added to the target's environment
 
 
 def _arenas(key: str, title: str, threads: int, mib: int, busy: bool, threshold: int) -> Shape:
@@ -126,10 +130,30 @@ SHAPES = (
         "",
         2048,
     ),
+    Shape(
+        "2m-busy",
+        "2M-chunk bin, busy",
+        "seeds_heap",
+        ["unsorted", "4000000"],
+        "glibc.malloc.arena_max=1",
+        2048,
+        (("SEEDS_UNSORTED_BUSY", "1"),),
+    ),
+    Shape(
+        "2m-ordered-busy",
+        "2M-chunk bin, address order, busy",
+        "seeds_heap",
+        ["unsorted", "4000000", "ordered"],
+        "glibc.malloc.arena_max=1",
+        2048,
+        (("SEEDS_UNSORTED_BUSY", "1"),),
+    ),
     _arenas("32x100-t64", "32 x 100 MiB idle, t=64M", 32, 100, False, 64 * MIB),
     Shape("2m-smallbin", "2M-chunk small bin", "many_arenas", ["1", "4000000", "24"], "", 2048),
 )
-DEFAULT_SHAPES = "32x100,32x100-busy,8x1g,8x1g-busy,4x384-spread,1500,2m,2m-ordered"
+DEFAULT_SHAPES = (
+    "32x100,32x100-busy,8x1g,8x1g-busy,4x384-spread,1500,2m,2m-ordered,2m-busy,2m-ordered-busy"
+)
 
 
 class CgroupTarget(Target):
@@ -142,7 +166,7 @@ class CgroupTarget(Target):
         argv = [str(binary), *shape.args]
         if self.group is not None:
             argv = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(self.group), *argv]
-        env = dict(os.environ)
+        env = dict(os.environ, **dict(shape.env))
         if shape.tunables:
             env["GLIBC_TUNABLES"] = shape.tunables
         self.proc = subprocess.Popen(
@@ -183,6 +207,8 @@ class Run:
     longest_stop: float | None = None
     stops: int = 0
     arena_parts: int = 0
+    relayed: int = 0  # arenas (or parts) read in relays, and of those, swept
+    swept: int = 0
 
 
 def _read_only_figures(run: Run, out: Path) -> Run:
@@ -191,6 +217,8 @@ def _read_only_figures(run: Run, out: Path) -> Run:
     run.longest_stop = read.get("longest_stop_seconds")
     run.stops = int(read.get("stops") or 0)
     run.arena_parts = int(read.get("arena_parts") or 0)
+    run.relayed = int(read.get("relayed_arenas") or 0)
+    run.swept = int(read.get("swept_arenas") or 0)
     return run
 
 
@@ -338,6 +366,11 @@ def report(shape: Shape, outcome: Outcome) -> list[str]:
                     if any(r.arena_parts for r in done)
                     else ""
                 )
+            )
+        if any(r.relayed for r in done):
+            note.append(
+                f"relayed {statistics.median(r.relayed for r in done):.0f}, "
+                f"swept {statistics.median(r.swept for r in done):.0f}"
             )
         peak = max(r.peak_rss or 0 for r in runs)
         if not done:

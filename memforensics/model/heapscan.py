@@ -99,6 +99,9 @@ class ArenaScan:
     # Of a relayed arena: lists whose chunks lay too far apart to follow were read by a sweep
     # of its heaps (list_sweep), their links checked in our memory.
     swept: bool = False
+    # Of an arena refused as lists too long: why its read in relays (or its sweep) gave up,
+    # in a few words; None where it was not tried.
+    relay_gave_up: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,8 @@
  * page); XML_PATH: malloc_info(0) written there once the bin is built, as above. With
  * SEEDS_CORRUPT=1 in the environment, the bk of the chunk halfway down the list is then
  * overwritten (printed on the ready line as corrupt=ADDRESS): the list is corrupt there.
+ * SEEDS_UNSORTED_BUSY=1 (with glibc.malloc.arena_max=1): a thread then churns small blocks
+ * in the main arena, its first mallocs sorting the bin into the small bins.
  * SEEDS_BLOCK_BYTES=N (at least 136): the blocks are N..N+128 bytes instead (N of a page or
  * more: free chunks with whole pages inside, what malloc_trim gives back).
  * With SEEDS_CORRUPT=2, the size word of the live block halfway up the heap is overwritten
@@ -139,6 +141,22 @@ static void fill_dense(uint64_t *state) {
     for (size_t i = 0; i < count; i += 2) free(blocks[i]);
 }
 
+/* Keep replacing the blocks of ``ring`` (RING small blocks), 256 a millisecond, in the
+ * calling thread's arena: a busy thread. Never returns. */
+static void churn(uint64_t *state, void **ring) {
+    struct timespec one_ms = {0, 1000000L};
+    for (;;) {
+        for (int i = 0; i < 256; i++) {
+            uint64_t r = next_random(state);
+            unsigned slot = (unsigned)(r % RING);
+            free(ring[slot]);
+            ring[slot] = must_malloc(small_size(state));
+            *(volatile char *)ring[slot] = 1;
+        }
+        nanosleep(&one_ms, NULL);
+    }
+}
+
 static void *worker(void *arg) {
     uint64_t state = 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)arg * 0x100000001b3ull;
     size_t big_budget = bytes_per_arena / 5 * 4, small_budget = bytes_per_arena - big_budget;
@@ -212,17 +230,19 @@ static void *worker(void *arg) {
     }
     if (!busy)
         for (;;) pause();
-    struct timespec one_ms = {0, 1000000L};
-    for (;;) {
-        for (int i = 0; i < 256; i++) {
-            uint64_t r = next_random(&state);
-            unsigned slot = (unsigned)(r % RING);
-            free(ring[slot]);
-            ring[slot] = must_malloc(small_size(&state));
-            *(volatile char *)ring[slot] = 1;
-        }
-        nanosleep(&one_ms, NULL);
-    }
+    churn(&state, ring);
+    return NULL;
+}
+
+/* SEEDS_UNSORTED_BUSY=1: a thread that churns in the main arena (arena_max=1) once its
+ * unsorted bin is built; its first mallocs sort that bin into the small bins (10,000 chunks
+ * a malloc), then it keeps taking from and giving back to them. */
+static void *unsorted_churner(void *arg) {
+    (void)arg;
+    uint64_t state = 0x5eed5eed;
+    void *ring[RING];
+    for (int i = 0; i < RING; i++) ring[i] = must_malloc(small_size(&state));
+    churn(&state, ring);
     return NULL;
 }
 
@@ -297,6 +317,11 @@ int main(int argc, char **argv) {
             perror("malloc_info");
             return 1;
         }
+        const char *churning = getenv("SEEDS_UNSORTED_BUSY");
+        pthread_t churner;
+        if (churning != NULL && atoi(churning) == 1 &&
+            pthread_create(&churner, &attr, unsorted_churner, NULL) != 0)
+            return 1;
         printf("ready unsorted=%ld corrupt=%#lx\n", blocks / 2, (unsigned long)corrupted_chunk);
     } else if (argc == 4 || argc == 5) {
         static char xml_buffer[1 << 20];

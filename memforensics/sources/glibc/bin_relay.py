@@ -100,6 +100,7 @@ class RelayRead:
         self.stops = 0
         self.pages_read = 0
         self.swept = False  # its lists were read by a sweep of its heaps (list_sweep)
+        self.gave_up: str | None = None  # with no walk: why the relay (or sweep) gave up
 
 
 def relay_arena(
@@ -134,6 +135,7 @@ def relay_arena(
             hold.release()
             if busy:
                 if locked >= LOCK_RETRIES or not hold.let_run(locked):
+                    relay.read.gave_up = "the arena was locked at every try"
                     break
                 locked += 1
             elif not relay.over:
@@ -141,7 +143,12 @@ def relay_arena(
                 time.sleep(RELAY_GAP_SECONDS)
         if relay.scattered:
             relay.sweep(hold)
-        return relay.read
+        read = relay.read
+        if read.walk is None and read.gave_up is None:
+            read.gave_up = (
+                "the read's time ran out" if time.monotonic() >= deadline else "not readable"
+            )
+        return read
     finally:
         hold.release()
         relay.close()
@@ -217,6 +224,10 @@ class _Relay:
                 del self.lists[each.index]
                 if outcome == "gave up":
                     self.over = True
+                    read.gave_up = (
+                        f"a list changed under its relay {RELAY_RESTARTS + 1} times "
+                        "(threads busy in the arena)"
+                    )
                     return False
                 _record(self.walk, each, outcome)
             if time.monotonic() > end:
@@ -249,7 +260,8 @@ class _Relay:
             deadline=self.deadline,
             sbrk_base=self.sbrk_base,
         )
-        if swept is None:
+        if isinstance(swept, str):
+            read.gave_up = f"swept, but {swept}"
             return
         for number, figures in swept.figures.items():
             _record(walk, self.lists[number], figures)

@@ -450,7 +450,7 @@ class ArenaWalker:
         try:
             self._scout_lists(state, [_FASTBIN, *nonempty_bins(state, 1)], self._scout_pages_left)
         except OutOfTime as stopped:
-            self.outgrown = isinstance(stopped, OutOfPages) and stopped.inconsistent_lists == 0
+            self.outgrown = isinstance(stopped, OutOfPages)
             self._end_scout(False)
             return False
         self._end_scout(True)

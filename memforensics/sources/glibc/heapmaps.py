@@ -464,6 +464,7 @@ class _HeapRead:
         # Of those, the ones a scout of this read refused: read in relays where it can be
         # (bin_relay), never those a caller named (read before, and refused then).
         self.relayable: set[int] = set()
+        self.relay_gave_up: dict[int, str] = {}  # of those, why their relays gave up
         self.libc_path = libc_path
         self.deadline = deadline
         self.pause = pause or (lambda: None)
@@ -772,6 +773,7 @@ class _HeapRead:
                 mem, relayed, is_main=is_main, figures=self.figures, scouted=part is not None
             )
             if scan is None:
+                self.relay_gave_up[address] = relayed.gave_up or "not readable"
                 return None
             self.unwalked.discard(address)
             if not is_main:
@@ -942,7 +944,12 @@ class _HeapRead:
             pid=self.pid,
             page_bytes=mem.page_bytes,
             chained=self.chained,
-            arenas=tuple(self.rules.done),
+            arenas=tuple(
+                replace(arena, relay_gave_up=self.relay_gave_up.get(arena.address))
+                if arena.figures is None and arena.address in self.relay_gave_up
+                else arena
+                for arena in self.rules.done
+            ),
             heap_mapped_bytes=sum(h.size_bytes for h in all_heaps),
             heap_resident_bytes=sum(h.pages.total_resident_bytes for h in all_heaps if h.pages),
             mmap_chunks=len(self.chunks),

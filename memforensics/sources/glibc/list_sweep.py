@@ -16,14 +16,14 @@ Contract:
   heap; on a busy one a link may disagree because the heap moved between two windows. So a
   disagreement is looked at again in one stop (the arena unlocked): where it still holds
   there, the heap is corrupt (rule 8: named, never called into); where it does not, the heap
-  moved and the sweep gives up (None: the arena is refused as before).
+  moved and the sweep gives up (saying why: the arena is refused as before).
 - A chunk header the walk cannot pass (a size that is not one, or runs past the heap) fails
   for good only once read again in one stop from a boundary trusted before (HeapWalk's
   retry). Where the arena's malloc_state read the same in every stop that window rests on,
   the arena did not move: the heap is corrupt there (bin "heap", glibc's words, every bin
-  unmeasured); else the sweep gives up (None).
+  unmeasured); else the sweep gives up.
 - Our memory: 33 bytes a free chunk (size word, fd, bk, address, a flag) plus the window
-  buffer, at most SWEEP_MAX_CHUNKS chunks (past them: None); the counting is numpy's, over
+  buffer, at most SWEEP_MAX_CHUNKS chunks (past them it gives up); the counting is numpy's, over
   those arrays and a few of 4 bytes a chunk, its other temporaries in blocks of _BLOCK.
 """
 
@@ -41,7 +41,7 @@ from memforensics.model import glibc
 from memforensics.model.chunks import ChunkState
 from memforensics.model.corruption import HeapCorruption, bin_name
 from memforensics.sources.glibc.arena_figures import LOCK_RETRIES, ArenaHold
-from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap, read_state
+from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap, parse_state, read_state
 from memforensics.sources.glibc.heap_checks import bin_head, list_check
 from memforensics.sources.glibc.heap_chunks import main_first_chunk, subheap_first_chunk
 from memforensics.sources.glibc.heap_lists import Tcache
@@ -113,6 +113,13 @@ class SweepResult:
         self.corruption: list[HeapCorruption] = []
         self.unmeasured: list[int] = []
         self.stops = 0
+        # The arena's malloc_state words as every stop of the sweep read them: one value
+        # where no thread changed the arena's lists, bins or top meanwhile.
+        self.arena_words: set[bytes | None] = set()
+
+    def still(self, now: bytes | None) -> bool:
+        """The arena read the same in every stop of the sweep and now (``now``)."""
+        return now is not None and self.arena_words == {now}
 
 
 def sweep_lists(
@@ -125,20 +132,21 @@ def sweep_lists(
     is_main: bool,
     deadline: float,
     sbrk_base: int | None = None,
-) -> SweepResult | None:
+) -> SweepResult | str:
     """The list bins ``bins`` of the arena of ``state`` (its heaps ``heaps``, as read in a
     stop, with their residency), read by a sweep (see the module); the bins' heads are read
-    again in a stop once the heaps are walked. None where the sweep could not read them: a
-    heap walk cut short (a page not in RAM, the read's time), the arena locked at every try,
-    or a heap that moved under it. ``sbrk_base``: where the main arena's first sbrk began
-    (mp_'s; a program run through ld.so finds its break moved by the loader's own sbrk)."""
+    again in a stop once the heaps are walked. Where the sweep could not read them, why, in a
+    few words: a heap walk cut short (a page not in RAM, the read's time, more free chunks
+    than it keeps), the arena locked at every try, or a heap that moved under it.
+    ``sbrk_base``: where the main arena's first sbrk began (mp_'s; a program run through
+    ld.so finds its break moved by the loader's own sbrk)."""
     free = _Free()
     result = SweepResult()
     buffer = window_buffer()
     walked, total_bytes = 0, sum(h.size_bytes for h in heaps)
     for index, heap in enumerate(sorted(heaps, key=lambda h: h.start)):
         if heap.pages is None:
-            return None
+            return "a heap's residency could not be read"
         start = _first_chunk(state, heap, heaps, is_main, sbrk_base)
         limit = heap.start + (heap.size_bytes if is_main else heap.mprotect_bytes)
         at = start
@@ -159,32 +167,41 @@ def sweep_lists(
         while not walk.done:
             walked += walk.at - at
             at = walk.at
-            if time.monotonic() > deadline or _too_many(free.count, walked, total_bytes):
-                return None
+            if time.monotonic() > deadline:
+                return "the read's time ran out"
+            if _too_many(free.count, walked, total_bytes):
+                return f"more free chunks than a sweep keeps ({SWEEP_MAX_CHUNKS:,})"
             read = _in_a_stop(
                 hold, mem, state.address, functools.partial(_window, mem, walk, state)
             )
             hold.release()
             if read is _LOCKED:
-                return None
+                return _LOCKED_WHY
             result.stops += 1
             window, now = cast(_Windowed, read)
             arena_words = [*arena_words[-(_STILL_STOPS - 1) :], now]
+            result.arena_words.add(now)
             if window is None:
                 break
             walk.walk_window(*window)
         if not walk.complete:
-            if walk.stop_check is None or not _still(arena_words):
-                return None  # a page not in RAM, or a header failed while the arena moved
+            if walk.stop_check is None:  # a header on a page not in RAM when the heap was read
+                return _absent_why(mem, walk)
+            if not _still(arena_words):
+                return _MOVED_WHY
             return _broken_header(state, walk, result)
-    heads = _in_a_stop(hold, mem, state.address, lambda: read_state(mem, state.address))
+    words = _in_a_stop(hold, mem, state.address, lambda: mem.read(state.address, glibc.STATE_BYTES))
     hold.release()
-    if not isinstance(heads, ArenaState):
-        return None
+    if not isinstance(words, bytes):
+        return _LOCKED_WHY
+    result.arena_words.add(words)
+    heads = parse_state(state.address, words)
     return _count(mem, hold, heads, heaps, bins, free.arrays(), result)
 
 
 _LOCKED = object()
+_LOCKED_WHY = "the arena was locked at every try"
+_MOVED_WHY = "its lists changed between the sweep's stops (threads busy in it)"
 # A header that failed was read, in its last stop, from a chunk boundary the walk trusted
 # since at most the three stops before: where the arena's malloc_state read the same in all
 # of them, the header failed on one heap, not on one caught moving. (A malloc or free that
@@ -210,6 +227,16 @@ def _still(arena_words: list[bytes | None]) -> bool:
     any stop). A header fails for good only in a window walked again from the window before
     (HeapWalk's retry) or in a heap's first window."""
     return bool(arena_words) and arena_words[-1] is not None and len(set(arena_words)) == 1
+
+
+def _absent_why(mem: ProcessMemoryReader, walk: HeapWalk) -> str:
+    """Why a walk stopped at a header on a page its heap's residency had not in RAM: the
+    page is in RAM now (the heap grew into it or moved since: busy), or still not."""
+    page = mem.page_bytes
+    at = walk.stopped_at if walk.stopped_at is not None else walk.at
+    if mem.pagemap(at // page * page, at // page * page + page).present[:1] == b"\x01":
+        return _MOVED_WHY
+    return walk.stop_reason or "its heap's walk stopped"
 
 
 def _broken_header(state: ArenaState, walk: HeapWalk, result: SweepResult) -> SweepResult:
@@ -277,7 +304,7 @@ def _count(
     bins: Sequence[int],
     free: tuple[np.ndarray, ...],
     result: SweepResult,
-) -> SweepResult | None:
+) -> SweepResult | str:
     """The lists checked and counted over the free chunks (the module's contract). Our
     memory: the four arrays of the chunks (8 bytes each a chunk) and a few of 4 bytes."""
     at, raw, fd, bk, foot_ok = free
@@ -457,10 +484,10 @@ def _confirm(
     bad_heads: np.ndarray,
     bin_of: np.ndarray,
     result: SweepResult,
-) -> SweepResult | None:
+) -> SweepResult | str:
     """A chunk (or bin head) the sweep found inconsistent, looked at again in one stop with
     the arena unlocked: still so there, a corruption (the heap's words, in glibc's terms);
-    else the heap moved between the windows (None)."""
+    else the heap moved between the windows (why, _MOVED_WHY)."""
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         chunk, was = int(at[i]), (int(raw[i]), int(fd[i]), int(bk[i]))
@@ -469,14 +496,21 @@ def _confirm(
         named = np.flatnonzero(fd == np.uint64(chunk))
         if not number and len(named) and bin_of[named[0]] >= 1:
             number = int(bin_of[named[0]])
-        found = _in_a_stop(hold, mem, state.address, lambda: _look_again(mem, chunk, was, number))
+        looked_at, last = chunk, was
     else:
         number = int(np.flatnonzero(bad_heads)[0]) + 1
-        head = bin_head(state, number)
-        found = _in_a_stop(hold, mem, state.address, lambda: _look_again(mem, head, None, number))
+        looked_at, last = bin_head(state, number), None
+
+    def look() -> HeapCorruption | None:
+        still = result.still(mem.read(state.address, glibc.STATE_BYTES))
+        return _look_again(mem, looked_at, last, number, still=still)
+
+    found = _in_a_stop(hold, mem, state.address, look)
     hold.release()
+    if found is _LOCKED:
+        return _LOCKED_WHY
     if not isinstance(found, HeapCorruption):
-        return None
+        return _MOVED_WHY
     result.corruption.append(
         HeapCorruption(state.address, found.bin, found.chunk_address, found.check, found.detail)
     )
@@ -485,16 +519,29 @@ def _confirm(
 
 
 def _look_again(
-    mem: ProcessMemoryReader, chunk: int, was: tuple[int, int, int] | None, number: int = 0
+    mem: ProcessMemoryReader,
+    chunk: int,
+    was: tuple[int, int, int] | None,
+    number: int = 0,
+    *,
+    still: bool,
 ) -> HeapCorruption | None:
     """In a stop: the links of ``chunk`` (a free chunk whose size word, fd and bk the sweep
     read as ``was``, or the head of bin ``number``; ``number`` 0: its bin is not known), read
-    now; a corruption where they still disagree, None where the chunk changed (the heap
-    moved). Its bk is looked at first: a chunk whose bk was overwritten is named itself."""
+    now; a corruption where they still disagree, None where the chunk changed or is in use
+    now (the heap moved). Its bk is looked at first: a chunk whose bk was overwritten is
+    named itself. Where its links agree now, the sweep's lists disagreed with them: a
+    corruption only where the arena was ``still`` (read the same in every stop of the
+    sweep and in this one), else the heap moved (None)."""
     data = mem.read_present(chunk, 32)
     size_word, forward, back = (int.from_bytes(data[o : o + 8], "little") for o in (8, 16, 24))
     if was is not None and (size_word, forward, back) != was:
         return None  # it changed between the window and now: moved
+    size = size_word & ~glibc.SIZE_FLAGS
+    if was is not None:
+        following = int.from_bytes(mem.read_present(chunk + size + 8, 8), "little") if size else 1
+        if following & 1:
+            return None  # in use now (the next chunk's PREV_INUSE): the heap moved
     name = bin_name(number) if number else "a bin"
     check = list_check(number) if number else words.DOUBLE_LINKED
     back_forward = (
@@ -509,9 +556,7 @@ def _look_again(
     if forward_back != chunk:
         detail = f"its bk is {forward_back:#x}, not the chunk before it ({chunk:#x})"
         return HeapCorruption(0, name, forward, check, detail)
-    size = size_word & ~glibc.SIZE_FLAGS
-    following = int.from_bytes(mem.read_present(chunk + size + 8, 8), "little") if size else 1
-    if was is not None and following & 1:
-        return None  # in use now (the next chunk's PREV_INUSE): the heap moved
+    if not still:
+        return None  # its links agree now: the lists the sweep saw moved since
     detail = "a free chunk in no bin's list, or its size does not fit its bin"
     return HeapCorruption(0, name, chunk, words.UNNAMED, detail)

@@ -153,6 +153,9 @@ def malloc_info_xml(scan: HeapScan, release: str | None) -> bytes:
         why = f" (locked at every stop: {_positions(locked)})" if locked else ""
         if long:
             why += f" (lists too long to follow within a stop: {_positions(long)})"
+            relayed = sorted({a.relay_gave_up for _, a in unread if a.relay_gave_up})
+            if relayed:
+                why += f"; read in relays, given up: {'; '.join(relayed)}"
         if late:
             why += f" (the read's time ran out: {_positions(late)})"
         refusal = ArenaLockedError if len(locked) == len(missing) else ReadOnlyRefusedError
