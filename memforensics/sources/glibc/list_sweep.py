@@ -142,6 +142,7 @@ def sweep_lists(
     ld.so finds its break moved by the loader's own sbrk)."""
     free = _Free()
     result = SweepResult()
+    list_heads = _heads(state, bins)
     buffer = window_buffer()
     walked, total_bytes = 0, sum(h.size_bytes for h in heaps)
     for index, heap in enumerate(sorted(heaps, key=lambda h: h.start)):
@@ -181,6 +182,11 @@ def sweep_lists(
             window, now = cast(_Windowed, read)
             arena_words = [*arena_words[-(_STILL_STOPS - 1) :], now]
             result.arena_words.add(now)
+            if now is None or _heads(parse_state(state.address, now), bins) != list_heads:
+                # A list it sweeps gained or lost a chunk at an end: the chunks read in
+                # other windows then disagree with it, and a disagreement not found again
+                # in a stop ends the sweep anyway (after the whole heap).
+                return _MOVED_WHY
             if window is None:
                 break
             walk.walk_window(*window)
@@ -227,6 +233,11 @@ def _still(arena_words: list[bytes | None]) -> bool:
     any stop). A header fails for good only in a window walked again from the window before
     (HeapWalk's retry) or in a heap's first window."""
     return bool(arena_words) and arena_words[-1] is not None and len(set(arena_words)) == 1
+
+
+def _heads(state: ArenaState, bins: Sequence[int]) -> tuple[int, ...]:
+    """The fd and bk of the heads of ``bins`` in ``state``."""
+    return tuple(state.bins[2 * (number - 1) + side] for number in bins for side in (0, 1))
 
 
 def _absent_why(mem: ProcessMemoryReader, walk: HeapWalk) -> str:
