@@ -794,7 +794,9 @@ static int relay_follow(Live *l, uint64_t head, uint64_t low, uint64_t high, uin
             if (live_entry(l, p) & PM_PRESENT) c->trimmable += page;
         c->previous = chunk;
         c->chunk = fd;
-        if (fd == c->mark) return RELAY_LOOP;
+        /* (Back at the head ends the list: Brent's mark starts at the head, so a list of one
+         * chunk would otherwise be taken for a loop at its first step.) */
+        if (fd != head && fd == c->mark) return RELAY_LOOP;
         if (++c->steps == c->power) {
             c->mark = fd;
             c->power <<= 1;
