@@ -78,7 +78,7 @@ def test_stripped_cxx_types_counted_as_built() -> None:
     assert b".symtab" not in binary.read_bytes()  # stripped: no symbol names to lean on
     with running([str(binary)], stdin=subprocess.PIPE) as target:
         document = _census(str(target.pid))
-        assert target.alive() and target.state() == "S"
+        assert target.alive() and target.settled_state() == "S"
     _check(document, ready_fields(target), 0.01)
     assert document["read"]["longest_stop_seconds"] < 0.1
     assert document["read"]["heaps_incomplete"] == 0

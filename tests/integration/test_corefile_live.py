@@ -149,7 +149,7 @@ def gcore(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveProces
         with c_target("core_target", str(directory), str(THREADS)) as target:
             live = _snapshot(target)
             write_gcore(target.pid, path)
-            assert target.alive() and target.state() == "S", "gcore left the target stopped"
+            assert target.alive() and target.settled_state() == "S", "gcore left the target stopped"
         with CoreFile(path) as core:
             yield live, core
     finally:

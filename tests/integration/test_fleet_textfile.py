@@ -193,7 +193,7 @@ def test_timeout_is_down_charged_to_the_budget_and_left_running(
         assert done.returncode == 0, done.stderr
         status = Path(f"/proc/{stuck.pid}/status").read_text()
         assert "\nTracerPid:\t0\n" in status
-        assert stuck.state() == "S"
+        assert stuck.settled_state() == "S"
     document = json.loads(done.stdout)
     first, second = document["targets"]
     assert (first["reason"], second["reason"]) == ("timeout", "pause_budget")

@@ -92,7 +92,7 @@ def test_live_walk_matches_what_the_target_allocated(tmp_path: Path) -> None:
     with c_target("chunk_oracle", str(oracle)) as target:
         stops: list[float] = []
         walked = walk_process_chunks(target.pid, stops_seconds=stops)
-        assert target.alive() and target.state() == "S"
+        assert target.alive() and target.settled_state() == "S"
     assert len(walked.heaps) == 4  # the main heap and three thread arenas
     _check_tiling(walked)
     seen = _check_against(walked, oracle)

@@ -44,6 +44,17 @@ class Target:
         stat = Path(f"/proc/{self.pid}/stat").read_text()
         return stat.rsplit(")", 1)[1].split()[0]
 
+    def settled_state(self, timeout_seconds: float = 2.0) -> str:
+        """state() once it is no longer 'R' (or after ``timeout_seconds``): a thread released
+        from a ptrace stop runs for a moment, restarting the call it slept in, before it
+        sleeps again. A target left stopped reads 'T' or 't' at once."""
+        deadline = time.monotonic() + timeout_seconds
+        state = self.state()
+        while state == "R" and time.monotonic() < deadline:
+            time.sleep(0.01)
+            state = self.state()
+        return state
+
 
 def have_cc() -> bool:
     return shutil.which("cc") is not None
