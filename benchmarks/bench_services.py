@@ -100,7 +100,8 @@ def read_windows(
 
 def inspect_runner(pid: int, *extra: str, stops: list[float] | None = None) -> Callable[[], None]:
     """`inspect … --json PID`; with ``stops``, the longest stop the read-only read reports
-    (its own clock, set beside the client's) is appended to it."""
+    (its own clock, set beside the client's) is appended to it, and a read that relayed or
+    swept an arena (lists too long for one stop) says so."""
 
     def run() -> None:
         done = subprocess.run(
@@ -114,6 +115,11 @@ def inspect_runner(pid: int, *extra: str, stops: list[float] | None = None) -> C
                 print(f"  (a read fell back to the call: {done.stderr.decode().strip()[-300:]})")
             else:
                 stops.append(1000 * read["longest_stop_seconds"])
+                if read.get("relayed_arenas"):
+                    print(
+                        f"  (a read relayed {read['relayed_arenas']} arena(s), swept "
+                        f"{read.get('swept_arenas', 0)}, in {read.get('relay_stops', 0)} stops)"
+                    )
 
     return run
 
