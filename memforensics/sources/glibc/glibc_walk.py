@@ -443,9 +443,9 @@ class ArenaWalker:
         False, and the walker left as if never scouted, when the lists lead to more than
         SCOUT_MAX_SHARE of the resident pages or SCOUT_MAX_BYTES (an arena above the copies'
         budget: more than that budget), or ``deadline`` (or SCOUT_SECONDS, longer for an
-        arena above the budget) passes. ``outgrown`` then says it was the pages, and every
-        bin's list followed passed glibc's bk check as far as the scout went (a list that
-        failed it may be corrupt: its stop must read it held still, and diagnose it)."""
+        arena above the budget) passes. ``outgrown`` then says it was the pages (whether or
+        not a list failed glibc's bk check on the way: a running target's list caught moving,
+        or a corrupt one; whatever reads it next checks it in a stop, and diagnoses it)."""
         self._begin_scout(deadline, state)
         try:
             self._scout_lists(state, [_FASTBIN, *nonempty_bins(state, 1)], self._scout_pages_left)

@@ -196,12 +196,14 @@ def sweep_lists(
             if not _still(arena_words):
                 return _MOVED_WHY
             return _broken_header(state, walk, result)
-    words = _in_a_stop(hold, mem, state.address, lambda: mem.read(state.address, glibc.STATE_BYTES))
+    state_words = _in_a_stop(
+        hold, mem, state.address, lambda: mem.read(state.address, glibc.STATE_BYTES)
+    )
     hold.release()
-    if not isinstance(words, bytes):
+    if not isinstance(state_words, bytes):
         return _LOCKED_WHY
-    result.arena_words.add(words)
-    heads = parse_state(state.address, words)
+    result.arena_words.add(state_words)
+    heads = parse_state(state.address, state_words)
     return _count(mem, hold, heads, heaps, bins, free.arrays(), result)
 
 
