@@ -758,17 +758,20 @@ class _HeapRead:
             return heaps
 
         def read(part: tuple[int, int] | None, pages: dict[int, bytes] | None) -> ArenaScan | None:
+            began = time.monotonic()
             relayed = bin_relay.relay_arena(
                 mem,
                 hold,
                 address,
                 heaps_now,
                 is_main=is_main,
-                deadline=self.deadline,
+                deadline=time.monotonic() + bin_relay.RELAY_BUDGET_SECONDS,
                 part=part,
                 pages=pages,
                 sbrk_base=self.params.sbrk_base if self.params is not None else None,
             )
+            # (The relay's time is its own: the arenas after it keep what the read had left.)
+            self.deadline += time.monotonic() - began
             scan = relayed_scan(
                 mem, relayed, is_main=is_main, figures=self.figures, scouted=part is not None
             )
