@@ -42,13 +42,13 @@
  * page); XML_PATH: malloc_info(0) written there once the bin is built, as above. With
  * SEEDS_CORRUPT=1 in the environment, the bk of the chunk halfway down the list is then
  * overwritten (printed on the ready line as corrupt=ADDRESS): the list is corrupt there.
+ * With SEEDS_CORRUPT=2, the size word of the live block halfway up the heap is overwritten
+ * instead (as a buffer overrun before it would): no list is broken, but a walk of the heap's
+ * headers cannot pass that chunk.
  * SEEDS_UNSORTED_BUSY=1 (with glibc.malloc.arena_max=1): a thread then churns small blocks
  * in the main arena, its first mallocs sorting the bin into the small bins.
  * SEEDS_BLOCK_BYTES=N (at least 136): the blocks are N..N+128 bytes instead (N of a page or
  * more: free chunks with whole pages inside, what malloc_trim gives back).
- * With SEEDS_CORRUPT=2, the size word of the live block halfway up the heap is overwritten
- * instead (as a buffer overrun before it would): no list is broken, but a walk of the heap's
- * headers cannot pass that chunk.
  *
  * A ticker thread wakes every millisecond and records the longest gap between two wake-ups:
  * the longest stop the process felt. Prints "ready ..." once built. Then reads commands on
