@@ -220,6 +220,28 @@ def _spread_in_cgroup(
     )
 
 
+def _unsorted_in_cgroup(
+    name: str,
+    *shape: str,
+    env: dict[str, str] | None = None,
+    limit_bytes: int = 2 << 30,
+    arena_max: int = 2,
+    ready: list[str] | None = None,
+) -> contextlib.AbstractContextManager[int]:
+    """seeds_heap's unsorted shape (``shape``: BLOCKS [ORDER]) with ``env`` added, in a memory
+    cgroup of ``limit_bytes``: its PID (its ready line appended to ``ready``)."""
+    from tests.support.targets import compile_target, started_in_cgroup
+
+    return started_in_cgroup(
+        [str(compile_target("seeds_heap")), "unsorted", *shape],
+        group_name=f"memforensics-test-seeds-{name}",
+        limit_bytes=limit_bytes,
+        arena_max=arena_max,
+        env=env,
+        ready=ready,
+    )
+
+
 @pytest.mark.slow
 def test_buffers_kept_for_a_whole_copy_do_not_cut_short_a_scout_above_the_budget(
     tmp_path: Path,
@@ -257,15 +279,8 @@ def test_a_main_arena_whose_scattered_list_outgrows_the_budget_is_swept() -> Non
     from memforensics.sources.glibc.arena_hold import StopBatches
     from memforensics.sources.glibc.heapmaps import scan_heap
     from memforensics.sources.glibc.libc_elf import load_libc_image
-    from tests.support.targets import compile_target, started_in_cgroup
 
-    binary = compile_target("seeds_heap")
-    with started_in_cgroup(
-        [str(binary), "unsorted", "4000000"],
-        group_name="memforensics-test-seeds-outgrown",
-        limit_bytes=2 << 30,
-        arena_max=2,
-    ) as pid:
+    with _unsorted_in_cgroup("outgrown", "4000000") as pid:
         maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
         libc_path = next(line.split()[-1] for line in maps if "/libc.so.6" in line)
         heap_bytes = sum(
@@ -394,16 +409,7 @@ def test_a_corrupt_long_list_is_reported_never_called_into(order: str) -> None:
     Either way the list is corrupt there, not moving (rule 8): `inspect` reports it in the
     unsorted bin of the main arena with glibc's words and exits 8; nothing is called (no
     fallback), and the target runs on untraced."""
-    from tests.support.targets import compile_target, started_in_cgroup
-
-    binary = compile_target("seeds_heap")
-    with started_in_cgroup(
-        [str(binary), "unsorted", "4000000", order],
-        group_name="memforensics-test-seeds-relay-corrupt",
-        limit_bytes=2 << 30,
-        arena_max=2,
-        env={"SEEDS_CORRUPT": "1"},
-    ) as pid:
+    with _unsorted_in_cgroup("relay-corrupt", "4000000", order, env={"SEEDS_CORRUPT": "1"}) as pid:
         document, _ = _inspect(pid, exit_code=8)
         _assert_running(pid)
     assert document["schema"] == "memforensics/heap-corrupt/1"
@@ -421,17 +427,9 @@ def test_a_broken_header_under_a_swept_list_is_reported_never_called_into() -> N
     corruption (rule 8), not a heap caught moving: `inspect` names that chunk with glibc's
     words and exits 8; before, the sweep gave up and the default called the stand-in
     malloc_info into the corrupt heap. The target runs on untraced."""
-    from tests.support.targets import compile_target, started_in_cgroup
-
-    binary = compile_target("seeds_heap")
     ready: list[str] = []
-    with started_in_cgroup(
-        [str(binary), "unsorted", "4000000", "scattered"],
-        group_name="memforensics-test-seeds-sweep-corrupt",
-        limit_bytes=2 << 30,
-        arena_max=2,
-        env={"SEEDS_CORRUPT": "2"},
-        ready=ready,
+    with _unsorted_in_cgroup(
+        "sweep-corrupt", "4000000", "scattered", env={"SEEDS_CORRUPT": "2"}, ready=ready
     ) as pid:
         document, _ = _inspect(pid, exit_code=8)
         _assert_running(pid)
@@ -538,15 +536,8 @@ def test_a_list_read_in_relays_or_swept_forecasts_what_trim_releases(order: str)
     The read's trimmable bytes (each chunk's resident whole pages inside its mtrim span) are
     what `trim` then releases, by the RSS this test reads before and after (within 2 %); read
     again after it, those pages are measured not resident and nothing is left to trim."""
-    from tests.support.targets import compile_target, started_in_cgroup
-
-    binary = compile_target("seeds_heap")
-    with started_in_cgroup(
-        [str(binary), "unsorted", "120000", order],
-        group_name="memforensics-test-seeds-list-trim",
-        limit_bytes=3 << 30,
-        arena_max=2,
-        env={"SEEDS_BLOCK_BYTES": "6000"},
+    with _unsorted_in_cgroup(
+        "list-trim", "120000", order, env={"SEEDS_BLOCK_BYTES": "6000"}, limit_bytes=3 << 30
     ) as pid:
         first, _ = _inspect(pid, "--read-only")
         before = _rss_bytes(pid)
@@ -578,15 +569,8 @@ def test_a_busy_arena_of_two_million_free_chunks_is_never_called_corrupt() -> No
     is then to be had from memory: the default stands in with the self-restoring malloc_info
     call and says why (the relay's and the sweep's reasons, or the arena's lock, which the
     churning thread often holds). The target runs on untraced."""
-    from tests.support.targets import compile_target, started_in_cgroup
-
-    binary = compile_target("seeds_heap")
-    with started_in_cgroup(
-        [str(binary), "unsorted", "4000000"],
-        group_name="memforensics-test-seeds-busy-2m",
-        limit_bytes=2 << 30,
-        arena_max=1,
-        env={"SEEDS_UNSORTED_BUSY": "1"},
+    with _unsorted_in_cgroup(
+        "busy-2m", "4000000", env={"SEEDS_UNSORTED_BUSY": "1"}, arena_max=1
     ) as pid:
         for _ in range(2):
             document, stderr = _inspect(pid)
