@@ -54,9 +54,10 @@ RELAY_FIRST_SECONDS = 0.002  # the first stop's following
 RELAY_GAP_SECONDS = 0.002  # the target runs this long between two stops
 RELAY_RESTARTS = 3  # a list that moved between stops is followed again from its head
 RELAY_CACHE_BLOCKS = 64  # 4 MiB of pages read in one stop, forgotten at the next
-# A relay's own time, whatever is left of the read's: its stops are bounded each, and a list
-# of millions of chunks that keeps being followed is a wait, not a refusal (on a loaded
+# The relays' own time, whatever is left of the read's: their stops are bounded each, and a
+# list of millions of chunks that keeps being followed is a wait, not a refusal (on a loaded
 # machine the 2 million of tests/integration/test_seeds_read.py outlasted the read's 3 s).
+# One budget for all the relays of a read: a target of many such arenas waits no longer.
 RELAY_BUDGET_SECONDS = 15.0
 _MADV_POPULATE_WRITE = 23  # linux/mman.h (5.14+)
 # A relay reading more than this many pages per chunk followed (past _SCATTERED_MIN_PAGES)

@@ -465,6 +465,9 @@ class _HeapRead:
         # (bin_relay), never those a caller named (read before, and refused then).
         self.relayable: set[int] = set()
         self.relay_gave_up: dict[int, str] = {}  # of those, why their relays gave up
+        # Until when relays may go on: RELAY_BUDGET_SECONDS for all of this read's relays
+        # together (however many arenas a target has), set by the first.
+        self.relays_deadline: float | None = None
         self.libc_path = libc_path
         self.deadline = deadline
         self.pause = pause or (lambda: None)
@@ -759,13 +762,15 @@ class _HeapRead:
 
         def read(part: tuple[int, int] | None, pages: dict[int, bytes] | None) -> ArenaScan | None:
             began = time.monotonic()
+            if self.relays_deadline is None:  # (the first relay of this read starts the clock)
+                self.relays_deadline = began + bin_relay.RELAY_BUDGET_SECONDS
             relayed = bin_relay.relay_arena(
                 mem,
                 hold,
                 address,
                 heaps_now,
                 is_main=is_main,
-                deadline=time.monotonic() + bin_relay.RELAY_BUDGET_SECONDS,
+                deadline=self.relays_deadline,
                 part=part,
                 pages=pages,
                 sbrk_base=self.params.sbrk_base if self.params is not None else None,
