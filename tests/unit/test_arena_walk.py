@@ -421,3 +421,32 @@ def test_a_catch_up_before_the_stop_leaves_the_stop_no_page_to_follow(caught_up:
                 walker.close()
     finally:
         arena.close()
+
+
+def test_a_relayed_arenas_fastbins_and_top_are_read_lazily_in_its_first_stop(
+    arena: Arena,
+) -> None:
+    """bin_relay's first stop reads the fastbins and the top alone (fastbins_and_top_only):
+    as the whole walk measures them, from the blocks the fastbins and the top lie in, never
+    a copy of the whole heap, which fits the copies' budget here (a relayed heap may be
+    gigabytes: a whole copy would be most of the stop)."""
+    whole = _walk(arena, lazy=False)[0]
+    with ProcessMemoryReader(os.getpid()) as mem:
+        end = arena.base + PAGES * PAGE
+        heap = Heap(
+            arena.base, arena.state, PAGES * PAGE, PAGES * PAGE, mem.pagemap(arena.base, end)
+        )
+        assert heap.pages is not None
+        resident = heap.pages.total_resident_bytes
+        walker = ArenaWalker(mem, [heap], is_main=False, pool=heapcopy.FreshBuffers(), held=True)
+        try:
+            walker.fastbins_and_top_only()
+            state = read_state(mem, arena.state)
+            assert state is not None
+            part = walker.walk(state, deadline=time.monotonic() + 60)
+        finally:
+            walker.close()
+    assert part.fastbin_chunks == whole.fastbin_chunks and part.bins[0] == whole.bins[0]
+    assert (part.top_bytes, part.top_resident_bytes) == (whole.top_bytes, whole.top_resident_bytes)
+    assert set(part.bins) == {0} and part.unmeasured_bins == []
+    assert walker.stop_copy_bytes <= 4 * 16 * PAGE < resident

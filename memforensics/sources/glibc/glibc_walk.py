@@ -537,9 +537,12 @@ class ArenaWalker:
 
     def fastbins_and_top_only(self) -> None:
         """Before ``walk``: it reads the fastbins and the top alone (a part [0, 0]); the list
-        bins are read in relays (bin_relay)."""
+        bins are read in relays (bin_relay). Read block by block as the fastbins lead, never
+        copied whole, even where the heaps' resident bytes fit the copies' budget: the copy
+        would be most of the relay's first stop, for a few pages of fastbins."""
         self._parts = [(_FASTBIN, _FASTBIN)]
         self._part = 0
+        self._prefetch_whole = False
 
     def next_part(self) -> None:
         """Outside a stop, between two parts of a split read: the pages copied so far zeroed
