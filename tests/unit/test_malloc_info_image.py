@@ -161,15 +161,16 @@ def test_no_document_with_a_part_guessed(scan: HeapScan, says: str, exit_code: i
 
 
 def _malloc_par(layout_name: str, *, sbrk_base: int, mmaps: int = 2) -> bytes:
-    """struct malloc_par's first 104 bytes as glibc lays them out."""
+    """struct malloc_par as glibc lays it out, up to its tcache fields (their defaults)."""
     layout = next(layout for layout in LAYOUTS if layout.name == layout_name)
-    data = bytearray(104)
+    data = bytearray(136)
     struct.pack_into("<5Q", data, 0, 131_072, 0, 131_072, 8, 0)
     if layout.huge_pages is not None:
         struct.pack_into("<2Qi", data, layout.huge_pages, 0, 0, 0)
     struct.pack_into("<4i", data, layout.ints, mmaps, 65_536, mmaps + 1, 0)
     mapped = mmaps * 266_240
     struct.pack_into("<3Q", data, layout.mmapped, mapped, mapped + 266_240, sbrk_base)
+    struct.pack_into("<4Q", data, layout.mmapped + 24, 64, 1032, 7, 0)
     return bytes(data)
 
 
@@ -209,8 +210,8 @@ def test_mp_is_found_by_its_shape_in_either_layout(layout_name: str) -> None:
     decoy = bytearray(_malloc_par(layout_name, sbrk_base=base))
     layout = next(layout for layout in LAYOUTS if layout.name == layout_name)
     struct.pack_into("<Q", decoy, layout.mmapped, 12_345)
-    region[0x100 : 0x100 + 104] = decoy
-    region[0x800 : 0x800 + 104] = _malloc_par(layout_name, sbrk_base=base)
+    region[0x100 : 0x100 + len(decoy)] = decoy
+    region[0x800 : 0x800 + len(decoy)] = _malloc_par(layout_name, sbrk_base=base)
     mapping = Mapping(start, start + len(region), "rw-p", 0, 1, "/lib/libc.so.6")
     found = find_malloc_par(FakeMemory(start, bytes(region)), [mapping], sbrk_bases=[base])
     assert found is not None
@@ -234,12 +235,54 @@ def test_a_threshold_set_by_tunable_beyond_mallopts_bound_is_read(layout_name: s
     assert found is not None and found.mmap_threshold_bytes == 64 << 20
 
 
+def test_a_word_of_main_arena_in_a_small_heap_is_no_malloc_par() -> None:
+    """A small [heap] (sleep, cat): main_arena's bins hold many words less than 64 KiB past
+    its start, and main_arena lies right after mp_ in libc's data. Read with the 2.26 layout,
+    one of them passed every test but the tcache's (taken from /bin/sleep's libc, glibc 2.36:
+    trim_threshold 0, mmap_threshold 1, arena_test 1, no mmapped chunk, zeros after it), so
+    two places qualified and mp_ was "not found": the default called into the target."""
+    base = 0x5555_5555_0000
+    start = 0x7F00_0000_0000
+    region = bytearray(0x2000)
+    region[0x340 : 0x340 + 136] = _malloc_par("2.35", sbrk_base=base, mmaps=0)
+    decoy = bytearray(136)
+    layout = next(layout for layout in LAYOUTS if layout.name == "2.26")
+    struct.pack_into("<5Q", decoy, 0, 0, 0, 1, 1, 0)
+    struct.pack_into("<Q", decoy, layout.mmapped + 16, base + 0x3AB0)  # a chunk in a bin
+    region[0x1C70 - 0x40 : 0x1C70 - 0x40 + 136] = decoy
+    mapping = Mapping(start, start + len(region), "rw-p", 0, 1, "/lib/libc.so.6")
+    found = find_malloc_par(FakeMemory(start, bytes(region)), [mapping], sbrk_bases=[base])
+    assert found is not None and (found.address, found.layout) == (start + 0x340, "2.35")
+
+
+@pytest.mark.parametrize(
+    ("bins", "max_bytes", "count", "is_mp"),
+    [
+        (64, 1032, 7, True),  # the defaults
+        (1, 0, 7, True),  # GLIBC_TUNABLES=glibc.malloc.tcache_max=0
+        (64, 1032, 0, True),  # glibc.malloc.tcache_count=0
+        (2, 25, 7, True),  # tcache_max=25: a 48-byte chunk's bin too
+        (0, 0, 0, False),
+        (65, 1048, 7, False),
+        (63, 1032, 7, False),  # bins and bytes disagree
+        (64, 1032, 65_536, False),
+    ],
+)
+def test_the_tcache_fields_are_within_what_glibc_accepts(
+    bins: int, max_bytes: int, count: int, is_mp: bool
+) -> None:
+    layout = next(layout for layout in LAYOUTS if layout.name == "2.35")
+    data = bytearray(_malloc_par("2.35", sbrk_base=0x5555_5555_0000))
+    struct.pack_into("<3Q", data, layout.mmapped + 24, bins, max_bytes, count)
+    assert (parse_malloc_par(0, bytes(data), layout, PAGE) is not None) == is_mp
+
+
 def test_two_places_that_qualify_are_no_answer() -> None:
     base = 0x5555_5555_0000
     start = 0x7F00_0000_0000
     region = bytearray(0x1000)
-    region[0x100 : 0x100 + 104] = _malloc_par("2.35", sbrk_base=base)
-    region[0x400 : 0x400 + 104] = _malloc_par("2.35", sbrk_base=base)
+    region[0x100 : 0x100 + 136] = _malloc_par("2.35", sbrk_base=base)
+    region[0x400 : 0x400 + 136] = _malloc_par("2.35", sbrk_base=base)
     mapping = Mapping(start, start + len(region), "rw-p", 0, 1, "/lib/libc.so.6")
     assert find_malloc_par(FakeMemory(start, bytes(region)), [mapping], sbrk_bases=[base]) is None
 

@@ -10,10 +10,17 @@ found by its shape instead. Two layouts exist on 64-bit (glibc malloc/malloc.c):
 - 2.35 and later: thp_pagesize, hp_pagesize (size_t) and hp_flags (int) after arena_max, so
   the ints start 20 bytes later and mmapped_mem 24 bytes later.
 
+Both go on with the tcache's fields after sbrk_base: tcache_bins, tcache_max_bytes,
+tcache_count, tcache_unsorted_limit (size_t each; glibc built with tcache, as every
+distribution's is).
+
 A candidate must satisfy every invariant glibc keeps (counts within their maxima, mmapped
 bytes whole pages and zero exactly when no chunk is mmapped, the mmap threshold within what
-mallopt accepts, a boolean that is a boolean) and its ``sbrk_base`` must be where the main
-arena's memory began. Exactly one candidate may remain; anything else is "not found".
+mallopt accepts, a boolean that is a boolean, the tcache within the bounds its tunables
+accept) and its ``sbrk_base`` must be where the main arena's memory began. Exactly one
+candidate may remain; anything else is "not found". (The tcache's bounds matter in a small
+heap: main_arena's bins then hold many words less than LOADER_SBRK_SLACK_BYTES past the
+start of [heap], and one of them, read with the other layout, can pass every other test.)
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from memforensics.model import glibc
 from memforensics.model.heapscan import MallocParams
 from memforensics.sources.proc.procmaps import Mapping
 from memforensics.sources.proc.procmem import MemoryReader
@@ -50,7 +58,19 @@ LAYOUTS = (
 # sbrk_base then lies that far past the start of [heap], unaligned (the variable's text and
 # its NUL: 43 bytes for GLIBC_TUNABLES=glibc.malloc.tcache_count=0 on 2.31).
 LOADER_SBRK_SLACK_BYTES = 64 << 10
-_STRUCT_BYTES = 104  # the longest prefix read (2.35: up to sbrk_base)
+_STRUCT_BYTES = 136  # the longest prefix read (2.35: up to the tcache's four fields)
+# The tcache's bounds (malloc.c, 2.26 ... 2.41, 64-bit): TCACHE_MAX_BINS, MAX_TCACHE_SIZE
+# (the tcache_max tunable is refused above it), MAX_TCACHE_COUNT (UINT16_MAX since 2.30).
+_TCACHE_MAX_BINS = 64
+_TCACHE_MAX_BYTES = 1032
+_TCACHE_MAX_COUNT = 65_535
+
+
+def _tcache_bins_for(max_bytes: int) -> int:
+    """tcache_bins as glibc sets it with tcache_max_bytes (its default, and the tcache_max
+    tunable): csize2tidx(request2size(max_bytes)) + 1, 64-bit."""
+    chunk = max(glibc.MINSIZE, (max_bytes + 8 + 15) & ~15)
+    return (chunk - glibc.MINSIZE + 15) // 16 + 1
 
 
 def _power_of_two_or_zero(value: int) -> bool:
@@ -65,6 +85,7 @@ def parse_malloc_par(
     trim, _top_pad, threshold, arena_test, arena_max = struct.unpack_from("<5Q", data, 0)
     n_mmaps, n_mmaps_max, max_n_mmaps, no_dyn = struct.unpack_from("<4i", data, layout.ints)
     mmapped, max_mmapped, sbrk_base = struct.unpack_from("<3Q", data, layout.mmapped)
+    tcache_bins, tcache_bytes, tcache_count = struct.unpack_from("<3Q", data, layout.mmapped + 24)
     if layout.huge_pages is not None:
         thp, huge = struct.unpack_from("<2Q", data, layout.huge_pages)
         if not (_power_of_two_or_zero(thp) and _power_of_two_or_zero(huge)):
@@ -84,6 +105,10 @@ def parse_malloc_par(
         and mmapped <= max_mmapped
         and (n_mmaps == 0) == (mmapped == 0)
         and (max_n_mmaps == 0) == (max_mmapped == 0)
+        and 1 <= tcache_bins <= _TCACHE_MAX_BINS
+        and tcache_bytes <= _TCACHE_MAX_BYTES
+        and tcache_bins == _tcache_bins_for(tcache_bytes)
+        and tcache_count <= _TCACHE_MAX_COUNT
     )
     if not plausible:
         return None
