@@ -146,7 +146,11 @@ def test_before_2_31_rest_leaves_the_top_out_and_lines_carry_the_stray_indentati
     ("scan", "says", "exit_code"),
     [
         # Locked at every stop: no moment came to read it, a timeout (exit 6).
-        (_scan(MAIN, None), "arena 1 could not be read consistently (locked at every stop: 1)", 6),
+        (
+            _scan(MAIN, None),
+            "arena 1 could not be read consistently (locked at every stop: arena 1)",
+            6,
+        ),
         (_scan(MAIN, THREAD, chained=False), "malloc_info's order", 3),
         (_scan(MAIN, THREAD, params=False), "mp_", 3),
     ],
@@ -301,10 +305,10 @@ def test_arenas_too_long_to_follow_are_told_apart_from_a_read_out_of_time() -> N
     with pytest.raises(ReadOnlyRefusedError) as info:
         malloc_info_xml(replace(scan, arenas=rows), "2.36")
     message = info.value.message
-    assert "arena 1-3 could not be read consistently" in message
-    assert "(locked at every stop: 3)" in message
-    assert "(lists too long to follow within a stop: 1)" in message
-    assert "(the read's time ran out: 2)" in message
+    assert "arenas 1-3 could not be read consistently" in message
+    assert "(locked at every stop: arena 3)" in message
+    assert "(lists too long to follow within a stop: arena 1)" in message
+    assert "(the read's time ran out: arena 2)" in message
     assert info.value.too_long == (long.address,)
 
 
@@ -319,6 +323,6 @@ def test_a_refusal_of_many_arenas_names_them_in_ranges() -> None:
     with pytest.raises(ReadOnlyRefusedError) as info:
         malloc_info_xml(replace(scan, arenas=rows), "2.36")
     assert info.value.message == (
-        "arena 1062-1499 could not be read consistently (locked at every stop: 1063)"
-        " (the read's time ran out: 1062, 1064-1499)"
+        "arenas 1062-1499 could not be read consistently (locked at every stop: arena 1063)"
+        " (the read's time ran out: arenas 1062, 1064-1499)"
     )

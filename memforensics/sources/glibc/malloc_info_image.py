@@ -132,6 +132,12 @@ def _positions(positions: list[int]) -> str:
     return ", ".join(parts)
 
 
+def _arenas(positions: list[int]) -> str:
+    """ "arena 0", "arenas 1, 2, 1063-1499": arena positions named as such in a message (a
+    bare number in brackets read as a count)."""
+    return f"arena{'s' if len(positions) > 1 else ''} {_positions(positions)}"
+
+
 def malloc_info_xml(scan: HeapScan, release: str | None) -> bytes:
     """The malloc_info(0) document of the heap ``scan`` read (with ``figures``), as glibc
     ``release`` ("2.36") prints it. ReadOnlyRefusedError when any arena's figures or the
@@ -150,17 +156,17 @@ def malloc_info_xml(scan: HeapScan, release: str | None) -> bytes:
         locked = [p for p, a in unread if a.lock_retries]
         long = [p for p, a in unread if a.lists_too_long]
         late = [p for p, a in unread if a.budget_reached and not a.lists_too_long]
-        why = f" (locked at every stop: {_positions(locked)})" if locked else ""
+        why = f" (locked at every stop: {_arenas(locked)})" if locked else ""
         if long:
-            why += f" (lists too long to follow within a stop: {_positions(long)})"
+            why += f" (lists too long to follow within a stop: {_arenas(long)})"
             relayed = sorted({a.relay_gave_up for _, a in unread if a.relay_gave_up})
             if relayed:
                 why += f"; read in relays, given up: {'; '.join(relayed)}"
         if late:
-            why += f" (the read's time ran out: {_positions(late)})"
+            why += f" (the read's time ran out: {_arenas(late)})"
         refusal = ArenaLockedError if len(locked) == len(missing) else ReadOnlyRefusedError
         raise refusal(
-            f"arena {_positions([p for p, _ in unread])} could not be read consistently{why}",
+            f"{_arenas([p for p, _ in unread])} could not be read consistently{why}",
             hint="try again, or read it through the gdb path (gdb calls malloc_info)",
             pid=scan.pid,
             too_long=tuple(
