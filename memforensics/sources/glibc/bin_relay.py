@@ -193,6 +193,9 @@ class _Relay:
         self.read = RelayRead()
         self.over = False  # read (``read.walk``), or given up
         self.scattered = False  # given up on as scattered: to be swept (list_sweep)
+        # (Chunks followed, pages read) by the end of the first stop, where that stop did not
+        # find the lists scattered: _scattered judges the stops after it.
+        self.after_first: tuple[int, int] | None = None
         self.last_state: ArenaState | None = None  # as read in the last stop
 
     def close(self) -> None:
@@ -296,10 +299,24 @@ class _Relay:
 
     def _scattered(self) -> bool:
         """The lists lead to a block not read yet at most chunks (consecutive chunks lie
-        far apart): followed so, millions of them would take seconds of stops."""
+        far apart): followed so, millions of them would take seconds of stops. Told from the
+        first stop's short stretch only at twice RELAY_MAX_PAGES_PER_CHUNK; after it, from
+        what the stops after it read. (A busy arena's first lists are short ones of chunks
+        its threads just freed, far apart wherever they fell, before its long lists in
+        address order: judged on those, one read in five of such an arena was swept, and a
+        sweep of a busy arena gives up.)"""
         followed = self.walk.chunks if self.walk is not None else 0
         followed += sum(each.cursor[2] for each in self.lists.values() if each.cursor)
         pages = self.read.pages_read
+        if self.after_first is None:
+            if self.read.stops == 1:
+                scattered = pages > 2 * RELAY_MAX_PAGES_PER_CHUNK * followed
+                if not scattered:
+                    self.after_first = (followed, pages)
+                return scattered and pages > _SCATTERED_MIN_PAGES
+            self.after_first = (0, 0)
+        followed -= self.after_first[0]
+        pages -= self.after_first[1]
         return pages > _SCATTERED_MIN_PAGES and pages > RELAY_MAX_PAGES_PER_CHUNK * followed
 
 
