@@ -133,8 +133,8 @@ def _positions(positions: list[int]) -> str:
 
 
 def _arenas(positions: list[int]) -> str:
-    """ "arena 0", "arenas 1, 2, 1063-1499": arena positions named as such in a message (a
-    bare number in brackets read as a count)."""
+    """Arena positions named as such in a message ("arena 0", "arenas 1, 2, 1063-1499"): a
+    bare number in brackets read as a count."""
     return f"arena{'s' if len(positions) > 1 else ''} {_positions(positions)}"
 
 
