@@ -229,8 +229,9 @@ def advise(
         return (
             Advice(
                 "glibc-malloc-unused",
-                "glibc malloc holds no memory here: this process allocates with another "
-                "allocator (jemalloc, tcmalloc, …); use that allocator's own statistics.",
+                "glibc malloc holds no memory here: it never took any from the system. "
+                "If this process allocates, another allocator serves it (jemalloc, "
+                "tcmalloc, …): use that allocator's own statistics.",
                 "warn",
             ),
         )

@@ -111,7 +111,8 @@ class DirectTrimmer:
         if dump.all_zero:
             raise NotGlibcMallocError(
                 f"PID {pid} ({self.facts.name}) maps glibc but its malloc holds no memory: "
-                "another allocator serves it",
+                "nothing of it to trim (malloc never took memory here; what the process "
+                "allocates, another allocator serves)",
                 pid=pid,
             )
         residency = self._residency = inspection.residency

@@ -51,10 +51,12 @@ class GdbTrimmer:
         )
         dump = parse_dump(capture.xml, name=process_source(pid))
         if dump.all_zero:
-            # glibc's malloc holds nothing: jemalloc/tcmalloc replaced it; trimming is pointless.
+            # glibc's malloc holds nothing (never ran, or another allocator replaced it):
+            # trimming is pointless.
             raise NotGlibcMallocError(
                 f"PID {pid} ({facts.name}) maps glibc but its malloc holds no memory: "
-                "another allocator serves it",
+                "nothing of it to trim (malloc never took memory here; what the process "
+                "allocates, another allocator serves)",
                 pid=pid,
             )
         residency: HeapResidency | None = None

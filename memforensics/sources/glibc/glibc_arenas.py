@@ -63,10 +63,23 @@ def read_state(mem: MemoryReader, address: int) -> ArenaState | None:
 
 
 def parse_state(address: int, data: bytes | memoryview) -> ArenaState:
-    """A malloc_state from its STATE_BYTES bytes (read alone or out of a heap's copy)."""
+    """A malloc_state from its STATE_BYTES bytes (read alone or out of a heap's copy). A
+    main_arena malloc never initialized (``pristine``) reads as malloc_init_state leaves it:
+    every bin empty, the top the initial one (the unsorted bin's head, of size 0), which is
+    what malloc_info reports of it, having initialized malloc first."""
     words = memoryview(data).cast("B").cast("Q")
     bins = glibc.OFF_BINS // 8
     fast = glibc.OFF_FASTBINS // 8
+    if pristine(address, words):
+        heads = [address + glibc.OFF_BINS - 16 + 16 * i for i in range(glibc.NBINS - 1)]
+        return ArenaState(
+            address=address,
+            top=heads[0],
+            next_arena=address,
+            system_bytes=0,
+            bins=tuple(head for head in heads for _ in (0, 1)),
+            fastbins=(0,) * glibc.NFASTBINS,
+        )
     return ArenaState(
         address=address,
         top=words[glibc.OFF_TOP // 8],
@@ -77,6 +90,29 @@ def parse_state(address: int, data: bytes | memoryview) -> ArenaState:
         flags=int.from_bytes(bytes(memoryview(data)[_OFF_FLAGS : _OFF_FLAGS + 4]), "little"),
         max_system_bytes=words[glibc.OFF_MAX_SYSTEM_MEM // 8],
         mutex=words[0] & 0xFFFFFFFF,
+    )
+
+
+def pristine(address: int, words: memoryview) -> bool:
+    """The malloc_state at ``address`` (its words) is main_arena's before malloc ever ran in
+    the process: as the static initializer leaves it, ``next`` naming itself and every word
+    the walk reads zero (malloc_init_state has not linked the bins to themselves)."""
+    last = glibc.OFF_NEXT // 8
+    return (
+        words[last] == address and not any(words[:last]) and words[glibc.OFF_SYSTEM_MEM // 8] == 0
+    )
+
+
+def never_grew(state: ArenaState) -> bool:
+    """A main arena malloc initialized (or never ran in: ``pristine``) that never took memory
+    from the system: its top the initial one, every bin empty, no system bytes. Its figures
+    are its state's alone (there is no heap to walk)."""
+    unsorted = state.address + glibc.OFF_BINS - 16
+    return (
+        state.system_bytes == 0
+        and state.top == unsorted
+        and not any(state.fastbins)
+        and state.bins == tuple(unsorted + 16 * (i // 2) for i in range(2 * (glibc.NBINS - 1)))
     )
 
 
@@ -184,7 +220,7 @@ def find_main_arena(
                 mutex <= 2
                 and (top == unsorted_head or top > 0x10000)
                 and _bins_plausible(words, slot, base)
-            ):
+            ) or pristine(base, words[slot : slot + glibc.STATE_BYTES // 8]):
                 return base
     return None
 

@@ -31,6 +31,7 @@ from memforensics.sources.glibc.glibc_arenas import (
     find_main_arena,
     heaps_from_top,
     libc_data_regions,
+    never_grew,
     read_state,
     reread_heaps,
 )
@@ -568,7 +569,9 @@ class _HeapRead:
             self.pool.prepare(sizes)
 
     def read_main_arena(self) -> None:
-        if not self.main_heaps:
+        # (No heap: a main arena that never grew is read from its state alone, its figures
+        # malloc_info's; any other is not read, and the document is refused.)
+        if not self.main_heaps and (self.main_state is None or not never_grew(self.main_state)):
             return
         self.pause()
         weight = sum(h.size_bytes for h in self.main_heaps)

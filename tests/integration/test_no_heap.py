@@ -1,0 +1,72 @@
+"""A process in which malloc never ran (tests/targets/no_heap.c; gzip reading a pipe is one) is
+read from memory: main_arena as glibc's static initializer left it is what malloc_info reports
+once it has initialized malloc (every bin empty, the initial top of size 0, no system bytes).
+Before, main_arena was "not found" there: `--read-only` exited 3 and the default called
+malloc_info into the process, whose first allocation then gave it a heap.
+
+Oracle: the target's own malloc_info, written after the read (it allocates nothing: stderr is
+unbuffered), equal byte for byte to the document read, on glibc 2.31, 2.36 and 2.41.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.glibc_releases import (
+    RELEASES,
+    GlibcRelease,
+    build_target,
+    command,
+    release_tree,
+    skip_reason,
+)
+from tests.support.targets import live_skip_reason, running
+
+_SKIP = live_skip_reason()
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(_SKIP is not None, reason=_SKIP or ""),
+]
+
+INSPECT = [sys.executable, "-m", "memforensics", "inspect", "--json"]
+
+
+@pytest.fixture(scope="module", params=RELEASES, ids=[f"glibc-{v}" for v in RELEASES])
+def glibc(request: pytest.FixtureRequest) -> GlibcRelease:
+    release = release_tree(request.param)
+    if release is None:
+        pytest.skip(f"glibc {request.param}: {skip_reason(request.param)}")
+    return release
+
+
+@pytest.mark.parametrize("mode", [["--read-only"], []], ids=["read-only", "default"])
+def test_a_process_malloc_never_ran_in_is_read_as_its_malloc_info_says(
+    glibc: GlibcRelease, mode: list[str], tmp_path: Path
+) -> None:
+    binary = build_target(glibc, "no_heap")
+    saved = tmp_path / "read.xml"
+    with running(command(glibc, binary, []), stdin=subprocess.PIPE) as target:
+        run = subprocess.run(
+            [*INSPECT, *mode, "--save-xml", str(saved), str(target.pid)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert run.returncode == 0, run.stderr
+        document = json.loads(run.stdout)
+        assert document["fallback"] is None and document["read_only"] is not None, document
+        # Nothing was called into it: malloc still never ran (no [heap]).
+        assert "[heap]" not in Path(f"/proc/{target.pid}/maps").read_text()
+        assert target.proc.stdin is not None and target.proc.stderr is not None
+        target.proc.stdin.write(b"dump\n")
+        target.proc.stdin.flush()
+        assert target.proc.wait(timeout=30) == 0
+        own = target.proc.stderr.read()
+    assert saved.read_bytes() == own
+    assert b'<total type="rest" count="1" size="0"/>' in own
