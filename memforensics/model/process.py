@@ -35,6 +35,8 @@ class AllocatorInfo:
     # A foreign allocator found in the process: the one that serves malloc (``kind`` is
     # then its kind), or a prefixed copy beside glibc's malloc (``kind`` is "glibc").
     foreign: ForeignLibrary | None = None
+    # ``kind`` "static": glibc's banner was found in the executable (its malloc linked in).
+    glibc_linked_in: bool = False
 
     @property
     def is_glibc_malloc(self) -> bool:

@@ -99,6 +99,9 @@ def test_static_binary_refused_naming_it() -> None:
         with pytest.raises(NotGlibcMallocError, match="static binary") as err:
             target_check.check_target(target.pid)
         assert err.value.exit_code == 3
+        # Its malloc is glibc's, linked in: not "does not use glibc malloc".
+        assert "does not use glibc malloc" not in err.value.message
+        assert "malloc_info(0, stdout)" in (err.value.hint or "")
 
 
 def test_musl_refused() -> None:

@@ -106,7 +106,9 @@ def detect_allocator(pid: int) -> AllocatorInfo:
     has_glibc, version = scan_binary(proc_path(pid, "exe")) if exe is not None else (False, None)
     if has_glibc:
         linked = f"glibc {version}" if version else "glibc"
-        detail = f"static binary {exe} ({linked} linked in, no shared libc for gdb to load)"
+        detail = f"static binary {exe} ({linked} linked in: only a shared libc's malloc is read)"
     else:
         detail = f"static binary {exe or '(unknown)'} without a shared libc"
-    return AllocatorInfo(kind="static", detail=detail, glibc_version=version)
+    return AllocatorInfo(
+        kind="static", detail=detail, glibc_version=version, glibc_linked_in=has_glibc
+    )

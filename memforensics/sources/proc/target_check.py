@@ -111,6 +111,13 @@ def check_target(
     allocator = facts.allocator
     if foreign_ok and allocator.kind in FOREIGN_KINDS and allocator.libc_path is not None:
         return facts
+    if allocator.glibc_linked_in:
+        # (glibc's malloc, in the executable's own data: neither located nor callable here.)
+        raise NotGlibcMallocError(
+            f"{label} is a {allocator.detail}",
+            hint="the program itself can print its heap with malloc_info(0, stdout)",
+            pid=pid,
+        )
     if not allocator.is_glibc_malloc:
         raise NotGlibcMallocError(f"{label} does not use glibc malloc: {allocator.detail}")
     return facts
