@@ -64,12 +64,35 @@ def test_a_heap_of_a_few_pages_is_read_as_its_malloc_info_says(
     assert b"<sizes>\n</sizes>" not in own  # (its bins hold chunks)
 
 
-def _read_then_own(glibc: GlibcRelease, name: str, mode: list[str], tmp_path: Path) -> bytes:
+@pytest.mark.parametrize(
+    "tunables",
+    [
+        "glibc.malloc.tcache_max=0",  # one tcache bin
+        "glibc.malloc.tcache_max=25:glibc.malloc.tcache_count=65535",
+        "glibc.malloc.tcache_count=0",
+        "glibc.malloc.hugetlb=1",  # 2.35+: mp_'s thp_pagesize set (ignored before)
+    ],
+)
+def test_mp_is_found_under_the_tunables_that_move_its_fields(
+    glibc: GlibcRelease, tunables: str, tmp_path: Path
+) -> None:
+    """mp_ is found by its shape, the tcache's fields included (malloc_par.py): the values
+    the tunables set (one bin, a count at its maximum, no tcache, huge pages) are glibc's."""
+    _read_then_own(glibc, "small_heap", ["--read-only"], tmp_path, {"GLIBC_TUNABLES": tunables})
+
+
+def _read_then_own(
+    glibc: GlibcRelease,
+    name: str,
+    mode: list[str],
+    tmp_path: Path,
+    env: dict[str, str] | None = None,
+) -> bytes:
     """Target ``name`` read by `inspect --json` with ``mode``, with no call into it; then its
     own malloc_info, equal byte for byte to the document read, returned."""
     binary = build_target(glibc, name)
     saved = tmp_path / "read.xml"
-    with running(command(glibc, binary, []), stdin=subprocess.PIPE) as target:
+    with running(command(glibc, binary, []), stdin=subprocess.PIPE, env=env) as target:
         run = subprocess.run(
             [*INSPECT, *mode, "--save-xml", str(saved), str(target.pid)],
             check=False,
