@@ -94,6 +94,13 @@ def runs_bytes_within(runs: Iterable[tuple[int, int]], start: int, end: int) -> 
     return sum(max(min(b, end) - max(a, start), 0) for a, b in runs)
 
 
+def bin_at(arena: int, index: int) -> int:
+    """Address glibc's bin_at() gives bin ``index`` (1 … 127) of the malloc_state at
+    ``arena``: its fd/bk slots posing as a chunk's (bin 1, the unsorted bin's, is also the
+    initial top)."""
+    return arena + OFF_BINS + 16 * (index - 1) - 16
+
+
 def bin_index(chunk_bytes: int) -> int:
     """The normal bin (2 … 126) that holds free chunks of ``chunk_bytes`` (64-bit layout)."""
     size = chunk_bytes & ~SIZE_FLAGS

@@ -18,14 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.glibc_releases import (
-    RELEASES,
-    GlibcRelease,
-    build_target,
-    command,
-    release_tree,
-    skip_reason,
-)
+from tests.support.glibc_releases import GlibcRelease, build_target, command
 from tests.support.targets import live_skip_reason, running
 
 _SKIP = live_skip_reason()
@@ -37,30 +30,22 @@ pytestmark = [
 INSPECT = [sys.executable, "-m", "memforensics", "inspect", "--json"]
 
 
-@pytest.fixture(scope="module", params=RELEASES, ids=[f"glibc-{v}" for v in RELEASES])
-def glibc(request: pytest.FixtureRequest) -> GlibcRelease:
-    release = release_tree(request.param)
-    if release is None:
-        pytest.skip(f"glibc {request.param}: {skip_reason(request.param)}")
-    return release
-
-
 @pytest.mark.parametrize("mode", [["--read-only"], []], ids=["read-only", "default"])
 def test_a_process_malloc_never_ran_in_is_read_as_its_malloc_info_says(
-    glibc: GlibcRelease, mode: list[str], tmp_path: Path
+    release: GlibcRelease, mode: list[str], tmp_path: Path
 ) -> None:
-    own = _read_then_own(glibc, "no_heap", mode, tmp_path)
+    own = _read_then_own(release, "no_heap", mode, tmp_path)
     assert b'<total type="rest" count="1" size="0"/>' in own
 
 
 def test_a_heap_of_a_few_pages_is_read_as_its_malloc_info_says(
-    glibc: GlibcRelease, tmp_path: Path
+    release: GlibcRelease, tmp_path: Path
 ) -> None:
     """tests/targets/small_heap.c, a heap of a few pages: main_arena's bins then hold words
     a few KiB past the start of [heap]. In Debian's own sleep and cat one of those passed for
     a second mp_ (test_small_heaps.py, glibc 2.36); this heap does not lay out that decoy, it
     checks a small heap on each release against its own malloc_info, byte for byte."""
-    own = _read_then_own(glibc, "small_heap", ["--read-only"], tmp_path)
+    own = _read_then_own(release, "small_heap", ["--read-only"], tmp_path)
     assert b"<sizes>\n</sizes>" not in own  # (its bins hold chunks)
 
 
@@ -74,15 +59,15 @@ def test_a_heap_of_a_few_pages_is_read_as_its_malloc_info_says(
     ],
 )
 def test_mp_is_found_under_the_tunables_that_move_its_fields(
-    glibc: GlibcRelease, tunables: str, tmp_path: Path
+    release: GlibcRelease, tunables: str, tmp_path: Path
 ) -> None:
     """mp_ is found by its shape, the tcache's fields included (malloc_par.py): the values
     the tunables set (one bin, a count at its maximum, no tcache, huge pages) are glibc's."""
-    _read_then_own(glibc, "small_heap", ["--read-only"], tmp_path, {"GLIBC_TUNABLES": tunables})
+    _read_then_own(release, "small_heap", ["--read-only"], tmp_path, {"GLIBC_TUNABLES": tunables})
 
 
 def _read_then_own(
-    glibc: GlibcRelease,
+    release: GlibcRelease,
     name: str,
     mode: list[str],
     tmp_path: Path,
@@ -90,9 +75,9 @@ def _read_then_own(
 ) -> bytes:
     """Target ``name`` read by `inspect --json` with ``mode``, with no call into it; then its
     own malloc_info, equal byte for byte to the document read, returned."""
-    binary = build_target(glibc, name)
+    binary = build_target(release, name)
     saved = tmp_path / "read.xml"
-    with running(command(glibc, binary, []), stdin=subprocess.PIPE, env=env) as target:
+    with running(command(release, binary, []), stdin=subprocess.PIPE, env=env) as target:
         run = subprocess.run(
             [*INSPECT, *mode, "--save-xml", str(saved), str(target.pid)],
             check=False,

@@ -71,13 +71,12 @@ def parse_state(address: int, data: bytes | memoryview) -> ArenaState:
     bins = glibc.OFF_BINS // 8
     fast = glibc.OFF_FASTBINS // 8
     if pristine(address, words):
-        heads = [address + glibc.OFF_BINS - 16 + 16 * i for i in range(glibc.NBINS - 1)]
         return ArenaState(
             address=address,
-            top=heads[0],
+            top=glibc.bin_at(address, 1),
             next_arena=address,
             system_bytes=0,
-            bins=tuple(head for head in heads for _ in (0, 1)),
+            bins=_empty_bins(address),
             fastbins=(0,) * glibc.NFASTBINS,
         )
     return ArenaState(
@@ -107,13 +106,18 @@ def never_grew(state: ArenaState) -> bool:
     """A main arena malloc initialized (or never ran in: ``pristine``) that never took memory
     from the system: its top the initial one, every bin empty, no system bytes. Its figures
     are its state's alone (there is no heap to walk)."""
-    unsorted = state.address + glibc.OFF_BINS - 16
     return (
         state.system_bytes == 0
-        and state.top == unsorted
+        and state.top == glibc.bin_at(state.address, 1)
         and not any(state.fastbins)
-        and state.bins == tuple(unsorted + 16 * (i // 2) for i in range(2 * (glibc.NBINS - 1)))
+        and state.bins == _empty_bins(state.address)
     )
+
+
+def _empty_bins(arena: int) -> tuple[int, ...]:
+    """ArenaState.bins of the malloc_state at ``arena`` with every bin empty: each bin's fd
+    and bk naming the bin itself, as malloc_init_state links them."""
+    return tuple(glibc.bin_at(arena, index) for index in range(1, glibc.NBINS) for _ in (0, 1))
 
 
 def _heap_info(mem: MemoryReader, address: int) -> tuple[int, int, int, int] | None:
@@ -214,7 +218,7 @@ def find_main_arena(
             if next_arena != base and next_arena not in arenas:
                 continue
             top = words[slot + top_slot]
-            unsorted_head = base + glibc.OFF_BINS - 16
+            unsorted_head = glibc.bin_at(base, 1)
             mutex = words[slot] & 0xFFFFFFFF
             if (
                 mutex <= 2
@@ -232,7 +236,7 @@ def _bins_plausible(words: memoryview, slot: int, base: int) -> bool:
     empty = 0
     for bin_index in range(1, glibc.NBINS):
         fd_slot = slot + (glibc.OFF_BINS // 8) + 2 * (bin_index - 1)
-        bin_address = base + glibc.OFF_BINS + 16 * (bin_index - 1) - 16
+        bin_address = glibc.bin_at(base, bin_index)
         fd, bk = words[fd_slot], words[fd_slot + 1]
         if fd == bin_address and bk == bin_address:
             empty += 1

@@ -36,7 +36,7 @@ _CHUNK_BYTES = 48  # a free chunk's words read here: prev_size … bk_nextsize
 
 def bin_head(state: ArenaState, index: int) -> int:
     """Address glibc's bin_at() gives bin ``index``: its fd/bk slots posing as a chunk's."""
-    return state.address + glibc.OFF_BINS + 16 * (index - 1) - 16
+    return glibc.bin_at(state.address, index)
 
 
 class OutOfCopy(Exception):
