@@ -325,9 +325,6 @@ class ArenaWalker:
         self._partial = False
         self._scout_pages_left: int | None = None
         self.scouted_bytes = 0  # bytes of the pages a scout found the lists on
-        # The last scout gave up on its page budget (not its time), its lists consistent as far
-        # as it followed them: they lead further than the budget.
-        self.outgrown = False
         self.stop_copy_bytes = 0  # bytes copied from the target in stops (held reads)
         self.rescouted_pages = 0  # pages the lists that moved since the scout led to
         self._lazy_bytes = 0  # copied block by block since the last reset (LAZY_MAX_BYTES)
@@ -443,14 +440,13 @@ class ArenaWalker:
         False, and the walker left as if never scouted, when the lists lead to more than
         SCOUT_MAX_SHARE of the resident pages or SCOUT_MAX_BYTES (an arena above the copies'
         budget: more than that budget), or ``deadline`` (or SCOUT_SECONDS, longer for an
-        arena above the budget) passes. ``outgrown`` then says it was the pages (whether or
-        not a list failed glibc's bk check on the way: a running target's list caught moving,
-        or a corrupt one; whatever reads it next checks it in a stop, and diagnoses it)."""
+        arena above the budget) passes (whether or not a list failed glibc's bk check on the
+        way: a running target's list caught moving, or a corrupt one; whatever reads it next
+        checks it in a stop, and diagnoses it)."""
         self._begin_scout(deadline, state)
         try:
             self._scout_lists(state, [_FASTBIN, *nonempty_bins(state, 1)], self._scout_pages_left)
-        except OutOfTime as stopped:
-            self.outgrown = isinstance(stopped, OutOfPages)
+        except OutOfTime:
             self._end_scout(False)
             return False
         self._end_scout(True)

@@ -870,13 +870,13 @@ class _HeapRead:
         )
 
     def _outgrown(self, walker: ArenaWalker, address: int, heaps: Sequence[Heap]) -> None:
-        """After a scout that gave up: an arena above the copies' budget whose lists led to
-        more pages than the scout may copy is not followed again in its stop (that read has
-        the same budget, and would only hold every thread HELD_LAZY_SECONDS longer before
-        the same refusal): it is read in relays (bin_relay, whose checks in a stop tell a
-        corrupt list from a moving one), else refused as lists too long
-        (ArenaScan.lists_too_long)."""
-        if walker.outgrown and self._beyond(heaps):
+        """After a scout that gave up: an arena above the copies' budget is not followed again
+        in its stop (that read is never a whole copy, and would only hold every thread
+        HELD_LAZY_SECONDS longer before a refusal): it is read in relays (bin_relay, whose
+        checks in a stop tell a corrupt list from a moving one), else refused as lists too
+        long (ArenaScan.lists_too_long). Whether its scout gave up on its pages or on its
+        time (a loaded machine), only the relay can read it."""
+        if self._beyond(heaps):
             self.unwalked.add(address)
             self.relayable.add(address)
 
