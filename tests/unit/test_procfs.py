@@ -321,3 +321,47 @@ def _libc_path(maps_text: str) -> str:
         if os.path.basename(path).startswith("libc.so"):
             return path
     raise AssertionError("no libc.so mapped")
+
+
+def test_runnable_tasks_counts_busy_processes_and_a_scout_reads_with_one_thread_then() -> None:
+    """With a busy loop on every CPU we may run on, the machine's runnable tasks are at least
+    those loops and our own thread, so a scout of a running target (glibc_walk's reader
+    threads) reads with one thread, leaving the CPUs to the target; in a stop it still may
+    use two. Without the loops, some moment has a CPU idle and two readers."""
+    from memforensics.sources.glibc.glibc_walk import _reader_threads
+
+    cpus = len(os.sched_getaffinity(0))
+    if cpus < 2:
+        assert _reader_threads(False) == _reader_threads(True) == 1
+        return
+    idle: list[tuple[int | None, int]] = []
+    deadline = time.monotonic() + 10  # (the test session's services may be busy a moment)
+    while time.monotonic() < deadline and not any(threads == 2 for _, threads in idle):
+        idle.append((procfs.runnable_tasks(), _reader_threads(False)))
+        time.sleep(0.005)
+    assert any(threads == 2 for _, threads in idle), idle[-20:]
+    assert all(runnable is not None and runnable >= 1 for runnable, _ in idle)
+    loops = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import time\nend = time.monotonic() + 20\nwhile time.monotonic() < end: pass",
+            ]
+        )
+        for _ in range(cpus)
+    ]
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not all(
+            psutil.Process(p.pid).status() == psutil.STATUS_RUNNING for p in loops
+        ):
+            time.sleep(0.01)
+        busy = [(procfs.runnable_tasks(), _reader_threads(False)) for _ in range(50)]
+        assert all(r is not None and r >= cpus + 1 for r, _ in busy), busy
+        assert all(threads == 1 for _, threads in busy), busy
+        assert _reader_threads(True) == 2
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()

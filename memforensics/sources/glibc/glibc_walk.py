@@ -46,6 +46,7 @@ from memforensics.sources.glibc.heapcopy import (
     walk_copies,
     walk_fastbin_copies,
 )
+from memforensics.sources.proc.procfs import runnable_tasks
 from memforensics.sources.proc.procmem import (
     MemoryReader,
     PagemapUnavailableError,
@@ -141,11 +142,19 @@ def _scout_lists_of(state: ArenaState, indexes: Sequence[int]) -> list[tuple[int
 
 
 def _reader_threads(held: bool) -> int:
-    """Threads the C scout may read a big round of pages with: two in a stop (the target's
-    CPUs are idle then) where this process may run on two CPUs, else one. A remote page
-    costs the kernel's lookup of it whatever the bytes read, so two readers share
-    the cost. Not while the target runs: a second reader would take a CPU from its threads."""
-    return 2 if held and len(os.sched_getaffinity(0)) >= 2 else 1
+    """Threads the C scout may read a big round of pages with, where this process may run on
+    two CPUs: two in a stop (the target's CPUs are idle then), and while the target runs
+    where fewer tasks than those CPUs are runnable now (procfs.runnable_tasks: one is idle,
+    so the second reader takes no CPU from the target's threads); else one. A remote page
+    costs the kernel's lookup of it, and a page of our buffer its first fault, whatever the
+    bytes read, so two readers share the cost."""
+    cpus = len(os.sched_getaffinity(0))
+    if cpus < 2:
+        return 1
+    if held:
+        return 2
+    runnable = runnable_tasks()
+    return 2 if runnable is not None and runnable < cpus else 1
 
 
 def _native_scout(

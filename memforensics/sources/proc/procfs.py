@@ -1,5 +1,6 @@
 """The raw readers of /proc/PID: one file's text, stat's and status's fields, and the few
-facts read straight from them (state, tracer, alive, kernel thread, the executable's path).
+facts read straight from them (state, tracer, alive, kernel thread, the executable's path);
+and the one machine-wide fact a read needs: how many tasks are runnable now.
 
 Nothing here stops, signals or traces the target, nor interprets more than one file: the
 facts built from several (sources.proc.process_facts), the allocator (allocator_detect), the
@@ -90,4 +91,14 @@ def exe_path(pid: int) -> str | None:
             raise NoSuchProcessError(f"no process with PID {pid}") from None
         return None
     except OSError:
+        return None
+
+
+def runnable_tasks() -> int | None:
+    """Tasks runnable on the machine at this instant, the caller's own thread among them
+    (/proc/loadavg's fourth field, "runnable/total"); None where it cannot be read. Fewer
+    than the CPUs one may run on means one of those CPUs is idle now."""
+    try:
+        return int((PROC / "loadavg").read_text().split()[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
         return None
