@@ -108,6 +108,38 @@ def test_a_busy_seeds_target_is_read_without_a_fallback() -> None:
         assert target.alive()
 
 
+MANY_THREADS = 1500  # the seeds' "hundreds of arenas": one arena per thread, as many threads
+
+
+@pytest.mark.slow
+def test_fifteen_hundred_arenas_of_as_many_threads_read_equal_their_own_malloc_info(
+    release: Any, tmp_path: Path
+) -> None:
+    """1,500 arenas, each of its own thread (many_arenas: 300 free chunks each, then idle),
+    read by the default way: every stop holds all 1,500 threads, which costs tens of ms to
+    stop and to release, so the read takes seconds. It is read from memory all the same, never
+    handed to the stand-in call, and equals the target's own malloc_info byte for byte (its
+    document written once the heap was built, allocating nothing: MANY_ARENAS_XML)."""
+    from tests.support.targets import started_in_cgroup
+
+    own, rebuilt = tmp_path / "own.xml", tmp_path / "read.xml"
+    argv = command(release, build_target(release, "many_arenas"), [str(MANY_THREADS), "600"])
+    with started_in_cgroup(
+        argv,
+        group_name="memforensics-test-seeds-many-threads",
+        limit_bytes=2 << 30,
+        arena_max=MANY_THREADS,
+        env={"MANY_ARENAS_XML": str(own)},
+    ) as pid:
+        document, stderr = _inspect(pid, "--save-xml", str(rebuilt))
+        _assert_running(pid)
+        threads = len(list(Path(f"/proc/{pid}/task").iterdir()))
+    assert threads == MANY_THREADS + 2  # the workers, the ticker and the main thread
+    assert document["fallback"] is None, stderr
+    assert rebuilt.read_bytes() == own.read_bytes()
+    assert len(document["arenas"]) == MANY_THREADS
+
+
 SPREAD_MIB = 320  # above the copies' budget (192 MiB at most)
 RSS_BOUND_BYTES = 256 << 20  # issue 31: our peak RSS at any heap size
 

@@ -18,6 +18,10 @@
  * lock-free), so that fastbin moves even while "stall" holds the mutex. "churned" prints
  * "churned <frees so far>".
  * On EOF it keeps sleeping (tests that start it with stdin closed still get a live target).
+ * With MANY_ARENAS_XML=PATH in the environment, malloc_info(0) is written there once every
+ * worker is done, through a FILE opened before the first thread with a static buffer, and with
+ * stdout unbuffered and the ticker started before the workers: nothing is malloc'ed after the
+ * document, which then describes the heap as it stays (an oracle of a read).
  */
 #include <malloc.h>
 #include <pthread.h>
@@ -113,6 +117,19 @@ int main(int argc, char **argv) {
     if (size_steps < 1) return 2;
     if (threads < 1 || blocks_per_thread < 2) return 2;
     pthread_barrier_init(&barrier, NULL, (unsigned)threads + 1);
+    const char *xml_path = getenv("MANY_ARENAS_XML");
+    static char xml_buffer[1 << 20];
+    FILE *xml = NULL;
+    pthread_t tick;
+    if (xml_path != NULL) {
+        xml = fopen(xml_path, "w"); /* before any thread: its FILE is the heap's first block */
+        if (xml == NULL || setvbuf(xml, xml_buffer, _IOFBF, sizeof xml_buffer) != 0) {
+            perror(xml_path);
+            return 1;
+        }
+        setvbuf(stdout, NULL, _IONBF, 0);
+        pthread_create(&tick, NULL, ticker, NULL); /* its thread's blocks before the document */
+    }
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 256 * 1024); /* thousands of threads: small stacks */
@@ -124,11 +141,14 @@ int main(int argc, char **argv) {
         }
     }
     pthread_barrier_wait(&barrier);
-    pthread_t tick;
-    pthread_create(&tick, NULL, ticker, NULL);
+    if (xml == NULL) pthread_create(&tick, NULL, ticker, NULL);
     /* Unbuffered: a buffered stdin mallocs its 4 KiB buffer from the main arena at the first
      * fgets, after "ready", and two reads of an idle target would then differ. */
     setvbuf(stdin, NULL, _IONBF, 0);
+    if (xml != NULL && (malloc_info(0, xml) != 0 || fflush(xml) != 0)) {
+        perror("malloc_info");
+        return 1;
+    }
     printf("ready threads=%d\n", threads);
     fflush(stdout);
     char line[64];

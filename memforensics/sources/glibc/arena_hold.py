@@ -1,9 +1,10 @@
 """Short stops of a live target around the read-only reading of its arenas (heapmaps'
 ArenaHold), each a ptrace hold of every thread (memforensics.sources.proc.ptrace_hold).
 
-One stop covers consecutive arenas until it has lasted ``stop_budget_seconds``; the target
-then runs again and the next arena begins a new stop, so no stop is much longer than the
-budget plus the read of one arena, however many arenas there are. Nothing is written into
+One stop covers consecutive arenas until it has lasted ``stop_budget_seconds`` (or, in a
+process of many threads, a share of the time holding them all took); the target then runs
+again and the next arena begins a new stop, so no stop is much longer than that plus the
+read of one arena, however many arenas there are. Nothing is written into
 the target and no code runs there: the threads are only held while /proc/PID/mem is read.
 
 An arena is safe to read in a stop when no thread is in the middle of changing it. A thread
@@ -24,6 +25,11 @@ from memforensics.sources.glibc.libc_elf import LibcImage
 from memforensics.sources.proc.ptrace_hold import ThreadHold
 
 STOP_BUDGET_SECONDS = 0.004  # a stop takes no further arena once it has lasted this long
+# ... or, where holding every thread took longer than four times that (a process of
+# hundreds of threads), once it has read for this share of the time the hold took: each
+# stop's stall grows by at most that share over the hold's own cost, and the stops a read
+# needs, each paying that cost to stop and to release every thread, fall as much.
+STOP_SHARE_OF_HOLD = 0.25
 # How long a locked target runs before its arena is read again: the first wait, doubled at
 # each attempt up to the longest, each drawn between half and 1.5 times that so the stops
 # fall at no fixed phase of a thread's loop (60 attempts span about 1.4 s: a thread holding
@@ -58,6 +64,7 @@ class StopBatches:
         self._timeout_seconds = timeout_seconds
         self._budget = stop_budget_seconds
         self._hold: ThreadHold | None = None
+        self._hold_seconds = 0.0  # how long the stop running took to hold every thread
         self._since = 0.0
         self._bytes_per_second: float | None = None  # how fast arenas were read in stops
         self._locked_since = 0.0  # when the arena read now was first found locked
@@ -67,9 +74,11 @@ class StopBatches:
         hold = ThreadHold(
             self.pid, timeout_seconds=self._timeout_seconds, registers=self._single_threaded
         )
+        began = time.monotonic()
         hold.__enter__()
         self._hold = hold
         self._since = time.monotonic()
+        self._hold_seconds = self._since - began
 
     def _end(self) -> None:
         hold, self._hold = self._hold, None
@@ -78,12 +87,14 @@ class StopBatches:
             self.stops_seconds.append(hold.stop_seconds)
 
     def _budget_seconds(self) -> float:
-        """How long a stop may go on taking arenas: the budget, however long stopping every
-        thread took. (A process of a thousand threads takes tens of ms to stop and as long to
-        release; a stop that then also read arenas for as long would double the stall every
-        thread feels, for fewer stops: the stall is what the read is judged by, its wall is
-        the operator's.)"""
-        return self._budget
+        """How long the stop running may go on taking arenas: the budget, or
+        STOP_SHARE_OF_HOLD of the time holding every thread took, the longer. (A process of
+        a thousand threads takes tens of ms to stop and as long to release: reading only
+        the budget in each stop, its read would be hundreds of stops of which the holds are
+        nine tenths, and run out of its time; reading for as long as the hold took would
+        double the stall every thread feels. The stall is what the read is judged by, its
+        wall is the operator's.)"""
+        return max(self._budget, STOP_SHARE_OF_HOLD * self._hold_seconds)
 
     @contextlib.contextmanager
     def arena(self, weight_bytes: int = 0) -> Iterator[None]:

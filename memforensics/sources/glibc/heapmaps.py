@@ -87,10 +87,11 @@ _SCOUT_GIVE_UPS = 2
 _PART_MAX_BYTES = 16 << 20
 _MAX_ARENAS = 1 << 16  # a ``next`` list longer than this is not glibc's
 # A held read's budget grows by this much per thread arena: it stops the target every few
-# arenas, and each stop of a process of many threads costs more (1,500 threads: 25-35 ms to
-# stop and release them all), so a read that takes ~1.8 s on an idle machine must not turn
-# into a refusal on a loaded one. The time is the user's wait, not the target's.
-_HELD_SECONDS_PER_ARENA = 0.002
+# arenas, and each stop of a process of many threads costs more (1,500 threads: 20-40 ms to
+# stop and release them all), so a read that takes 2-4 s on an idle machine (1,500 arenas
+# of as many threads) must not turn into a refusal on a slower or loaded one. The time is
+# the user's wait, not the target's.
+_HELD_SECONDS_PER_ARENA = 0.005
 
 
 def _is_64bit(pid: int) -> bool:
