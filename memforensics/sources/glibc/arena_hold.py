@@ -25,11 +25,11 @@ from memforensics.sources.glibc.libc_elf import LibcImage
 from memforensics.sources.proc.ptrace_hold import ThreadHold
 
 STOP_BUDGET_SECONDS = 0.004  # a stop takes no further arena once it has lasted this long
-# ... or, where holding every thread took longer than four times that (a process of
-# hundreds of threads), once it has read for this share of the time the hold took: each
-# stop's stall grows by at most that share over the hold's own cost, and the stops a read
-# needs, each paying that cost to stop and to release every thread, fall as much.
-STOP_SHARE_OF_HOLD = 0.25
+# ... or, where holding every thread took longer than twice that (a process of hundreds of
+# threads), once it has read for this share of the time the hold took: each stop's stall
+# grows by at most that share over the hold's own cost, and the stops a read needs, each
+# paying that cost to stop and to release every thread, fall as much.
+STOP_SHARE_OF_HOLD = 0.5
 # How long a locked target runs before its arena is read again: the first wait, doubled at
 # each attempt up to the longest, each drawn between half and 1.5 times that so the stops
 # fall at no fixed phase of a thread's loop (60 attempts span about 1.4 s: a thread holding
@@ -90,7 +90,7 @@ class StopBatches:
         """How long the stop running may go on taking arenas: the budget, or
         STOP_SHARE_OF_HOLD of the time holding every thread took, the longer. (A process of
         a thousand threads takes tens of ms to stop and as long to release: reading only
-        the budget in each stop, its read would be hundreds of stops of which the holds are
+        the budget in each stop, its read would be a hundred stops of which the holds are
         nine tenths, and run out of its time; reading for as long as the hold took would
         double the stall every thread feels. The stall is what the read is judged by, its
         wall is the operator's.)"""
