@@ -25,11 +25,17 @@ from memforensics.sources.glibc.libc_elf import LibcImage
 from memforensics.sources.proc.ptrace_hold import ThreadHold
 
 STOP_BUDGET_SECONDS = 0.004  # a stop takes no further arena once it has lasted this long
-# ... or, where holding every thread took longer than twice that (a process of hundreds of
-# threads), once it has read for this share of the time the hold took: each stop's stall
-# grows by at most that share over the hold's own cost, and the stops a read needs, each
-# paying that cost to stop and to release every thread, fall as much.
+# ... or, in a process of at least STOP_SHARE_MIN_THREADS threads (whose hold alone takes tens
+# of ms: 20-40 ms for 1,500), once it has read for STOP_SHARE_OF_HOLD of the time the hold
+# took, at most STOP_SHARE_MAX_SECONDS: each stop's stall grows by at most that share over
+# the hold's own cost, and the stops a read needs, each paying that cost to stop and to
+# release every thread, fall as much. (By the threads, not by the hold's time alone: a few
+# busy threads on few CPUs are sometimes slow to stop, 100 ms and more, and a stop that then
+# read for half that long would add that much to a stall that was the moment's, not the
+# process's.)
 STOP_SHARE_OF_HOLD = 0.5
+STOP_SHARE_MIN_THREADS = 200
+STOP_SHARE_MAX_SECONDS = 0.025
 # How long a locked target runs before its arena is read again: the first wait, doubled at
 # each attempt up to the longest, each drawn between half and 1.5 times that so the stops
 # fall at no fixed phase of a thread's loop (60 attempts span about 1.4 s: a thread holding
@@ -38,6 +44,20 @@ LET_RUN_SECONDS = 0.002
 LET_RUN_MAX_SECONDS = 0.025
 # brk, mmap, munmap, mprotect, madvise, mremap: how an allocator grows and trims.
 ALLOCATOR_SYSCALLS = frozenset((12, 9, 11, 10, 28, 25))
+
+
+def reading_budget_seconds(budget_seconds: float, hold_seconds: float, threads: int) -> float:
+    """How long a stop whose hold of ``threads`` threads took ``hold_seconds`` may go on
+    taking arenas: ``budget_seconds``, or in a process of at least STOP_SHARE_MIN_THREADS
+    threads STOP_SHARE_OF_HOLD of its hold's time (at most STOP_SHARE_MAX_SECONDS), the
+    longer. (A process of a thousand threads takes tens of ms to stop and as long to
+    release: reading only the budget in each stop, its read would be a hundred stops of which
+    the holds are nine tenths, and run out of its time; reading for as long as the hold took
+    would double the stall every thread feels. The stall is what the read is judged by, its
+    wall is the operator's.)"""
+    if threads < STOP_SHARE_MIN_THREADS:
+        return budget_seconds
+    return max(budget_seconds, min(STOP_SHARE_OF_HOLD * hold_seconds, STOP_SHARE_MAX_SECONDS))
 
 
 def in_allocator(libc: LibcImage, pc: int, syscall: int) -> bool:
@@ -65,6 +85,7 @@ class StopBatches:
         self._budget = stop_budget_seconds
         self._hold: ThreadHold | None = None
         self._hold_seconds = 0.0  # how long the stop running took to hold every thread
+        self._hold_threads = 0  # and how many it holds
         self._since = 0.0
         self._bytes_per_second: float | None = None  # how fast arenas were read in stops
         self._locked_since = 0.0  # when the arena read now was first found locked
@@ -79,6 +100,7 @@ class StopBatches:
         self._hold = hold
         self._since = time.monotonic()
         self._hold_seconds = self._since - began
+        self._hold_threads = len(hold.thread_ids)
 
     def _end(self) -> None:
         hold, self._hold = self._hold, None
@@ -87,14 +109,8 @@ class StopBatches:
             self.stops_seconds.append(hold.stop_seconds)
 
     def _budget_seconds(self) -> float:
-        """How long the stop running may go on taking arenas: the budget, or
-        STOP_SHARE_OF_HOLD of the time holding every thread took, the longer. (A process of
-        a thousand threads takes tens of ms to stop and as long to release: reading only
-        the budget in each stop, its read would be a hundred stops of which the holds are
-        nine tenths, and run out of its time; reading for as long as the hold took would
-        double the stall every thread feels. The stall is what the read is judged by, its
-        wall is the operator's.)"""
-        return max(self._budget, STOP_SHARE_OF_HOLD * self._hold_seconds)
+        """How long the stop running may go on taking arenas (reading_budget_seconds)."""
+        return reading_budget_seconds(self._budget, self._hold_seconds, self._hold_threads)
 
     @contextlib.contextmanager
     def arena(self, weight_bytes: int = 0) -> Iterator[None]:
