@@ -613,7 +613,7 @@ class _HeapRead:
         walker = self._scout_walker(heaps, is_main=True)
         if walker.scout(state, self.deadline):
             return walker
-        self._outgrown(walker, state.address, heaps)
+        self._outgrown(state.address, heaps)
         walker.close()
         return None
 
@@ -837,7 +837,7 @@ class _HeapRead:
                 self.scout_gave_up = 0
             else:
                 self.scout_gave_up += 1
-                self._outgrown(walker, address, self.by_arena[address])
+                self._outgrown(address, self.by_arena[address])
                 walker.close()
                 self._prepare_for(self.by_arena[address])
         self.last_scouted_bytes = found or self.last_scouted_bytes
@@ -870,7 +870,7 @@ class _HeapRead:
             scout_max_bytes=self._scout_room_bytes(self._beyond(heaps)),
         )
 
-    def _outgrown(self, walker: ArenaWalker, address: int, heaps: Sequence[Heap]) -> None:
+    def _outgrown(self, address: int, heaps: Sequence[Heap]) -> None:
         """After a scout that gave up: an arena above the copies' budget is not followed again
         in its stop (that read is never a whole copy, and would only hold every thread
         HELD_LAZY_SECONDS longer before a refusal): it is read in relays (bin_relay, whose
