@@ -131,8 +131,9 @@ def test_pgbench_had_no_failures_and_the_log_is_clean(
     assert pg_cluster.bad_log_lines() == []
 
 
-# What an idle auxiliary process may write to its own pages while it is read (a wake-up or
-# two: a few pages), well under the postmaster's heap it shares (hundreds of KiB).
+# What an idle auxiliary process (or the postmaster) may write of the heap pages they share
+# while it is read (a wake-up or two: a few pages); a read that copied shared pages would
+# unshare most of them, as the vm_readv oracle below shows.
 AUX_SLACK_BYTES = 64 << 10
 
 
@@ -143,9 +144,10 @@ def test_forked_processes_keep_the_heap_they_share_with_the_postmaster(
     """The postmaster's children share its heap copy-on-write, as forked servers do. The
     auxiliary ones holding shared heap pages (the background writer and the WAL writer here),
     read by the default `inspect` and by `census` (which copies every heap page) once pgbench
-    is done: their private bytes, as the kernel counts them, are what they were (no shared
-    page was copied for the read). One
-    process_vm_readv of the same shared heap pages does grow them: the oracle sees a copy."""
+    is done: the heap bytes they share, as the kernel counts them, are what they were but for
+    a few pages either process may write meanwhile (no shared page was copied for the read).
+    One process_vm_readv of the same shared heap pages does grow their private bytes: the
+    oracle sees a copy."""
     assert pg_cluster.postmaster is not None
     sharing = []
     for child in psutil.Process(pg_cluster.postmaster.pid).children():
@@ -156,12 +158,19 @@ def test_forked_processes_keep_the_heap_they_share_with_the_postmaster(
     assert sharing, "no child of the postmaster shares its heap"
     for pid in sharing:
         for command in ("inspect", "census"):
-            before = private_bytes(pid)
+            # The heap's shared bytes, not the process's private ones: those also grow with
+            # the process's own stack and buffers, which say nothing about the read.
+            before = heap_shared_bytes(pid)
             document = cli_json(command, pid)
-            after = private_bytes(pid)
+            after = heap_shared_bytes(pid)
             if command == "inspect":
                 assert document["read_only"]["source"] == "live", document["read_only"]
-            assert after - before <= AUX_SLACK_BYTES, (command, pid, before, after)
+            assert before - after <= max(AUX_SLACK_BYTES, before // 4), (
+                command,
+                pid,
+                before,
+                after,
+            )
     pid = sharing[0]
     heap = next(m for m in read_maps(pid) if m.path == "[heap]")
     shared = heap_shared_bytes(pid)
