@@ -45,6 +45,7 @@ from memforensics.sources.glibc.heap_search import (
 )
 from memforensics.sources.glibc.heapcopy import BufferPool, FreshBuffers
 from memforensics.sources.glibc.malloc_par import find_malloc_par, read_malloc_par
+from memforensics.sources.proc.cpu_quota import stop_pacer, wall_per_cpu_second
 from memforensics.sources.proc.procmaps import Mapping, read_maps, read_smaps_and_totals
 from memforensics.sources.proc.procmem import MemoryReader, ProcessMemoryReader
 
@@ -476,6 +477,7 @@ class _HeapRead:
         self.arenas_only, self.figures, self.is_64 = arenas_only, figures, is_64
         self.rules = StopRules(hold)
         self.notes: list[str] = []
+        self.quota_waited_seconds = stop_pacer().waited_seconds  # before this read
         self.params: MallocParams | None = None
         self.seen: dict[int, list[Heap]] = {}  # each non-main arena's heaps, as read
         self.scouted: dict[int, ArenaWalker] = {}  # scouted arenas waiting for their stop
@@ -539,7 +541,7 @@ class _HeapRead:
         of the biggest arena faulted in before any stop (the copies then only copy); a held
         read's budget grown for its arenas (_HELD_SECONDS_PER_ARENA)."""
         if self.rules.held:
-            self.deadline += _HELD_SECONDS_PER_ARENA * len(self.order)
+            self.deadline += _HELD_SECONDS_PER_ARENA * len(self.order) * wall_per_cpu_second()
         if self.figures and self.main_state is not None:
             bases = [h.start for h in self.main_heaps] or [0]
             regions = libc_data_regions(self.mappings, self.libc_path)
@@ -947,6 +949,14 @@ class _HeapRead:
     def result(self, started: float) -> HeapScan:
         """The scan: every arena read, with the process-wide figures."""
         mem = self.mem
+        pacer = stop_pacer()
+        if pacer.quota is not None and self.rules.held:
+            self.notes.append(
+                f"memforensics runs under a CPU quota of {pacer.quota.cpus:.2f} CPU: its stops "
+                f"waited {pacer.waited_seconds - self.quota_waited_seconds:.2f} s in all for "
+                f"room in it (a stop throttled by the quota would hold the target until its "
+                f"next period, {pacer.quota.period_seconds * 1e3:.0f} ms)"
+            )
         all_heaps = [*self.main_heaps, *(h for a in self.order for h in self.seen.get(a, ()))]
         chunk_spans = [(start, start + size) for start, size in self.chunks]
         chunk_resident = sum(mem.pagemap(lo, hi).total_resident_bytes for lo, hi in chunk_spans)
@@ -1018,7 +1028,8 @@ def _scan(
         mem,
         pool,
         libc_path,
-        deadline=started + budget_seconds,
+        # The budget is of our CPU's time: under a CPU quota a second of it takes longer.
+        deadline=started + budget_seconds * wall_per_cpu_second(),
         pause=pause,
         arenas_only=arenas_only,
         figures=figures,

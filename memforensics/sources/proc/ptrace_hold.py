@@ -52,6 +52,7 @@ from memforensics.errors import (
     TargetPermissionError,
 )
 from memforensics.sources.proc import attach_diagnosis, ptrace_regs
+from memforensics.sources.proc.cpu_quota import stop_pacer
 
 # Requests and options from <sys/ptrace.h> and <linux/ptrace.h>.
 _PTRACE_DETACH = 17
@@ -197,6 +198,9 @@ class ThreadHold:
                 hint="point memforensics at another process",
                 pid=self.pid,
             )
+        # Under a CPU quota, wait until it has room for the stop: throttled in a stop, we
+        # would hold the target until the quota's next period (up to 100 ms).
+        stop_pacer().before_stop()
         self._tracer = threading.Thread(
             target=self._trace, name=f"memforensics-hold-{self.pid}", daemon=True
         )
@@ -229,6 +233,7 @@ class ThreadHold:
             # join() returns a moment before the OS thread ends, and with it the kernel's
             # release of anything the tracer did not detach itself.
             _wait_thread_gone(self._tracer_tid)
+        stop_pacer().after_stop()
 
     # Everything below runs in the tracer thread.
 

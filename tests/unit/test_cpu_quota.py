@@ -1,0 +1,178 @@
+"""cpu_quota: the quota read from cgroup files (v1 and v2, nested, a container's own root),
+and StopPacer's wait on a simulated clock (its CPU time given by the test)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memforensics.sources.proc import cpu_quota as cq
+from memforensics.sources.proc.cpu_quota import CpuQuota, StopPacer, cpu_quota
+
+
+def _proc(tmp_path: Path, cgroup: str, mountinfo: str) -> Path:
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    (proc / "cgroup").write_text(cgroup)
+    (proc / "mountinfo").write_text(mountinfo)
+    return proc
+
+
+def _v1_mount(point: Path, root: str = "/") -> str:
+    return f"32 31 0:29 {root} {point} rw,relatime - cgroup cgroup rw,cpu,cpuacct\n"
+
+
+def _v2_mount(point: Path, root: str = "/") -> str:
+    return f"30 23 0:27 {root} {point} rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
+
+
+def test_v1_the_tightest_quota_of_our_cgroup_and_its_ancestors(tmp_path: Path) -> None:
+    mount = tmp_path / "cpu"
+    pod, container = mount / "kubepods" / "pod1", mount / "kubepods" / "pod1" / "c1"
+    container.mkdir(parents=True)
+    for directory, quota in ((mount, -1), (mount / "kubepods", -1), (pod, 50_000)):
+        (directory / "cpu.cfs_quota_us").write_text(f"{quota}\n")
+        (directory / "cpu.cfs_period_us").write_text("100000\n")
+    (container / "cpu.cfs_quota_us").write_text("-1\n")
+    (container / "cpu.cfs_period_us").write_text("100000\n")
+    proc = _proc(tmp_path, "4:memory:/x\n3:cpu,cpuacct:/kubepods/pod1/c1\n", _v1_mount(mount))
+    assert cpu_quota(proc) == CpuQuota(0.05, 0.1, str(pod))
+    (container / "cpu.cfs_quota_us").write_text("20000\n")
+    (container / "cpu.cfs_period_us").write_text("50000\n")
+    found = cpu_quota(proc)
+    assert found == CpuQuota(0.02, 0.05, str(container))
+    assert found is not None and found.cpus == pytest.approx(0.4)
+
+
+@pytest.mark.parametrize(
+    ("path", "root"),
+    [("/", "/"), ("/kubepods/podA/cB", "/kubepods/podA/cB")],
+    ids=["cgroup-namespace", "bind-mounted-own-cgroup"],
+)
+def test_v2_a_container_sees_its_own_cgroup_at_its_mount(
+    tmp_path: Path, path: str, root: str
+) -> None:
+    """A container's cgroup mounted as the container's /sys/fs/cgroup: in a cgroup
+    namespace its path and the mount's root are "/"; without one, both are the host's path."""
+    mount = tmp_path / "cgroup"
+    mount.mkdir()
+    (mount / "cpu.max").write_text("25000 100000\n")
+    proc = _proc(tmp_path, f"0::{path}\n", _v2_mount(mount, root=root))
+    assert cpu_quota(proc) == CpuQuota(0.025, 0.1, str(mount))
+
+
+def test_a_mount_that_does_not_hold_our_cgroup_is_not_read(tmp_path: Path) -> None:
+    mount = tmp_path / "cgroup"
+    mount.mkdir()
+    (mount / "cpu.max").write_text("25000 100000\n")
+    proc = _proc(tmp_path, "0::/elsewhere\n", _v2_mount(mount, root="/kubepods/podA/cB"))
+    assert cpu_quota(proc) is None
+
+
+def test_v2_max_and_unreadable_files_are_no_quota(tmp_path: Path) -> None:
+    mount = tmp_path / "cgroup"
+    (mount / "a").mkdir(parents=True)
+    (mount / "a" / "cpu.max").write_text("max 100000\n")
+    proc = _proc(tmp_path, "0::/a\n", _v2_mount(mount))
+    assert cpu_quota(proc) is None
+    (mount / "a" / "cpu.max").write_text("garbage\n")
+    assert cpu_quota(proc) is None
+    assert cpu_quota(tmp_path / "nowhere") is None
+
+
+class _Clock:
+    """Wall and CPU time of a simulated process: ``sleep`` moves the wall alone, ``work``
+    both (one thread busy)."""
+
+    def __init__(self) -> None:
+        self.wall, self.cpu = 100.0, 5.0
+        self.slept: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.wall += seconds
+
+    def work(self, seconds: float) -> None:
+        self.wall += seconds
+        self.cpu += seconds
+
+
+def _pacer(clock: _Clock, quota: CpuQuota | None) -> StopPacer:
+    return StopPacer(
+        quota, clock=lambda: clock.wall, cpu_clock=lambda: clock.cpu, sleep=clock.sleep
+    )
+
+
+QUOTA = CpuQuota(0.02, 0.1, "/sys/fs/cgroup/x")  # 0.2 CPU
+
+
+def test_without_a_quota_a_stop_never_waits() -> None:
+    clock = _Clock()
+    pacer = _pacer(clock, None)
+    clock.work(1.0)
+    pacer.before_stop()
+    pacer.after_stop()
+    assert clock.slept == [] and pacer.waited_seconds == 0.0
+
+
+def test_a_stop_waits_until_the_last_period_leaves_room_for_it() -> None:
+    """After busy work, the stop waits until our CPU time over the last period, with the
+    stop's own, fits MARGIN of the quota: then no period of the kernel's, whatever its
+    phase, can have run out before the stop ends."""
+    clock = _Clock()
+    pacer = _pacer(clock, QUOTA)
+    clock.work(0.5)  # busy: far more than the quota's 20 ms a period
+    pacer.before_stop()
+    waited = pacer.waited_seconds
+    assert 0.1 <= waited <= cq.MAX_WAIT_PERIODS * QUOTA.period_seconds + 0.011
+    # At the stop's start, the window of one period holds no more than the room.
+    room = cq.MARGIN * QUOTA.quota_seconds - cq.FIRST_STOP_CPU_SECONDS
+    assert pacer._used_in_window(clock.wall, clock.cpu) <= room
+    clock.work(0.004)
+    pacer.after_stop()
+    # An idle moment later there is room at once.
+    clock.sleep(0.2)
+    clock.slept.clear()
+    pacer.before_stop()
+    assert clock.slept == []
+    pacer.after_stop()
+
+
+def test_light_work_between_stops_needs_no_wait() -> None:
+    clock = _Clock()
+    pacer = _pacer(clock, QUOTA)
+    clock.sleep(0.15)  # history of a quiet period
+    clock.slept.clear()
+    for _ in range(5):
+        pacer.before_stop()
+        clock.work(0.001)
+        pacer.after_stop()
+        clock.sleep(0.05)
+        clock.work(0.001)
+    assert pacer.waited_seconds == 0.0
+
+
+def test_a_stop_that_cannot_fit_waits_for_a_quiet_window_only() -> None:
+    """A stop that took more CPU than the quota allows waits, next time, no longer than
+    MAX_WAIT_PERIODS periods (there is no room to find: a quiet window is the best)."""
+    clock = _Clock()
+    pacer = _pacer(clock, QUOTA)
+    clock.sleep(0.15)
+    pacer.before_stop()
+    clock.work(0.05)  # 50 ms of CPU in one stop: more than the 20 ms quota
+    pacer.after_stop()
+    assert pacer.stop_cpu_seconds == pytest.approx(0.05)
+    began = clock.wall
+    pacer.before_stop()
+    assert clock.wall - began <= cq.MAX_WAIT_PERIODS * QUOTA.period_seconds + 0.011
+    assert pacer._used_in_window(clock.wall, clock.cpu) == pytest.approx(0.0)
+
+
+def test_the_first_stop_assumes_the_worst_of_what_came_before() -> None:
+    """What our process ran before the pacer's first sample is unknown: counted as inside
+    the window until a sample a period old exists."""
+    clock = _Clock()
+    pacer = _pacer(clock, QUOTA)
+    pacer.before_stop()
+    assert pacer.waited_seconds >= QUOTA.period_seconds
