@@ -29,6 +29,7 @@ from typing import Any
 
 from memforensics.model import glibc
 from memforensics.sources import optional_native
+from memforensics.sources.proc.own_cgroup import memory_headroom_bytes
 from memforensics.sources.proc.procmem import MemoryReader, PageMap, ProcessMemoryReader
 
 POOL_MAX_BYTES = 192 << 20  # copy buffers kept for the next arena
@@ -37,6 +38,9 @@ POOL_MAX_BYTES = 192 << 20  # copy buffers kept for the next arena
 # 256 MiB), and at most half of MemAvailable, so a copy never pushes the machine into
 # reclaim; a bigger arena is copied block by block where its lists lead, as much at most.
 COPY_MAX_BYTES = 192 << 20
+# Under a memory limit, the budget is this fraction of what the limit leaves us: the copies
+# kept for their walks, a scout's pages beyond the budget and our own objects come on top.
+_HEADROOM_SHARES = 2
 _READ_MAX_PAGES = 1024  # the Python copy reads at most 4 MiB per preadv
 _MADV_POPULATE_WRITE = 23  # linux/mman.h (5.14+): fault pages in, writable, without writing
 # linux/mman.h (x86-64, arm64): room reserved, not charged to the commit (Python 3.11's mmap
@@ -82,16 +86,21 @@ def native_walk_available() -> bool:
     return _native is not None
 
 
-def copy_budget_bytes(meminfo: Path = MEMINFO) -> int:
+def copy_budget_bytes(meminfo: Path = MEMINFO, headroom_bytes: int | None = None) -> int:
     """Resident bytes of one arena that may be copied whole: COPY_MAX_BYTES, at most half
-    of MemAvailable (unknown MemAvailable: the fixed budget)."""
+    of MemAvailable (unknown MemAvailable: the fixed budget) and at most half of
+    ``headroom_bytes``, what our memory cgroup's limit leaves us (own_cgroup; None: no
+    limit), so that a container's memory limit does not have the kernel OOM-kill us."""
+    budget = COPY_MAX_BYTES
+    if headroom_bytes is not None:
+        budget = min(budget, headroom_bytes // _HEADROOM_SHARES)
     try:
         for line in meminfo.read_text().splitlines():
             if line.startswith("MemAvailable:"):
-                return min(COPY_MAX_BYTES, int(line.split()[1]) * 1024 // 2)
+                return min(budget, int(line.split()[1]) * 1024 // 2)
     except (OSError, ValueError, IndexError):
         pass
-    return COPY_MAX_BYTES
+    return budget
 
 
 class BufferPool:
@@ -101,7 +110,9 @@ class BufferPool:
     def __init__(self, copy_max_bytes: int | None = None) -> None:
         self._free: list[mmap.mmap] = []
         # Resident bytes of one arena the walk may copy whole (copy_budget_bytes()).
-        self.copy_max_bytes = copy_budget_bytes() if copy_max_bytes is None else copy_max_bytes
+        if copy_max_bytes is None:
+            copy_max_bytes = copy_budget_bytes(headroom_bytes=memory_headroom_bytes())
+        self.copy_max_bytes = copy_max_bytes
 
     @property
     def kept_bytes(self) -> int:
@@ -139,7 +150,7 @@ class BufferPool:
 
     def give(self, buffer: mmap.mmap) -> None:
         self._free.append(buffer)
-        while sum(len(b) for b in self._free) > POOL_MAX_BYTES:
+        while sum(len(b) for b in self._free) > min(POOL_MAX_BYTES, self.copy_max_bytes):
             smallest = min(self._free, key=len)
             self._free.remove(smallest)
             smallest.close()

@@ -43,7 +43,7 @@ from memforensics.sources.glibc.heap_search import (
     stack_mappings,
     subtract_spans,
 )
-from memforensics.sources.glibc.heapcopy import BufferPool, FreshBuffers
+from memforensics.sources.glibc.heapcopy import COPY_MAX_BYTES, BufferPool, FreshBuffers
 from memforensics.sources.glibc.malloc_par import find_malloc_par, read_malloc_par
 from memforensics.sources.proc.cpu_quota import stop_pacer, wall_per_cpu_second
 from memforensics.sources.proc.procmaps import Mapping, read_maps, read_smaps_and_totals
@@ -290,8 +290,12 @@ class StopRules:
     retry within its share of the time budget, and is walked at once.
     """
 
-    def __init__(self, hold: ArenaHold | None) -> None:
+    def __init__(self, hold: ArenaHold | None, copy_max_bytes: int = COPY_MAX_BYTES) -> None:
         self.hold = hold
+        # Where the copies' budget is cut (our memory cgroup's limit), so are the copies kept
+        # for their walks, and an arena above it is scouted however small.
+        self.pending_max_bytes = min(_PENDING_MAX_BYTES, copy_max_bytes // 2)
+        self.scout_min_bytes = min(_SCOUT_MIN_BYTES, copy_max_bytes)
         self.rows: list[Finish] = []  # each arena's read, in order; deferred walks on demand
         self.done: list[ArenaScan] = []  # the results of rows[: len(done)]
         self.pending_bytes = 0  # heap copies kept for walks not made yet
@@ -314,7 +318,7 @@ class StopRules:
 
     def scouts(self, weight_bytes: int) -> bool:
         """This arena's lists are scouted before its stop."""
-        return self.hold is not None and weight_bytes >= _SCOUT_MIN_BYTES
+        return self.hold is not None and weight_bytes >= self.scout_min_bytes
 
     def let_run(self) -> None:
         """End the stop running, if any: what comes next reads the running target."""
@@ -433,7 +437,7 @@ class StopRules:
         stop first. Copies kept past _PENDING_MAX_BYTES end the stop."""
         hold = self.hold
         if hold is not None and hold.stopped:
-            if not force and self.pending_bytes <= _PENDING_MAX_BYTES:
+            if not force and self.pending_bytes <= self.pending_max_bytes:
                 return
             hold.release()
         self.done.extend(finish() for finish in self.rows[len(self.done) :])
@@ -475,7 +479,7 @@ class _HeapRead:
         self.deadline = deadline
         self.pause = pause or (lambda: None)
         self.arenas_only, self.figures, self.is_64 = arenas_only, figures, is_64
-        self.rules = StopRules(hold)
+        self.rules = StopRules(hold, pool.copy_max_bytes)
         self.notes: list[str] = []
         self.quota_waited_seconds = stop_pacer().waited_seconds  # before this read
         self.params: MallocParams | None = None
@@ -812,7 +816,8 @@ class _HeapRead:
         # an arena's lists moved between its scout and its stop, each is scouted alone, just
         # before its stop: the longer the wait, the more a busy arena's stop re-reads.)
         last = self.last_scouted_bytes
-        room = max(1, _SCOUT_GROUP_BYTES // last) if last and not self.moving else 1
+        group_bytes = min(_SCOUT_GROUP_BYTES, self.pool.copy_max_bytes // 2)
+        room = max(1, group_bytes // last) if last and not self.moving else 1
         for address in self.order[position:]:
             if len(group) >= room:
                 break
@@ -895,8 +900,9 @@ class _HeapRead:
         for other arenas would refuse it). Our memory stays within the budget whatever mix
         of arenas a process has, and so does its order."""
         budget = self.pool.copy_max_bytes
-        self.pool.shrink(0 if beyond else budget - SCOUT_MAX_BYTES)
-        return max(SCOUT_MAX_BYTES, budget - self.pool.kept_bytes)
+        least = min(SCOUT_MAX_BYTES, budget)  # (a budget cut by our memory cgroup's limit)
+        self.pool.shrink(0 if beyond else budget - least)
+        return max(least, budget - self.pool.kept_bytes)
 
     def _read_thread_arena(
         self,

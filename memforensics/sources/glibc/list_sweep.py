@@ -23,8 +23,9 @@ Contract:
   the arena did not move: the heap is corrupt there (bin "heap", glibc's words, every bin
   unmeasured); else the sweep gives up.
 - Our memory: 33 bytes a free chunk (size word, fd, bk, address, a flag) plus the window
-  buffer, at most SWEEP_MAX_CHUNKS chunks (past them it gives up); the counting is numpy's, over
-  those arrays and a few of 4 bytes a chunk, its other temporaries in blocks of _BLOCK.
+  buffer, at most SWEEP_MAX_CHUNKS chunks, fewer under a memory limit (past them it gives
+  up); the counting is numpy's, over those arrays and a few of 4 bytes a chunk, its other
+  temporaries in blocks of _BLOCK.
 """
 
 from __future__ import annotations
@@ -51,12 +52,18 @@ from memforensics.sources.glibc.heap_window import (
     HeapWalk,
     window_buffer,
 )
+from memforensics.sources.proc.own_cgroup import memory_headroom_bytes
 from memforensics.sources.proc.procmem import ProcessMemoryReader
 
 _FREE = int(ChunkState.FREE)
 # The most free chunks a sweep keeps (33 bytes each, and a few arrays of 4 bytes each while
 # counting): past it the sweep gives up (our memory, issue 31: 256 MiB at any heap size).
 SWEEP_MAX_CHUNKS = 3_000_000
+# Our memory a free chunk costs at the sweep's peak (its arrays, and numpy's sorts and
+# searches over them while counting): under a memory limit (a container's), a sweep keeps
+# no more chunks than what the limit leaves us allows, and gives up (the arena refused, with
+# why) rather than have the kernel OOM-kill us in the middle of the read.
+SWEEP_PEAK_BYTES_PER_CHUNK = 96
 Figures = tuple[int, int, int, int, int, int, int]  # heapcopy.Tally's: count … raw_total
 
 
@@ -142,6 +149,7 @@ def sweep_lists(
     ld.so finds its break moved by the loader's own sbrk)."""
     free = _Free()
     result = SweepResult()
+    max_chunks = sweep_max_chunks(memory_headroom_bytes())
     list_heads = _heads(state, bins)
     buffer = window_buffer()
     walked, total_bytes = 0, sum(h.size_bytes for h in heaps)
@@ -170,8 +178,9 @@ def sweep_lists(
             at = walk.at
             if time.monotonic() > deadline:
                 return "the read's time ran out"
-            if _too_many(free.count, walked, total_bytes):
-                return f"more free chunks than a sweep keeps ({SWEEP_MAX_CHUNKS:,})"
+            if _too_many(free.count, walked, total_bytes, max_chunks):
+                cut = " within our memory cgroup's limit" if max_chunks < SWEEP_MAX_CHUNKS else ""
+                return f"more free chunks than a sweep keeps{cut} ({max_chunks:,})"
             read = _in_a_stop(
                 hold, mem, state.address, functools.partial(_window, mem, walk, state)
             )
@@ -268,14 +277,23 @@ def _broken_header(state: ArenaState, walk: HeapWalk, result: SweepResult) -> Sw
 _PROJECT_AFTER_BYTES = 64 << 20  # heap walked before the chunks to come are projected
 
 
-def _too_many(kept: int, walked_bytes: int, total_bytes: int) -> bool:
-    """More than SWEEP_MAX_CHUNKS kept, or, past _PROJECT_AFTER_BYTES walked, as many free
+def sweep_max_chunks(headroom_bytes: int | None) -> int:
+    """The most free chunks a sweep keeps: SWEEP_MAX_CHUNKS, fewer where ``headroom_bytes``
+    (what our memory cgroup's limit leaves us; None: no limit) holds fewer at
+    SWEEP_PEAK_BYTES_PER_CHUNK."""
+    if headroom_bytes is None:
+        return SWEEP_MAX_CHUNKS
+    return min(SWEEP_MAX_CHUNKS, headroom_bytes // SWEEP_PEAK_BYTES_PER_CHUNK)
+
+
+def _too_many(kept: int, walked_bytes: int, total_bytes: int, max_chunks: int) -> bool:
+    """More than ``max_chunks`` kept, or, past _PROJECT_AFTER_BYTES walked, as many free
     chunks a byte as so far over the whole heap would come to a quarter more than that."""
-    if kept > SWEEP_MAX_CHUNKS:
+    if kept > max_chunks:
         return True
     if walked_bytes < _PROJECT_AFTER_BYTES:
         return False
-    return kept * total_bytes > 1.25 * SWEEP_MAX_CHUNKS * walked_bytes
+    return kept * total_bytes > 1.25 * max_chunks * walked_bytes
 
 
 def _in_a_stop(hold: ArenaHold, mem: ProcessMemoryReader, address: int, read: object) -> object:

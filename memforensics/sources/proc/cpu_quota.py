@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from memforensics.sources.proc.own_cgroup import cgroup_directories
+
 MARGIN = 0.7  # of the quota: the kernel hands runtime out in slices, and others share it
 MAX_WAIT_PERIODS = 2.0  # a stop never waits longer than this many periods for room
 # What a stop costs in CPU before one has been measured: 4 ms of reading by two threads and
@@ -49,27 +51,6 @@ class CpuQuota:
         return self.quota_seconds / self.period_seconds
 
 
-def _mounts(mountinfo: str) -> list[tuple[str, str, str, frozenset[str]]]:
-    """The cgroup mounts of a mountinfo text: (root, mount point, type, super options)."""
-    mounts = []
-    for line in mountinfo.splitlines():
-        fields, _, rest = line.partition(" - ")
-        head, tail = fields.split(), rest.split()
-        if len(head) < 5 or len(tail) < 3 or tail[0] not in ("cgroup", "cgroup2"):
-            continue
-        mounts.append((head[3], head[4], tail[0], frozenset(tail[2].split(","))))
-    return mounts
-
-
-def _directory(path: str, root: str, mount_point: str) -> Path | None:
-    """Where the cgroup ``path`` (as /proc/PID/cgroup names it) lies under a mount of
-    ``root`` at ``mount_point``; None when the mount does not hold it."""
-    if root != "/" and not (path == root or path.startswith(root.rstrip("/") + "/")):
-        return None
-    inside = path[len(root) :] if root != "/" else path
-    return Path(mount_point) / inside.lstrip("/")
-
-
 def _read_quota(directory: Path, v2: bool) -> tuple[float, float] | None:
     """(quota, period) in seconds set at ``directory``; None for none or unreadable."""
     try:
@@ -90,36 +71,13 @@ def _read_quota(directory: Path, v2: bool) -> tuple[float, float] | None:
 
 def cpu_quota(proc: Path = Path("/proc/self")) -> CpuQuota | None:
     """The tightest CPU quota (the smallest ``quota_seconds``) set on the cgroup of ``proc``
-    or any of its ancestors up to the mount's root, v2 or v1 ``cpu``; None when there is
-    none (or the cgroup files cannot be read)."""
-    try:
-        memberships = (proc / "cgroup").read_text().splitlines()
-        mounts = _mounts((proc / "mountinfo").read_text())
-    except OSError:
-        return None
+    or any of its ancestors, v2 or v1 ``cpu``; None when there is none (or the cgroup
+    files cannot be read)."""
     found: CpuQuota | None = None
-    for line in memberships:
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        hierarchy, controllers, path = parts
-        v2 = hierarchy == "0" and controllers == ""
-        if not v2 and "cpu" not in controllers.split(","):
-            continue
-        for root, mount_point, kind, options in mounts:
-            if (kind == "cgroup2") != v2 or (not v2 and "cpu" not in options):
-                continue
-            directory = _directory(path, root, mount_point)
-            if directory is None:
-                continue
-            top = Path(mount_point)
-            while True:
-                quota = _read_quota(directory, v2)
-                if quota is not None and (found is None or quota[0] < found.quota_seconds):
-                    found = CpuQuota(quota[0], quota[1], str(directory))
-                if directory == top or top not in directory.parents:
-                    break
-                directory = directory.parent
+    for directory, v2 in cgroup_directories("cpu", proc):
+        quota = _read_quota(directory, v2)
+        if quota is not None and (found is None or quota[0] < found.quota_seconds):
+            found = CpuQuota(quota[0], quota[1], str(directory))
     return found
 
 
