@@ -141,22 +141,28 @@ CASES = (
 )
 
 
+def recipe_argv(pid: int, out: Path) -> list[str]:
+    """The manual recipe from the issue, exactly as an operator types it: the target's
+    malloc_info written to ``out`` by gdb."""
+    return [
+        "gdb",
+        "-p",
+        str(pid),
+        "-batch",
+        "-ex",
+        f'set $f=(void*)fopen("{out}","w")',
+        "-ex",
+        "call (int)malloc_info(0,$f)",
+        "-ex",
+        "call (int)fclose($f)",
+    ]
+
+
 def run_recipe(pid: int, scratch: Path) -> None:
-    """The manual recipe from the issue, exactly as an operator types it."""
+    """The manual recipe (recipe_argv), its document checked."""
     out = scratch / f"malloc_info-{pid}.xml"
     subprocess.run(
-        [
-            "gdb",
-            "-p",
-            str(pid),
-            "-batch",
-            "-ex",
-            f'set $f=(void*)fopen("{out}","w")',
-            "-ex",
-            "call (int)malloc_info(0,$f)",
-            "-ex",
-            "call (int)fclose($f)",
-        ],
+        recipe_argv(pid, out),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         check=True,

@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_inspect import memforensics_command, scratch_dir
+from bench_inspect import memforensics_command, recipe_argv, scratch_dir
 from bench_seeds import SHAPES, CgroupTarget
 
 from tests.support.targets import in_cgroup, memory_cgroup
@@ -83,18 +83,7 @@ def main() -> int:
             shape = next(s for s in SHAPES if s.key == key)
             target = CgroupTarget(shape)
             try:
-                recipe = [
-                    "gdb",
-                    "-p",
-                    str(target.pid),
-                    "-batch",
-                    "-ex",
-                    f'set $f=(void*)fopen("{scratch / "out.xml"}","w")',
-                    "-ex",
-                    "call (int)malloc_info(0,$f)",
-                    "-ex",
-                    "call (int)fclose($f)",
-                ]
+                recipe = recipe_argv(target.pid, scratch / "out.xml")
                 for limit in limits:
                     for name, argv in (
                         (

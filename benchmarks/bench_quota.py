@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_inspect import Target, memforensics_command, scratch_dir
+from bench_inspect import Target, memforensics_command, recipe_argv, scratch_dir
 
 from tests.support.targets import cpu_cgroup, in_cgroup
 
@@ -36,19 +36,7 @@ PERIOD_US = 100_000
 
 
 def _recipe(group: Path | None, pid: int, scratch: Path) -> tuple[float, str]:
-    out = scratch / f"malloc_info-{pid}.xml"
-    argv = [
-        "gdb",
-        "-p",
-        str(pid),
-        "-batch",
-        "-ex",
-        f'set $f=(void*)fopen("{out}","w")',
-        "-ex",
-        "call (int)malloc_info(0,$f)",
-        "-ex",
-        "call (int)fclose($f)",
-    ]
+    argv = recipe_argv(pid, scratch / f"malloc_info-{pid}.xml")
     began = time.perf_counter()
     subprocess.run(
         in_cgroup(group, argv) if group else argv,

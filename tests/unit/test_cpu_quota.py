@@ -9,14 +9,7 @@ import pytest
 
 from memforensics.sources.proc import cpu_quota as cq
 from memforensics.sources.proc.cpu_quota import CpuQuota, StopPacer, cpu_quota
-
-
-def _proc(tmp_path: Path, cgroup: str, mountinfo: str) -> Path:
-    proc = tmp_path / "proc"
-    proc.mkdir()
-    (proc / "cgroup").write_text(cgroup)
-    (proc / "mountinfo").write_text(mountinfo)
-    return proc
+from tests.support.fake_proc import fake_proc
 
 
 def _v1_mount(point: Path, root: str = "/") -> str:
@@ -36,7 +29,7 @@ def test_v1_the_tightest_quota_of_our_cgroup_and_its_ancestors(tmp_path: Path) -
         (directory / "cpu.cfs_period_us").write_text("100000\n")
     (container / "cpu.cfs_quota_us").write_text("-1\n")
     (container / "cpu.cfs_period_us").write_text("100000\n")
-    proc = _proc(tmp_path, "4:memory:/x\n3:cpu,cpuacct:/kubepods/pod1/c1\n", _v1_mount(mount))
+    proc = fake_proc(tmp_path, "4:memory:/x\n3:cpu,cpuacct:/kubepods/pod1/c1\n", _v1_mount(mount))
     assert cpu_quota(proc) == CpuQuota(0.05, 0.1, str(pod))
     (container / "cpu.cfs_quota_us").write_text("20000\n")
     (container / "cpu.cfs_period_us").write_text("50000\n")
@@ -58,7 +51,7 @@ def test_v2_a_container_sees_its_own_cgroup_at_its_mount(
     mount = tmp_path / "cgroup"
     mount.mkdir()
     (mount / "cpu.max").write_text("25000 100000\n")
-    proc = _proc(tmp_path, f"0::{path}\n", _v2_mount(mount, root=root))
+    proc = fake_proc(tmp_path, f"0::{path}\n", _v2_mount(mount, root=root))
     assert cpu_quota(proc) == CpuQuota(0.025, 0.1, str(mount))
 
 
@@ -66,7 +59,7 @@ def test_a_mount_that_does_not_hold_our_cgroup_is_not_read(tmp_path: Path) -> No
     mount = tmp_path / "cgroup"
     mount.mkdir()
     (mount / "cpu.max").write_text("25000 100000\n")
-    proc = _proc(tmp_path, "0::/elsewhere\n", _v2_mount(mount, root="/kubepods/podA/cB"))
+    proc = fake_proc(tmp_path, "0::/elsewhere\n", _v2_mount(mount, root="/kubepods/podA/cB"))
     assert cpu_quota(proc) is None
 
 
@@ -74,7 +67,7 @@ def test_v2_max_and_unreadable_files_are_no_quota(tmp_path: Path) -> None:
     mount = tmp_path / "cgroup"
     (mount / "a").mkdir(parents=True)
     (mount / "a" / "cpu.max").write_text("max 100000\n")
-    proc = _proc(tmp_path, "0::/a\n", _v2_mount(mount))
+    proc = fake_proc(tmp_path, "0::/a\n", _v2_mount(mount))
     assert cpu_quota(proc) is None
     (mount / "a" / "cpu.max").write_text("garbage\n")
     assert cpu_quota(proc) is None

@@ -15,16 +15,9 @@ from memforensics.sources.glibc.list_sweep import (
     sweep_max_chunks,
 )
 from memforensics.sources.proc.own_cgroup import cgroup_directories, memory_headroom_bytes
+from tests.support.fake_proc import fake_proc
 
 MIB = 1 << 20
-
-
-def _proc(tmp_path: Path, cgroup: str, mountinfo: str) -> Path:
-    proc = tmp_path / "proc"
-    proc.mkdir()
-    (proc / "cgroup").write_text(cgroup)
-    (proc / "mountinfo").write_text(mountinfo)
-    return proc
 
 
 def _v1(directory: Path, limit: int, usage: int, inactive_file: int = 0) -> None:
@@ -41,7 +34,7 @@ def test_v1_the_least_room_over_our_cgroup_and_its_ancestors(tmp_path: Path) -> 
     _v1(mount / "kubepods", 9223372036854771712, 900 * MIB)
     _v1(pod, 512 * MIB, 400 * MIB)  # 112 MiB left in the pod
     _v1(container, 384 * MIB, 200 * MIB, inactive_file=40 * MIB)  # 224 MiB left here
-    proc = _proc(
+    proc = fake_proc(
         tmp_path,
         "5:memory:/kubepods/pod1/c1\n3:cpu:/kubepods/pod1/c1\n",
         f"35 31 0:32 / {mount} rw,relatime - cgroup cgroup rw,memory\n",
@@ -63,7 +56,7 @@ def test_v2_max_is_no_limit_and_a_full_cgroup_has_no_room(tmp_path: Path) -> Non
     ours.mkdir(parents=True)
     (ours / "memory.max").write_text("max\n")
     (ours / "memory.current").write_text(f"{50 * MIB}\n")
-    proc = _proc(
+    proc = fake_proc(
         tmp_path, "0::/ours\n", f"30 23 0:27 / {mount} rw - cgroup2 cgroup2 rw,nsdelegate\n"
     )
     assert memory_headroom_bytes(proc) is None
