@@ -14,9 +14,12 @@ scheduler of a 2-CPU host).
 Methods: `inspect --json` (the default: the memory read held still, no gdb), `inspect --gdb
 gdb --json`, and on PostgreSQL the manual gdb recipe (bench_inspect.run_recipe). Not the recipe
 on the JVM: a call into a JVM from a bare gdb session stops on the JVM's own signals and can
-end it. Prints medians; asserts nothing.
+end it. With ``--cpu-quota CPUS``, memforensics runs in a fresh cgroup of that CPU quota (a
+container's CPU limit), the service outside it; the recipe does not. Prints medians; asserts
+nothing.
 
-usage: python benchmarks/bench_services.py [--rounds N]
+usage: python benchmarks/bench_services.py [--rounds N] [--cpu-quota CPUS]
+       [--services jvm,jvm-seeds,postgres]
 """
 
 from __future__ import annotations
@@ -42,7 +45,10 @@ from bench_inspect import memforensics_command, run_recipe  # noqa: E402
 from tests.support.gdb_binary import use_test_gdb  # noqa: E402
 from tests.support.postgres import postgres_cluster, postgres_skip_reason  # noqa: E402
 from tests.support.services import LineClient, java_service, java_skip_reason  # noqa: E402
+from tests.support.targets import cpu_cgroup, in_cgroup  # noqa: E402
 
+# The cgroup memforensics runs in under --cpu-quota (empty: ours, no quota).
+_QUOTA_GROUP: list[Path] = []
 JVM_SEEDS_LIMIT_BYTES = 4 << 30  # the seeds' scale JVM: RSS ~0.8 GiB, arenas ~2 GiB of space
 Window = tuple[float, float]  # (start, end), on the clock of the client's samples
 Samples = list[tuple[float, float]]  # (start, end) of each request a client made
@@ -104,8 +110,9 @@ def inspect_runner(pid: int, *extra: str, stops: list[float] | None = None) -> C
     swept an arena (lists too long for one stop) says so."""
 
     def run() -> None:
+        argv = [*memforensics_command(), "inspect", *extra, "--json", str(pid)]
         done = subprocess.run(
-            [*memforensics_command(), "inspect", *extra, "--json", str(pid)],
+            in_cgroup(_QUOTA_GROUP[0], argv) if _QUOTA_GROUP else argv,
             capture_output=True,
             check=True,
         )
@@ -246,14 +253,31 @@ def main() -> int:
     use_test_gdb()  # the same gdb for memforensics and the recipe
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=8, help="reads per method (default 8)")
+    parser.add_argument("--cpu-quota", type=float, default=None, help="memforensics' CPUs")
+    parser.add_argument("--services", default="jvm,jvm-seeds,postgres")
     args, _ = parser.parse_known_args()
     if shutil.which("gdb") is None:
         print("bench_services: gdb is not installed; nothing to measure", file=sys.stderr)
         return 0
     print(f"bench_services: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
-    bench_jvm(args.rounds)
-    bench_jvm(args.rounds, burst="460")
-    bench_postgres(args.rounds)
+    if args.cpu_quota is not None:
+        group = cpu_cgroup("memforensics-bench-services", int(args.cpu_quota * 100_000))
+        if group is None:
+            print("bench_services: no cgroup with a CPU quota can be made here", file=sys.stderr)
+            return 0
+        _QUOTA_GROUP.append(group)
+        print(f"memforensics runs under a CPU quota of {args.cpu_quota} CPU ({group})")
+    services = args.services.split(",")
+    try:
+        if "jvm" in services:
+            bench_jvm(args.rounds)
+        if "jvm-seeds" in services:
+            bench_jvm(args.rounds, burst="460")
+        if "postgres" in services:
+            bench_postgres(args.rounds)
+    finally:
+        for group in _QUOTA_GROUP:
+            group.rmdir()
     return 0
 
 
