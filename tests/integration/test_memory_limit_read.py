@@ -10,6 +10,7 @@ import contextlib
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -47,8 +48,6 @@ def our_group(limit_bytes: int) -> Iterator[Path]:
                 group.rmdir()
                 break
             except OSError:
-                import time
-
                 time.sleep(0.1)
 
 

@@ -119,6 +119,7 @@ def relay_arena(
     part: tuple[int, int] | None = None,
     pages: dict[int, bytes] | None = None,
     sbrk_base: int | None = None,
+    copy_max_bytes: int | None = None,
 ) -> RelayRead:
     """Read the arena at ``address`` in relays (the module's contract). ``heaps_now(state,
     pages)``: its heaps as of the stop it is called in (their residency read when
@@ -126,9 +127,12 @@ def relay_arena(
     fastbins and the top with bin 0), the walk a part's (ArenaWalk.part). ``pages``: per heap
     start, one byte a page, those its lists were scouted on: a block read takes those alone
     (a page the lists lead to since is read alone). ``sbrk_base``: mp_'s, for a sweep of the
-    main heap (list_sweep). Ends every stop it begins."""
+    main heap (list_sweep). ``copy_max_bytes``: the read's copies' budget (None: worked out
+    now, heapcopy.copy_budget_bytes). Ends every stop it begins."""
     hold.release()  # (a stop an earlier arena left open is not made longer by this one)
-    relay = _Relay(mem, address, heaps_now, is_main, deadline, part, pages or {}, sbrk_base)
+    relay = _Relay(
+        mem, address, heaps_now, is_main, deadline, part, pages or {}, sbrk_base, copy_max_bytes
+    )
     running = read_state(mem, address)
     if running is not None:  # (the residency of a big heap read in a stop would lengthen it)
         relay.known = {(h.start, h.size_bytes): h.pages for h in heaps_now(running, True)}
@@ -172,6 +176,7 @@ class _Relay:
         part: tuple[int, int] | None,
         scouted_pages: dict[int, bytes],
         sbrk_base: int | None,
+        copy_max_bytes: int | None,
     ) -> None:
         assert _native is not None
         self.mem, self.address, self.heaps_now = mem, address, heaps_now
@@ -188,6 +193,7 @@ class _Relay:
         self.known: dict[tuple[int, int], PageMap | None] = {}
         self.scouted_pages = scouted_pages  # relay_arena's ``pages``
         self.sbrk_base = sbrk_base  # relay_arena's
+        self.copy_max_bytes = copy_max_bytes  # relay_arena's
         self.lists: dict[int, _List] = {}
         self.walk: ArenaWalk | None = None
         self.read = RelayRead()
@@ -289,7 +295,9 @@ class _Relay:
         self.read.heaps = heaps
         first, last = self.part or (0, glibc.NBINS - 1)
         if first == 0:
-            walk = _fastbins_and_top(self.mem, heaps, state, self.is_main, self.deadline)
+            walk = _fastbins_and_top(
+                self.mem, heaps, state, self.is_main, self.deadline, self.copy_max_bytes
+            )
         else:  # (a part without the fastbins has none: the first part's are the arena's)
             walk = ArenaWalk(fastbin_chunks=())
         walk.part = self.part
@@ -326,9 +334,11 @@ def _fastbins_and_top(
     state: ArenaState,
     is_main: bool,
     deadline: float,
+    copy_max_bytes: int | None,
 ) -> ArenaWalk:
     """In the first stop: the fastbins and the top, read as any arena's walk reads them."""
-    walker = ArenaWalker(mem, heaps, is_main=is_main, pool=FreshBuffers(), held=True)
+    pool = FreshBuffers(copy_max_bytes)
+    walker = ArenaWalker(mem, heaps, is_main=is_main, pool=pool, held=True)
     try:
         walker.fastbins_and_top_only()
         return walker.walk(state, deadline=deadline)

@@ -173,9 +173,11 @@ class FreshBuffers(BufferPool):
     glibc_walk.ArenaWalker.scout), where a pooled buffer would hold another arena's bytes.
     Only the pages written cost memory."""
 
-    def __init__(self) -> None:
-        # (Nothing is pooled; the budget still says which arenas may be copied whole.)
-        super().__init__()
+    def __init__(self, copy_max_bytes: int | None = None) -> None:
+        # (Nothing is pooled; the budget still says which arenas may be copied whole. A
+        # read passes its own: one budget for all its arenas, and none worked out again,
+        # reading /proc and cgroup files, when a relay makes one in a stop.)
+        super().__init__(copy_max_bytes)
 
     def take(self, length: int) -> mmap.mmap:
         # (Untouched room costs nothing: a heap copied here may grow into it, Segment.grow.)

@@ -43,7 +43,7 @@ from memforensics.sources.glibc.heap_search import (
     stack_mappings,
     subtract_spans,
 )
-from memforensics.sources.glibc.heapcopy import COPY_MAX_BYTES, BufferPool, FreshBuffers
+from memforensics.sources.glibc.heapcopy import BufferPool, FreshBuffers
 from memforensics.sources.glibc.malloc_par import find_malloc_par, read_malloc_par
 from memforensics.sources.proc.cpu_quota import stop_pacer, wall_per_cpu_second
 from memforensics.sources.proc.procmaps import Mapping, read_maps, read_smaps_and_totals
@@ -290,7 +290,7 @@ class StopRules:
     retry within its share of the time budget, and is walked at once.
     """
 
-    def __init__(self, hold: ArenaHold | None, copy_max_bytes: int = COPY_MAX_BYTES) -> None:
+    def __init__(self, hold: ArenaHold | None, copy_max_bytes: int) -> None:
         self.hold = hold
         # Where the copies' budget is cut (our memory cgroup's limit), so are the copies kept
         # for their walks, and an arena above it is scouted however small.
@@ -784,6 +784,7 @@ class _HeapRead:
                 part=part,
                 pages=pages,
                 sbrk_base=self.params.sbrk_base if self.params is not None else None,
+                copy_max_bytes=self.pool.copy_max_bytes,
             )
             # (The relay's time is its own: the arenas after it keep what the read had left.)
             self.deadline += time.monotonic() - began
@@ -871,7 +872,7 @@ class _HeapRead:
             self.mem,
             heaps,
             is_main=is_main,
-            pool=FreshBuffers(),
+            pool=FreshBuffers(self.pool.copy_max_bytes),
             held=True,
             room_to_grow=True,
             scout_max_bytes=self._scout_room_bytes(self._beyond(heaps)),
