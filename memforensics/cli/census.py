@@ -52,6 +52,15 @@ target. See docs/census.md.
     show_default=True,
     help="How long an arena may stay locked before it is read anyway (validated).",
 )
+@click.option(
+    "--max-pause",
+    "max_pause_seconds",
+    type=DURATION,
+    default=None,
+    help="Stop reading once the target's stops add up to this (a census of a heap of "
+    "several GiB stops it for seconds in all, in stops of a few ms each); what was not "
+    "read is reported, counted in no type. Default: read the whole heap.",
+)
 @json_option
 @verbose_option
 def command(
@@ -60,6 +69,7 @@ def command(
     sysroot: str | None,
     top: int | None,
     timeout_seconds: float,
+    max_pause_seconds: float | None,
     as_json: bool,
     verbose: bool,
 ) -> None:
@@ -69,6 +79,8 @@ def command(
 
     if bool(pids) == bool(core_path):
         raise click.UsageError("give either PID... or --core FILE")
+    if core_path is not None and max_pause_seconds is not None:
+        raise click.UsageError("--max-pause applies to a live PID: a core is never stopped")
     results = []
     warnings: tuple[str, ...] = ()
     if core_path is not None:
@@ -76,7 +88,10 @@ def command(
         results.append((census, f"core {core_path}"))
     else:
         for pid in pids:
-            results.append((census_live(pid, timeout_seconds=timeout_seconds), f"pid:{pid}"))
+            census = census_live(
+                pid, timeout_seconds=timeout_seconds, pause_budget_seconds=max_pause_seconds
+            )
+            results.append((census, f"pid:{pid}"))
     for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
     if as_json:

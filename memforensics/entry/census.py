@@ -17,6 +17,7 @@ import os
 import time
 from array import array
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from memforensics.analysis.census import (
@@ -256,9 +257,13 @@ def _read(
     stops: Sequence[float],
     pools: tuple[str, int, int] | None,
 ) -> CensusRead:
+    from memforensics.sources.glibc.heap_chunks import PAUSE_BUDGET_SPENT
+
     notes = list(walked.notes)
     incomplete = [h for h in walked.heaps if not h.complete]
     for heap in incomplete:
+        if heap.stop_reason == PAUSE_BUDGET_SPENT:
+            continue  # one note for them all (_budget_notes)
         notes.append(
             f"arena {heap.arena} heap {heap.heap}: walk stopped at "
             f"{heap.stopped_at or 0:#x}: {heap.stop_reason}"
@@ -284,6 +289,22 @@ def _read(
         pymalloc_pools=pools[1] if pools else 0,
         pymalloc_blocks=pools[2] if pools else 0,
     )
+
+
+def _budget_notes(walked: ProcessChunks, budget_seconds: float) -> list[str]:
+    """What the pause budget left unread, when it did."""
+    from memforensics.sources.glibc.heap_chunks import PAUSE_BUDGET_SPENT
+    from memforensics.units import format_bytes
+
+    cut = [h for h in walked.heaps if h.stop_reason == PAUSE_BUDGET_SPENT]
+    if not cut:
+        return []
+    unread = sum(max(h.mapped_end - h.walked_end, 0) for h in cut)
+    return [
+        f"the pause budget ({budget_seconds * 1e3:.0f} ms of stops) was spent: "
+        f"{len(cut)} of {len(walked.heaps)} heaps not walked to their end, "
+        f"{format_bytes(unread)} of heap not read (counted in no type)"
+    ]
 
 
 def _scan_pools_held(
@@ -315,8 +336,13 @@ def _scan_pools_held(
     return note, pools, blocks, batches.stops_seconds
 
 
-def census_live(pid: int, *, timeout_seconds: float = 1.0) -> Census:
-    """The census of live ``pid`` (see the module)."""
+def census_live(
+    pid: int, *, timeout_seconds: float = 1.0, pause_budget_seconds: float | None = None
+) -> Census:
+    """The census of live ``pid`` (see the module). Once its stops sum to
+    ``pause_budget_seconds`` (None: no budget) no more memory is read: the heaps not walked
+    to their end count in ``read.unwalked_bytes``, a note says how many, and CPython's pools
+    are not read either."""
     from memforensics.sources.glibc.heap_chunks import walk_process_chunks
     from memforensics.sources.proc import target_check
     from memforensics.sources.proc.procmaps import read_smaps
@@ -331,13 +357,21 @@ def census_live(pid: int, *, timeout_seconds: float = 1.0) -> Census:
     with ProcessMemoryReader(pid) as mem:
         classifier = Classifier(mem, mappings, files)
         walked = walk_process_chunks(
-            pid, visit=classifier, keep=False, timeout_seconds=timeout_seconds, stops_seconds=stops
+            pid,
+            visit=classifier,
+            keep=False,
+            timeout_seconds=timeout_seconds,
+            stops_seconds=stops,
+            pause_budget_seconds=pause_budget_seconds,
         )
+        spent = pause_budget_seconds is not None and sum(stops) >= pause_budget_seconds
         pools = None
-        if classifier.python.usable:
+        if classifier.python.usable and not spent:
             pools = _scan_pools_held(pid, mem, mappings, walked, classifier, timeout_seconds)
             stops.extend(pools[3])
     read = _read(walked, classifier, "live", started, stops, pools[:3] if pools else None)
+    if pause_budget_seconds is not None:
+        read = replace(read, notes=(*read.notes, *_budget_notes(walked, pause_budget_seconds)))
     return build_census(classifier.tally, pid=pid, process_name=facts.name, time=_now(), read=read)
 
 

@@ -222,14 +222,18 @@ def inspect_target(
 
 
 def _with_census(
-    result: TargetResult, top: int, timeout_seconds: float
+    result: TargetResult, top: int, timeout_seconds: float, pause_left_seconds: float
 ) -> tuple[TargetResult, float]:
     """``result`` with the census's ``top`` biggest types and one "other" line (bounded
-    series), and the pause it cost; unchanged (a note in ``detail``) when the census fails."""
+    series), and the pause it cost (at most ``pause_left_seconds`` and one window's stop:
+    what the budget left unread is ``census_unread_bytes``); unchanged (a note in
+    ``detail``) when the census fails."""
     from memforensics.entry.census import census_live
 
     try:
-        census = census_live(result.pid, timeout_seconds=timeout_seconds)
+        census = census_live(
+            result.pid, timeout_seconds=timeout_seconds, pause_budget_seconds=pause_left_seconds
+        )
     except MemforensicsError as exc:
         detail = f"census: {exc.message}"
         return replace(
@@ -240,7 +244,14 @@ def _with_census(
     other = CensusType(
         "other", "other", sum(t.count for t in rest), sum(t.total_bytes for t in rest)
     )
-    return replace(result, census_types=(*kept, other)), census.read.total_stop_seconds
+    return (
+        replace(
+            result,
+            census_types=(*kept, other),
+            census_unread_bytes=census.read.unwalked_bytes,
+        ),
+        census.read.total_stop_seconds,
+    )
 
 
 def read_oom(
@@ -319,7 +330,9 @@ def collect(
         )
         spent += cost
         if census_top and result.up and spent < max_pause_seconds:
-            result, census_cost = _with_census(result, census_top, timeout_seconds)
+            result, census_cost = _with_census(
+                result, census_top, timeout_seconds, max_pause_seconds - spent
+            )
             spent += census_cost
         results.append(result)
         taken.append((result, when))

@@ -58,6 +58,9 @@ class TargetResult:
     allocator: str = ""  # what serves malloc (glibc, jemalloc …); "" when not inspected
     # collect --census-top N: the N biggest types of a census and one "other" line.
     census_types: tuple[CensusType, ...] = ()
+    # Of that census: the heap bytes it did not read, its pause budget spent (counted in no
+    # type; None: no census).
+    census_unread_bytes: int | None = None
 
     @property
     def up(self) -> bool:

@@ -128,6 +128,16 @@ class CollectRunCollector(Collector):
                     value = line.total_bytes if index == 0 else line.count
                     family.add_metric([*_target_labels(target), line.name, line.kind], value)
             yield family
+        unread = GaugeMetricFamily(
+            f"{PREFIX}_census_unread_bytes",
+            "Heap bytes the census did not read, --max-pause spent before it reached them "
+            f"(counted in no census_bytes type; 0: the whole heap was read). {_CACHED}",
+            labels=TARGET_LABELS,
+        )
+        for target in run.targets:
+            if target.census_unread_bytes is not None:
+                unread.add_metric(_target_labels(target), target.census_unread_bytes)
+        yield unread
         up = GaugeMetricFamily(
             f"{PREFIX}_target_up",
             "1 when the target was inspected, 0 when not; reason says why not "
@@ -233,4 +243,5 @@ def _target_json(target: TargetResult) -> dict[str, object]:
             {"name": t.name, "kind": t.kind, "count": t.count, "bytes": t.total_bytes}
             for t in target.census_types
         ],
+        "census_unread_bytes": target.census_unread_bytes,
     }

@@ -178,6 +178,12 @@ class StopBatches:
         """A stop holds the target now."""
         return self._hold is not None
 
+    @property
+    def total_stop_seconds(self) -> float:
+        """The stops' lengths summed, the one running now (if any) up to this moment."""
+        running = time.monotonic() - self._since if self._hold is not None else 0.0
+        return sum(self.stops_seconds) + running
+
     def release(self) -> None:
         """End the stop now, if any: the target runs (the next arena begins a new one)."""
         self._end()

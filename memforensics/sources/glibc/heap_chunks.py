@@ -4,12 +4,16 @@ or a core: what the census classifies and what the pins read (model.chunks).
 API (stable; the pins build on it):
 
 - ``walk_process_chunks(pid, *, visit=None, keep=True, timeout_seconds=1.0,
-  held=True, stops_seconds=None) -> ProcessChunks``: a live process, read in short stops of
-  every thread (sources.glibc.arena_hold.StopBatches) unless ``held`` is False;
-  ``stops_seconds``, a list, receives every stop's length.
+  held=True, stops_seconds=None, pause_budget_seconds=None) -> ProcessChunks``: a live
+  process, read in short stops of every thread (sources.glibc.arena_hold.StopBatches) unless
+  ``held`` is False; ``stops_seconds``, a list, receives every stop's length. Once the stops
+  sum to ``pause_budget_seconds`` no window is read any more: the heaps not walked to their
+  end are ``complete=False`` with ``stop_reason`` PAUSE_BUDGET_SPENT (so the stops sum to at
+  most the budget plus one window's stop).
 - ``walk_core_chunks(path, *, visit=None, keep=True) -> ProcessChunks``: a core file.
 - ``walk_memory_chunks(mappings, mem, *, pid, libc_path, hold=None, visit=None,
-  keep=True) -> ProcessChunks``: any MemoryReader (both above end here);
+  keep=True, go_on=None) -> ProcessChunks``: any MemoryReader (both above end here); no
+  window is read once ``go_on()`` is False;
   ``core_mappings(core, mem)`` and ``libc_of(mappings)`` give a core's arguments.
 
 ``visit(ref, view, base, addresses, sizes, states)`` is called as chunks are walked, while
@@ -48,6 +52,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypeVar
@@ -90,11 +95,14 @@ MMAP_SEARCH_SECONDS = 1.0
 FAST_SCOUT_SECONDS = 0.25
 FAST_COPY_MAX_PAGES = 4096
 MMAPPED_ARENA = -1
+# A heap's stop_reason when the walk's pause budget ran out before its end.
+PAUSE_BUDGET_SPENT = "the pause budget was spent"
 _MAX_ARENAS = 1 << 16
 _T = TypeVar("_T")
 
 if TYPE_CHECKING:
     from memforensics.sources.core.corefile import CoreFile
+    from memforensics.sources.glibc.arena_hold import StopBatches
 
 
 @dataclass
@@ -243,18 +251,23 @@ def walk_memory_chunks(
     hold: ArenaHold | None = None,
     visit: Visit | None = None,
     keep: bool = True,
+    go_on: Callable[[], bool] | None = None,
 ) -> ProcessChunks:
-    """Every heap's chunks of the memory ``mem`` (see the module), in stops of ``hold``."""
+    """Every heap's chunks of the memory ``mem`` (see the module), in stops of ``hold``;
+    no window is read once ``go_on()`` is False (the rest: PAUSE_BUDGET_SPENT)."""
     planned, subheaps, notes = _plan(mappings, mem, libc_path)
     tcache = _first_tcache_keys(mem, planned)
     fast_by_arena: dict[int, set[int]] = {}
     heaps: list[HeapChunks] = []
     buffer = window_buffer() if planned else None
     for heap in planned:
+        if go_on is not None and not go_on():
+            heaps.append(_unwalked(heap))
+            continue
         if heap.arena not in fast_by_arena:
             fast_by_arena[heap.arena] = _arena_fast_chunks(mem, hold, heap, planned, notes)
         fast = fast_by_arena[heap.arena]
-        heaps.append(_walk_heap(mem, hold, heap, fast, tcache, visit, keep, buffer))
+        heaps.append(_walk_heap(mem, hold, heap, fast, tcache, visit, keep, buffer, go_on))
     if hold is not None:
         hold.release()
     spans = anonymous_spans(mappings, subheaps)
@@ -391,9 +404,11 @@ def _walk_heap(
     visit: Visit | None,
     keep: bool,
     buffer: bytearray | None = None,
+    go_on: Callable[[], bool] | None = None,
 ) -> HeapChunks:
     """One heap walked window by window, each window read in a stop of ``hold`` (into
-    ``buffer``, heap_window.window_buffer) and walked with the target running."""
+    ``buffer``, heap_window.window_buffer) and walked with the target running, while
+    ``go_on()`` (when given) is True."""
     walk = HeapWalk(
         mem,
         ChunkRef(heap.arena, heap.index, heap.pages),
@@ -408,6 +423,8 @@ def _walk_heap(
         buffer=buffer,
     )
     while not walk.done:
+        if go_on is not None and not go_on():
+            return walk.result(heap.limit, PAUSE_BUDGET_SPENT)
         window = _held(hold, mem, heap.state_address, walk.read_window, WINDOW_BYTES)
         if hold is not None:
             hold.release()  # the walk of the copy is made with the target running
@@ -415,6 +432,23 @@ def _walk_heap(
             break
         walk.walk_window(*window)
     return walk.result(heap.limit)
+
+
+def _unwalked(heap: _PlannedHeap) -> HeapChunks:
+    """A heap not walked at all: the pause budget was spent before it."""
+    return HeapChunks(
+        arena=heap.arena,
+        heap=heap.index,
+        start=heap.start,
+        mapped_end=heap.limit,
+        addresses=array("Q"),
+        sizes=array("Q"),
+        states=b"",
+        complete=False,
+        stopped_at=heap.start,
+        stop_reason=PAUSE_BUDGET_SPENT,
+        walked_to=heap.start,
+    )
 
 
 def _visit_mmapped(mem: MemoryReader, mmapped: Sequence[tuple[int, int]], visit: Visit) -> None:
@@ -468,9 +502,11 @@ def walk_process_chunks(
     timeout_seconds: float = 1.0,
     held: bool = True,
     stops_seconds: list[float] | None = None,
+    pause_budget_seconds: float | None = None,
 ) -> ProcessChunks:
     """Every heap's chunks of live ``pid``; ``stops_seconds`` (when given) receives the
-    length of every stop the read made."""
+    length of every stop the read made. No window is read once the stops sum to
+    ``pause_budget_seconds`` (None: no budget)."""
     from memforensics.sources.glibc.arena_hold import StopBatches
     from memforensics.sources.glibc.libc_elf import load_libc_image
 
@@ -485,13 +521,27 @@ def walk_process_chunks(
     try:
         with ProcessMemoryReader(pid) as mem:
             return walk_memory_chunks(
-                mappings, mem, pid=pid, libc_path=libc_path, hold=hold, visit=visit, keep=keep
+                mappings,
+                mem,
+                pid=pid,
+                libc_path=libc_path,
+                hold=hold,
+                visit=visit,
+                keep=keep,
+                go_on=_within(hold, pause_budget_seconds),
             )
     finally:
         if hold is not None:
             hold.close()
             if stops_seconds is not None:
                 stops_seconds.extend(hold.stops_seconds)
+
+
+def _within(hold: StopBatches | None, budget_seconds: float | None) -> Callable[[], bool] | None:
+    """True while ``hold``'s stops sum to less than ``budget_seconds`` (None: no bound)."""
+    if hold is None or budget_seconds is None:
+        return None
+    return lambda: hold.total_stop_seconds < budget_seconds
 
 
 _OLD_LIBC_NAME = re.compile(r"libc-\d+\.\d+(?:\.\d+)?\.so$")

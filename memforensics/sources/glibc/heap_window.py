@@ -505,10 +505,11 @@ class HeapWalk:
         if self.visit is not None:
             self.visit(self.ref, view, base, addresses, sizes, states)
 
-    def result(self, mapped_end: int) -> HeapChunks:
+    def result(self, mapped_end: int, unfinished: str = "walk not finished") -> HeapChunks:
+        """The chunks walked; a walk not done ends here, ``unfinished`` its stop_reason."""
         self._flush_pending()  # a walk cut short: its last chunk's state is unknown
         if not self.done:
-            self._stop("walk not finished")
+            self._stop(unfinished)
         return HeapChunks(
             arena=self.ref.arena,
             heap=self.ref.heap,
