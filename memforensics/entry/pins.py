@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from memforensics.analysis.pins import content_kind, heap_map, heap_pins
 from memforensics.errors import MemforensicsError
-from memforensics.model.chunks import ProcessChunks
+from memforensics.model.chunks import HeapChunks, ProcessChunks
 from memforensics.model.pins import HeapMap, HeapPicture, HeapPins, Pin, ResidentPages
 from memforensics.sources.proc.procmem import MemoryReader
 
@@ -24,6 +24,44 @@ Namer = Callable[[bytes, int], tuple[str, str]]
 _NAMED_KINDS = ("c++", "python")
 
 
+class PictureBuilder:
+    """A heap picture made heap by heap, as the walk hands each heap over (the walk's
+    ``each_heap``): the chunk arrays of one heap at a time are held, not every heap's."""
+
+    def __init__(
+        self,
+        mem: MemoryReader,
+        page_bytes: int,
+        *,
+        resident_known: bool = True,
+        namer: Namer | None = None,
+    ) -> None:
+        self._mem, self._page_bytes = mem, page_bytes
+        self._resident_known, self._namer = resident_known, namer
+        self._heaps: list[HeapPins] = []
+        self._maps: list[HeapMap] = []
+
+    def add(self, heap: HeapChunks) -> None:
+        """``heap``'s pins (each named from its first bytes, read now) and map."""
+        page = self._page_bytes
+        base = heap.start - heap.start % page
+        end = max(heap.mapped_end, heap.walked_end)
+        pages: ResidentPages | None = None
+        if self._resident_known:
+            present = self._mem.pagemap(base, -(-end // page) * page).present
+            pages = ResidentPages(base, page, bytes(present))
+        found = heap_pins(heap, pages)
+        named = tuple(_named(pin, self._mem, self._namer) for pin in found.pins)
+        self._heaps.append(replace(found, pins=named))
+        self._maps.append(heap_map(heap, pages))
+
+    def picture(self) -> HeapPicture:
+        """The heaps added so far, in the order added."""
+        return HeapPicture(
+            heaps=tuple(self._heaps), maps=tuple(self._maps), resident_known=self._resident_known
+        )
+
+
 def picture_of(
     chunks: ProcessChunks,
     mem: MemoryReader,
@@ -34,21 +72,10 @@ def picture_of(
     """The pins and maps of ``chunks``' heaps: resident pages from ``mem``'s pagemap (unknown
     for a core: ``resident_known`` False), each pin's kind and text from its first bytes, and
     its type by ``namer`` (the census's) where that names one."""
-    heaps: list[HeapPins] = []
-    maps: list[HeapMap] = []
+    builder = PictureBuilder(mem, chunks.page_bytes, resident_known=resident_known, namer=namer)
     for heap in chunks.heaps:
-        page = chunks.page_bytes
-        base = heap.start - heap.start % page
-        end = max(heap.mapped_end, heap.walked_end)
-        pages: ResidentPages | None = None
-        if resident_known:
-            present = mem.pagemap(base, -(-end // page) * page).present
-            pages = ResidentPages(base, page, bytes(present))
-        found = heap_pins(heap, pages)
-        named = tuple(_named(pin, mem, namer) for pin in found.pins)
-        heaps.append(replace(found, pins=named))
-        maps.append(heap_map(heap, pages))
-    return HeapPicture(heaps=tuple(heaps), maps=tuple(maps), resident_known=resident_known)
+        builder.add(heap)
+    return builder.picture()
 
 
 def _named(pin: Pin, mem: MemoryReader, namer: Namer | None) -> Pin:
@@ -112,9 +139,15 @@ def read_picture(
     if walk is None:
         return None, "this build has no walk of the heap's chunks (the census's)"
     try:
-        chunks = walk(pid, timeout_seconds=timeout_seconds, stops_seconds=stops_seconds)
         with ProcessMemoryReader(pid) as mem:
-            return picture_of(chunks, mem, namer=census_namer(pid, mem)), None
+            builder = PictureBuilder(mem, mem.page_bytes, namer=census_namer(pid, mem))
+            walk(
+                pid,
+                timeout_seconds=timeout_seconds,
+                stops_seconds=stops_seconds,
+                each_heap=builder.add,
+            )
+            return builder.picture(), None
     except MemforensicsError as exc:
         return None, exc.message
 
@@ -126,11 +159,12 @@ def read_core_picture(path: str) -> tuple[HeapPicture | None, str | None]:
     from memforensics.sources.glibc.heap_chunks import walk_core_chunks
 
     try:
-        chunks = walk_core_chunks(path)
         with CoreFile(path) as core:
             mem = core.memory()
             try:
-                return picture_of(chunks, mem, resident_known=False), None
+                builder = PictureBuilder(mem, mem.page_bytes, resident_known=False)
+                walk_core_chunks(path, each_heap=builder.add)
+                return builder.picture(), None
             finally:
                 mem.close()
     except MemforensicsError as exc:

@@ -38,7 +38,7 @@ def inspection_document(result: Inspection) -> dict[str, Any]:
         if picture is None
         else None
     )
-    document["heap_maps"] = heap_maps_json(picture) if picture is not None else None
+    document["heap_maps"] = heap_maps_json(picture, lazy=True) if picture is not None else None
     read = result.read_only
     document["read_only"] = (
         None

@@ -4,9 +4,10 @@ figures the pins are measured against, and each heap's map at most JSON_MAP_CELL
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-from memforensics.model.pins import HeapPicture
+from memforensics.model.pins import HeapMap, HeapPicture
 from memforensics.render.jsondoc import record
 
 JSON_MAP_CELLS = 512
@@ -27,24 +28,26 @@ def pin_heaps_json(picture: HeapPicture) -> list[dict[str, Any]]:
     return [record(heap, drop=("pins",)) | {"pins": len(heap.pins)} for heap in picture.heaps]
 
 
-def heap_maps_json(picture: HeapPicture) -> dict[str, Any]:
+def heap_maps_json(picture: HeapPicture, *, lazy: bool = False) -> dict[str, Any]:
     """``heap_maps``: whether residency was known, and each heap's map in cells of
-    ``pages_per_cell`` pages, one list of each cell's bytes per layer."""
+    ``pages_per_cell`` pages, one list of each cell's bytes per layer. ``lazy``: the heaps
+    are an iterator, made one by one as jsondoc.write_json writes them (a thousand heaps'
+    cells as Python lists would cost tens of MiB), to be written once."""
+    heaps: Iterable[dict[str, Any]] = map(_map_json, picture.maps)
+    return {"resident_known": picture.resident_known, "heaps": heaps if lazy else list(heaps)}
+
+
+def _map_json(cells: HeapMap) -> dict[str, Any]:
     from memforensics.analysis.pins import coarser
 
-    heaps = []
-    for cells in picture.maps:
-        small = coarser(cells, JSON_MAP_CELLS)
-        heaps.append(
-            {
-                "arena": small.arena,
-                "heap": small.heap,
-                "start": small.start,
-                "end": small.end,
-                "page_bytes": small.page_bytes,
-                "pages_per_cell": small.pages_per_cell,
-                # Lists of bytes, one per cell (not `*_bytes` keys: those are single counts).
-                "cells": {layer: list(getattr(small, layer)) for layer in MAP_LAYERS},
-            }
-        )
-    return {"resident_known": picture.resident_known, "heaps": heaps}
+    small = coarser(cells, JSON_MAP_CELLS)
+    return {
+        "arena": small.arena,
+        "heap": small.heap,
+        "start": small.start,
+        "end": small.end,
+        "page_bytes": small.page_bytes,
+        "pages_per_cell": small.pages_per_cell,
+        # Lists of bytes, one per cell (not `*_bytes` keys: those are single counts).
+        "cells": {layer: list(getattr(small, layer)) for layer in MAP_LAYERS},
+    }

@@ -112,3 +112,28 @@ def test_collect_census_stays_within_max_pause(big_heap: int, tmp_path: Path) ->
     text = (tmp_path / "memforensics.prom").read_text()
     (series,) = [s for s in text.splitlines() if s.startswith("memforensics_census_unread_bytes{")]
     assert float(series.rsplit(" ", 1)[1]) == unread
+
+
+MANY_THREADS = 300  # past arena_hold.STOP_SHARE_MIN_THREADS: each stop costs a hold of 300
+BLOCKS = 600  # per thread: every other one freed, the rest filled with 'Z' (text)
+
+
+@pytest.mark.slow
+def test_census_of_many_small_arenas_copies_several_heaps_per_stop() -> None:
+    """300 arenas of a few hundred KiB (many_arenas): each heap fits one window, so a stop
+    copies the heaps that fit its budget and the walks follow it (a stop per heap, each
+    holding all 300 threads, was the census's cost before). The census still counts exactly
+    the blocks the target keeps, 300 per thread, as text."""
+    with started_in_cgroup(
+        [str(compile_target("many_arenas")), str(MANY_THREADS), str(BLOCKS)],
+        group_name="memforensics-test-census-many",
+        limit_bytes=1 << 30,
+        arena_max=MANY_THREADS,
+    ) as pid:
+        census = _memforensics("census", "--json", str(pid))
+        _assert_running(pid)
+    read = census["read"]
+    assert read["heaps"] >= MANY_THREADS and read["unwalked_bytes"] == 0, read
+    assert read["stops"] <= read["heaps"] // 2, read
+    text = next(t for t in census["types"] if t["name"] == "text")
+    assert text["count"] == MANY_THREADS * BLOCKS // 2

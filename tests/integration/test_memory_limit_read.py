@@ -135,3 +135,48 @@ def test_a_list_too_long_for_the_limit_is_given_up_with_why_not_killed() -> None
     fallback = document["fallback"]
     assert fallback is not None and fallback["way"] == "call", document["read_only"]
     assert "within our memory cgroup's limit" in fallback["reason"], fallback
+
+
+PIN_ARENAS = 16
+PIN_LIMIT_BYTES = 48 << 20
+
+
+@pytest.mark.slow
+def test_pins_of_sixteen_100_mib_arenas_in_a_48_mib_limit_match_the_unlimited_picture() -> None:
+    """`inspect --pins` on 16 thread arenas of 100 MiB (seeds_heap, idle; 600,000 chunks):
+    run in a 48 MiB memory cgroup it is not killed (it was: the walk kept every heap's chunk
+    arrays, 17 bytes a chunk, and the JSON held every heap map's cells at once). Each heap
+    is pictured as it is walked, the windows shrink to what the limit leaves, and the maps
+    are written heap by heap: the picture equals the one taken without a limit, and each
+    heap's map adds up to the heap's bytes its pin figures give."""
+    argv = [str(compile_target("seeds_heap")), str(PIN_ARENAS), "100", "0"]
+    with started_in_cgroup(
+        argv,
+        group_name="memforensics-test-limit-pins",
+        limit_bytes=3 << 30,
+        arena_max=PIN_ARENAS + 1,
+        tunables=f"glibc.malloc.mmap_threshold={32 << 20}",
+    ) as pid:
+        unlimited = subprocess.run(
+            [sys.executable, "-m", "memforensics", "inspect", "--json", "--pins", str(pid)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=True,
+        )
+        with our_group(PIN_LIMIT_BYTES) as group:
+            done = _inspect_in(group, pid, "--pins")
+            killed = _oom_kills(group)
+        _assert_running(pid)
+    assert done.returncode == 0, (done.returncode, done.stderr)
+    assert killed == 0
+    limited, free = json.loads(done.stdout), json.loads(unlimited.stdout)
+    assert limited["pins_error"] is None, limited["pins_error"]
+    for key in ("pins", "pin_heaps", "heap_maps"):
+        assert limited[key] == free[key], key
+    heaps = limited["pin_heaps"]
+    assert len(heaps) >= 2 * PIN_ARENAS  # a thread arena of 100 MiB spans two sub-heaps
+    for figures, drawn in zip(heaps, limited["heap_maps"]["heaps"], strict=True):
+        assert sum(map(sum, drawn["cells"].values())) == figures["heap_bytes"], figures
+        parts = figures["live_bytes"] + figures["free_bytes"] + figures["top_bytes"]
+        assert parts <= figures["heap_bytes"], figures

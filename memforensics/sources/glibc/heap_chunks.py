@@ -4,7 +4,8 @@ or a core: what the census classifies and what the pins read (model.chunks).
 API (stable; the pins build on it):
 
 - ``walk_process_chunks(pid, *, visit=None, keep=True, timeout_seconds=1.0,
-  held=True, stops_seconds=None, pause_budget_seconds=None) -> ProcessChunks``: a live
+  held=True, stops_seconds=None, pause_budget_seconds=None, each_heap=None) ->
+  ProcessChunks``: a live
   process, read in short stops of every thread (sources.glibc.arena_hold.StopBatches) unless
   ``held`` is False; ``stops_seconds``, a list, receives every stop's length. Once the stops
   sum to ``pause_budget_seconds`` no window is read any more: the heaps not walked to their
@@ -12,8 +13,8 @@ API (stable; the pins build on it):
   most the budget plus one window's stop).
 - ``walk_core_chunks(path, *, visit=None, keep=True) -> ProcessChunks``: a core file.
 - ``walk_memory_chunks(mappings, mem, *, pid, libc_path, hold=None, visit=None,
-  keep=True, go_on=None) -> ProcessChunks``: any MemoryReader (both above end here); no
-  window is read once ``go_on()`` is False;
+  keep=True, go_on=None, each_heap=None) -> ProcessChunks``: any MemoryReader (both above
+  end here); no window is read once ``go_on()`` is False;
   ``core_mappings(core, mem)`` and ``libc_of(mappings)`` give a core's arguments.
 
 ``visit(ref, view, base, addresses, sizes, states)`` is called as chunks are walked, while
@@ -23,7 +24,10 @@ view is valid during the call only (the next window reuses its buffer). ``ref`` 
 ChunkRef (arena, heap, the heap's PageMap: a chunk whose page is not present read as zeros).
 Mmapped chunks are visited with ``ref.arena == MMAPPED_ARENA``. ``keep=False`` keeps no
 per-chunk arrays (a census of a GB heap needs none): each HeapChunks then has empty arrays,
-``chunk_count`` and ``walked_to``. With ``keep=True`` the arrays cost 17 bytes a chunk.
+``chunk_count`` and ``walked_to``. With ``keep=True`` the arrays cost 17 bytes a chunk;
+``each_heap(heap)``, when given, receives each heap with its arrays as soon as it is walked,
+and the ProcessChunks returned keeps it without them (as with ``keep=False``): the arrays of
+one heap at a time are held, not those of every heap.
 
 How a live read stays consistent: each heap is read in windows (1 MiB pieces for about 3 ms,
 at most 16 MiB, plus a tail: sources.glibc.heap_window), each window in a stop of every
@@ -79,13 +83,16 @@ from memforensics.sources.glibc.heap_lists import (
 from memforensics.sources.glibc.heap_search import anonymous_spans, find_mmapped_chunks
 from memforensics.sources.glibc.heap_window import (
     WINDOW_BYTES,
+    WINDOW_MAX_BYTES,
     WINDOW_TAIL_BYTES,
     ChunkRef,
     HeapWalk,
     Visit,
     window_buffer,
+    window_bytes_within,
 )
 from memforensics.sources.glibc.malloc_par import find_malloc_par
+from memforensics.sources.proc.own_cgroup import memory_headroom_bytes
 from memforensics.sources.proc.procmaps import Mapping, read_smaps
 from memforensics.sources.proc.procmem import MemoryReader, PageMap, ProcessMemoryReader
 
@@ -95,10 +102,17 @@ MMAP_SEARCH_SECONDS = 1.0
 FAST_SCOUT_SECONDS = 0.25
 FAST_COPY_MAX_PAGES = 4096
 MMAPPED_ARENA = -1
+# A heap of at most this much (one window reads it whole) is copied in the stop running, if
+# any, and walked after it with the other heaps copied in that stop, up to BATCH_MAX_BYTES of
+# copies: a stop of a thousand threads costs tens of ms to make, a small heap's copy a tenth
+# of one (1,500 arenas of a few hundred KiB each were otherwise a stop each).
+BATCH_HEAP_MAX_BYTES = 1 << 20
+BATCH_MAX_BYTES = 8 << 20
 # A heap's stop_reason when the walk's pause budget ran out before its end.
 PAUSE_BUDGET_SPENT = "the pause budget was spent"
 _MAX_ARENAS = 1 << 16
 _T = TypeVar("_T")
+_Window = tuple[int, memoryview, int | None]  # HeapWalk.read_window's: base, bytes, top
 
 if TYPE_CHECKING:
     from memforensics.sources.core.corefile import CoreFile
@@ -252,24 +266,59 @@ def walk_memory_chunks(
     visit: Visit | None = None,
     keep: bool = True,
     go_on: Callable[[], bool] | None = None,
+    each_heap: Callable[[HeapChunks], None] | None = None,
+    window_max_bytes: int = WINDOW_MAX_BYTES,
 ) -> ProcessChunks:
     """Every heap's chunks of the memory ``mem`` (see the module), in stops of ``hold``;
-    no window is read once ``go_on()`` is False (the rest: PAUSE_BUDGET_SPENT)."""
+    no window is read once ``go_on()`` is False (the rest: PAUSE_BUDGET_SPENT). Each heap
+    goes to ``each_heap`` (when given) as soon as walked, and is kept without its arrays.
+    A window reads at most ``window_max_bytes``, the small heaps' copies waiting for their
+    walk are as much at most (BATCH_MAX_BYTES)."""
     planned, subheaps, notes = _plan(mappings, mem, libc_path)
     tcache = _first_tcache_keys(mem, planned)
     fast_by_arena: dict[int, set[int]] = {}
     heaps: list[HeapChunks] = []
-    buffer = window_buffer() if planned else None
+    buffer = window_buffer(window_max_bytes) if planned else None
+    batch_max_bytes = min(BATCH_MAX_BYTES, window_max_bytes)
+    # Small heaps copied in the stop running, to walk once it ends: (heap, walk, its window).
+    batch: list[tuple[_PlannedHeap, HeapWalk, _Window | None]] = []
+
+    def done(walked: HeapChunks) -> None:
+        if each_heap is not None:
+            each_heap(walked)
+            walked = replace(walked, addresses=array("Q"), sizes=array("Q"), states=b"")
+        heaps.append(walked)
+
+    def walk_batch() -> None:
+        if hold is not None:
+            hold.release()
+        for heap, walk, window in batch:
+            if window is not None:
+                walk.walk_window(*window)
+            done(_walk_on(walk, mem, hold, heap, go_on))
+        batch.clear()
+
     for heap in planned:
         if go_on is not None and not go_on():
-            heaps.append(_unwalked(heap))
+            walk_batch()
+            done(_unwalked(heap))
             continue
         if heap.arena not in fast_by_arena:
             fast_by_arena[heap.arena] = _arena_fast_chunks(mem, hold, heap, planned, notes)
         fast = fast_by_arena[heap.arena]
-        heaps.append(_walk_heap(mem, hold, heap, fast, tcache, visit, keep, buffer, go_on))
-    if hold is not None:
-        hold.release()
+        if hold is None or heap.limit - heap.start > BATCH_HEAP_MAX_BYTES:
+            walk_batch()
+            walk = _heap_walk(mem, heap, fast, tcache, visit, keep, buffer, hold is not None)
+            walk.window_max_bytes = window_max_bytes
+            done(_walk_on(walk, mem, hold, heap, go_on))
+            continue
+        walk = _heap_walk(mem, heap, fast, tcache, visit, keep, None, True)
+        weight = heap.limit - heap.start
+        window = _held(hold, mem, heap.state_address, walk.read_window, weight)
+        batch.append((heap, walk, window))
+        if not hold.stopped or sum(w.buffer_bytes for _, w, _ in batch) >= batch_max_bytes:
+            walk_batch()
+    walk_batch()
     spans = anonymous_spans(mappings, subheaps)
     mmapped, searched = find_mmapped_chunks(mem, spans, time.monotonic() + MMAP_SEARCH_SECONDS)
     if not searched:
@@ -321,6 +370,15 @@ def _arena_fast_chunks(
     low = min(h.heap_start for h in arena_heaps)
     high = max(h.limit for h in arena_heaps)
     reader = _chunk_reader(mem, arena_heaps)
+    if reader is not None and hold is not None and hold.stopped:
+        # A stop kept from the heap before (HELD_WALK_MAX_BYTES) holds the target: short
+        # lists are followed in it, chunk by chunk; longer ones as below, in a stop of their
+        # own after a scout with the target running.
+        with hold.arena():
+            quick = _fast_now(mem, hold, state_address, low, high, reader)
+        if quick is not None:
+            return quick
+        hold.release()
     pages: set[int] = set()
     if reader is not None and hold is not None:
         state = read_state(mem, state_address)
@@ -346,6 +404,26 @@ def _arena_fast_chunks(
             f" {len(found):,} fast chunks were found, the rest count as live"
         )
     return found
+
+
+def _fast_now(
+    mem: MemoryReader,
+    hold: ArenaHold,
+    state_address: int,
+    low: int,
+    high: int,
+    reader: Callable[[int], bytes | None],
+) -> set[int] | None:
+    """Inside ``hold.arena()``: the arena's fast chunks, when its mutex is free (no thread
+    in the allocator, single-threaded) and its lists end within fast_chunks' bounds; else
+    None."""
+    if _locked(mem, state_address) or hold.in_allocator():
+        return None
+    state = read_state(mem, state_address)
+    if state is None:
+        return None
+    found, complete = fast_chunks(mem, state, low, high, read=reader)
+    return found if complete else None
 
 
 def _copied_reader(
@@ -395,21 +473,19 @@ def _copied_reader(
     return read
 
 
-def _walk_heap(
+def _heap_walk(
     mem: MemoryReader,
-    hold: ArenaHold | None,
     heap: _PlannedHeap,
     fast: set[int],
     tcache: Tcache,
     visit: Visit | None,
     keep: bool,
-    buffer: bytearray | None = None,
-    go_on: Callable[[], bool] | None = None,
-) -> HeapChunks:
-    """One heap walked window by window, each window read in a stop of ``hold`` (into
-    ``buffer``, heap_window.window_buffer) and walked with the target running, while
-    ``go_on()`` (when given) is True."""
-    walk = HeapWalk(
+    buffer: bytearray | None,
+    retry: bool,
+) -> HeapWalk:
+    """A walk of ``heap`` (its windows copied into ``buffer``, heap_window.window_buffer;
+    None: a buffer of its own, as big as its windows)."""
+    return HeapWalk(
         mem,
         ChunkRef(heap.arena, heap.index, heap.pages),
         heap.start,
@@ -419,9 +495,20 @@ def _walk_heap(
         tcache,
         visit,
         keep,
-        retry=hold is not None,
+        retry=retry,
         buffer=buffer,
     )
+
+
+def _walk_on(
+    walk: HeapWalk,
+    mem: MemoryReader,
+    hold: ArenaHold | None,
+    heap: _PlannedHeap,
+    go_on: Callable[[], bool] | None,
+) -> HeapChunks:
+    """``walk`` taken to the heap's end window by window, each window read in a stop of its
+    own and walked with the target running, while ``go_on()`` (when given) is True."""
     while not walk.done:
         if go_on is not None and not go_on():
             return walk.result(heap.limit, PAUSE_BUDGET_SPENT)
@@ -503,10 +590,11 @@ def walk_process_chunks(
     held: bool = True,
     stops_seconds: list[float] | None = None,
     pause_budget_seconds: float | None = None,
+    each_heap: Callable[[HeapChunks], None] | None = None,
 ) -> ProcessChunks:
     """Every heap's chunks of live ``pid``; ``stops_seconds`` (when given) receives the
     length of every stop the read made. No window is read once the stops sum to
-    ``pause_budget_seconds`` (None: no budget)."""
+    ``pause_budget_seconds`` (None: no budget). ``each_heap``: see walk_memory_chunks."""
     from memforensics.sources.glibc.arena_hold import StopBatches
     from memforensics.sources.glibc.libc_elf import load_libc_image
 
@@ -529,6 +617,8 @@ def walk_process_chunks(
                 visit=visit,
                 keep=keep,
                 go_on=_within(hold, pause_budget_seconds),
+                each_heap=each_heap,
+                window_max_bytes=window_bytes_within(memory_headroom_bytes()),
             )
     finally:
         if hold is not None:
@@ -570,8 +660,15 @@ def core_mappings(core: CoreFile, mem: MemoryReader) -> list[Mapping]:
     return mappings
 
 
-def walk_core_chunks(path: str, *, visit: Visit | None = None, keep: bool = True) -> ProcessChunks:
-    """Every heap's chunks of the process a core file saved."""
+def walk_core_chunks(
+    path: str,
+    *,
+    visit: Visit | None = None,
+    keep: bool = True,
+    each_heap: Callable[[HeapChunks], None] | None = None,
+) -> ProcessChunks:
+    """Every heap's chunks of the process a core file saved (``each_heap``: see
+    walk_memory_chunks)."""
     from memforensics.sources.core.corefile import CoreFile
 
     with CoreFile(path) as core:
@@ -580,7 +677,13 @@ def walk_core_chunks(path: str, *, visit: Visit | None = None, keep: bool = True
             mappings = core_mappings(core, mem)
             libc_path = libc_of(mappings)
             return walk_memory_chunks(
-                mappings, mem, pid=core.pid or 0, libc_path=libc_path, visit=visit, keep=keep
+                mappings,
+                mem,
+                pid=core.pid or 0,
+                libc_path=libc_path,
+                visit=visit,
+                keep=keep,
+                each_heap=each_heap,
             )
         finally:
             mem.close()

@@ -46,10 +46,26 @@ class ChunkRef:
     pages: PageMap | None  # the heap's residency (None: every byte given was read)
 
 
-def window_buffer() -> bytearray:
-    """A buffer that holds any window read_window makes but a walk gone back far: to be made
-    once, before the first stop, and handed to every HeapWalk of a read in turn."""
-    return bytearray(WINDOW_MAX_BYTES + WINDOW_BYTES + WINDOW_TAIL_BYTES)
+def window_buffer(max_bytes: int = WINDOW_MAX_BYTES) -> bytearray:
+    """A buffer that holds any window read_window makes (of walks whose windows are at most
+    ``max_bytes``) but a walk gone back far: to be made once, before the first stop, and
+    handed to every HeapWalk of a read in turn."""
+    return bytearray(max_bytes + WINDOW_BYTES + WINDOW_TAIL_BYTES)
+
+
+# Of what our memory cgroup's limit leaves us, the share one window may take: the window's
+# buffer, the small heaps' copies waiting for their walk (as much again) and the walk's
+# arrays and picture must fit in it with room to spare.
+_HEADROOM_SHARES = 8
+
+
+def window_bytes_within(headroom_bytes: int | None) -> int:
+    """The most one window may read: WINDOW_MAX_BYTES, at most 1/_HEADROOM_SHARES of
+    ``headroom_bytes`` (own_cgroup.memory_headroom_bytes; None: no limit), at least
+    WINDOW_BYTES."""
+    if headroom_bytes is None:
+        return WINDOW_MAX_BYTES
+    return max(WINDOW_BYTES, min(WINDOW_MAX_BYTES, headroom_bytes // _HEADROOM_SHARES))
 
 
 def first_words(view: memoryview, base: int, addresses: Sequence[int]) -> array[int]:
@@ -125,8 +141,10 @@ class HeapWalk:
         keep: bool,
         retry: bool = False,
         buffer: bytearray | None = None,
+        window_max_bytes: int = WINDOW_MAX_BYTES,
     ) -> None:
         self.mem, self.ref, self.start, self.limit = mem, ref, start, limit
+        self.window_max_bytes = window_max_bytes  # what one window reads at most
         self.top, self.fast, self.tcache, self.visit, self.keep = top, fast, tcache, visit, keep
         self.addresses: array[int] = array("Q")
         self.sizes: array[int] = array("Q")
@@ -154,6 +172,11 @@ class HeapWalk:
         self._buffer = buffer if buffer is not None else bytearray(0)
         self._out: tuple[array[int], array[int], bytearray] | None = None
 
+    @property
+    def buffer_bytes(self) -> int:
+        """The bytes of this walk's copy buffer (its own, or the one handed in)."""
+        return len(self._buffer)
+
     def _stop(self, reason: str) -> None:
         self.done, self.complete, self.stopped_at, self.stop_reason = True, False, self.at, reason
 
@@ -179,7 +202,7 @@ class HeapWalk:
     def read_window(self) -> tuple[int, memoryview, int | None] | None:
         """The next window's bytes (inside a stop) and the arena's top at that moment: a
         WINDOW_BYTES piece, then more while the stop has lasted less than WINDOW_SECONDS (a
-        stop of many threads costs more to make than a piece's read), up to WINDOW_MAX_BYTES.
+        stop of many threads costs more to make than a piece's read), up to window_max_bytes.
         The bytes are a view of this walk's one buffer: valid until the next window."""
         if self.done:
             return None
@@ -192,14 +215,16 @@ class HeapWalk:
         if self.resync is not None:
             base = max(self.resync[0] // page * page, floor)
             end = min(self.limit, self.resync[1] + WINDOW_BYTES)
-        need = max(end - base, WINDOW_MAX_BYTES) + WINDOW_BYTES + WINDOW_TAIL_BYTES
+        # (Every read below ends at or before the heap's limit.)
+        need = min(max(end - base, self.window_max_bytes) + WINDOW_BYTES, self.limit - base)
+        need += WINDOW_TAIL_BYTES
         if len(self._buffer) < need:
             self._buffer = bytearray(need)
         view = memoryview(self._buffer)
         self._read(view[: end - base], base, end)
         while (
             end < self.limit
-            and end - base < WINDOW_MAX_BYTES
+            and end - base < self.window_max_bytes
             and time.monotonic() - began < WINDOW_SECONDS
         ):
             more = min(self.limit, end + WINDOW_BYTES)
