@@ -46,6 +46,7 @@ from memforensics.sources.glibc.heapcopy import (
     walk_copies,
     walk_fastbin_copies,
 )
+from memforensics.sources.proc.cpu_quota import wall_per_cpu_second
 from memforensics.sources.proc.procfs import runnable_tasks
 from memforensics.sources.proc.procmem import (
     MemoryReader,
@@ -471,7 +472,8 @@ class ArenaWalker:
         else:  # past the budget: the scout or a refusal
             max_pages = self._scout_max_bytes // self._page
             seconds = SCOUT_SECONDS * max(1.0, self._scout_max_bytes / SCOUT_MAX_BYTES)
-        self._deadline = min(deadline, time.monotonic() + seconds)
+        # (Of our CPU time: under a CPU quota a scout may take longer, not give up sooner.)
+        self._deadline = min(deadline, time.monotonic() + seconds * wall_per_cpu_second())
         self._scout_pages_left = max_pages
         self._max_chunks = None
         tagged = _scout_native is not None and isinstance(self._mem, ProcessMemoryReader)

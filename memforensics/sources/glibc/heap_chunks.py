@@ -92,6 +92,7 @@ from memforensics.sources.glibc.heap_window import (
     window_bytes_within,
 )
 from memforensics.sources.glibc.malloc_par import find_malloc_par
+from memforensics.sources.proc.cpu_quota import wall_per_cpu_second
 from memforensics.sources.proc.own_cgroup import memory_headroom_bytes
 from memforensics.sources.proc.procmaps import Mapping, read_smaps
 from memforensics.sources.proc.procmem import MemoryReader, PageMap, ProcessMemoryReader
@@ -320,7 +321,8 @@ def walk_memory_chunks(
             walk_batch()
     walk_batch()
     spans = anonymous_spans(mappings, subheaps)
-    mmapped, searched = find_mmapped_chunks(mem, spans, time.monotonic() + MMAP_SEARCH_SECONDS)
+    seconds = MMAP_SEARCH_SECONDS * wall_per_cpu_second()  # our CPU's, under a quota too
+    mmapped, searched = find_mmapped_chunks(mem, spans, time.monotonic() + seconds)
     if not searched:
         notes.append("mmapped chunks: the search ran out of time; some were not looked at")
     if visit is not None:
@@ -383,7 +385,8 @@ def _arena_fast_chunks(
     if reader is not None and hold is not None:
         state = read_state(mem, state_address)
         if state is not None:
-            seen, _ = fast_chunks(mem, state, low, high, FAST_SCOUT_SECONDS, reader)
+            seconds = FAST_SCOUT_SECONDS * wall_per_cpu_second()
+            seen, _ = fast_chunks(mem, state, low, high, seconds, reader)
             page_bytes = mem.page_bytes
             pages = {address // page_bytes for address in seen}
             pages |= {(address + 23) // page_bytes for address in seen}

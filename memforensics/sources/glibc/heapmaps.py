@@ -528,14 +528,16 @@ class _HeapRead:
         main = self.main_state
         # A main arena that fell back to mmap needs the chunks, to tell its segments apart.
         search = not self.arenas_only or (main is not None and main.noncontiguous)
+        # (Of our CPU time: under a CPU quota the search may take longer, not find less.)
+        seconds = MMAP_SEARCH_SECONDS * wall_per_cpu_second()
         self.chunks, self.searched = (
-            find_mmapped_chunks(self.mem, spans, time.monotonic() + MMAP_SEARCH_SECONDS, self.pause)
+            find_mmapped_chunks(self.mem, spans, time.monotonic() + seconds, self.pause)
             if search
             else ([], False)
         )
         if search and not self.searched:
             self.notes.append(
-                f"mmapped chunks: the search stopped after {MMAP_SEARCH_SECONDS:g} s, "
+                f"mmapped chunks: the search stopped after {seconds:g} s, "
                 "some anonymous memory was not looked at"
             )
         self.main_heaps = _main_heaps(self.mem, spans, self.chunks, main, self.brk, self.notes)
@@ -1068,9 +1070,8 @@ def _main_heaps(
         heaps.append(Heap(brk[0], 0, brk[1] - brk[0], brk[1] - brk[0]))
     if state is not None and state.noncontiguous:
         pieces = subtract_spans(spans, [(start, start + size) for start, size in chunks])
-        for low, high in main_arena_segments(
-            mem, pieces, state, time.monotonic() + MMAP_SEARCH_SECONDS
-        ):
+        seconds = MMAP_SEARCH_SECONDS * wall_per_cpu_second()
+        for low, high in main_arena_segments(mem, pieces, state, time.monotonic() + seconds):
             heaps.append(Heap(low, state.address, high - low, high - low))
         located = sum(h.size_bytes for h in heaps)
         notes.append(
