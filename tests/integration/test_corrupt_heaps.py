@@ -20,7 +20,10 @@ import contextlib
 import json
 import os
 import re
+import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +41,7 @@ from tests.support.glibc_releases import RELEASES, GlibcRelease, build_target, c
 from tests.support.glibc_releases import skip_reason as release_skip_reason
 from tests.support.measured import Run, run_measured
 from tests.support.schema import missing_keys
-from tests.support.targets import Target, live_skip_reason, memory_cgroup, running
+from tests.support.targets import Target, in_cgroup, live_skip_reason, memory_cgroup, running
 
 _SKIP = live_skip_reason()
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")]
@@ -271,6 +274,39 @@ def test_corruptions_in_arenas_above_the_copy_budget_are_reported(
         document = _check_inspect(target, said, fake_gdb)
         assert len(document["corruption"]) == 2
         _check_trim(target, said, fake_gdb)
+
+
+@pytest.mark.slow
+def test_corrupt_arenas_whose_last_part_is_relayed_keep_our_memory_bounded(
+    fake_gdb: tuple[Path, Path],
+) -> None:
+    """Arenas of 100 MiB with 20,000 spread free chunks each (their lists on 80 MiB of
+    pages: read in parts, the last one in relays), a named corruption in three of them.
+    Each arena's scouted pages are given back once its last part is read, relayed or not
+    (a relayed last part kept them: 90 MiB an arena, 490 MiB at 8 arenas): our peak RSS
+    stays within the bound. In a 64 MiB memory cgroup our side is not killed either (the
+    scouts take what the limit leaves them as they go, the relays' windows shrink) and
+    reports the same arenas corrupt."""
+    specs = ["intact", "cycle", "self", "intact", "unmapped", "intact"]
+    with corrupt_target("2.36", specs, pad_mib=100, spread=20000) as (target, said):
+        document = _check_inspect(target, said, fake_gdb)
+        group = memory_cgroup("memforensics-test-corrupt-ours", 64 << 20)
+        assert group is not None, "no memory cgroup can be made on this machine"
+        try:
+            argv = [sys.executable, "-m", "memforensics", "inspect", "--json", str(target.pid)]
+            limited = subprocess.run(
+                in_cgroup(group, argv), capture_output=True, text=True, timeout=300, check=False
+            )
+        finally:
+            for _ in range(50):  # (a killed process leaves its cgroup a moment later)
+                with contextlib.suppress(OSError):
+                    group.rmdir()
+                    break
+                time.sleep(0.1)
+        _assert_left_intact(target, said)
+    assert limited.returncode == EXIT_CORRUPT, (limited.returncode, limited.stderr)
+    found = {f["arena_address"] for f in json.loads(limited.stdout)["corruption"]}
+    assert found == {f["arena_address"] for f in document["corruption"]}
 
 
 @pytest.mark.parametrize("version", RELEASES, ids=[f"glibc-{v}" for v in RELEASES])

@@ -310,7 +310,7 @@ def walk_memory_chunks(
         if hold is None or heap.limit - heap.start > BATCH_HEAP_MAX_BYTES:
             walk_batch()
             walk = _heap_walk(mem, heap, fast, tcache, visit, keep, buffer, hold is not None)
-            walk.window_max_bytes = window_max_bytes
+            walk.window_max_bytes = window_max_bytes  # (its buffer's: window_buffer's)
             done(_walk_on(walk, mem, hold, heap, go_on))
             continue
         walk = _heap_walk(mem, heap, fast, tcache, visit, keep, None, True)

@@ -43,9 +43,10 @@ from memforensics.sources.glibc.heap_search import (
     stack_mappings,
     subtract_spans,
 )
-from memforensics.sources.glibc.heapcopy import BufferPool, FreshBuffers
+from memforensics.sources.glibc.heapcopy import BufferPool, FreshBuffers, copy_budget_bytes
 from memforensics.sources.glibc.malloc_par import find_malloc_par, read_malloc_par
 from memforensics.sources.proc.cpu_quota import stop_pacer, wall_per_cpu_second
+from memforensics.sources.proc.own_cgroup import memory_headroom_bytes
 from memforensics.sources.proc.procmaps import Mapping, read_maps, read_smaps_and_totals
 from memforensics.sources.proc.procmem import MemoryReader, ProcessMemoryReader
 
@@ -399,6 +400,10 @@ class StopRules:
                     and weight_bytes > _PART_MAX_BYTES
                     and self.add_relayed(functools.partial(relay, part_bins, walker.part_pages()))
                 ):
+                    if walker.parts_left == 0:
+                        # Its last part was relayed: no part's read is left to close it (its
+                        # scouted pages, up to the copies' budget, would stay ours).
+                        walker.close()
                     continue
             self.add(
                 functools.partial(read, weight_bytes=weight_bytes),
@@ -905,7 +910,13 @@ class _HeapRead:
         budget = self.pool.copy_max_bytes
         least = min(SCOUT_MAX_BYTES, budget)  # (a budget cut by our memory cgroup's limit)
         self.pool.shrink(0 if beyond else budget - least)
-        return max(least, budget - self.pool.kept_bytes)
+        room = max(least, budget - self.pool.kept_bytes)
+        # Under a memory limit, what it leaves us now: what the read took since its budget
+        # was set (a relay's arrays, our own heap's free pieces) is no longer there.
+        headroom = memory_headroom_bytes()
+        if headroom is not None:
+            room = min(room, copy_budget_bytes(headroom_bytes=headroom))
+        return room
 
     def _read_thread_arena(
         self,

@@ -51,6 +51,7 @@ from memforensics.sources.glibc.heap_window import (
     ChunkRef,
     HeapWalk,
     window_buffer,
+    window_bytes_within,
 )
 from memforensics.sources.proc.own_cgroup import memory_headroom_bytes
 from memforensics.sources.proc.procmem import ProcessMemoryReader
@@ -149,9 +150,11 @@ def sweep_lists(
     ld.so finds its break moved by the loader's own sbrk)."""
     free = _Free()
     result = SweepResult()
-    max_chunks = sweep_max_chunks(memory_headroom_bytes())
+    headroom_bytes = memory_headroom_bytes()
+    max_chunks = sweep_max_chunks(headroom_bytes)
     list_heads = _heads(state, bins)
-    buffer = window_buffer()
+    window_max_bytes = window_bytes_within(headroom_bytes)
+    buffer = window_buffer(window_max_bytes)
     walked, total_bytes = 0, sum(h.size_bytes for h in heaps)
     for index, heap in enumerate(sorted(heaps, key=lambda h: h.start)):
         if heap.pages is None:
@@ -171,6 +174,7 @@ def sweep_lists(
             keep=False,
             retry=True,
             buffer=buffer,
+            window_max_bytes=window_max_bytes,
         )
         arena_words: list[bytes | None] = []  # the malloc_state as each window's stop read it
         while not walk.done:
