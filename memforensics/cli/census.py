@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from memforensics.cli import COMMAND_SUMMARIES
 from memforensics.cli.options import DURATION, exit_codes_epilog, json_option, verbose_option
 from memforensics.cli.output import emit_json, stdout_console
 
@@ -25,7 +26,11 @@ target. See docs/census.md.
 """
 
 
-@click.command(name="census", epilog=EXAMPLES + "\n" + exit_codes_epilog())
+@click.command(
+    name="census",
+    short_help=COMMAND_SUMMARIES["census"],
+    epilog=EXAMPLES + "\n" + exit_codes_epilog(),
+)
 @click.argument("pids", nargs=-1, type=click.IntRange(min=1), metavar="PID...")
 @click.option(
     "--core",

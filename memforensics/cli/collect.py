@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from memforensics.cli import COMMAND_SUMMARIES
 from memforensics.cli.options import (
     DURATION,
     exit_codes_epilog,
@@ -73,7 +74,11 @@ def _mi_logger(line: str) -> None:
     sys.stderr.flush()
 
 
-@click.command(name="collect", epilog=EXAMPLES + "\n" + exit_codes_epilog())
+@click.command(
+    name="collect",
+    short_help=COMMAND_SUMMARIES["collect"],
+    epilog=EXAMPLES + "\n" + exit_codes_epilog(),
+)
 @click.argument("pids", nargs=-1, type=click.IntRange(min=1), metavar="[PID...]")
 @click.option(
     "--name",

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from memforensics.cli import COMMAND_SUMMARIES
 from memforensics.cli.options import (
     SIZE,
     exit_codes_epilog,
@@ -139,7 +140,7 @@ def wait_ready(
                 on_progress(line)
 
 
-@click.command(name="demo", epilog=exit_codes_epilog())
+@click.command(name="demo", short_help=COMMAND_SUMMARIES["demo"], epilog=exit_codes_epilog())
 @click.option(
     "--buffers",
     type=click.IntRange(min=1),

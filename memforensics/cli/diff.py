@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from memforensics.analysis.diff import diff_dumps
+from memforensics.cli import COMMAND_SUMMARIES
 from memforensics.cli.inputs import input_source
 from memforensics.cli.options import exit_codes_epilog, json_option, verbose_files_option
 from memforensics.cli.output import emit_json, stdout_console
@@ -74,7 +75,9 @@ def _last_dump(name: str) -> HeapDump:
     return last
 
 
-@click.command(name="diff", epilog=EXAMPLES + "\n" + exit_codes_epilog())
+@click.command(
+    name="diff", short_help=COMMAND_SUMMARIES["diff"], epilog=EXAMPLES + "\n" + exit_codes_epilog()
+)
 @click.argument("old", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
 @click.argument("new", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
 @click.option(

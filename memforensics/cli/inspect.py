@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from memforensics.cli import COMMAND_SUMMARIES
 from memforensics.cli.failures import exit_code_for, report_failure, worst_exit_code
 from memforensics.cli.options import (
     accept_corrupt_risk_option,
@@ -129,7 +130,11 @@ def _mi_logger(line: str) -> None:
     sys.stderr.flush()
 
 
-@click.command(name="inspect", epilog=EXAMPLES + "\n" + exit_codes_epilog())
+@click.command(
+    name="inspect",
+    short_help=COMMAND_SUMMARIES["inspect"],
+    epilog=EXAMPLES + "\n" + exit_codes_epilog(),
+)
 @click.argument("pids", nargs=-1, type=click.IntRange(min=1), metavar="PID...")
 @click.option(
     "--name",

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from memforensics.analysis.oom_select import scan
+from memforensics.cli import COMMAND_SUMMARIES
 from memforensics.cli.options import exit_codes_epilog, json_option, verbose_journal_option
 from memforensics.cli.output import emit_json, plain_stdout_width, stdout_console
 from memforensics.entry.early import resume_collector
@@ -122,7 +123,9 @@ def _kmsg_reader(boot: str) -> KmsgReader:
     return KmsgReader()
 
 
-@click.command(name="oom", epilog=EXAMPLES + "\n" + exit_codes_epilog())
+@click.command(
+    name="oom", short_help=COMMAND_SUMMARIES["oom"], epilog=EXAMPLES + "\n" + exit_codes_epilog()
+)
 @click.option(
     "--boot",
     type=BootType(),

@@ -8,6 +8,7 @@ import click
 
 from memforensics.analysis.gates import GateViolation, check_gates
 from memforensics.analysis.heap import analyze, series_row
+from memforensics.cli import COMMAND_SUMMARIES
 from memforensics.cli.inputs import input_source
 from memforensics.cli.options import (
     RATIO,
@@ -92,7 +93,11 @@ def _power_of_two(ctx: click.Context, param: click.Parameter, value: int | None)
     return value
 
 
-@click.command(name="parse", epilog=EXAMPLES + "\n" + exit_codes_epilog())
+@click.command(
+    name="parse",
+    short_help=COMMAND_SUMMARIES["parse"],
+    epilog=EXAMPLES + "\n" + exit_codes_epilog(),
+)
 @click.argument(
     "files",
     nargs=-1,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from memforensics.analysis.trend import VERDICTS
+from memforensics.cli import COMMAND_SUMMARIES
 from memforensics.cli.options import DURATION, exit_codes_epilog, json_option, verbose_files_option
 from memforensics.cli.output import emit_json, stderr_console, stdout_console
 from memforensics.entry.reporting import build_report
@@ -50,7 +51,11 @@ def _write(path: str, text: str, what: str) -> None:
         ) from exc
 
 
-@click.command(name="report", epilog=EXAMPLES + "\n" + exit_codes_epilog())
+@click.command(
+    name="report",
+    short_help=COMMAND_SUMMARIES["report"],
+    epilog=EXAMPLES + "\n" + exit_codes_epilog(),
+)
 @click.argument(
     "inputs", nargs=-1, required=True, type=click.Path(dir_okay=False), metavar="INPUT..."
 )

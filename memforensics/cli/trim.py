@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import click
 
+from memforensics.cli import COMMAND_SUMMARIES
 from memforensics.cli.options import (
     DURATION,
     SIZE,
@@ -20,7 +21,7 @@ from memforensics.cli.options import (
 )
 
 
-@click.command(name="trim", epilog=exit_codes_epilog())
+@click.command(name="trim", short_help=COMMAND_SUMMARIES["trim"], epilog=exit_codes_epilog())
 @click.argument("pids", metavar="PID...", nargs=-1, type=click.IntRange(min=1))
 @click.option(
     "--name",

@@ -14,6 +14,7 @@ import click
 from rich.console import Console
 from rich.live import Live
 
+from memforensics.cli import COMMAND_SUMMARIES
 from memforensics.cli.options import (
     DURATION,
     RATIO,
@@ -132,7 +133,11 @@ def _json_document(processes: list[WatchedProcess], watched: dict[str, Any]) -> 
     return document
 
 
-@click.command(name="watch", epilog=EXAMPLES + "\n" + exit_codes_epilog())
+@click.command(
+    name="watch",
+    short_help=COMMAND_SUMMARIES["watch"],
+    epilog=EXAMPLES + "\n" + exit_codes_epilog(),
+)
 @click.argument("pids", nargs=-1, type=click.IntRange(min=1), metavar="PID...")
 @click.option(
     "--name",

@@ -6,7 +6,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from memforensics.cli import COMMAND_MODULES, MemforensicsGroup, cli
+from memforensics.cli import COMMAND_MODULES, COMMAND_SUMMARIES, MemforensicsGroup, cli
 from memforensics.errors import EXIT_CODE_TABLE, InputDataError, MemforensicsError
 
 COMMANDS = sorted(COMMAND_MODULES)
@@ -19,6 +19,35 @@ def test_top_level_help_lists_every_command_and_exit_codes() -> None:
         assert f"  {name} " in result.stdout
     for code, _meaning in EXIT_CODE_TABLE:
         assert f"\n    {code}  " in result.stdout
+
+
+def test_top_level_help_imports_no_command_and_lists_each_ones_own_line() -> None:
+    """`memforensics --help` lists the commands from COMMAND_SUMMARIES without importing
+    them (a fresh interpreter: the modules are absent after it); each line is the command's
+    own short help, whole in 80 columns."""
+    import importlib
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from memforensics.cli import cli\n"
+        "try:\n"
+        "    cli(['--help'], prog_name='memforensics')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print([m for m in sys.modules if m.startswith('memforensics.cli.')], file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    loaded = [name for name in COMMAND_MODULES.values() if name in done.stderr]
+    assert loaded == [], done.stderr
+    for name, module in COMMAND_MODULES.items():
+        line = COMMAND_SUMMARIES[name]
+        assert importlib.import_module(module).command.short_help == line
+        assert f"  {name}  " in done.stdout and line in done.stdout, (name, done.stdout)
+        assert len(f"  {name:8s} {line}") <= 80
 
 
 @pytest.mark.parametrize("name", COMMANDS)
