@@ -780,7 +780,9 @@ class _HeapRead:
         def read(part: tuple[int, int] | None, pages: dict[int, bytes] | None) -> ArenaScan | None:
             began = time.monotonic()
             if self.relays_deadline is None:  # (the first relay of this read starts the clock)
-                self.relays_deadline = began + bin_relay.RELAY_BUDGET_SECONDS
+                # (Of our CPU time, as the read's own budget: under a CPU quota, longer.)
+                seconds = bin_relay.RELAY_BUDGET_SECONDS * wall_per_cpu_second()
+                self.relays_deadline = began + seconds
             relayed = bin_relay.relay_arena(
                 mem,
                 hold,
