@@ -3,15 +3,16 @@ or a core: what the census classifies and what the pins read (model.chunks).
 
 API (stable; the pins build on it):
 
-- ``walk_process_chunks(pid, *, visit=None, keep=True, timeout_seconds=1.0,
-  held=True, stops_seconds=None, pause_budget_seconds=None, each_heap=None) ->
-  ProcessChunks``: a live
+- ``walk_process_chunks(pid, *, visit=None, keep=True, timeout_seconds=1.0, held=True,
+  stops_seconds=None, pause_budget_seconds=None, each_heap=None) -> ProcessChunks``: a live
   process, read in short stops of every thread (sources.glibc.arena_hold.StopBatches) unless
   ``held`` is False; ``stops_seconds``, a list, receives every stop's length. Once the stops
   sum to ``pause_budget_seconds`` no window is read any more: the heaps not walked to their
   end are ``complete=False`` with ``stop_reason`` PAUSE_BUDGET_SPENT (so the stops sum to at
-  most the budget plus one window's stop).
-- ``walk_core_chunks(path, *, visit=None, keep=True) -> ProcessChunks``: a core file.
+  most the budget plus one window's stop). Under a memory limit the windows shrink
+  (heap_window.window_bytes_within).
+- ``walk_core_chunks(path, *, visit=None, keep=True, each_heap=None) -> ProcessChunks``: a
+  core file.
 - ``walk_memory_chunks(mappings, mem, *, pid, libc_path, hold=None, visit=None,
   keep=True, go_on=None, each_heap=None) -> ProcessChunks``: any MemoryReader (both above
   end here); no window is read once ``go_on()`` is False;
@@ -273,8 +274,8 @@ def walk_memory_chunks(
     """Every heap's chunks of the memory ``mem`` (see the module), in stops of ``hold``;
     no window is read once ``go_on()`` is False (the rest: PAUSE_BUDGET_SPENT). Each heap
     goes to ``each_heap`` (when given) as soon as walked, and is kept without its arrays.
-    A window reads at most ``window_max_bytes``, the small heaps' copies waiting for their
-    walk are as much at most (BATCH_MAX_BYTES)."""
+    A window reads at most ``window_max_bytes``; the small heaps' copies waiting for their
+    walk come to at most that and BATCH_MAX_BYTES."""
     planned, subheaps, notes = _plan(mappings, mem, libc_path)
     tcache = _first_tcache_keys(mem, planned)
     fast_by_arena: dict[int, set[int]] = {}
@@ -373,9 +374,9 @@ def _arena_fast_chunks(
     high = max(h.limit for h in arena_heaps)
     reader = _chunk_reader(mem, arena_heaps)
     if reader is not None and hold is not None and hold.stopped:
-        # A stop kept from the heap before (HELD_WALK_MAX_BYTES) holds the target: short
-        # lists are followed in it, chunk by chunk; longer ones as below, in a stop of their
-        # own after a scout with the target running.
+        # A stop kept from the heaps before (a batch: BATCH_HEAP_MAX_BYTES) holds the target:
+        # short lists are followed in it, chunk by chunk; longer ones as below, in a stop of
+        # their own after a scout with the target running.
         with hold.arena():
             quick = _fast_now(mem, hold, state_address, low, high, reader)
         if quick is not None:
