@@ -103,6 +103,9 @@ MMAP_SEARCH_SECONDS = 1.0
 # the pages their chunks lie on; the stop copies at most this many of those pages (16 MiB).
 FAST_SCOUT_SECONDS = 0.25
 FAST_COPY_MAX_PAGES = 4096
+# In a stop kept for a batch of small heaps, an arena's fastbins are followed there for at
+# most this long; lists longer than that get a scout and a stop of their own, as any arena's.
+FAST_IN_BATCH_SECONDS = 0.001
 MMAPPED_ARENA = -1
 # A heap of at most this much (one window reads it whole) is copied in the stop running, if
 # any, and walked after it with the other heaps copied in that stop, up to BATCH_MAX_BYTES of
@@ -310,11 +313,11 @@ def walk_memory_chunks(
         fast = fast_by_arena[heap.arena]
         if hold is None or heap.limit - heap.start > BATCH_HEAP_MAX_BYTES:
             walk_batch()
-            walk = _heap_walk(mem, heap, fast, tcache, visit, keep, buffer, hold is not None)
-            walk.window_max_bytes = window_max_bytes  # (its buffer's: window_buffer's)
+            retry = hold is not None
+            walk = _heap_walk(mem, heap, fast, tcache, visit, keep, buffer, retry, window_max_bytes)
             done(_walk_on(walk, mem, hold, heap, go_on))
             continue
-        walk = _heap_walk(mem, heap, fast, tcache, visit, keep, None, True)
+        walk = _heap_walk(mem, heap, fast, tcache, visit, keep, None, True, window_max_bytes)
         weight = heap.limit - heap.start
         window = _held(hold, mem, heap.state_address, walk.read_window, weight)
         batch.append((heap, walk, window))
@@ -419,14 +422,14 @@ def _fast_now(
     reader: Callable[[int], bytes | None],
 ) -> set[int] | None:
     """Inside ``hold.arena()``: the arena's fast chunks, when its mutex is free (no thread
-    in the allocator, single-threaded) and its lists end within fast_chunks' bounds; else
-    None."""
+    in the allocator, single-threaded) and its lists end within FAST_IN_BATCH_SECONDS and
+    fast_chunks' count; else None."""
     if _locked(mem, state_address) or hold.in_allocator():
         return None
     state = read_state(mem, state_address)
     if state is None:
         return None
-    found, complete = fast_chunks(mem, state, low, high, read=reader)
+    found, complete = fast_chunks(mem, state, low, high, FAST_IN_BATCH_SECONDS, reader)
     return found if complete else None
 
 
@@ -486,9 +489,11 @@ def _heap_walk(
     keep: bool,
     buffer: bytearray | None,
     retry: bool,
+    window_max_bytes: int,
 ) -> HeapWalk:
-    """A walk of ``heap`` (its windows copied into ``buffer``, heap_window.window_buffer;
-    None: a buffer of its own, as big as its windows)."""
+    """A walk of ``heap`` in windows of at most ``window_max_bytes``, copied into ``buffer``
+    (heap_window.window_buffer of that size; None: a buffer of its own, as big as its
+    windows)."""
     return HeapWalk(
         mem,
         ChunkRef(heap.arena, heap.index, heap.pages),
@@ -501,6 +506,7 @@ def _heap_walk(
         keep,
         retry=retry,
         buffer=buffer,
+        window_max_bytes=window_max_bytes,
     )
 
 
