@@ -111,3 +111,66 @@ def test_a_read_under_a_tenth_of_a_cpu_reads_memory_and_equals_the_targets_own_m
     assert document["read_only"]["source"] == "live", document["read_only"]
     assert rebuilt.read_bytes() == own.read_bytes()
     assert any("CPU quota of 0.10 CPU" in note for note in document["waterfall"]["notes"])
+
+
+SCOUTED_THREADS = 6
+SCOUTED_MIB_PER_ARENA = 64  # scouted (32 MiB or more): its stop copies its lists' pages
+SCOUTED_TUNABLES = (
+    f"glibc.malloc.arena_max={SCOUTED_THREADS + 1}:glibc.malloc.mmap_threshold={32 << 20}"
+)
+
+
+def _inspect_json(argv_prefix: list[str], pid: int, rebuilt: Path) -> dict[str, Any]:
+    done = subprocess.run(
+        [
+            *argv_prefix,
+            sys.executable,
+            "-m",
+            "memforensics",
+            "inspect",
+            "--json",
+            "--read-only",
+            "--save-xml",
+            str(rebuilt),
+            str(pid),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    document: dict[str, Any] = json.loads(done.stdout)
+    return document
+
+
+@pytest.mark.slow
+def test_under_a_tenth_of_a_cpu_scouted_arenas_are_copied_in_parts_that_fit_the_quota(
+    release: Any, tmp_path: Path
+) -> None:
+    """6 arenas of 64 MiB (seeds_heap, idle): scouted, their lists on some 6 MiB of pages
+    each, which one stop copies at full speed (about 8 ms of CPU), and which under 0.1 CPU
+    would take more than the quota has in a period: the stop would be throttled and hold the
+    target until the next (100 ms). Under the quota the copies are cut into parts that fit
+    (cpu_quota.stop_copy_max_bytes), so the read has parts where the same read without a
+    quota has none; both equal the target's own malloc_info byte for byte."""
+    binary = build_target(release, "seeds_heap")
+    own = tmp_path / "own.xml"
+    arguments = [str(SCOUTED_THREADS), str(SCOUTED_MIB_PER_ARENA), "0", str(own)]
+    argv = command(release, binary, arguments)
+    env = {"GLIBC_TUNABLES": SCOUTED_TUNABLES}
+    with running(argv, env=env, ready_timeout_seconds=120) as target:
+        free = _inspect_json([], target.pid, tmp_path / "free.xml")
+        with quota_group(10_000) as group:
+            limited = _inspect_json(in_cgroup(group, []), target.pid, tmp_path / "limited.xml")
+        fields = proc_status(target.pid)
+        assert fields["TracerPid"] == "0" and fields["State"][0] not in "Tt", fields
+        assert target.alive()
+    for document in (free, limited):
+        assert document["fallback"] is None
+        assert document["read_only"]["scouted_arenas"] == SCOUTED_THREADS
+    assert free["read_only"]["arena_parts"] == 0, free["read_only"]
+    assert limited["read_only"]["arena_parts"] > SCOUTED_THREADS, limited["read_only"]
+    assert limited["read_only"]["stops"] > free["read_only"]["stops"]
+    assert (tmp_path / "free.xml").read_bytes() == own.read_bytes()
+    assert (tmp_path / "limited.xml").read_bytes() == own.read_bytes()

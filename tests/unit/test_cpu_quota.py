@@ -169,3 +169,98 @@ def test_the_first_stop_assumes_the_worst_of_what_came_before() -> None:
     pacer = _pacer(clock, QUOTA)
     pacer.before_stop()
     assert pacer.waited_seconds >= QUOTA.period_seconds
+
+
+class _PollingClock(_Clock):
+    """A process whose every look at its clocks costs CPU time, as a real wait's does."""
+
+    def sleep(self, seconds: float) -> None:
+        super().sleep(seconds)
+        self.cpu += 0.0001  # the wait's own look after each nap
+
+
+def test_a_stop_that_cannot_fit_starts_after_one_quiet_period_though_waiting_costs_cpu() -> None:
+    """The wait's own looks cost CPU time: a window with no CPU time at all is never found,
+    and a stop that cannot fit would always wait MAX_WAIT_PERIODS. A window of at most
+    QUIET_SHARE of the quota is quiet enough."""
+    clock = _PollingClock()
+    pacer = _pacer(clock, QUOTA)
+    clock.sleep(0.15)
+    pacer.before_stop()
+    clock.work(0.05)  # more than the quota: it cannot fit
+    pacer.after_stop()
+    began = clock.wall
+    pacer.before_stop()
+    waited = clock.wall - began
+    assert QUOTA.period_seconds <= waited < 1.5 * QUOTA.period_seconds
+    assert pacer._used_in_window(clock.wall, clock.cpu) <= cq.QUIET_SHARE * QUOTA.quota_seconds
+
+
+def test_a_stop_is_assumed_to_cost_what_the_last_ones_cost_not_a_fixed_floor() -> None:
+    """After cheap stops the pacer expects a cheap one (it forgets the first guess), so a
+    stop that fits the quota is not made to wait for a quiet window."""
+    clock = _Clock()
+    pacer = _pacer(clock, CpuQuota(0.01, 0.1, "/sys/fs/cgroup/x"))  # 0.1 CPU
+    clock.sleep(0.15)
+    for _ in range(30):
+        pacer.before_stop()
+        clock.work(0.004)
+        pacer.after_stop()
+        clock.sleep(0.1)
+    assert pacer.stop_cpu_seconds == pytest.approx(0.004)
+    assert pacer.stop_cpu_seconds < cq.FIRST_STOP_CPU_SECONDS
+
+
+def test_the_pacer_measures_what_holding_the_threads_costs_a_stop() -> None:
+    """``held`` and ``releasing`` bracket the stop's reading: what came before the one and
+    after the other is the hold's cost, remembered as the stops' is."""
+    clock = _Clock()
+    pacer = _pacer(clock, QUOTA)
+    clock.sleep(0.15)
+    pacer.before_stop()
+    clock.work(0.0012)  # holding every thread
+    pacer.held()
+    clock.work(0.006)  # reading
+    pacer.releasing()
+    clock.work(0.0005)  # letting them go
+    pacer.after_stop()
+    # The first guess is forgotten slowly (a tenth a stop), as the stops' own is.
+    assert pacer.hold_cpu_seconds == pytest.approx(0.9 * cq.FIRST_HOLD_CPU_SECONDS)
+    for _ in range(40):
+        clock.sleep(0.2)
+        pacer.before_stop()
+        clock.work(0.0012)
+        pacer.held()
+        clock.work(0.006)
+        pacer.releasing()
+        clock.work(0.0005)
+        pacer.after_stop()
+    assert pacer.hold_cpu_seconds == pytest.approx(0.0017)
+    assert pacer.stop_cpu_seconds == pytest.approx(0.0077)
+
+
+@pytest.mark.parametrize("quota", [None, CpuQuota(0.01, 0.1, "/x"), CpuQuota(0.2, 0.1, "/x")])
+def test_what_one_stop_may_read_fits_the_room_the_quota_leaves(
+    monkeypatch: pytest.MonkeyPatch, quota: CpuQuota | None
+) -> None:
+    """Without a quota, a stop's bounds are the readers' own. Under one, what a stop copies
+    at COPY_CPU_SECONDS_PER_PAGE, with the hold's measured cost and the reading's set-up,
+    stays within MARGIN of the quota; a big quota leaves the usual bounds alone."""
+    clock = _Clock()
+    pacer = _pacer(clock, quota)
+    pacer.hold_cpu_seconds = 0.0015
+    monkeypatch.setattr(cq, "_pacer", pacer)
+    usual_bytes, usual_seconds = 16 << 20, 0.008
+    copy_bytes = cq.stop_copy_max_bytes(usual_bytes)
+    seconds = cq.stop_reading_seconds(usual_seconds, readers=2)
+    if quota is None or quota.cpus >= 1:
+        assert (copy_bytes, seconds) == (usual_bytes, usual_seconds)
+        return
+    assert 0 < copy_bytes < usual_bytes and copy_bytes % 4096 == 0
+    stop_cpu = (
+        pacer.hold_cpu_seconds
+        + cq.READING_SETUP_CPU_SECONDS
+        + copy_bytes // 4096 * cq.COPY_CPU_SECONDS_PER_PAGE
+    )
+    assert stop_cpu <= cq.MARGIN * quota.quota_seconds + 1e-9
+    assert 2 * seconds + pacer.hold_cpu_seconds <= cq.MARGIN * quota.quota_seconds + 1e-9

@@ -84,6 +84,7 @@ typedef struct {
 } Part;
 
 #define PAGEMAP_WINDOW 512 /* pagemap entries read at a time: 4 KiB, 2 MiB of address space */
+#define PAGEMAP_GAP 16     /* pages to be read this far apart share one pagemap read */
 
 typedef struct {
     size_t first, count;
@@ -93,12 +94,16 @@ typedef struct {
 /* The pagemap entry of page ``index`` of the copy now (0: not read). */
 static uint64_t entry_now(const Part *part, Window *window, size_t index) {
     if (window->count == 0 || index < window->first || index >= window->first + window->count) {
-        size_t want = part->last - index < PAGEMAP_WINDOW ? part->last - index : PAGEMAP_WINDOW;
-        /* Up to the last page of the window that is to be read, not past it: the pagemap
-         * costs its walk of every page asked, and a scouted copy's pages lie a few in each
-         * 2 MiB of a heap of a GiB (a whole window each would read the heap's every entry). */
-        while (want > 1 && (index + want - 1 >= part->known || !part->can_read[index + want - 1]))
-            want--;
+        /* From this page to the last page to be read that lies within PAGEMAP_GAP pages of
+         * the one to be read before it: the pagemap costs its walk of every entry asked (a
+         * 512-entry read ~12 times a one-entry one), and a scouted copy's pages lie a few
+         * in each 2 MiB of its heap, where a window up to the last of them would walk almost
+         * every entry in between. */
+        size_t end = part->last - index < PAGEMAP_WINDOW ? part->last : index + PAGEMAP_WINDOW;
+        if (end > part->known) end = part->known; /* (index < known: take's check) */
+        size_t want = 1;
+        for (size_t k = index + 1; k < end && k - (index + want - 1) <= PAGEMAP_GAP; k++)
+            if (part->can_read[k]) want = k - index + 1;
         uint64_t entry = part->copy->address / part->page + index;
         ssize_t got;
         do
@@ -160,7 +165,8 @@ static void *copy_part(void *arg) {
  * buffer (nonzero = present in RAM, may be read; zero = swapped, never touched or unknown,
  * never read; missing entries are not read), pages not readable read as zeros. complete:
  * every readable byte was read. fd: the target's /proc/PID/mem. threads: 2 lets a copy of SPLIT_MIN_PAGES pages or more read
- * its second half in a second thread (the bytes are the same; only the time differs).
+ * its second half in a second thread (the bytes are the same; only the time differs); with
+ * zero_holes 0, of SPLIT_MIN_PAGES pages to read or more.
  * zero_holes: 0 leaves the pages not read as they are (a caller that copies again only the
  * pages it copied before, into a buffer whose other pages are zeros already). pagemap_fd
  * (the target's /proc/PID/pagemap, -1: none; address must then be page-aligned): the copy
@@ -214,8 +220,24 @@ static PyObject *copy_pages(PyObject *self, PyObject *args) {
                              .pagemap_fd = pagemap_fd, .recheck = recheck,
                              .held = held_pid > 0};
     }
-    /* The halves meet at a page boundary: each fills its own pages of the buffer. */
-    size_t middle = threads >= 2 && pages >= SPLIT_MIN_PAGES ? pages / 2 : pages;
+    /* The halves meet at a page boundary: each fills its own pages of the buffer. A copy
+     * that leaves the pages it does not read as they are is split where half the pages it
+     * reads lie, and only when they are SPLIT_MIN_PAGES or more (a part of a scouted heap
+     * reads a few hundred of its tens of thousands: a second thread would cost more than
+     * it saves). */
+    size_t middle = pages;
+    if (threads >= 2 && zero_holes && pages >= SPLIT_MIN_PAGES) {
+        middle = pages / 2;
+    } else if (threads >= 2) {
+        const unsigned char *can = readable.buf;
+        size_t known = (size_t)readable.len < pages ? (size_t)readable.len : pages, wanted = 0;
+        for (size_t i = 0; i < known; i++) wanted += can[i] != 0;
+        for (size_t i = 0, seen = 0; wanted >= SPLIT_MIN_PAGES && i < known; i++)
+            if (can[i] && ++seen == wanted / 2) {
+                middle = i + 1;
+                break;
+            }
+    }
     parts[0].first = 0;
     parts[0].last = middle;
     parts[1].first = middle;

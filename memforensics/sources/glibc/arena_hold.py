@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator
 
 from memforensics.sources.glibc.libc_elf import LibcImage
+from memforensics.sources.proc.cpu_quota import stop_reading_seconds
 from memforensics.sources.proc.ptrace_hold import ThreadHold
 
 STOP_BUDGET_SECONDS = 0.004  # a stop takes no further arena once it has lasted this long
@@ -109,8 +110,10 @@ class StopBatches:
             self.stops_seconds.append(hold.stop_seconds)
 
     def _budget_seconds(self) -> float:
-        """How long the stop running may go on taking arenas (reading_budget_seconds)."""
-        return reading_budget_seconds(self._budget, self._hold_seconds, self._hold_threads)
+        """How long the stop running may go on taking arenas (reading_budget_seconds; under
+        a CPU quota, at most what two readers may read in one stop within it)."""
+        budget = reading_budget_seconds(self._budget, self._hold_seconds, self._hold_threads)
+        return stop_reading_seconds(budget, readers=2)
 
     @contextlib.contextmanager
     def arena(self, weight_bytes: int = 0) -> Iterator[None]:

@@ -45,6 +45,7 @@ from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap, read_state
 from memforensics.sources.glibc.glibc_walk import ArenaWalk, ArenaWalker, nonempty_bins
 from memforensics.sources.glibc.heap_checks import bin_head, list_check
 from memforensics.sources.glibc.heapcopy import FreshBuffers
+from memforensics.sources.proc.cpu_quota import stop_reading_seconds
 from memforensics.sources.proc.procmem import PageMap, ProcessMemoryReader
 
 _native = optional_native("memforensics.sources.glibc._chunkwalk")
@@ -231,7 +232,8 @@ class _Relay:
         limit = sum(h.size_bytes for h in heaps) // glibc.MINSIZE
         # (The first stretch is short: it tells a scattered list, _scattered, at little cost.)
         first = read.stops == 1
-        end = min(began + (RELAY_FIRST_SECONDS if first else RELAY_STOP_SECONDS), self.deadline)
+        following = stop_reading_seconds(RELAY_FIRST_SECONDS if first else RELAY_STOP_SECONDS)
+        end = min(began + following, self.deadline)
         for each in list(self.lists.values()):
             outcome = _stretch(self.mem, self.cache, each, state, spans, limit, end, read)
             if outcome is not None:  # (None: its stretch ran out of this stop's time)

@@ -46,7 +46,7 @@ from memforensics.sources.glibc.heapcopy import (
     walk_copies,
     walk_fastbin_copies,
 )
-from memforensics.sources.proc.cpu_quota import wall_per_cpu_second
+from memforensics.sources.proc.cpu_quota import stop_reading_seconds, wall_per_cpu_second
 from memforensics.sources.proc.procfs import runnable_tasks
 from memforensics.sources.proc.procmem import (
     MemoryReader,
@@ -912,7 +912,7 @@ class ArenaWalker:
         lazy = in_stop and (self._lazy_in_stop or self._scouted)
         read_deadline = deadline
         if in_stop and not self._prefetch_whole and not self._scouted:
-            deadline = min(deadline, clock() + HELD_LAZY_SECONDS)
+            deadline = min(deadline, clock() + stop_reading_seconds(HELD_LAZY_SECONDS))
         for attempt in range(BIN_RETRIES + 1 + lazy):
             if clock() > deadline:
                 walk.budget_reached = True

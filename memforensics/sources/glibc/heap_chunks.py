@@ -93,7 +93,7 @@ from memforensics.sources.glibc.heap_window import (
     window_bytes_within,
 )
 from memforensics.sources.glibc.malloc_par import find_malloc_par
-from memforensics.sources.proc.cpu_quota import wall_per_cpu_second
+from memforensics.sources.proc.cpu_quota import stop_copy_max_bytes, wall_per_cpu_second
 from memforensics.sources.proc.own_cgroup import memory_headroom_bytes
 from memforensics.sources.proc.procmaps import Mapping, read_smaps
 from memforensics.sources.proc.procmem import MemoryReader, PageMap, ProcessMemoryReader
@@ -278,13 +278,13 @@ def walk_memory_chunks(
     no window is read once ``go_on()`` is False (the rest: PAUSE_BUDGET_SPENT). Each heap
     goes to ``each_heap`` (when given) as soon as walked, and is kept without its arrays.
     A window reads at most ``window_max_bytes``; the small heaps' copies waiting for their
-    walk come to at most that and BATCH_MAX_BYTES."""
+    walk come to at most that and BATCH_MAX_BYTES (less under a CPU quota: one stop's copy)."""
     planned, subheaps, notes = _plan(mappings, mem, libc_path)
     tcache = _first_tcache_keys(mem, planned)
     fast_by_arena: dict[int, set[int]] = {}
     heaps: list[HeapChunks] = []
     buffer = window_buffer(window_max_bytes) if planned else None
-    batch_max_bytes = min(BATCH_MAX_BYTES, window_max_bytes)
+    batch_max_bytes = min(stop_copy_max_bytes(BATCH_MAX_BYTES), window_max_bytes)
     # Small heaps copied in the stop running, to walk once it ends: (heap, walk, its window).
     batch: list[tuple[_PlannedHeap, HeapWalk, _Window | None]] = []
 

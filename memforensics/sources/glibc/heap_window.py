@@ -18,6 +18,7 @@ from memforensics.model.chunks import ChunkState, HeapChunks
 from memforensics.sources import optional_native
 from memforensics.sources.glibc.heap_lists import TCACHE_LAYOUTS, Tcache, learn_key, tcache_struct
 from memforensics.sources.glibc.heapcopy import native_loop
+from memforensics.sources.proc.cpu_quota import stop_reading_seconds
 from memforensics.sources.proc.procmem import MemoryReader, PageMap, ProcessMemoryReader
 
 WINDOW_BYTES = 1 << 20  # one stop reads this much of a heap (plus the tail): ~1 ms
@@ -225,7 +226,7 @@ class HeapWalk:
         while (
             end < self.limit
             and end - base < self.window_max_bytes
-            and time.monotonic() - began < WINDOW_SECONDS
+            and time.monotonic() - began < stop_reading_seconds(WINDOW_SECONDS)
         ):
             more = min(self.limit, end + WINDOW_BYTES)
             self._read(view[end - base : more - base], end, more)

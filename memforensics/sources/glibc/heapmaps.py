@@ -45,7 +45,11 @@ from memforensics.sources.glibc.heap_search import (
 )
 from memforensics.sources.glibc.heapcopy import BufferPool, FreshBuffers, copy_budget_bytes
 from memforensics.sources.glibc.malloc_par import find_malloc_par, read_malloc_par
-from memforensics.sources.proc.cpu_quota import stop_pacer, wall_per_cpu_second
+from memforensics.sources.proc.cpu_quota import (
+    stop_copy_max_bytes,
+    stop_pacer,
+    wall_per_cpu_second,
+)
 from memforensics.sources.proc.own_cgroup import memory_headroom_bytes
 from memforensics.sources.proc.procmaps import Mapping, read_maps, read_smaps_and_totals
 from memforensics.sources.proc.procmem import MemoryReader, ProcessMemoryReader
@@ -85,7 +89,8 @@ _SCOUT_GIVE_UPS = 2
 # milliseconds, whatever its lists' size. An arena whose lists are moving (its bins' heads
 # changed since its scout, or an earlier arena's did) is cut the same: its lists are caught
 # up before each stop (ArenaWalker.catch_up), so a stop follows page by page (~7 us a page)
-# only what moved in the milliseconds since, and finer parts would only add stops.
+# only what moved in the milliseconds since, and finer parts would only add stops. (Under a
+# small CPU quota parts are smaller, to fit its room: StopRules.part_max_bytes.)
 _PART_MAX_BYTES = 16 << 20
 _MAX_ARENAS = 1 << 16  # a ``next`` list longer than this is not glibc's
 # A held read's budget grows by this much per thread arena: it stops the target every few
@@ -317,6 +322,13 @@ class StopRules:
         """This arena's walk is made after its stop (a scouted one's never is)."""
         return deferrable and self.hold is not None and weight_bytes >= _DEFER_MIN_BYTES
 
+    @property
+    def part_max_bytes(self) -> int:
+        """What one stop may copy of a scouted arena's pages: _PART_MAX_BYTES, less under a
+        CPU quota too small for that (cpu_quota.stop_copy_max_bytes, as the stops so far
+        measured it)."""
+        return stop_copy_max_bytes(_PART_MAX_BYTES)
+
     def scouts(self, weight_bytes: int) -> bool:
         """This arena's lists are scouted before its stop."""
         return self.hold is not None and weight_bytes >= self.scout_min_bytes
@@ -356,22 +368,23 @@ class StopRules:
         relay: Callable[[tuple[int, int], dict[int, bytes]], ArenaScan | None] | None = None,
     ) -> None:
         """Read one arena (``add``; ``read`` is handed the state, and ``weight_bytes=``), in
-        parts where its scouted ``walker`` splits (ArenaWalker.split: _PART_MAX_BYTES): each
+        parts where its scouted ``walker`` splits (ArenaWalker.split: ``part_max_bytes``): each
         part in a stop of its own, the stops ended between them (where the pages the last
         one copied are zeroed), their scans one arena's (arena_read.merge_parts). A part's
         read that closed the walker (the arena was read whole: its heaps shrank or went
         since the scout) ends it. Where the lists are ``moving``, each part's are caught up
         with the running target just before its stop (ArenaWalker.catch_up). A part whose
-        pages come to more than _PART_MAX_BYTES (one bin whose list alone is that long) is
+        pages come to more than ``part_max_bytes`` (one bin whose list alone is that long) is
         read in relays where ``relay`` is given and can (``relay(part)`` is its read),
         instead of copied in one stop."""
         parts = 1
-        if walker is not None and self.hold is not None and walker.scouted_bytes > _PART_MAX_BYTES:
+        part_max_bytes = self.part_max_bytes
+        if walker is not None and self.hold is not None and walker.scouted_bytes > part_max_bytes:
             # (Its lists may come to more than a part: the split's work, the plan and the
             # scout's copy zeroed, is made with the target running, never in a stop that an
             # arena read before this one left open.)
             self.let_run()
-            parts = walker.split(_PART_MAX_BYTES // walker.page_bytes)
+            parts = walker.split(part_max_bytes // walker.page_bytes)
         start = len(self.rows)
         for part in range(parts):
             if part:
@@ -397,7 +410,7 @@ class StopRules:
                 if (
                     relay is not None
                     and part_bins is not None
-                    and weight_bytes > _PART_MAX_BYTES
+                    and weight_bytes > part_max_bytes
                     and self.add_relayed(functools.partial(relay, part_bins, walker.part_pages()))
                 ):
                     if walker.parts_left == 0:
@@ -487,6 +500,7 @@ class _HeapRead:
         self.rules = StopRules(hold, pool.copy_max_bytes)
         self.notes: list[str] = []
         self.quota_waited_seconds = stop_pacer().waited_seconds  # before this read
+        self._waits_credited = self.quota_waited_seconds
         self.params: MallocParams | None = None
         self.seen: dict[int, list[Heap]] = {}  # each non-main arena's heaps, as read
         self.scouted: dict[int, ArenaWalker] = {}  # scouted arenas waiting for their stop
@@ -709,9 +723,18 @@ class _HeapRead:
                 walker.close()
             self.scouted.clear()
 
+    def _credit_waits(self) -> None:
+        """The stops' waits for room in our CPU quota since the last credit extend the
+        read's deadline: waiting is not the read's work (its budget is of CPU time), and
+        under a small quota one stop in a period is all the pacer allows."""
+        waited = stop_pacer().waited_seconds
+        self.deadline += waited - self._waits_credited
+        self._waits_credited = waited
+
     def _read_thread_arenas(self) -> None:
         for position, address in enumerate(self.order):
             self.pause()
+            self._credit_waits()
             # Re-reads of a hot arena may use its fair share of what is left of the budget.
             share = (self.deadline - time.monotonic()) / (len(self.order) - position)
             weight = sum(h.size_bytes for h in self.by_arena.get(address, ()))
@@ -795,8 +818,10 @@ class _HeapRead:
                 sbrk_base=self.params.sbrk_base if self.params is not None else None,
                 copy_max_bytes=self.pool.copy_max_bytes,
             )
-            # (The relay's time is its own: the arenas after it keep what the read had left.)
+            # (The relay's time is its own: the arenas after it keep what the read had left.
+            # Its stops' waits are in it.)
             self.deadline += time.monotonic() - began
+            self._waits_credited = stop_pacer().waited_seconds
             scan = relayed_scan(
                 mem, relayed, is_main=is_main, figures=self.figures, scouted=part is not None
             )

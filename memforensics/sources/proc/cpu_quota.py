@@ -16,6 +16,11 @@ throttle falls in a stop. The pacer sees only our own process's CPU time (not ot
 processes of the cgroup), and a stop needing more than the quota cannot be kept whole: it
 then waits for a quiet window only, and ``before_stop`` never waits more than
 ``MAX_WAIT_PERIODS`` periods. Without a quota it returns at once and costs nothing.
+
+So a stop must also be small enough: ``stop_copy_max_bytes`` and ``stop_reading_seconds`` are
+how much one stop may copy and how long it may read, the readers' usual bounds cut, under a
+quota, to what fits the pacer's room (MARGIN of the quota, less what holding the threads
+costs). Every reader that sizes its stops takes its bounds from these two.
 """
 
 from __future__ import annotations
@@ -30,10 +35,26 @@ from memforensics.sources.proc.own_cgroup import cgroup_directories
 
 MARGIN = 0.7  # of the quota: the kernel hands runtime out in slices, and others share it
 MAX_WAIT_PERIODS = 2.0  # a stop never waits longer than this many periods for room
+# A window is quiet when it holds at most this share of the quota: the wait's own looks at
+# our CPU time cost about 1% of a CPU, so a stop that cannot fit, waiting for no CPU time
+# at all in the window, would always wait MAX_WAIT_PERIODS.
+QUIET_SHARE = 0.15
 # What a stop costs in CPU before one has been measured: 4 ms of reading by two threads and
 # the hold's own system calls.
 FIRST_STOP_CPU_SECONDS = 0.010
 _POLL_SHARE = 0.1  # of a period: how often the wait looks at our CPU time again
+# What a stop costs in CPU beside its reading, before one has been measured: holding and
+# releasing every thread of the target (about 1.5 ms measured with 34 threads; taken high).
+FIRST_HOLD_CPU_SECONDS = 0.004
+# What a stop's reading costs in CPU whatever it reads: the arena's state, its copy's and
+# walk's set-up (0.6-1 ms measured here).
+READING_SETUP_CPU_SECONDS = 0.001
+# What one page a stop copies costs it in CPU, its readers' time summed: the page's pagemap
+# entry read again, the page, and the walk of the lists on it (2.8 us measured here; taken
+# higher, so that a stop sized by it fits).
+COPY_CPU_SECONDS_PER_PAGE = 3.5e-6
+# The least a stop may read under any quota: a stop that reads nothing makes no progress.
+MIN_READING_CPU_SECONDS = 0.001
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +105,9 @@ def cpu_quota(proc: Path = Path("/proc/self")) -> CpuQuota | None:
 class StopPacer:
     """Waits before each stop of a target until our CPU quota has room for it (the module's
     invariant). ``waited_seconds`` sums the waits; ``stop_cpu_seconds`` is what the stops
-    seen so far took at most (the next stop is assumed to take as much)."""
+    seen so far took at most (the next stop is assumed to take as much), and
+    ``hold_cpu_seconds`` what holding and releasing the threads took of it (the hold tells
+    ``held`` and ``releasing``), so that a stop's reading can be sized to the rest."""
 
     def __init__(
         self,
@@ -98,7 +121,10 @@ class StopPacer:
         self._clock, self._cpu_clock, self._sleep = clock, cpu_clock, sleep
         self._samples: deque[tuple[float, float]] = deque()  # (monotonic, our CPU), in order
         self._stop_began_cpu: float | None = None
+        self._held_cpu: float | None = None  # CPU time when the threads were held
+        self._releasing_cpu: float | None = None  # and when their release began
         self.stop_cpu_seconds = FIRST_STOP_CPU_SECONDS
+        self.hold_cpu_seconds = FIRST_HOLD_CPU_SECONDS
         self.waited_seconds = 0.0
         if quota is not None:
             self._sample()
@@ -128,7 +154,8 @@ class StopPacer:
         if self.quota is None:
             return
         period = self.quota.period_seconds
-        room = max(0.0, MARGIN * self.quota.quota_seconds - self.stop_cpu_seconds)
+        quota = self.quota.quota_seconds
+        room = max(QUIET_SHARE * quota, MARGIN * quota - self.stop_cpu_seconds)
         began = self._clock()
         while True:
             now, cpu = self._sample()
@@ -138,16 +165,31 @@ class StopPacer:
         self.waited_seconds += now - began
         self._stop_began_cpu = cpu
 
+    def held(self) -> None:
+        """Every thread of the stop begun after ``before_stop`` is held: what that took."""
+        if self.quota is None or self._stop_began_cpu is None:
+            return
+        self._held_cpu = self._cpu_clock()
+
+    def releasing(self) -> None:
+        """The stop's threads are about to be released (``after_stop`` follows)."""
+        if self.quota is None or self._held_cpu is None:
+            return
+        self._releasing_cpu = self._cpu_clock()
+
     def after_stop(self) -> None:
         """The stop begun after ``before_stop`` is over: its CPU time is remembered."""
         if self.quota is None or self._stop_began_cpu is None:
             return
         _, cpu = self._sample()
         took = cpu - self._stop_began_cpu
-        self._stop_began_cpu = None
         # The longest stop so far, forgotten slowly: the next stop of the same read costs
-        # about as much as the last ones.
-        self.stop_cpu_seconds = max(took, 0.9 * self.stop_cpu_seconds, FIRST_STOP_CPU_SECONDS)
+        # about as much as the last ones. The same for what its hold alone cost.
+        self.stop_cpu_seconds = max(took, 0.9 * self.stop_cpu_seconds)
+        if self._held_cpu is not None and self._releasing_cpu is not None:
+            holding = (self._held_cpu - self._stop_began_cpu) + (cpu - self._releasing_cpu)
+            self.hold_cpu_seconds = max(holding, 0.9 * self.hold_cpu_seconds)
+        self._stop_began_cpu = self._held_cpu = self._releasing_cpu = None
 
 
 _pacer: StopPacer | None = None
@@ -167,3 +209,34 @@ def wall_per_cpu_second() -> float:
     budgets that mean work, not waiting."""
     quota = stop_pacer().quota
     return 1.0 if quota is None or quota.cpus >= 1 else 1.0 / quota.cpus
+
+
+def stop_reading_cpu_seconds() -> float | None:
+    """CPU time the reading inside one stop may take under our CPU quota: MARGIN of the
+    quota less what holding the threads costs (the pacer's hold_cpu_seconds) and
+    READING_SETUP_CPU_SECONDS, at least MIN_READING_CPU_SECONDS; None without a quota."""
+    pacer = stop_pacer()
+    if pacer.quota is None:
+        return None
+    room = MARGIN * pacer.quota.quota_seconds - pacer.hold_cpu_seconds - READING_SETUP_CPU_SECONDS
+    return max(MIN_READING_CPU_SECONDS, room)
+
+
+def stop_copy_max_bytes(usual_bytes: int, page_bytes: int = 4096) -> int:
+    """Bytes one stop may copy: ``usual_bytes``; under a CPU quota at most the pages
+    stop_reading_cpu_seconds() copies at COPY_CPU_SECONDS_PER_PAGE each (whole pages, at
+    least one)."""
+    reading = stop_reading_cpu_seconds()
+    if reading is None:
+        return usual_bytes
+    pages = max(1, int(reading / COPY_CPU_SECONDS_PER_PAGE))
+    return min(usual_bytes, pages * page_bytes)
+
+
+def stop_reading_seconds(usual_seconds: float, readers: int = 1) -> float:
+    """How long one stop may read: ``usual_seconds``; under a CPU quota at most
+    stop_reading_cpu_seconds() shared by ``readers`` threads reading at once."""
+    reading = stop_reading_cpu_seconds()
+    if reading is None:
+        return usual_seconds
+    return min(usual_seconds, reading / max(1, readers))

@@ -213,6 +213,7 @@ class ThreadHold:
         if self._failure is not None:
             self._finish()
             raise self._failure
+        stop_pacer().held()
         return self
 
     def __exit__(
@@ -226,6 +227,7 @@ class ThreadHold:
     def _finish(self) -> None:
         """Tell the tracer to let go and return once it has ended. Should this wait itself be
         interrupted (a second Ctrl-C), the tracer still lets go on its own."""
+        stop_pacer().releasing()
         self._release.set()
         self._work_ready.set()  # wakes a tracer waiting for work
         if self._tracer is not None:
