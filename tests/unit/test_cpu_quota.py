@@ -264,3 +264,42 @@ def test_what_one_stop_may_read_fits_the_room_the_quota_leaves(
     )
     assert stop_cpu <= cq.MARGIN * quota.quota_seconds + 1e-9
     assert 2 * seconds + pacer.hold_cpu_seconds <= cq.MARGIN * quota.quota_seconds + 1e-9
+
+
+def test_what_a_page_cost_the_last_stop_sizes_the_next_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stop that copied pages at more CPU a page than assumed makes the next stops copy
+    fewer; cheaper pages let them grow back slowly, to what the default cost allows and no
+    further. Without a quota nothing is learnt."""
+    clock = _Clock()
+    pacer = _pacer(clock, CpuQuota(0.01, 0.1, "/x"))  # 0.1 CPU
+    monkeypatch.setattr(cq, "_pacer", pacer)
+
+    def stop(pages: int, per_page_seconds: float) -> None:
+        clock.sleep(0.2)
+        pacer.before_stop()
+        clock.work(0.0015)
+        pacer.held()
+        clock.work(cq.READING_SETUP_CPU_SECONDS + pages * per_page_seconds)
+        pacer.releasing()
+        pacer.after_stop()
+        pacer.learn_copy_cost(pages)
+
+    before = cq.stop_copy_max_bytes(16 << 20)
+    stop(800, 2 * cq.COPY_CPU_SECONDS_PER_PAGE)  # dearer than assumed
+    assert pacer.copy_cpu_seconds_per_page == pytest.approx(2 * cq.COPY_CPU_SECONDS_PER_PAGE)
+    dear = cq.stop_copy_max_bytes(16 << 20)
+    assert dear < before
+    reading = cq.stop_reading_cpu_seconds()
+    assert reading is not None
+    assert dear // 4096 * 2 * cq.COPY_CPU_SECONDS_PER_PAGE <= reading + 1e-9
+    for _ in range(30):
+        stop(800, cq.COPY_CPU_SECONDS_PER_PAGE / 3)
+    assert pacer.copy_cpu_seconds_per_page == pytest.approx(cq.COPY_CPU_SECONDS_PER_PAGE)
+    reading = cq.stop_reading_cpu_seconds()
+    assert reading is not None
+    assert cq.stop_copy_max_bytes(16 << 20) == int(reading / cq.COPY_CPU_SECONDS_PER_PAGE) * 4096
+    free = _pacer(_Clock(), None)
+    free.learn_copy_cost(800)
+    assert free.copy_cpu_seconds_per_page == cq.COPY_CPU_SECONDS_PER_PAGE

@@ -746,6 +746,11 @@ class ArenaWalker:
             # most it was ever made writable, its size what it is now.)
             pages = min(len(segment.pages.readable), len(segment.filled))
             scouted = bytes(segment.filled[:pages])
+            if scouted.count(0) == pages:
+                # (None of its pages is this part's: an arena of a GiB has 16 heaps, and a part's
+                # lists lie in a few of them.)
+                segment.filled[pages:] = bytes(len(segment.filled) - pages)
+                continue
             still = bytearray(both(scouted, segment.pages.readable))
             # A copy that rechecks the pagemap (its residency is the scout's) reads in it which
             # pages the held target alone maps, and reads those pinned (_procmem_read.h); one

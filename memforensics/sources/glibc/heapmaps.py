@@ -374,9 +374,10 @@ class StopRules:
         read that closed the walker (the arena was read whole: its heaps shrank or went
         since the scout) ends it. Where the lists are ``moving``, each part's are caught up
         with the running target just before its stop (ArenaWalker.catch_up). A part whose
-        pages come to more than ``part_max_bytes`` (one bin whose list alone is that long) is
+        pages come to more than _PART_MAX_BYTES (one bin whose list alone is that long) is
         read in relays where ``relay`` is given and can (``relay(part)`` is its read),
-        instead of copied in one stop."""
+        instead of copied in one stop. (Not past a smaller ``part_max_bytes``: a relay's own
+        stops cost more than such a part's one, in an arena of a GiB 20 ms of CPU each.)"""
         parts = 1
         part_max_bytes = self.part_max_bytes
         if walker is not None and self.hold is not None and walker.scouted_bytes > part_max_bytes:
@@ -386,10 +387,14 @@ class StopRules:
             self.let_run()
             parts = walker.split(part_max_bytes // walker.page_bytes)
         start = len(self.rows)
+        copied_pages = 0  # by the part before, in a stop of its own
         for part in range(parts):
             if part:
                 assert walker is not None
                 self.let_run()
+                # (Under a CPU quota, what the part's stop cost a page sizes the next arenas'.)
+                stop_pacer().learn_copy_cost(copied_pages)
+                copied_pages = 0
                 if walker.closed:
                     break
                 walker.next_part()
@@ -410,7 +415,7 @@ class StopRules:
                 if (
                     relay is not None
                     and part_bins is not None
-                    and weight_bytes > part_max_bytes
+                    and weight_bytes > _PART_MAX_BYTES
                     and self.add_relayed(functools.partial(relay, part_bins, walker.part_pages()))
                 ):
                     if walker.parts_left == 0:
@@ -424,6 +429,8 @@ class StopRules:
                 weight_bytes,
                 deferrable=walker is None,
             )
+            if walker is not None:
+                copied_pages = weight_bytes // walker.page_bytes
         if len(self.rows) - start > 1:
             self._merge_rows(start)
 

@@ -49,10 +49,11 @@ FIRST_HOLD_CPU_SECONDS = 0.004
 # What a stop's reading costs in CPU whatever it reads: the arena's state, its copy's and
 # walk's set-up (0.6-1 ms measured here).
 READING_SETUP_CPU_SECONDS = 0.001
-# What one page a stop copies costs it in CPU, its readers' time summed: the page's pagemap
-# entry read again, the page, and the walk of the lists on it (2.8 us measured here; taken
-# higher, so that a stop sized by it fits).
-COPY_CPU_SECONDS_PER_PAGE = 3.5e-6
+# What one page a stop copies costs it in CPU, its readers' time summed, before a stop has
+# measured it: the page's pagemap entry read again, the page, and the walk of the lists on
+# it (measured here: 2.8 us in heaps of 64 MiB, 6 us in an arena of 1 GiB whose pages lie
+# far apart; taken high, so that a stop sized by it fits).
+COPY_CPU_SECONDS_PER_PAGE = 6e-6
 # The least a stop may read under any quota: a stop that reads nothing makes no progress.
 MIN_READING_CPU_SECONDS = 0.001
 
@@ -125,6 +126,8 @@ class StopPacer:
         self._releasing_cpu: float | None = None  # and when their release began
         self.stop_cpu_seconds = FIRST_STOP_CPU_SECONDS
         self.hold_cpu_seconds = FIRST_HOLD_CPU_SECONDS
+        self.copy_cpu_seconds_per_page = COPY_CPU_SECONDS_PER_PAGE  # (learn_copy_cost)
+        self.last_reading_cpu_seconds: float | None = None  # the last stop's, less its hold
         self.waited_seconds = 0.0
         if quota is not None:
             self._sample()
@@ -186,10 +189,26 @@ class StopPacer:
         # The longest stop so far, forgotten slowly: the next stop of the same read costs
         # about as much as the last ones. The same for what its hold alone cost.
         self.stop_cpu_seconds = max(took, 0.9 * self.stop_cpu_seconds)
+        self.last_reading_cpu_seconds = None
         if self._held_cpu is not None and self._releasing_cpu is not None:
             holding = (self._held_cpu - self._stop_began_cpu) + (cpu - self._releasing_cpu)
             self.hold_cpu_seconds = max(holding, 0.9 * self.hold_cpu_seconds)
+            self.last_reading_cpu_seconds = max(0.0, took - holding)
         self._stop_began_cpu = self._held_cpu = self._releasing_cpu = None
+
+    def learn_copy_cost(self, pages: int) -> None:
+        """The stop that just ended copied ``pages`` pages (and walked their lists): what a
+        page cost it, its reading's set-up taken off, is the cost assumed from now on where
+        more, forgotten slowly where less, never below COPY_CPU_SECONDS_PER_PAGE (a part of
+        cheap pages says little of the next: parts grown on it were throttled)."""
+        reading = self.last_reading_cpu_seconds
+        if self.quota is None or reading is None or pages <= 0:
+            return
+        per_page = max(0.0, reading - READING_SETUP_CPU_SECONDS) / pages
+        self.copy_cpu_seconds_per_page = max(
+            per_page, 0.9 * self.copy_cpu_seconds_per_page, COPY_CPU_SECONDS_PER_PAGE
+        )
+        self.last_reading_cpu_seconds = None
 
 
 _pacer: StopPacer | None = None
@@ -224,12 +243,12 @@ def stop_reading_cpu_seconds() -> float | None:
 
 def stop_copy_max_bytes(usual_bytes: int, page_bytes: int = 4096) -> int:
     """Bytes one stop may copy: ``usual_bytes``; under a CPU quota at most the pages
-    stop_reading_cpu_seconds() copies at COPY_CPU_SECONDS_PER_PAGE each (whole pages, at
-    least one)."""
+    stop_reading_cpu_seconds() copies at the pacer's copy_cpu_seconds_per_page each (whole
+    pages, at least one)."""
     reading = stop_reading_cpu_seconds()
     if reading is None:
         return usual_bytes
-    pages = max(1, int(reading / COPY_CPU_SECONDS_PER_PAGE))
+    pages = max(1, int(reading / stop_pacer().copy_cpu_seconds_per_page))
     return min(usual_bytes, pages * page_bytes)
 
 
