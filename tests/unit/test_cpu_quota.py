@@ -303,3 +303,58 @@ def test_what_a_page_cost_the_last_stop_sizes_the_next_ones(
     free = _pacer(_Clock(), None)
     free.learn_copy_cost(800)
     assert free.copy_cpu_seconds_per_page == cq.COPY_CPU_SECONDS_PER_PAGE
+
+
+def test_a_work_deadline_is_pushed_back_by_the_pacers_waits_and_nothing_else(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A budget of our work (a read's, its relays') is of CPU time: the seconds the pacer
+    waits for room in the quota are added to it as they happen, so a loop of paced stops
+    asking ``passed`` at each turn runs out on its work alone, not on its waits."""
+    clock = _Clock()
+    pacer = _pacer(clock, CpuQuota(0.01, 0.1, "/x"))  # 0.1 CPU: a CPU second is 10 s of wall
+    monkeypatch.setattr(cq, "_pacer", pacer)
+    deadline = cq.WorkDeadline(0.05, clock=lambda: clock.wall)
+    assert deadline.at() == pytest.approx(clock.wall + 0.5)
+    stops = 0
+    while not deadline.passed():
+        pacer.before_stop()  # (each stop after busy work waits about a period)
+        clock.work(0.01)
+        pacer.after_stop()
+        clock.work(0.02)  # the work between stops
+        stops += 1
+    assert pacer.waited_seconds > 0.5  # waiting alone would have spent the budget
+    # The 0.5 s of wall are spent on the work between and in the stops (30 ms a stop).
+    assert stops == pytest.approx(0.5 / 0.03, abs=1)
+    assert deadline.left_seconds() <= 0
+
+
+def test_time_excluded_from_a_work_deadline_counts_its_waits_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A relay's time is its own: the read's budget is pushed back by all of it, the waits
+    its stops made inside included, but those waits not a second time."""
+    clock = _Clock()
+    pacer = _pacer(clock, CpuQuota(0.01, 0.1, "/x"))
+    monkeypatch.setattr(cq, "_pacer", pacer)
+    deadline = cq.WorkDeadline(0.1, clock=lambda: clock.wall)
+    before = deadline.at()
+    with deadline.excluded():
+        for _ in range(3):
+            clock.work(0.05)
+            pacer.before_stop()
+            clock.work(0.005)
+            pacer.after_stop()
+    assert pacer.waited_seconds > 0
+    spent = clock.wall - 100.0
+    assert deadline.at() == pytest.approx(before + spent)
+    deadline.extend(0.01)  # of CPU: 0.1 s of wall under 0.1 CPU
+    assert deadline.at() == pytest.approx(before + spent + 0.1)
+
+
+def test_without_a_quota_a_work_deadline_is_a_plain_moment(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = _Clock()
+    monkeypatch.setattr(cq, "_pacer", _pacer(clock, None))
+    deadline = cq.WorkDeadline(2.0, start=50.0, clock=lambda: clock.wall)
+    assert deadline.at() == 52.0 and deadline.passed()
+    assert cq.WorkDeadline(2.0, clock=lambda: clock.wall).left_seconds() == 2.0

@@ -59,3 +59,19 @@ def test_too_few_pages_say_nothing_yet() -> None:
     assert not relay._scattered()
     assert not _go_on(relay, 200, 10)._scattered()
     assert _go_on(relay, 2000, 10)._scattered()
+
+
+def test_a_sweep_that_names_every_bin_leaves_each_unmeasured_once() -> None:
+    """A relay left bin 18 unmeasured (a list that failed a check); the sweep of the lists
+    still followed then found the heap corrupt, which leaves every bin unmeasured: bin 18 is
+    listed once, and the sweep's figures for a bin it did read are kept."""
+    from memforensics.sources.glibc.bin_relay import _List, _merge_swept
+    from memforensics.sources.glibc.list_sweep import SweepResult
+
+    walk = ArenaWalk(unmeasured_bins=[18])
+    swept = SweepResult()
+    swept.figures[40] = (3, 3 * 1024, 4096, 0, 1024, 1024, 3 * 1024)
+    swept.unmeasured = list(range(1, 128))
+    _merge_swept(walk, {40: _List(40, 0x1000), 41: _List(41, 0x2000)}, swept)
+    assert walk.unmeasured_bins == list(range(1, 128))
+    assert walk.bins[40] == (3, 3 * 1024) and walk.chunks == 3

@@ -153,7 +153,7 @@ def _arena_scan(
         free_resident_bytes=walk.resident_bytes,
         trimmable_bytes=walk.trimmable_bytes,
         chunks=walk.chunks,
-        unmeasured_bins=tuple(walk.unmeasured_bins),
+        unmeasured_bins=tuple(sorted(set(walk.unmeasured_bins))),  # (each once, in order)
         retries=walk.retries,
         budget_reached=walk.budget_reached,
         lists_too_long=walk.lists_too_long,

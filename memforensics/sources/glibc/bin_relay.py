@@ -35,6 +35,7 @@ import contextlib
 import mmap
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from memforensics.model import corruption as words
 from memforensics.model import glibc
@@ -45,8 +46,11 @@ from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap, read_state
 from memforensics.sources.glibc.glibc_walk import ArenaWalk, ArenaWalker, nonempty_bins
 from memforensics.sources.glibc.heap_checks import bin_head, list_check
 from memforensics.sources.glibc.heapcopy import FreshBuffers
-from memforensics.sources.proc.cpu_quota import stop_reading_seconds
+from memforensics.sources.proc.cpu_quota import WorkDeadline, stop_reading_seconds
 from memforensics.sources.proc.procmem import PageMap, ProcessMemoryReader
+
+if TYPE_CHECKING:  # (list_sweep imports numpy: imported where a sweep runs)
+    from memforensics.sources.glibc.list_sweep import SweepResult
 
 _native = optional_native("memforensics.sources.glibc._chunkwalk")
 
@@ -116,7 +120,7 @@ def relay_arena(
     heaps_now: Callable[[ArenaState, bool], list[Heap]],
     *,
     is_main: bool,
-    deadline: float,
+    deadline: WorkDeadline,
     part: tuple[int, int] | None = None,
     pages: dict[int, bytes] | None = None,
     sbrk_base: int | None = None,
@@ -139,7 +143,7 @@ def relay_arena(
         relay.known = {(h.start, h.size_bytes): h.pages for h in heaps_now(running, True)}
     locked = 0
     try:
-        while time.monotonic() < deadline and not relay.over:
+        while not deadline.passed() and not relay.over:
             with hold.arena(0):
                 busy = relay.stop(hold)
             hold.release()
@@ -155,9 +159,7 @@ def relay_arena(
             relay.sweep(hold)
         read = relay.read
         if read.walk is None and read.gave_up is None:
-            read.gave_up = (
-                "the read's time ran out" if time.monotonic() >= deadline else "not readable"
-            )
+            read.gave_up = "the read's time ran out" if deadline.passed() else "not readable"
         return read
     finally:
         hold.release()
@@ -173,7 +175,7 @@ class _Relay:
         address: int,
         heaps_now: Callable[[ArenaState, bool], list[Heap]],
         is_main: bool,
-        deadline: float,
+        deadline: WorkDeadline,
         part: tuple[int, int] | None,
         scouted_pages: dict[int, bytes],
         sbrk_base: int | None,
@@ -233,7 +235,7 @@ class _Relay:
         # (The first stretch is short: it tells a scattered list, _scattered, at little cost.)
         first = read.stops == 1
         following = stop_reading_seconds(RELAY_FIRST_SECONDS if first else RELAY_STOP_SECONDS)
-        end = min(began + following, self.deadline)
+        end = min(began + following, self.deadline.at())
         for each in list(self.lists.values()):
             outcome = _stretch(self.mem, self.cache, each, state, spans, limit, end, read)
             if outcome is not None:  # (None: its stretch ran out of this stop's time)
@@ -279,11 +281,7 @@ class _Relay:
         if isinstance(swept, str):
             read.gave_up = f"swept, but {swept}"
             return
-        for number, figures in swept.figures.items():
-            _record(walk, self.lists[number], figures)
-        walk.unmeasured_bins.extend(swept.unmeasured)
-        walk.corruption.extend(swept.corruption)
-        walk.unmeasured_bins.sort()
+        _merge_swept(walk, self.lists, swept)
         read.walk, read.state, read.swept = walk, state, True
         read.stops += swept.stops
 
@@ -298,7 +296,7 @@ class _Relay:
         first, last = self.part or (0, glibc.NBINS - 1)
         if first == 0:
             walk = _fastbins_and_top(
-                self.mem, heaps, state, self.is_main, self.deadline, self.copy_max_bytes
+                self.mem, heaps, state, self.is_main, self.deadline.at(), self.copy_max_bytes
             )
         else:  # (a part without the fastbins has none: the first part's are the arena's)
             walk = ArenaWalk(fastbin_chunks=())
@@ -464,6 +462,17 @@ def _finding(
             f"the next chunk's prev_size is {detail:#x}, not its size",
         )
     return HeapCorruption(arena, name, chunk, words.LIST_LOOPS, "the list loops")
+
+
+def _merge_swept(walk: ArenaWalk, lists: dict[int, _List], swept: SweepResult) -> None:
+    """What a sweep read of the lists still followed (``lists``) into the arena's walk: a
+    bin is unmeasured once however many of the relay's lists and the sweep's findings name
+    it (a sweep that found the heap corrupt names every bin, some of which the relay had
+    already left unmeasured)."""
+    for number, figures in swept.figures.items():
+        _record(walk, lists[number], figures)
+    walk.corruption.extend(swept.corruption)
+    walk.unmeasured_bins[:] = sorted({*walk.unmeasured_bins, *swept.unmeasured})
 
 
 def _record(walk: ArenaWalk, each: _List, outcome: tuple[int, ...] | HeapCorruption | str) -> None:

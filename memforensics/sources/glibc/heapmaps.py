@@ -46,6 +46,7 @@ from memforensics.sources.glibc.heap_search import (
 from memforensics.sources.glibc.heapcopy import BufferPool, FreshBuffers, copy_budget_bytes
 from memforensics.sources.glibc.malloc_par import find_malloc_par, read_malloc_par
 from memforensics.sources.proc.cpu_quota import (
+    WorkDeadline,
     stop_copy_max_bytes,
     stop_pacer,
     wall_per_cpu_second,
@@ -481,7 +482,7 @@ class _HeapRead:
         pool: BufferPool,
         libc_path: str | None,
         *,
-        deadline: float,
+        deadline: WorkDeadline,
         pause: Callable[[], object] | None,
         arenas_only: bool,
         figures: bool,
@@ -499,7 +500,7 @@ class _HeapRead:
         self.relay_gave_up: dict[int, str] = {}  # of those, why their relays gave up
         # Until when relays may go on: RELAY_BUDGET_SECONDS for all of this read's relays
         # together (however many arenas a target has), set by the first.
-        self.relays_deadline: float | None = None
+        self.relays_deadline: WorkDeadline | None = None
         self.libc_path = libc_path
         self.deadline = deadline
         self.pause = pause or (lambda: None)
@@ -507,7 +508,6 @@ class _HeapRead:
         self.rules = StopRules(hold, pool.copy_max_bytes)
         self.notes: list[str] = []
         self.quota_waited_seconds = stop_pacer().waited_seconds  # before this read
-        self._waits_credited = self.quota_waited_seconds
         self.params: MallocParams | None = None
         self.seen: dict[int, list[Heap]] = {}  # each non-main arena's heaps, as read
         self.scouted: dict[int, ArenaWalker] = {}  # scouted arenas waiting for their stop
@@ -573,7 +573,7 @@ class _HeapRead:
         of the biggest arena faulted in before any stop (the copies then only copy); a held
         read's budget grown for its arenas (_HELD_SECONDS_PER_ARENA)."""
         if self.rules.held:
-            self.deadline += _HELD_SECONDS_PER_ARENA * len(self.order) * wall_per_cpu_second()
+            self.deadline.extend(_HELD_SECONDS_PER_ARENA * len(self.order))
         if self.figures and self.main_state is not None:
             bases = [h.start for h in self.main_heaps] or [0]
             regions = libc_data_regions(self.mappings, self.libc_path)
@@ -645,7 +645,7 @@ class _HeapRead:
             return None
         heaps, _ = self._main_heaps_now(state)
         walker = self._scout_walker(heaps, is_main=True)
-        if walker.scout(state, self.deadline):
+        if walker.scout(state, self.deadline.at()):
             return walker
         self._outgrown(state.address, heaps)
         walker.close()
@@ -702,7 +702,7 @@ class _HeapRead:
             heaps,
             is_main=True,
             layout_ok=True,
-            deadline=self.deadline,
+            deadline=self.deadline.at(),
             retry_deadline=self.rules.retry_deadline(0.0) if held else None,
             pause=self.pause,
             figures=self.figures,
@@ -730,20 +730,11 @@ class _HeapRead:
                 walker.close()
             self.scouted.clear()
 
-    def _credit_waits(self) -> None:
-        """The stops' waits for room in our CPU quota since the last credit extend the
-        read's deadline: waiting is not the read's work (its budget is of CPU time), and
-        under a small quota one stop in a period is all the pacer allows."""
-        waited = stop_pacer().waited_seconds
-        self.deadline += waited - self._waits_credited
-        self._waits_credited = waited
-
     def _read_thread_arenas(self) -> None:
         for position, address in enumerate(self.order):
             self.pause()
-            self._credit_waits()
             # Re-reads of a hot arena may use its fair share of what is left of the budget.
-            share = (self.deadline - time.monotonic()) / (len(self.order) - position)
+            share = self.deadline.left_seconds() / (len(self.order) - position)
             weight = sum(h.size_bytes for h in self.by_arena.get(address, ()))
             scouted = None
             # (Past the give-ups, an arena too big to be copied whole is still scouted: for
@@ -808,27 +799,22 @@ class _HeapRead:
             return heaps
 
         def read(part: tuple[int, int] | None, pages: dict[int, bytes] | None) -> ArenaScan | None:
-            began = time.monotonic()
             if self.relays_deadline is None:  # (the first relay of this read starts the clock)
-                # (Of our CPU time, as the read's own budget: under a CPU quota, longer.)
-                seconds = bin_relay.RELAY_BUDGET_SECONDS * wall_per_cpu_second()
-                self.relays_deadline = began + seconds
-            relayed = bin_relay.relay_arena(
-                mem,
-                hold,
-                address,
-                heaps_now,
-                is_main=is_main,
-                deadline=self.relays_deadline,
-                part=part,
-                pages=pages,
-                sbrk_base=self.params.sbrk_base if self.params is not None else None,
-                copy_max_bytes=self.pool.copy_max_bytes,
-            )
-            # (The relay's time is its own: the arenas after it keep what the read had left.
-            # Its stops' waits are in it.)
-            self.deadline += time.monotonic() - began
-            self._waits_credited = stop_pacer().waited_seconds
+                self.relays_deadline = WorkDeadline(bin_relay.RELAY_BUDGET_SECONDS)
+            # (The relay's time is its own: the arenas after it keep what the read had left.)
+            with self.deadline.excluded():
+                relayed = bin_relay.relay_arena(
+                    mem,
+                    hold,
+                    address,
+                    heaps_now,
+                    is_main=is_main,
+                    deadline=self.relays_deadline,
+                    part=part,
+                    pages=pages,
+                    sbrk_base=self.params.sbrk_base if self.params is not None else None,
+                    copy_max_bytes=self.pool.copy_max_bytes,
+                )
             scan = relayed_scan(
                 mem, relayed, is_main=is_main, figures=self.figures, scouted=part is not None
             )
@@ -873,13 +859,13 @@ class _HeapRead:
         budget = self._scout_room_bytes(
             any(self._beyond(self.by_arena[address]) for address in addresses)
         )
-        together = len(group) > 1 and scout_together(group, self.deadline, budget)
+        together = len(group) > 1 and scout_together(group, self.deadline.at(), budget)
         found = kept = 0
         for address, (walker, state) in zip(addresses, group, strict=True):
             if not together and kept >= budget:
                 walker.close()  # our memory until their stops: scouted at their own turn
                 continue
-            if together or walker.scout(state, self.deadline):
+            if together or walker.scout(state, self.deadline.at()):
                 kept += walker.scouted_bytes
                 self.scouted[address] = walker
                 found = max(found, walker.scouted_bytes)
@@ -973,7 +959,7 @@ class _HeapRead:
                     [],
                     is_main=False,
                     layout_ok=True,
-                    deadline=self.deadline,
+                    deadline=self.deadline.at(),
                     scouted=scouted,
                 )
             state = held_state
@@ -990,7 +976,7 @@ class _HeapRead:
             arena_heaps,
             is_main=False,
             layout_ok=layout_ok,
-            deadline=self.deadline,
+            deadline=self.deadline.at(),
             retry_deadline=self.rules.retry_deadline(share),
             pause=self.pause,
             figures=self.figures,
@@ -1036,7 +1022,7 @@ class _HeapRead:
             stack_resident_bytes=stacks,
             anon_resident_bytes=sum(m.anon_bytes or 0 for m in self.mappings),
             walk_seconds=time.monotonic() - started,
-            walk_budget_seconds=self.deadline - started,
+            walk_budget_seconds=self.deadline.at() - started,
             notes=tuple(self.notes),
             mmap_search_complete=self.searched,
             malloc_params=self.params,
@@ -1082,8 +1068,7 @@ def _scan(
         mem,
         pool,
         libc_path,
-        # The budget is of our CPU's time: under a CPU quota a second of it takes longer.
-        deadline=started + budget_seconds * wall_per_cpu_second(),
+        deadline=WorkDeadline(budget_seconds, start=started),
         pause=pause,
         arenas_only=arenas_only,
         figures=figures,

@@ -31,7 +31,6 @@ Contract:
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Sequence
 from typing import cast
 
@@ -53,6 +52,7 @@ from memforensics.sources.glibc.heap_window import (
     window_buffer,
     window_bytes_within,
 )
+from memforensics.sources.proc.cpu_quota import WorkDeadline
 from memforensics.sources.proc.own_cgroup import memory_headroom_bytes
 from memforensics.sources.proc.procmem import ProcessMemoryReader
 
@@ -138,7 +138,7 @@ def sweep_lists(
     bins: Sequence[int],
     *,
     is_main: bool,
-    deadline: float,
+    deadline: WorkDeadline,
     sbrk_base: int | None = None,
 ) -> SweepResult | str:
     """The list bins ``bins`` of the arena of ``state`` (its heaps ``heaps``, as read in a
@@ -180,7 +180,7 @@ def sweep_lists(
         while not walk.done:
             walked += walk.at - at
             at = walk.at
-            if time.monotonic() > deadline:
+            if deadline.passed():
                 return "the read's time ran out"
             if _too_many(free.count, walked, total_bytes, max_chunks):
                 cut = " within our memory cgroup's limit" if max_chunks < SWEEP_MAX_CHUNKS else ""

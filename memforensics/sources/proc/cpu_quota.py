@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -228,6 +229,52 @@ def wall_per_cpu_second() -> float:
     budgets that mean work, not waiting."""
     quota = stop_pacer().quota
     return 1.0 if quota is None or quota.cpus >= 1 else 1.0 / quota.cpus
+
+
+class WorkDeadline:
+    """When a budget of our work runs out, as a moment of time.monotonic (``at``): made
+    ``cpu_seconds`` of our CPU's time ahead (wall_per_cpu_second each, under a CPU quota),
+    pushed back by every wait of the stop pacer after it was made (a wait for room in the
+    quota is not work: under a small quota the pacer allows about one stop a period, and a
+    budget that counted its waits would run out on waiting), by ``extend`` and by the time
+    spent in ``excluded``. A loop whose stops the pacer paces asks ``at`` or ``passed`` at
+    every turn; a callee that runs in one stop, or none, may take ``at()`` once."""
+
+    def __init__(
+        self,
+        cpu_seconds: float,
+        *,
+        start: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``start``: the moment of ``clock`` the budget began (now when None)."""
+        self._clock = clock
+        self._at = (clock() if start is None else start) + cpu_seconds * wall_per_cpu_second()
+        self._waited_before = stop_pacer().waited_seconds
+
+    def at(self) -> float:
+        return self._at + stop_pacer().waited_seconds - self._waited_before
+
+    def passed(self) -> bool:
+        return self._clock() >= self.at()
+
+    def left_seconds(self) -> float:
+        """Wall seconds until it passes (negative once it has)."""
+        return self.at() - self._clock()
+
+    def extend(self, cpu_seconds: float) -> None:
+        """Later by ``cpu_seconds`` of our CPU's time (more work granted)."""
+        self._at += cpu_seconds * wall_per_cpu_second()
+
+    @contextmanager
+    def excluded(self) -> Iterator[None]:
+        """The time spent inside does not count against this budget (work with a budget
+        of its own); the pacer's waits inside are pushed back once, not twice."""
+        began, waited = self._clock(), stop_pacer().waited_seconds
+        try:
+            yield
+        finally:
+            self._at += (self._clock() - began) - (stop_pacer().waited_seconds - waited)
 
 
 def stop_reading_cpu_seconds() -> float | None:
