@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING, Any
 
-from memforensics.model.heapscan import HeapScan
+from memforensics.model.heapscan import ArenaScan, HeapScan
 from memforensics.units import format_bytes
 
 if TYPE_CHECKING:
@@ -31,6 +31,27 @@ def finding_json(finding: HeapCorruption) -> dict[str, Any]:
     }
 
 
+def _complete(arena: ArenaScan) -> bool:
+    """Every bin of the arena was read, none corrupt: its walk neither stopped early (the
+    read's time, the pages it may copy) nor left a bin unmeasured."""
+    return (
+        arena.walked
+        and not arena.budget_reached
+        and not arena.unmeasured_bins
+        and not arena.corruption
+    )
+
+
+def _not_read(arena: ArenaScan) -> str:
+    """The bins of the arena not measured, in a few words."""
+    listed = ", ".join(str(index) for index in arena.unmeasured_bins)
+    if not arena.walked:
+        return "all"
+    if arena.budget_reached:
+        return f"{listed}, and the rest" if listed else "the rest (its walk stopped early)"
+    return listed or "-"
+
+
 def _arenas_json(scan: HeapScan | None) -> list[dict[str, Any]]:
     if scan is None:
         return []
@@ -39,7 +60,7 @@ def _arenas_json(scan: HeapScan | None) -> list[dict[str, Any]]:
             "index": number,
             "address": None if arena.address is None else f"{arena.address:#x}",
             "is_main": arena.is_main,
-            "complete": arena.walked and not arena.unmeasured_bins and not arena.corruption,
+            "complete": _complete(arena),
             "system_bytes": arena.system_bytes,
             "measured_free_bytes": arena.free_bytes,
             "measured_chunks": arena.chunks,
@@ -107,7 +128,7 @@ def render_corruption(error: HeapCorruptionError) -> RenderableType:
                 format_bytes(arena.free_bytes),
                 str(arena.chunks),
                 str(len(arena.bins)),
-                ", ".join(str(index) for index in arena.unmeasured_bins) or "-",
+                _not_read(arena),
             )
         parts.append(measured)
     return Group(*parts)
@@ -132,6 +153,7 @@ def corruption_html(error: HeapCorruptionError) -> str:
             for f in document["corruption"]
         ],
     )
+    scan = error.partial if isinstance(error.partial, HeapScan) else None
     arenas = table(
         ["arena", "address", "complete", "free measured (bytes)", "chunks", "not read"],
         [
@@ -141,9 +163,9 @@ def corruption_html(error: HeapCorruptionError) -> str:
                 "yes" if a["complete"] else "no",
                 a["measured_free_bytes"],
                 a["measured_chunks"],
-                ", ".join(map(str, a["unmeasured_bins"])) or "-",
+                _not_read(arena),
             ]
-            for a in document["arenas"]
+            for a, arena in zip(document["arenas"], scan.arenas if scan else (), strict=True)
         ],
     )
     title = f"PID {error.pid}: the heap is corrupt"
