@@ -16,7 +16,8 @@ Per quota: the target's longest stall (its own 1 ms ticker) and the wall, median
 ratios to the recipe's; and whether the default read fell back to the stand-in call.
 
 Asserts nothing; prints a table. Run:
-``python benchmarks/bench_quota.py [--rounds N] [--targets 16,32x100]``.
+``python benchmarks/bench_quota.py [--rounds N] [--targets 16,32x100]`` (``--targets``
+takes any of bench_seeds' shapes: ``1500``, ``8x1g``, …).
 """
 
 from __future__ import annotations
@@ -130,17 +131,22 @@ def _bench(target: Target | _SeedsTarget, title: str, rounds: int) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--targets", default="16,32x100", help="comma-separated: 16, 32x100")
+    seeds = [shape.key for shape in SHAPES]
+    parser.add_argument(
+        "--targets",
+        default="16,32x100",
+        help=f"comma-separated: 16, or bench_seeds' shapes ({', '.join(seeds)})",
+    )
     arguments = parser.parse_args()
     for key in arguments.targets.split(","):
         if key == "16":
             target: Target | _SeedsTarget = Target("bench_fragmented", ["16", "20000"])
             title = "16 arenas (bench_fragmented 16 20000)"
-        elif key == "32x100":
+        elif key in seeds:
             target = _SeedsTarget(key)
             title = f"{target.title} (bench_seeds' shape)"
         else:
-            parser.error(f"unknown target {key!r}: 16 or 32x100")
+            parser.error(f"unknown target {key!r}: 16, {', '.join(seeds)}")
         try:
             _bench(target, title, arguments.rounds)
         finally:

@@ -358,3 +358,40 @@ def test_without_a_quota_a_work_deadline_is_a_plain_moment(monkeypatch: pytest.M
     deadline = cq.WorkDeadline(2.0, start=50.0, clock=lambda: clock.wall)
     assert deadline.at() == 52.0 and deadline.passed()
     assert cq.WorkDeadline(2.0, clock=lambda: clock.wall).left_seconds() == 2.0
+
+
+def test_a_hold_that_alone_outgrows_the_quota_leaves_the_usual_bounds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Holding 1,501 threads costs ~35 ms of CPU a stop, more than 0.1 CPU's room: no stop
+    can fit, so none is cut (cut to the least reading, a read of 1,500 small arenas took a
+    stop per arena, the hold paid 1,500 times). One dear hold among cheap ones (34 threads:
+    1.3-6.9 ms) does not lift the cut: the least of the last holds decides."""
+    clock = _Clock()
+    pacer = _pacer(clock, CpuQuota(0.01, 0.1, "/x"))  # 0.1 CPU
+    monkeypatch.setattr(cq, "_pacer", pacer)
+
+    def stop(hold_seconds: float) -> None:
+        clock.sleep(0.2)
+        pacer.before_stop()
+        clock.work(hold_seconds / 2)
+        pacer.held()
+        clock.work(0.002)
+        pacer.releasing()
+        clock.work(hold_seconds / 2)
+        pacer.after_stop()
+
+    for _ in range(cq.RECENT_HOLDS - 1):
+        stop(0.035)
+    assert cq.stop_reading_cpu_seconds() == cq.MIN_READING_CPU_SECONDS  # (not known yet)
+    stop(0.035)
+    assert cq.stop_reading_cpu_seconds() is None
+    assert cq.stop_copy_max_bytes(16 << 20) == 16 << 20
+    assert cq.stop_reading_seconds(0.008, readers=2) == 0.008
+    # Cheap holds again (another target): cut again, and kept cut through one dear hold.
+    for _ in range(60):
+        stop(0.0015)
+    stop(0.0069)
+    reading = cq.stop_reading_cpu_seconds()
+    assert reading == pytest.approx(cq.MIN_READING_CPU_SECONDS)
+    assert cq.stop_copy_max_bytes(16 << 20) < 1 << 20

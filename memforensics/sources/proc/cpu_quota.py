@@ -55,8 +55,11 @@ READING_SETUP_CPU_SECONDS = 0.001
 # it (measured here: 2.8 us in heaps of 64 MiB, 6 us in an arena of 1 GiB whose pages lie
 # far apart; taken high, so that a stop sized by it fits).
 COPY_CPU_SECONDS_PER_PAGE = 6e-6
-# The least a stop may read under any quota: a stop that reads nothing makes no progress.
+# The least a stop's reading is cut to under a quota: where the quota leaves less once the
+# least of the last RECENT_HOLDS holds is paid, the reading is not cut at all
+# (stop_reading_cpu_seconds).
 MIN_READING_CPU_SECONDS = 0.001
+RECENT_HOLDS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +130,9 @@ class StopPacer:
         self._releasing_cpu: float | None = None  # and when their release began
         self.stop_cpu_seconds = FIRST_STOP_CPU_SECONDS
         self.hold_cpu_seconds = FIRST_HOLD_CPU_SECONDS
+        # The last stops' holds as measured: the least of them is what a hold can cost (a
+        # single one may come out several times that: 1.3-6.9 ms with 34 threads).
+        self.recent_holds_cpu_seconds: deque[float] = deque(maxlen=RECENT_HOLDS)
         self.copy_cpu_seconds_per_page = COPY_CPU_SECONDS_PER_PAGE  # (learn_copy_cost)
         self.last_reading_cpu_seconds: float | None = None  # the last stop's, less its hold
         self.waited_seconds = 0.0
@@ -194,6 +200,7 @@ class StopPacer:
         if self._held_cpu is not None and self._releasing_cpu is not None:
             holding = (self._held_cpu - self._stop_began_cpu) + (cpu - self._releasing_cpu)
             self.hold_cpu_seconds = max(holding, 0.9 * self.hold_cpu_seconds)
+            self.recent_holds_cpu_seconds.append(holding)
             self.last_reading_cpu_seconds = max(0.0, took - holding)
         self._stop_began_cpu = self._held_cpu = self._releasing_cpu = None
 
@@ -280,12 +287,19 @@ class WorkDeadline:
 def stop_reading_cpu_seconds() -> float | None:
     """CPU time the reading inside one stop may take under our CPU quota: MARGIN of the
     quota less what holding the threads costs (the pacer's hold_cpu_seconds) and
-    READING_SETUP_CPU_SECONDS, at least MIN_READING_CPU_SECONDS; None without a quota."""
+    READING_SETUP_CPU_SECONDS, at least MIN_READING_CPU_SECONDS. None without a quota, and
+    where even the least of the last RECENT_HOLDS holds leaves no room for that least
+    reading: holding the threads alone does not fit the quota (a target of a thousand
+    threads), no cut makes a stop fit, and a cut would only multiply the stops, each paying
+    the hold and stalling the target as long."""
     pacer = stop_pacer()
     if pacer.quota is None:
         return None
-    room = MARGIN * pacer.quota.quota_seconds - pacer.hold_cpu_seconds - READING_SETUP_CPU_SECONDS
-    return max(MIN_READING_CPU_SECONDS, room)
+    usable = MARGIN * pacer.quota.quota_seconds - READING_SETUP_CPU_SECONDS
+    holds = pacer.recent_holds_cpu_seconds
+    if len(holds) == holds.maxlen and usable - min(holds) < MIN_READING_CPU_SECONDS:
+        return None
+    return max(MIN_READING_CPU_SECONDS, usable - pacer.hold_cpu_seconds)
 
 
 def stop_copy_max_bytes(usual_bytes: int, page_bytes: int = 4096) -> int:
