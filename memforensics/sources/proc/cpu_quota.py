@@ -20,7 +20,11 @@ then waits for a quiet window only, and ``before_stop`` never waits more than
 So a stop must also be small enough: ``stop_copy_max_bytes`` and ``stop_reading_seconds`` are
 how much one stop may copy and how long it may read, the readers' usual bounds cut, under a
 quota, to what fits the pacer's room (MARGIN of the quota, less what holding the threads
-costs). Every reader that sizes its stops takes its bounds from these two.
+costs). Every reader that sizes its stops takes its bounds from these two. Where holding
+the threads alone does not fit the quota, they are left uncut: no cut makes such a stop fit.
+
+A budget of our work (a read's, its relays', their sweeps') is a ``WorkDeadline``: seconds of
+our CPU's time, pushed back by the pacer's waits, which are not work.
 """
 
 from __future__ import annotations
