@@ -6,46 +6,20 @@ from __future__ import annotations
 
 from memforensics.errors import HeapCorruptionError
 from memforensics.model.corruption import HeapCorruption
-from memforensics.model.heapscan import ArenaScan, HeapScan
 from memforensics.render.corruption import corruption_document, corruption_html
+from tests.support.heap_scans import arena_scan, heap_scan
 
 _BAD = HeapCorruption(0x2000, "small bin 18", 0x2400, "smallbin double linked list", "bk", 1)
 
 
-def _arena(address: int, **fields: object) -> ArenaScan:
-    base: dict[str, object] = {
-        "address": address,
-        "is_main": False,
-        "system_bytes": 1 << 20,
-        "layout_ok": True,
-        "segments": (),
-        "walked": True,
-    }
-    return ArenaScan(**{**base, **fields})  # type: ignore[arg-type]
-
-
 def _error() -> HeapCorruptionError:
     arenas = (
-        _arena(0x1000, chunks=4, free_bytes=4096, bins=((18, 4, 4096),)),
-        _arena(0x2000, unmeasured_bins=(18,), corruption=(_BAD,)),
-        _arena(0x3000, budget_reached=True),  # its walk ran out of the read's time
-        _arena(0x4000, walked=False),
+        arena_scan(0x1000, chunks=4, free_bytes=4096, bins=((18, 4, 4096),)),
+        arena_scan(0x2000, unmeasured_bins=(18,), corruption=(_BAD,)),
+        arena_scan(0x3000, budget_reached=True),  # its walk ran out of the read's time
+        arena_scan(0x4000, walked=False),
     )
-    scan = HeapScan(
-        pid=42,
-        page_bytes=4096,
-        chained=True,
-        arenas=arenas,
-        heap_mapped_bytes=0,
-        heap_resident_bytes=0,
-        mmap_chunks=0,
-        mmap_chunk_bytes=0,
-        mmap_chunk_resident_bytes=0,
-        stack_resident_bytes=0,
-        anon_resident_bytes=0,
-        walk_seconds=0.0,
-        walk_budget_seconds=1.0,
-    )
+    scan = heap_scan(arenas, pid=42)
     return HeapCorruptionError("the heap is corrupt", (_BAD,), pid=42, partial=scan)
 
 

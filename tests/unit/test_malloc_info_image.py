@@ -17,6 +17,7 @@ from memforensics.sources.glibc.malloc_par import LAYOUTS, find_malloc_par, pars
 from memforensics.sources.malloc_info.malloc_xml import parse_dump
 from memforensics.sources.proc.procmaps import Mapping
 from memforensics.sources.proc.procmem import PageMap
+from tests.support.heap_scans import heap_scan
 
 PAGE = 4096
 MAIN = BinFigures(
@@ -104,20 +105,11 @@ def _scan(*arenas: BinFigures | None, chained: bool = True, params: bool = True)
         )
         for index, figures in enumerate(arenas)
     )
-    return HeapScan(
+    return heap_scan(
+        rows,
         pid=4242,
         page_bytes=PAGE,
         chained=chained,
-        arenas=rows,
-        heap_mapped_bytes=0,
-        heap_resident_bytes=0,
-        mmap_chunks=0,
-        mmap_chunk_bytes=0,
-        mmap_chunk_resident_bytes=0,
-        stack_resident_bytes=0,
-        anon_resident_bytes=0,
-        walk_seconds=0.0,
-        walk_budget_seconds=1.0,
         malloc_params=PARAMS if params else None,
     )
 

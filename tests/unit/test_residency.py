@@ -25,6 +25,7 @@ from memforensics.model.process import (
 )
 from memforensics.render.process import render_process_header, render_waterfall
 from memforensics.render.process_json import process_json, residency_json, waterfall_json
+from tests.support.heap_scans import arena_scan, heap_scan
 from tests.support.schema import missing_keys
 
 MIB = 1024 * 1024
@@ -254,31 +255,19 @@ def test_after_a_trim_the_report_gives_one_verdict_from_the_residency() -> None:
 
 
 def _scan_arena(**fields: object) -> ArenaScan:
-    base: dict[str, object] = {
-        "address": 0x7F0000000030,
-        "is_main": False,
-        "system_bytes": 8 * MIB,
-        "layout_ok": True,
-        "segments": (HeapSegment(0x7F0000000000, 8 * MIB, 8 * MIB),),
-        "walked": True,
-    }
-    base.update(fields)
-    return ArenaScan(**base)  # type: ignore[arg-type]
+    segments = (HeapSegment(0x7F0000000000, 8 * MIB, 8 * MIB),)
+    return arena_scan(0x7F0000000030, **{"system_bytes": 8 * MIB, "segments": segments, **fields})
 
 
 def _scan(*arenas: ArenaScan, chained: bool = True, budget: float = 3.0) -> HeapScan:
-    return HeapScan(
-        pid=1,
+    resident_bytes = sum(s.resident_bytes for a in arenas for s in a.segments)
+    return heap_scan(
+        arenas,
         page_bytes=PAGE,
         chained=chained,
-        arenas=arenas,
         heap_mapped_bytes=sum(s.mapped_bytes for a in arenas for s in a.segments),
-        heap_resident_bytes=sum(s.resident_bytes for a in arenas for s in a.segments),
-        mmap_chunks=0,
-        mmap_chunk_bytes=0,
-        mmap_chunk_resident_bytes=0,
-        stack_resident_bytes=0,
-        anon_resident_bytes=sum(s.resident_bytes for a in arenas for s in a.segments),
+        heap_resident_bytes=resident_bytes,
+        anon_resident_bytes=resident_bytes,
         walk_seconds=0.5,
         walk_budget_seconds=budget,
     )
