@@ -49,6 +49,8 @@ from tests.support.targets import cpu_cgroup, in_cgroup  # noqa: E402
 
 # The cgroup memforensics runs in under --cpu-quota (empty: ours, no quota).
 _QUOTA_GROUP: list[Path] = []
+# The CPUs of that quota (1.0: none): a read under it takes up to 1/CPUs as long.
+_QUOTA_CPUS: list[float] = [1.0]
 JVM_SEEDS_LIMIT_BYTES = 4 << 30  # the seeds' scale JVM: RSS ~0.8 GiB, arenas ~2 GiB of space
 Window = tuple[float, float]  # (start, end), on the clock of the client's samples
 Samples = list[tuple[float, float]]  # (start, end) of each request a client made
@@ -217,8 +219,9 @@ def bench_postgres(rounds: int) -> None:
     with postgres_cluster() as cluster, tempfile.TemporaryDirectory(prefix="pgb-") as logs:
         os.chmod(logs, 0o777)
         # pgbench writes its log buffered and loses it when killed: it is given time for
-        # every read (~6 s a round) and waited for.
-        duration = 10 + 6 * rounds
+        # every read (~6 s a round, as many times more as a quota slows our side) and
+        # waited for. (Ended early, its backend exits under the next read: exit 3.)
+        duration = 10 + round(6 * rounds / min(1.0, _QUOTA_CPUS[0]))
         run = cluster.pgbench(
             clients=1, duration_seconds=duration, scripts=("-l", f"--log-prefix={logs}/pgb")
         )
@@ -266,6 +269,7 @@ def main() -> int:
             print("bench_services: no cgroup with a CPU quota can be made here", file=sys.stderr)
             return 0
         _QUOTA_GROUP.append(group)
+        _QUOTA_CPUS[0] = args.cpu_quota
         print(f"memforensics runs under a CPU quota of {args.cpu_quota} CPU ({group})")
     services = args.services.split(",")
     try:
