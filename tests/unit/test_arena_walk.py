@@ -271,6 +271,50 @@ def test_a_scouted_stop_reads_a_page_that_came_into_ram_after_the_scout() -> Non
         assert checks == ([corruption.LARGEBIN_NEXTSIZE] if broken else []), broken
 
 
+def test_a_scouted_stop_reads_a_heap_that_shrank_after_the_scout(arena: Arena) -> None:
+    """A busy arena's top grows past glibc's trim threshold between the scout and the stop,
+    and glibc gives the heap's last pages back (shrink_heap: a smaller heap, its pages
+    released). The stop keeps the scouted copy, cut to the heap as it is now (before, it
+    was dropped and the arena copied whole in the stop, which no CPU quota's room cuts):
+    every bin measures what the unshrunk arena's scouted walk does, the top what is left
+    of it, and nothing is found corrupt."""
+    for offset in (0x30010, 0x44010):
+        _lone_in_its_large_bin(arena, offset)
+    arena.word(arena.state + glibc.OFF_SYSTEM_MEM, PAGES * PAGE)  # the top fits it
+    before = _scouted_walk(arena, lambda: None)
+    assert before.corruption == [] and before.unmeasured_bins == []
+    shrunk_bytes = PAGES * PAGE - 4 * PAGE
+    with ProcessMemoryReader(os.getpid()) as mem:
+        full = Heap(
+            arena.base,
+            arena.state,
+            PAGES * PAGE,
+            PAGES * PAGE,
+            mem.pagemap(arena.base, arena.base + PAGES * PAGE),
+        )
+        walker = ArenaWalker(mem, [full], is_main=False, pool=heapcopy.FreshBuffers(), held=True)
+        try:
+            state = read_state(mem, arena.state)
+            assert state is not None
+            assert walker.scout(state, time.monotonic() + 60)
+            arena.chunk(TOP, shrunk_bytes - TOP)  # the top, to the heap's new end
+            arena.word(arena.state + glibc.OFF_SYSTEM_MEM, shrunk_bytes)
+            for offset in range(shrunk_bytes, PAGES * PAGE, PAGE):
+                arena.release(offset)
+            pages = mem.pagemap(arena.base, arena.base + shrunk_bytes)
+            shrunk = Heap(arena.base, arena.state, shrunk_bytes, PAGES * PAGE, pages)
+            assert not walker.keep_scout_residency([shrunk])  # (not the scout's heaps)
+            assert walker.adopt([shrunk])
+            state = read_state(mem, arena.state)
+            assert state is not None
+            walk = walker.walk(state, deadline=time.monotonic() + 60)
+        finally:
+            walker.close()
+    assert walk.bins == before.bins and walk.unmeasured_bins == []
+    assert walk.corruption == [] and walk.budget_reached is False
+    assert walk.top_bytes == shrunk_bytes - TOP == before.top_bytes - 4 * PAGE
+
+
 def _lone_in_its_large_bin(arena: Arena, offset: int) -> None:
     """The large chunk at ``offset``, alone of its size in its bin: its nextsize ring is
     itself (what glibc writes, and what a stop's checks read)."""

@@ -705,21 +705,22 @@ class ArenaWalker:
 
     def adopt(self, heaps: Sequence[Heap]) -> bool:
         """Take the residency read in the stop of ``heaps``: the heaps the scout read, or
-        those grown since (a busy arena's top extends its heap, or a new heap is added).
-        What they grew by is not in the scouted copy (zeros), so a list that leads there
-        reads back inconsistent and is scouted again in the stop, held still (``_rescout``).
-        False, and nothing changed, when a heap the scout read is gone or shrank, or grew
-        past its copy's room."""
+        those grown or shrunk since (a busy arena's top extends its heap, glibc gives back
+        what lies past a top grown big, or a new heap is added). What they grew by is not in
+        the scouted copy (zeros), so a list that leads there reads back inconsistent and is
+        scouted again in the stop, held still (``_rescout``); what they shrank by is no
+        longer copied (no free chunk lies past the top). False, and nothing changed, when a
+        heap the scout read is gone, or grew past its copy's room."""
         ordered = sorted((h for h in heaps if h.pages is not None), key=lambda h: h.start)
         by_start = {h.start: h for h in ordered}
         for segment in self._segments:
             heap = by_start.get(segment.start)
-            if heap is None or not segment.can_grow_to(heap.start + heap.size_bytes):
+            if heap is None or not segment.can_resize_to(heap.start + heap.size_bytes):
                 return False
         for segment in self._segments:
             heap = by_start.pop(segment.start)
             assert heap.pages is not None
-            segment.grow(heap.start + heap.size_bytes, heap.pages)
+            segment.resize(heap.start + heap.size_bytes, heap.pages)
         for heap in by_start.values():  # heaps added since the scout
             if heap.size_bytes > 0:
                 assert heap.pages is not None

@@ -210,25 +210,29 @@ class Segment:
         self.end = end
         self.length = end - start
         self.pages = pages
-        # ``room_bytes``: the heap may grow to that many bytes and keep its copy (grow).
+        # ``room_bytes``: the heap may grow to that many bytes and keep its copy (resize).
         self.buffer = pool.take(max(self.length, room_bytes))
         self.view = memoryview(self.buffer)[: self.length]
         self.words = self.view[: self.length // 8 * 8].cast("Q")
         self.filled = bytearray(self.length // pages.page_bytes + 2)  # one flag per page
         self.whole = False  # copied whole at one go (not block by block)
 
-    def can_grow_to(self, end: int) -> bool:
-        """The heap may end at ``end`` and keep this copy: not shorter, within the buffer."""
-        return self.end <= end <= self.start + len(self.buffer)
+    def can_resize_to(self, end: int) -> bool:
+        """The heap may end at ``end`` and keep this copy: within the buffer."""
+        return self.start < end <= self.start + len(self.buffer)
 
-    def grow(self, end: int, pages: PageMap) -> None:
-        """The copy of the heap now ending at ``end`` (can_grow_to), with its residency
-        ``pages``: the pages it grew by are not copied (zeros, flagged unread)."""
+    def resize(self, end: int, pages: PageMap) -> None:
+        """The copy of the heap now ending at ``end`` (can_resize_to), with its residency
+        ``pages``: the pages it grew by are not copied (zeros, flagged unread); those it
+        shrank by (glibc gave them back past its top chunk, where no free chunk lies) are
+        flagged unread, so that no copy reads them."""
         self.words.release()
         self.view.release()
         self.end, self.length, self.pages = end, end - self.start, pages
         self.view = memoryview(self.buffer)[: self.length]
         self.words = self.view[: self.length // 8 * 8].cast("Q")
+        kept = -(-self.length // pages.page_bytes)  # the page the heap now ends in is kept
+        self.filled[kept:] = bytes(max(0, len(self.filled) - kept))
         wanted = self.length // pages.page_bytes + 2
         self.filled.extend(bytes(max(0, wanted - len(self.filled))))
 
