@@ -331,8 +331,13 @@ class StopRules:
         return stop_copy_max_bytes(_PART_MAX_BYTES)
 
     def scouts(self, weight_bytes: int) -> bool:
-        """This arena's lists are scouted before its stop."""
-        return self.hold is not None and weight_bytes >= self.scout_min_bytes
+        """This arena's lists are scouted before its stop: from scout_min_bytes on, and
+        under a CPU quota whose room one stop's copy of that much would not fit, from what
+        fits it (cpu_quota.stop_copy_max_bytes): a copied whole arena is not cut to the
+        room, a scouted one's pages are (part_max_bytes)."""
+        if self.hold is None:
+            return False
+        return weight_bytes >= stop_copy_max_bytes(self.scout_min_bytes)
 
     def let_run(self) -> None:
         """End the stop running, if any: what comes next reads the running target."""
@@ -372,12 +377,12 @@ class StopRules:
         parts where its scouted ``walker`` splits (ArenaWalker.split: ``part_max_bytes``): each
         part in a stop of its own, the stops ended between them (where the pages the last
         one copied are zeroed), their scans one arena's (arena_read.merge_parts). A part's
-        read that closed the walker (the arena was read whole: its heaps shrank or went
-        since the scout) ends it. Where the lists are ``moving``, each part's are caught up
-        with the running target just before its stop (ArenaWalker.catch_up). A part whose
-        pages come to more than _PART_MAX_BYTES (one bin whose list alone is that long) is
-        read in relays where ``relay`` is given and can (``relay(part)`` is its read),
-        instead of copied in one stop. (Not past a smaller ``part_max_bytes``: a relay's own
+        read that closed the walker (the arena was read whole: a heap went since the scout,
+        or grew past its copy's room) ends it. Where the lists are ``moving``, each part's
+        are caught up with the running target just before its stop (ArenaWalker.catch_up).
+        A part whose pages come to more than _PART_MAX_BYTES (one bin whose list alone is
+        that long) is read in relays where ``relay`` is given and can (``relay(part)`` is its
+        read), instead of copied in one stop. (Not past a smaller ``part_max_bytes``: a relay's own
         stops cost more than such a part's one, in an arena of a GiB 20 ms of CPU each.)"""
         parts = 1
         part_max_bytes = self.part_max_bytes
