@@ -3,10 +3,13 @@ and StopPacer's wait on a simulated clock (its CPU time given by the test)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
+from memforensics.sources.glibc.arena_hold import StopBatches
+from memforensics.sources.glibc.heapmaps import StopRules
 from memforensics.sources.proc import cpu_quota as cq
 from memforensics.sources.proc.cpu_quota import CpuQuota, StopPacer, cpu_quota
 from tests.support.fake_proc import fake_proc
@@ -395,3 +398,28 @@ def test_a_hold_that_alone_outgrows_the_quota_leaves_the_usual_bounds(
     reading = cq.stop_reading_cpu_seconds()
     assert reading == pytest.approx(cq.MIN_READING_CPU_SECONDS)
     assert cq.stop_copy_max_bytes(16 << 20) < 1 << 20
+
+
+@pytest.mark.parametrize(
+    "quota", [None, CpuQuota(0.01, 0.1, "/x"), CpuQuota(0.2, 0.1, "/x")], ids=["none", "0.1", "2"]
+)
+def test_an_arena_whose_whole_copy_would_not_fit_a_stop_is_scouted(
+    monkeypatch: pytest.MonkeyPatch, quota: CpuQuota | None
+) -> None:
+    """An arena is scouted from 32 MiB of heap; under a quota whose room one stop's copy of
+    that does not fit, from what fits it (a whole copy is not cut to the room, a scouted
+    arena's pages are). Without a quota, or under one with room, nothing changes."""
+    pacer = _pacer(_Clock(), quota)
+    pacer.hold_cpu_seconds = 0.0015
+    monkeypatch.setattr(cq, "_pacer", pacer)
+    hold = StopBatches(os.getpid(), libc=None, single_threaded=False)  # (holds nothing yet)
+    rules = StopRules(hold, copy_max_bytes=192 << 20)
+    assert not StopRules(None, copy_max_bytes=192 << 20).scouts(1 << 30)  # a core: no stop
+    assert rules.scouts(32 << 20)
+    fits = cq.stop_copy_max_bytes(32 << 20)
+    if quota is None or quota.cpus >= 1:
+        assert fits == 32 << 20 and not rules.scouts(16 << 20)
+        return
+    assert 0 < fits < 16 << 20
+    assert rules.scouts(fits) and rules.scouts(16 << 20)
+    assert not rules.scouts(fits - 4096)
