@@ -1,8 +1,8 @@
 """The `memforensics` program (``python -m memforensics`` and the console script).
 
-Before the command line is parsed, ``early.begin`` may start the slow parts of
-`inspect PID` (gdb, the first scan), so that they run while Python imports click and the
-command; then the CLI runs as usual.
+Before the command line is parsed, ``early.begin`` may start the slow parts of a command
+(the read of an `inspect PID`'s smaps, the search of an `oom --file`'s log), so that they run
+while Python imports click and the command; then the CLI runs as usual.
 """
 
 import sys

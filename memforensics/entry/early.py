@@ -1,8 +1,11 @@
 """What a command line may begin before it is parsed: the collector's pause for `inspect`,
-and the search of a saved log for `oom --file`.
+the read of its target's smaps, and the search of a saved log for `oom --file`.
 
-Python spends the first ~50 ms of a command importing click and the command's modules.
+Python spends the first ~0.2 s of a command importing click and the command's modules.
 `inspect` pauses the garbage collector from the start (pause_collector says why).
+`memforensics inspect PID …` whose every option is one ``inspect_pid`` knows reads
+/proc/PID/smaps in a thread meanwhile (sources/proc/smaps_ahead.py): the kernel walks the
+target's page tables on the second core, and the scan takes the text.
 `memforensics oom --file LOG …` starts the search of LOG's bytes in a child process
 (sources/logs/logsearch.py), on the second core while this one imports (the collector paused
 until the command resumes it). Anything ``oom_file`` does not recognise for certain (another
@@ -34,6 +37,36 @@ OOM_FLAG_OPTIONS = frozenset(
 )
 
 
+# The options of `inspect` (cli/inspect.py) after which the heap is read from the memory of the
+# one PID named; any other (--gdb, --core, --name, --help …) starts nothing early.
+INSPECT_VALUE_OPTIONS = frozenset({"--save-xml", "--timeout", "--html", "--top", "--sort"})
+INSPECT_FLAG_OPTIONS = frozenset(
+    {"--json", "--allow-stopped", "--read-only", "--pins", "--no-pins", "-v", "--verbose"}
+)
+
+
+def inspect_pid(argv: Sequence[str]) -> int | None:
+    """The PID of an `inspect` command line that names one PID and only options of
+    INSPECT_VALUE_OPTIONS and INSPECT_FLAG_OPTIONS; None when ``argv`` is anything else or
+    not certainly understood."""
+    if not argv or argv[0] != "inspect":
+        return None
+    pids: list[int] = []
+    tokens = iter(argv[1:])
+    for token in tokens:
+        name, has_value, _ = token.partition("=")
+        if name in INSPECT_VALUE_OPTIONS:
+            if not has_value and next(tokens, None) is None:
+                return None
+        elif name in INSPECT_FLAG_OPTIONS and not has_value:
+            continue
+        elif token.isdigit() and token.isascii() and int(token) > 0:
+            pids.append(int(token))
+        else:
+            return None  # --gdb, --core, --help, a typo: click's to judge
+    return pids[0] if len(pids) == 1 else None
+
+
 def oom_file(argv: Sequence[str]) -> str | None:
     """The first --file of an `oom` command line that reads saved files only; None when
     ``argv`` is anything else or not certainly understood."""
@@ -59,8 +92,9 @@ def oom_file(argv: Sequence[str]) -> str | None:
 
 
 def begin(argv: Sequence[str]) -> None:
-    """Pause the collector for an `inspect` command; start the search of the first saved
-    log of an `oom --file LOG …` command."""
+    """Pause the collector for an `inspect` command, and start reading its target's smaps
+    (inspect_pid); start the search of the first saved log of an `oom --file LOG …`
+    command."""
     path = oom_file(argv)
     if path is not None:
         pause_collector()  # `oom` resumes it once imported, before it parses
@@ -70,6 +104,11 @@ def begin(argv: Sequence[str]) -> None:
         return
     if argv and argv[0] == "inspect":
         pause_collector()
+        pid = inspect_pid(argv)
+        if pid is not None:
+            from memforensics.sources.proc import smaps_ahead
+
+            smaps_ahead.start(pid)
 
 
 def pause_collector() -> None:

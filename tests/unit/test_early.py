@@ -100,3 +100,53 @@ def test_the_early_search_finds_what_the_reader_finds(tmp_path: Path) -> None:
     assert list(read_text_log(str(log))) == expected
     assert str(log) not in logsearch._searches
     assert sum("Killed process" in record.text for record in expected) == 3
+
+
+def test_the_inspect_options_known_early_are_the_commands_own() -> None:
+    """Every option early knows is inspect's, a flag or a value as click has it; the ones it
+    does not know are exactly those after which the heap is not read from PID's memory."""
+    from memforensics.cli.inspect import command as inspect_command
+
+    params = [p for p in inspect_command.params if p.opts[0].startswith("-")]
+    values = {o for p in params if not getattr(p, "is_flag", False) for o in p.opts}
+    flags = {
+        o for p in params if getattr(p, "is_flag", False) for o in (*p.opts, *p.secondary_opts)
+    }
+    assert values >= early.INSPECT_VALUE_OPTIONS
+    assert flags >= early.INSPECT_FLAG_OPTIONS
+    unknown = (values | flags) - early.INSPECT_VALUE_OPTIONS - early.INSPECT_FLAG_OPTIONS
+    assert unknown == {
+        "--name",
+        "--gdb",
+        "--accept-corrupt-heap-risk",
+        "--core",
+        "--exe",
+        "--sysroot",
+    }
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["inspect", "123"], 123),
+        (["inspect", "--json", "123"], 123),
+        (["inspect", "123", "--top", "5", "--sort=free", "--pins", "-v"], 123),
+        (["inspect", "--timeout", "30s", "--html", "h.html", "--read-only", "77"], 77),
+        (["inspect", "--top", "5"], None),  # the value is not a PID
+        (["inspect", "123", "456"], None),
+        (["inspect", "--gdb", "gdb", "123"], None),
+        (["inspect", "--core", "core.1", "123"], None),
+        (["inspect", "--name", "java"], None),
+        (["inspect", "--help", "123"], None),
+        (["inspect", "0"], None),
+        (["inspect", "123", "--json=yes"], None),
+        (["inspect", "123", "--top"], None),
+        (["inspect", "١٢٣"], None),  # digits, not ASCII ones
+        (["trim", "123"], None),
+        ([], None),
+    ],
+)
+def test_only_a_certainly_understood_inspect_line_names_its_pid(
+    argv: list[str], expected: int | None
+) -> None:
+    assert early.inspect_pid(argv) == expected

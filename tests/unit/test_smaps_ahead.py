@@ -1,0 +1,84 @@
+"""smaps_ahead: /proc/PID/smaps read in a thread before the command is imported, taken once by
+the scan's reader of the same process, and only while fresh."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from memforensics.errors import NoSuchProcessError
+from memforensics.sources.proc import procmaps, smaps_ahead
+
+
+@pytest.fixture
+def sleeper() -> Iterator[int]:
+    """A process whose mappings do not change while it sleeps."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; print(1, flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline()
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+        smaps_ahead._ahead = None
+
+
+def _no_reads(pid: int, name: str) -> str:
+    raise AssertionError(f"/proc/{pid}/{name} read again")
+
+
+def test_the_scan_takes_the_text_read_ahead_once_and_it_is_the_kernels(
+    sleeper: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    expected = procmaps.read_smaps_and_totals(sleeper)
+    smaps_ahead.start(sleeper)
+    with monkeypatch.context() as patched:
+        patched.setattr(procmaps, "_read_proc_text", _no_reads)
+        mappings, totals = procmaps.read_smaps_and_totals(sleeper)
+        # Taken once: the next read is the reader's own.
+        with pytest.raises(AssertionError, match="read again"):
+            procmaps.read_smaps_and_totals(sleeper)
+    assert [(m.start_address, m.end_address, m.path) for m in mappings] == [
+        (m.start_address, m.end_address, m.path) for m in expected[0]
+    ]
+    assert totals.keys() == expected[1].keys()
+    assert totals["Rss"] > 0
+
+
+def test_a_text_read_ahead_goes_only_to_its_own_process(sleeper: int) -> None:
+    smaps_ahead.start(sleeper)
+    assert smaps_ahead.take(sleeper + 1) is None
+    text = smaps_ahead.take(sleeper)  # still there for its own
+    assert text is not None and "Rss:" in text
+
+
+def test_a_text_too_old_or_of_a_process_since_replaced_is_not_taken(
+    sleeper: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(smaps_ahead, "MAX_AGE_SECONDS", 0.0)
+    smaps_ahead.start(sleeper)
+    assert smaps_ahead.take(sleeper) is None
+    monkeypatch.setattr(smaps_ahead, "MAX_AGE_SECONDS", 60.0)
+    smaps_ahead.start(sleeper)
+    # The PID now names another process (another start time): what was read is not its.
+    monkeypatch.setattr(smaps_ahead, "start_time", lambda pid: b"1")
+    assert smaps_ahead.take(sleeper) is None
+
+
+def test_nothing_is_read_ahead_for_a_process_that_is_not_there() -> None:
+    smaps_ahead.start(999_999_999)
+    assert smaps_ahead._ahead is None
+    with pytest.raises(NoSuchProcessError):
+        procmaps.read_smaps_and_totals(999_999_999)
+
+
+def test_the_start_time_tells_processes_apart(sleeper: int) -> None:
+    own, other = smaps_ahead.start_time(sleeper), smaps_ahead.start_time(1)
+    assert own is not None and own.isdigit()
+    assert other is not None and other != own  # init began long before
