@@ -119,17 +119,27 @@ def bin_index(chunk_bytes: int) -> int:
     return 126
 
 
-def _first_size_of_bin(index: int) -> int:
-    """Smallest chunk size that bin_index() maps to ``index`` or beyond (bisection)."""
-    low, high = MIN_LARGE_CHUNK_BYTES, 1 << 62
-    while low < high:
-        middle = (low + high) // 2 // MALLOC_ALIGNMENT * MALLOC_ALIGNMENT
-        middle = max(low, middle)
-        if bin_index(middle) >= index:
-            high = middle
-        else:
-            low = middle + MALLOC_ALIGNMENT
-    return low
+# bin_index's branches for large chunks, in order: (shift, index offset, the largest
+# size >> shift the branch takes); sizes past the last are bin 126.
+_LARGE_BRANCHES = ((6, 48, 48), (9, 91, 20), (12, 110, 10), (15, 119, 4), (18, 124, 2))
+
+
+@functools.cache
+def _large_bin_starts() -> dict[int, int]:
+    """The smallest chunk size bin_index() maps to each large bin (64 … 126), worked out
+    from its branches (a few dozen steps): each branch's sizes begin where the last one's
+    end, and within a branch a bin begins at its size >> shift (a bin two branches share,
+    120, begins in the first)."""
+    starts: dict[int, int] = {}
+    begin = MIN_LARGE_CHUNK_BYTES
+    for shift, offset, last in _LARGE_BRANCHES:
+        end = (last + 1) << shift
+        size = begin
+        while size < end:
+            starts.setdefault(offset + (size >> shift), size)
+            size = ((size >> shift) + 1) << shift
+        begin = end
+    return starts
 
 
 @functools.cache
@@ -139,6 +149,7 @@ def bin_size_range(index: int) -> tuple[int, int]:
         return MINSIZE, 1 << 62
     if index < 64:
         return index << 4, index << 4
+    starts = _large_bin_starts()
     if index >= 126:
-        return _first_size_of_bin(126), 1 << 62
-    return _first_size_of_bin(index), _first_size_of_bin(index + 1) - 1
+        return starts[126], 1 << 62
+    return starts[index], starts[index + 1] - 1

@@ -428,5 +428,18 @@ def test_glibc_bins_follow_mallocs_index_macros() -> None:
         assert low == previous_high + 1 if index > 64 else low == 1024
         assert glibc.bin_index(low) == index == glibc.bin_index(high & ~15)
         previous_high = high
+    # Where glibc's largebin_index_64 changes branch (worked out by hand from its macro):
+    # bin 120 is shared by two branches and begins in the first.
+    assert [glibc.bin_size_range(i)[0] for i in (96, 97, 111, 112, 120, 121, 124, 126)] == [
+        3072,
+        3136,
+        10240,
+        10752,
+        40960,
+        65536,
+        163840,
+        524288,
+    ]
+    assert glibc.bin_size_range(126)[1] == 1 << 62
     assert glibc.systrim_release_bytes(64 * 1024, PAGE) == 15 * PAGE
     assert glibc.mtrim_span(0x1000, 3 * PAGE, PAGE) == (0x2000, 0x4000)
