@@ -323,10 +323,13 @@ def _lone_in_its_large_bin(arena: Arena, offset: int) -> None:
     arena.word(chunk + 40, chunk)
 
 
-def _parted_walks(arena: Arena, between: Callable[[int], None]) -> list[ArenaWalk]:
+def _parted_walks(
+    arena: Arena, between: Callable[[int], None], heap_bytes: Callable[[int], int] | None = None
+) -> list[ArenaWalk]:
     """The arena scouted, split into parts of a page or two each (ArenaWalker.split), each
     part walked as its own stop walks it, ``between(part)`` run before each part's walk
-    (the target running on between two stops)."""
+    (the target running on between two stops). ``heap_bytes(part)``: the heap's size as
+    that part's stop finds it (its residency read again where it is not the scout's)."""
     for offset in (0x30010, 0x44010):
         _lone_in_its_large_bin(arena, offset)
     arena.word(arena.state + glibc.OFF_SYSTEM_MEM, PAGES * PAGE)  # the top fits it
@@ -341,13 +344,23 @@ def _parted_walks(arena: Arena, between: Callable[[int], None]) -> list[ArenaWal
             assert state is not None
             assert walker.scout(state, time.monotonic() + 60)
             parts = walker.split(2)
+            adopted_bytes = PAGES * PAGE
             for part in range(parts):
                 if part:
                     walker.next_part()
                 between(part)
                 state = read_state(mem, arena.state)
                 assert state is not None
-                assert walker.keep_scout_residency([heap]) and walker.adopt([heap])
+                size = heap_bytes(part) if heap_bytes is not None else PAGES * PAGE
+                now = heap
+                if size != PAGES * PAGE:
+                    pages = mem.pagemap(arena.base, arena.base + size)
+                    now = Heap(arena.base, arena.state, size, PAGES * PAGE, pages)
+                # (The residency read before the scout serves as long as the heap is the
+                # size the last stop adopted.)
+                assert walker.keep_scout_residency([now]) == (size == adopted_bytes)
+                assert walker.adopt([now])
+                adopted_bytes = size
                 walks.append(walker.walk(state, deadline=time.monotonic() + 60))
             assert walker.parts_left == 0
         finally:
@@ -371,6 +384,35 @@ def test_an_arena_read_in_parts_measures_what_a_whole_read_does(arena: Arena) ->
     assert first.top_bytes == PAGES * PAGE - TOP and first.fastbin_chunks is not None
     assert all(walk.top_bytes is None and walk.fastbin_chunks == () for walk in rest)
     assert sum(walk.chunks for walk in walks) == arena.chunks
+
+
+def test_an_arena_read_in_parts_whose_heap_shrank_between_two_parts(arena: Arena) -> None:
+    """After the first part's stop (the top and the fastbins read there), glibc gives the
+    heap's last 4 pages back (shrink_heap: the top shortened, the pages past the heap's new
+    end released). The later parts' stops read the heap as it is then: the parts still add
+    up to every bin, nothing is found corrupt, and no page past the new end is read (a read
+    would map it again: the kernel's pagemap of this process is the oracle)."""
+    shrunk_bytes = PAGES * PAGE - 4 * PAGE
+
+    def shrink(part: int) -> None:
+        if part == 1:
+            arena.chunk(TOP, shrunk_bytes - TOP)
+            arena.word(arena.state + glibc.OFF_SYSTEM_MEM, shrunk_bytes)
+            for offset in range(shrunk_bytes, PAGES * PAGE, PAGE):
+                arena.release(offset)
+
+    walks = _parted_walks(arena, shrink, lambda part: shrunk_bytes if part else PAGES * PAGE)
+    assert len(walks) >= 3
+    bins: dict[int, tuple[int, int]] = {}
+    for walk in walks:
+        assert not walk.unmeasured_bins and not walk.corruption and not walk.budget_reached
+        assert not set(bins) & set(walk.bins)
+        bins |= {index: counts for index, counts in walk.bins.items() if counts[0]}
+    assert bins == arena.bins
+    assert walks[0].top_bytes == PAGES * PAGE - TOP
+    with ProcessMemoryReader(os.getpid()) as mem:
+        released = mem.pagemap(arena.base + shrunk_bytes, arena.base + PAGES * PAGE)
+    assert released.resident_pages == 0
 
 
 def test_a_list_that_moved_before_its_parts_stop_is_read_as_it_is_then(arena: Arena) -> None:
