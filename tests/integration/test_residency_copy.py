@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -312,4 +313,59 @@ def test_a_scan_may_be_held_between_slices_of_an_arena_copy() -> None:
     assert len(calls) >= len(scan.arenas) + inside
     assert [(row.free_bytes, row.chunks) for row in scan.arenas] == [
         (row.free_bytes, row.chunks) for row in again.arenas
+    ]
+
+
+def test_an_arena_judged_scouted_then_copied_whole_has_its_buffers_faulted_in_before_its_stop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under a CPU quota, whether an arena is scouted follows the stops' costs as measured,
+    so the read's start (which faults in the buffers of the arenas to be copied whole) and
+    the arena's turn may judge it differently. Here every arena is judged scouted at the
+    start and copied whole at its turn: each one's buffers are faulted in before its stop
+    (outside any stop), and the read measures what a read judged the usual way does."""
+    from memforensics.sources.glibc import heapmaps
+    from memforensics.sources.glibc.arena_hold import StopBatches
+    from memforensics.sources.glibc.libc_elf import load_libc_image
+
+    with c_target("many_arenas", "4", "30000") as target:
+        maps = Path(f"/proc/{target.pid}/maps").read_text().splitlines()
+        libc_path = next(line.split()[-1] for line in maps if "/libc.so.6" in line)
+        libc = load_libc_image(target.pid, libc_path)
+        usual_hold = StopBatches(target.pid, libc=libc, single_threaded=False)
+        try:
+            usual = scan_heap(target.pid, libc_path=libc_path, figures=True, hold=usual_hold)
+        finally:
+            usual_hold.close()
+        batches = StopBatches(target.pid, libc=libc, single_threaded=False)
+        preparing = [False]
+        prepared: list[tuple[list[int], bool]] = []  # (lengths, whether inside a stop)
+        real_prepare, real_pool_prepare = heapmaps._HeapRead.prepare, BufferPool.prepare
+
+        def read_prepare(self: heapmaps._HeapRead) -> None:
+            preparing[0] = True
+            try:
+                real_prepare(self)
+            finally:
+                preparing[0] = False
+
+        def pool_prepare(self: BufferPool, lengths: Sequence[int]) -> None:
+            prepared.append((list(lengths), batches.stopped))
+            real_pool_prepare(self, lengths)
+
+        monkeypatch.setattr(heapmaps._HeapRead, "prepare", read_prepare)
+        monkeypatch.setattr(BufferPool, "prepare", pool_prepare)
+        monkeypatch.setattr(heapmaps.StopRules, "scouts", lambda self, _bytes: preparing[0])
+        try:
+            scan = scan_heap(target.pid, libc_path=libc_path, figures=True, hold=batches)
+        finally:
+            batches.close()
+    thread_arenas = [row for row in scan.arenas if not row.is_main]
+    assert len(thread_arenas) >= 4 and all(row.walked for row in thread_arenas)
+    # (Each heap's buffer sized to the heap: one call per arena whose heaps were judged.)
+    sizes = sorted(sorted(s.mapped_bytes for s in row.segments) for row in scan.arenas)
+    assert sorted(sorted(lengths) for lengths, _ in prepared) == sizes
+    assert not any(inside for _, inside in prepared)
+    assert [(row.free_bytes, row.chunks, row.figures) for row in scan.arenas] == [
+        (row.free_bytes, row.chunks, row.figures) for row in usual.arenas
     ]

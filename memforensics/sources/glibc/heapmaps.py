@@ -516,6 +516,11 @@ class _HeapRead:
         self.params: MallocParams | None = None
         self.seen: dict[int, list[Heap]] = {}  # each non-main arena's heaps, as read
         self.scouted: dict[int, ArenaWalker] = {}  # scouted arenas waiting for their stop
+        # The arenas (malloc_state addresses; None: the main arena) prepare() judged to be
+        # scouted, so whose buffers it did not fault in: under a CPU quota the judgement
+        # follows the stops' costs as measured, and one of them copied whole after all has
+        # its buffers faulted in before its stop (_prepare_if_judged_otherwise).
+        self.judged_scouted: set[int | None] = set()
         self.last_scouted_bytes = 0  # what the last arena scouted found its lists on
         self.moving = False  # an arena's lists moved between its scout and its stop
         self.scout_gave_up = 0  # scouts in a row that gave up (lists too dense)
@@ -591,15 +596,29 @@ class _HeapRead:
             # A scouted arena copies into fresh buffers of its own (heapcopy.FreshBuffers),
             # and one whose scout gives up has its buffers faulted in then (_prepare_for);
             # an arena above the copies' budget is never copied whole: read lazily.
-            heaps_of = [self.main_heaps, *self.by_arena.values()]
-            sizes = [
-                [h.size_bytes for h in heaps]
-                for heaps in heaps_of
-                if not self.rules.scouts(sum(h.size_bytes for h in heaps))
+            heaps_of: list[tuple[int | None, Sequence[Heap]]] = [
+                (None, self.main_heaps),
+                *self.by_arena.items(),
             ]
+            sizes = []
+            for address, heaps in heaps_of:
+                if self.rules.scouts(sum(h.size_bytes for h in heaps)):
+                    self.judged_scouted.add(address)
+                else:
+                    sizes.append([h.size_bytes for h in heaps])
             fitting = [each for each in sizes if sum(each) <= self.pool.copy_max_bytes]
             if fitting:
                 self.pool.prepare(max(fitting, key=sum))
+
+    def _prepare_if_judged_otherwise(self, address: int | None, heaps: Sequence[Heap]) -> None:
+        """Before the stop of an arena not scouted (and not relayed): its buffers faulted in
+        now where prepare() judged it scouted (a CPU quota's room, as the stops since
+        measured it, now fits its whole copy), not in its stop, nor in a stop an arena before
+        it left open (ended first)."""
+        if address in self.judged_scouted:
+            self.judged_scouted.discard(address)
+            self.rules.let_run()
+            self._prepare_for(heaps)
 
     def _prepare_for(self, heaps: Sequence[Heap]) -> None:
         """The copy buffers of an arena whose scout gave up, faulted in now rather than in
@@ -624,6 +643,8 @@ class _HeapRead:
             return
         elif scouts:
             self._prepare_for(self.main_heaps)
+        else:
+            self._prepare_if_judged_otherwise(None, self.main_heaps)
         moving = scouted is not None and (
             self.moving
             or address is None
@@ -745,7 +766,8 @@ class _HeapRead:
             # (Past the give-ups, an arena too big to be copied whole is still scouted: for
             # it, no scout means a refusal.)
             beyond = self._beyond(self.by_arena.get(address, ()))
-            if self.rules.scouts(weight) and (self.scout_gave_up < _SCOUT_GIVE_UPS or beyond):
+            scouts = self.rules.scouts(weight)
+            if scouts and (self.scout_gave_up < _SCOUT_GIVE_UPS or beyond):
                 if address not in self.scouted:
                     self._scout_from(position)
                 scouted = self.scouted.pop(address, None)
@@ -753,6 +775,8 @@ class _HeapRead:
                 weight = scouted.scouted_bytes
             elif self._relayed(address, is_main=False):
                 continue
+            elif not scouts:
+                self._prepare_if_judged_otherwise(address, self.by_arena.get(address, ()))
             moving = scouted is not None and (
                 self.moving or scouted.moved_since_scout(read_state(self.mem, address))
             )
