@@ -58,17 +58,26 @@ def test_a_text_read_ahead_goes_only_to_its_own_process(sleeper: int) -> None:
     assert text is not None and "Rss:" in text
 
 
-def test_a_text_too_old_or_of_a_process_since_replaced_is_not_taken(
-    sleeper: int, monkeypatch: pytest.MonkeyPatch
+def test_a_text_too_old_or_of_a_process_that_exited_since_is_not_taken(
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(smaps_ahead, "MAX_AGE_SECONDS", 0.0)
-    smaps_ahead.start(sleeper)
-    assert smaps_ahead.take(sleeper) is None
-    monkeypatch.setattr(smaps_ahead, "MAX_AGE_SECONDS", 60.0)
-    smaps_ahead.start(sleeper)
-    # The PID now names another process (another start time): what was read is not its.
-    monkeypatch.setattr(smaps_ahead, "start_time", lambda pid: b"1")
-    assert smaps_ahead.take(sleeper) is None
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        monkeypatch.setattr(smaps_ahead, "MAX_AGE_SECONDS", 0.0)
+        smaps_ahead.start(proc.pid)
+        assert smaps_ahead.take(proc.pid) is None
+        monkeypatch.setattr(smaps_ahead, "MAX_AGE_SECONDS", 60.0)
+        smaps_ahead.start(proc.pid)
+        assert smaps_ahead._ahead is not None
+        smaps_ahead._ahead.thread.join()
+        # The process exits after the read (its PID may then name another): not taken.
+        proc.kill()
+        proc.wait()
+        assert smaps_ahead.take(proc.pid) is None
+    finally:
+        proc.kill()
+        proc.wait()
+        smaps_ahead._ahead = None
 
 
 def test_nothing_is_read_ahead_for_a_process_that_is_not_there() -> None:
@@ -76,9 +85,3 @@ def test_nothing_is_read_ahead_for_a_process_that_is_not_there() -> None:
     assert smaps_ahead._ahead is None
     with pytest.raises(NoSuchProcessError):
         procmaps.read_smaps_and_totals(999_999_999)
-
-
-def test_the_start_time_tells_processes_apart(sleeper: int) -> None:
-    own, other = smaps_ahead.start_time(sleeper), smaps_ahead.start_time(1)
-    assert own is not None and own.isdigit()
-    assert other is not None and other != own  # init began long before

@@ -3,15 +3,19 @@ will read that process's heap: the kernel's walk of the target's page tables (te
 GiB resident) then runs on another CPU while Python imports the command, and the scan takes
 the text (``take``) instead of reading smaps again.
 
-Contract: ``take(pid)`` returns the text at most once, and only to a reader of the same
-process (its PID, and its start time in /proc/PID/stat, the same as before the read ahead)
-within MAX_AGE_SECONDS of that read's end; else None, and the caller reads smaps itself.
-Nothing here raises: a read that fails leaves nothing to take, and the caller's own read
-reports the error. Standard library only: this module is imported before click.
+Contract: ``take(pid)`` returns the text at most once, only to a reader of the same PID, only
+while the process it was read from has not exited (a pidfd opened before the read says so: a
+PID is not given to another process while the first one lives), and only within
+MAX_AGE_SECONDS of the read's end; else None, and the caller reads smaps itself. Nothing here
+raises: a read that fails leaves nothing to take, and the caller's own read reports the
+error. No other file of the target is read. Standard library only: this module is imported
+before click.
 """
 
 from __future__ import annotations
 
+import os
+import select
 import threading
 import time
 
@@ -20,11 +24,11 @@ MAX_AGE_SECONDS = 1.0
 
 
 class _Ahead:
-    __slots__ = ("pid", "read_at", "started", "text", "thread")
+    __slots__ = ("pid", "pidfd", "read_at", "text", "thread")
 
-    def __init__(self, pid: int, started: bytes) -> None:
+    def __init__(self, pid: int, pidfd: int) -> None:
         self.pid = pid
-        self.started = started  # /proc/PID/stat's start time (field 22), as it reads
+        self.pidfd = pidfd  # the process PID named when the read began
         self.text: str | None = None
         self.read_at = 0.0  # time.monotonic() at the read's end
         self.thread = threading.Thread(target=self._read, name="smaps-ahead", daemon=True)
@@ -37,30 +41,27 @@ class _Ahead:
             self.text = None
         self.read_at = time.monotonic()
 
+    def exited(self) -> bool:
+        """The process has exited since the pidfd was opened (its pidfd reads as ready)."""
+        poller = select.poll()
+        poller.register(self.pidfd, select.POLLIN)
+        return bool(poller.poll(0))
+
 
 _ahead: _Ahead | None = None
 
 
-def start_time(pid: int) -> bytes | None:
-    """The start time of process ``pid`` (clock ticks after boot, /proc/PID/stat field 22),
-    which tells a process from a later one given the same PID; None when unreadable."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2 :].split()  # from field 3 on (comm may hold spaces)
-    return fields[19] if len(fields) > 19 else None
-
-
 def start(pid: int) -> None:
     """Begin reading /proc/``pid``/smaps in a daemon thread (nothing when the process
-    cannot be looked at)."""
+    cannot be looked at, or this kernel has no pidfds)."""
     global _ahead
-    started = start_time(pid)
-    if started is None:
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (OSError, AttributeError):
         return
-    ahead = _Ahead(pid, started)
+    if _ahead is not None:  # (one read ahead at a time: an earlier one is dropped)
+        os.close(_ahead.pidfd)
+    ahead = _Ahead(pid, pidfd)
     _ahead = ahead
     ahead.thread.start()
 
@@ -74,6 +75,9 @@ def take(pid: int) -> str | None:
         return None
     _ahead = None
     ahead.thread.join()
-    if ahead.text is None or time.monotonic() - ahead.read_at > MAX_AGE_SECONDS:
-        return None
-    return ahead.text if start_time(pid) == ahead.started else None
+    try:
+        if ahead.text is None or time.monotonic() - ahead.read_at > MAX_AGE_SECONDS:
+            return None
+        return None if ahead.exited() else ahead.text
+    finally:
+        os.close(ahead.pidfd)
