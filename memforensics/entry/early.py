@@ -45,49 +45,57 @@ INSPECT_FLAG_OPTIONS = frozenset(
 )
 
 
+def _options(
+    tokens: Sequence[str], values: frozenset[str], flags: frozenset[str]
+) -> list[tuple[str, str]] | None:
+    """A command line's tokens after the command, in order: (name, value) for an option of
+    ``values`` (``--name=value`` or ``--name value``), (name, "") for a flag of ``flags``,
+    ("", token) for a positional. None when a token is anything else (an option neither set
+    knows, --help, a flag given a value, an option missing its value): click's to judge."""
+    parsed: list[tuple[str, str]] = []
+    tokens_left = iter(tokens)
+    for token in tokens_left:
+        name, has_value, value = token.partition("=")
+        if name in values:
+            if not has_value:
+                following = next(tokens_left, None)
+                if following is None:
+                    return None
+                value = following
+            parsed.append((name, value))
+        elif name in flags and not has_value:
+            parsed.append((name, ""))
+        elif token.startswith("-"):
+            return None
+        else:
+            parsed.append(("", token))
+    return parsed
+
+
 def inspect_pid(argv: Sequence[str]) -> int | None:
     """The PID of an `inspect` command line that names one PID and only options of
     INSPECT_VALUE_OPTIONS and INSPECT_FLAG_OPTIONS; None when ``argv`` is anything else or
     not certainly understood."""
     if not argv or argv[0] != "inspect":
         return None
-    pids: list[int] = []
-    tokens = iter(argv[1:])
-    for token in tokens:
-        name, has_value, _ = token.partition("=")
-        if name in INSPECT_VALUE_OPTIONS:
-            if not has_value and next(tokens, None) is None:
-                return None
-        elif name in INSPECT_FLAG_OPTIONS and not has_value:
-            continue
-        elif token.isdigit() and token.isascii() and int(token) > 0:
-            pids.append(int(token))
-        else:
-            return None  # --gdb, --core, --help, a typo: click's to judge
-    return pids[0] if len(pids) == 1 else None
+    parsed = _options(argv[1:], INSPECT_VALUE_OPTIONS, INSPECT_FLAG_OPTIONS)
+    positionals = [token for name, token in parsed or () if not name]
+    if parsed is None or len(positionals) != 1:
+        return None
+    pid = positionals[0]
+    return int(pid) if pid.isascii() and pid.isdigit() and int(pid) > 0 else None
 
 
 def oom_file(argv: Sequence[str]) -> str | None:
     """The first --file of an `oom` command line that reads saved files only; None when
-    ``argv`` is anything else or not certainly understood."""
+    ``argv`` is anything else or not certainly understood (a positional, --kmsg, --directory,
+    --boot: a journal or the kernel's ring buffer, not a saved file)."""
     if not argv or argv[0] != "oom":
         return None
-    files: list[str] = []
-    tokens = iter(argv[1:])
-    for token in tokens:
-        name, has_value, value = token.partition("=")
-        if name in OOM_VALUE_OPTIONS:
-            if not has_value:
-                following = next(tokens, None)
-                if following is None:
-                    return None
-                value = following
-            if name in ("--directory", "--boot"):
-                return None
-            if name == "--file":
-                files.append(value)
-        elif name not in OOM_FLAG_OPTIONS or has_value or name == "--kmsg":
-            return None  # --help, a positional, a typo: click's to judge
+    parsed = _options(argv[1:], OOM_VALUE_OPTIONS, OOM_FLAG_OPTIONS)
+    if parsed is None or any(name in ("", "--kmsg", "--directory", "--boot") for name, _ in parsed):
+        return None
+    files = [value for name, value in parsed if name == "--file"]
     return files[0] if files and files[0] != "-" else None
 
 

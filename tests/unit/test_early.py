@@ -75,6 +75,9 @@ def test_the_oom_options_known_early_are_the_commands_own() -> None:
         (["oom", "--help", "--file", "kern.log"], None),
         (["oom"], None),
         (["inspect", "--file", "kern.log"], None),
+        (["oom", "kern.log"], None),  # a positional: not an option oom takes
+        (["oom", "--file", "kern.log", "--bogus"], None),
+        (["oom", "--wide=yes", "--file", "kern.log"], None),
     ],
 )
 def test_only_a_certainly_understood_oom_file_line_is_recognised(
@@ -140,6 +143,8 @@ def test_the_inspect_options_known_early_are_the_commands_own() -> None:
         (["inspect", "--help", "123"], None),
         (["inspect", "0"], None),
         (["inspect", "123", "--json=yes"], None),
+        (["inspect", "123", "--bogus"], None),
+        (["inspect", "--since", "-1h", "123"], None),  # another command's option
         (["inspect", "123", "--top"], None),
         (["inspect", "١٢٣"], None),  # digits, not ASCII ones
         (["trim", "123"], None),
