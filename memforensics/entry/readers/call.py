@@ -51,6 +51,10 @@ from memforensics.sources.proc.ptrace_probe import call_chain
 
 _RETRY_FIRST_SECONDS = 0.002
 _RETRY_MAX_SECONDS = 0.05
+# No hold is begun with less time than this left: stopping every thread may take that long
+# (tens of ms with a thousand threads), and a hold cut shorter fails on its own timeout,
+# which would be reported instead of what the wait found (no safe moment).
+_HOLD_MIN_SECONDS = 0.05
 
 
 @dataclass(frozen=True)
@@ -90,7 +94,7 @@ def call_malloc_info(pid: int, facts: ProcessFacts, timeout_seconds: float) -> C
     with ProcessMemoryReader(pid) as mem:
         while True:
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining < _HOLD_MIN_SECONDS:
                 raise DeadlineError(
                     f"PID {pid}: no moment with every arena unlocked and no thread inside "
                     f"the allocator within {timeout_seconds:g} s; nothing was called",
