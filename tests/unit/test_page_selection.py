@@ -126,3 +126,30 @@ def test_a_pool_shrunk_keeps_its_smallest_buffers_within_the_bound() -> None:
     pool.shrink(0)
     assert pool.kept_bytes == 0 and all(buffer.closed for buffer in buffers)
     pool.close()
+
+
+@pytest.mark.parametrize("shrunk_bytes", [4 * PAGE, 3 * PAGE + PAGE // 2])
+def test_a_copy_whose_heap_shrank_and_grew_back_reads_zeros_where_it_grew(
+    shrunk_bytes: int,
+) -> None:
+    """Segment.resize: a heap that shrinks and then grows back within one copy's life (two
+    parts of an arena's read) has the bytes it grew by read as zeros, not those copied there
+    before it shrank; what it kept is kept."""
+    start = 0x10000
+
+    def resident(length: int) -> PageMap:
+        entries = PRESENT.to_bytes(8, "little") * (length // PAGE)
+        return PageMap(start, start + length, PAGE, entries)
+
+    pool = BufferPool()
+    segment = Segment(start, start + 8 * PAGE, resident(8 * PAGE), pool)
+    try:
+        segment.view[:] = b"\xee" * len(segment.view)  # what the copy held before the shrink
+        segment.resize(start + shrunk_bytes, resident(shrunk_bytes))
+        segment.resize(start + 8 * PAGE, resident(8 * PAGE))
+        grown = bytes(segment.view)
+        assert grown[:shrunk_bytes] == b"\xee" * shrunk_bytes
+        assert grown[shrunk_bytes:] == bytes(8 * PAGE - shrunk_bytes)
+    finally:
+        segment.close(pool)
+        pool.close()

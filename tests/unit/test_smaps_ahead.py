@@ -3,6 +3,7 @@ the scan's reader of the same process, and only while fresh."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -11,6 +12,14 @@ import pytest
 
 from memforensics.errors import NoSuchProcessError
 from memforensics.sources.proc import procmaps, smaps_ahead
+
+
+def _drop_untaken() -> None:
+    """Forget a read ahead no test took, closing its pidfd."""
+    if smaps_ahead._ahead is not None:
+        smaps_ahead._ahead.thread.join()
+        os.close(smaps_ahead._ahead.pidfd)
+        smaps_ahead._ahead = None
 
 
 @pytest.fixture
@@ -26,7 +35,7 @@ def sleeper() -> Iterator[int]:
     finally:
         proc.kill()
         proc.wait()
-        smaps_ahead._ahead = None
+        _drop_untaken()
 
 
 def _no_reads(pid: int, name: str) -> str:
@@ -77,7 +86,7 @@ def test_a_text_too_old_or_of_a_process_that_exited_since_is_not_taken(
     finally:
         proc.kill()
         proc.wait()
-        smaps_ahead._ahead = None
+        _drop_untaken()
 
 
 def test_nothing_is_read_ahead_for_a_process_that_is_not_there() -> None:

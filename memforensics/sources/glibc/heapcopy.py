@@ -225,9 +225,13 @@ class Segment:
         """The copy of the heap now ending at ``end`` (can_resize_to), with its residency
         ``pages``: the pages it grew by are not copied (zeros, flagged unread); those it
         shrank by (glibc gave them back past its top chunk, where no free chunk lies) are
-        flagged unread, so that no copy reads them."""
+        flagged unread, so that no copy reads them, and zeroed: a heap that grows back
+        while this copy lives (between two parts of one arena's read) has its new pages
+        read as zeros, never the bytes copied there before it shrank."""
         self.words.release()
         self.view.release()
+        if end - self.start < self.length:
+            self._forget(end - self.start, self.length)
         self.end, self.length, self.pages = end, end - self.start, pages
         self.view = memoryview(self.buffer)[: self.length]
         self.words = self.view[: self.length // 8 * 8].cast("Q")
@@ -235,6 +239,17 @@ class Segment:
         self.filled[kept:] = bytes(max(0, len(self.filled) - kept))
         wanted = self.length // pages.page_bytes + 2
         self.filled.extend(bytes(max(0, wanted - len(self.filled))))
+
+    def _forget(self, start: int, stop: int) -> None:
+        """Bytes [start, stop) of the buffer read as zeros again: the part page cleared, the
+        whole pages dropped (a private anonymous mapping's dropped page reads as zeros, and
+        no longer costs our memory)."""
+        page = mmap.PAGESIZE
+        first_whole = min(glibc.page_ceil(start, page), stop)
+        self.buffer[start:first_whole] = bytes(first_whole - start)
+        if stop > first_whole:
+            length = min(glibc.page_ceil(stop, page), len(self.buffer)) - first_whole
+            self.buffer.madvise(mmap.MADV_DONTNEED, first_whole, length)
 
     def close(self, pool: BufferPool) -> None:
         self.words.release()
