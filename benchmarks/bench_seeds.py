@@ -42,6 +42,7 @@ the recipe and the issue's bars: stall <= max(0.1 x recipe's, 15 ms), wall <= 1.
 recipe's, peak RSS <= 256 MiB. Asserts nothing. Every target started is killed in ``finally``.
 
 usage: python benchmarks/bench_seeds.py [--rounds N] [--shapes 32x100,32x100-busy,...]
+                                       [--glibc 2.31|2.36|2.41]
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from bench_inspect import Target, memforensics_command, run_recipe  # noqa: E402
 
+from tests.support import glibc_releases  # noqa: E402
 from tests.support.gdb_binary import use_test_gdb  # noqa: E402
 from tests.support.targets import compile_target, memory_cgroup  # noqa: E402
 
@@ -160,10 +162,15 @@ class CgroupTarget(Target):
     """bench_inspect's Target (driven by "reset" and "gap"), started inside a memory cgroup
     (it joins it before exec, so all its memory is charged there) and given time to build."""
 
-    def __init__(self, shape: Shape) -> None:
-        binary = compile_target(shape.target)
+    def __init__(self, shape: Shape, release: glibc_releases.GlibcRelease | None = None) -> None:
+        """``release``: the glibc the target runs on (through its own loader); None: this
+        machine's."""
+        if release is None or release.native:
+            argv = [str(compile_target(shape.target)), *shape.args]
+        else:
+            binary = glibc_releases.build_target(release, shape.target)
+            argv = glibc_releases.command(release, binary, shape.args)
         self.group = memory_cgroup(f"memforensics-bench-seeds-{shape.key}", shape.limit_mib * MIB)
-        argv = [str(binary), *shape.args]
         if self.group is not None:
             argv = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(self.group), *argv]
         env = dict(os.environ, **dict(shape.env))
@@ -294,11 +301,14 @@ METHODS: dict[str, Callable[[int, Path], Run]] = {
 }
 
 
-def measure(shape: Shape, rounds: int) -> Outcome:
-    """Every method ``rounds`` times on one target of ``shape`` (after one unmeasured run of
-    each: page cache, bytecode), the order reversed every other round."""
+def measure(
+    shape: Shape, rounds: int, release: glibc_releases.GlibcRelease | None = None
+) -> Outcome:
+    """Every method ``rounds`` times on one target of ``shape`` on ``release`` (None: this
+    machine's glibc), after one unmeasured run of each (page cache, bytecode), the order
+    reversed every other round."""
     outcome = Outcome({name: [] for name in METHODS})
-    target = CgroupTarget(shape)
+    target = CgroupTarget(shape, release)
     try:
         with tempfile.TemporaryDirectory(prefix="bench-seeds-") as name:
             scratch = Path(name)
@@ -409,16 +419,28 @@ def main() -> int:
         default=DEFAULT_SHAPES,
         help=f"comma-separated, of: {', '.join(s.key for s in SHAPES)}",
     )
+    parser.add_argument(
+        "--glibc",
+        choices=glibc_releases.RELEASES,
+        help="run the targets on this glibc release (Debian's, through its own loader; "
+        "fetched once); default: this machine's",
+    )
     args = parser.parse_args()
     if shutil.which("gdb") is None:
         print("bench_seeds: gdb is not installed; nothing to measure", file=sys.stderr)
         return 0
+    release = None
+    if args.glibc is not None:
+        release = glibc_releases.release_tree(args.glibc)
+        if release is None:
+            parser.error(f"glibc {args.glibc}: {glibc_releases.skip_reason(args.glibc)}")
     wanted = args.shapes.split(",")
     unknown = set(wanted) - {s.key for s in SHAPES}
     if unknown:
         parser.error(f"unknown shapes: {', '.join(sorted(unknown))}")
     print(
-        f"bench_seeds: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
+        f"bench_seeds: glibc {args.glibc or glibc_releases.native_version()}, "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
         f"{args.rounds} rounds; medians (peak RSS: the most of any round); x: ratio to recipe"
     )
     print(COLUMNS)
@@ -427,7 +449,7 @@ def main() -> int:
             continue
         with _timed(shape.title):
             try:
-                rows = report(shape, measure(shape, args.rounds))
+                rows = report(shape, measure(shape, args.rounds, release))
             except Exception as exc:  # one shape's failure: said, and the next one runs
                 rows = [f"{shape.title:<26}failed: {exc}"]
         print("\n".join(rows), flush=True)
