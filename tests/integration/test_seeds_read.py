@@ -336,8 +336,9 @@ def test_a_main_arena_whose_scattered_list_outgrows_the_budget_is_swept() -> Non
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("sort", ["", "1"], ids=["as-freed", "sorted-into-small-bins"])
 def test_a_main_arena_list_past_the_budget_in_address_order_is_read_in_relays(
-    release: Any, tmp_path: Path
+    release: Any, tmp_path: Path, sort: str
 ) -> None:
     """2 million free chunks in the main arena's unsorted bin, freed in address order over
     ~800 MiB: the list leads past the copies' budget (its scout gives up), so it is read in
@@ -345,15 +346,22 @@ def test_a_main_arena_list_past_the_budget_in_address_order_is_read_in_relays(
     stretch left it. The document equals the target's own malloc_info byte for byte (written
     through a FILE opened before the heap was built: it allocates nothing), `--read-only`
     exits 0 (nothing was called), the list took several stops, and the target runs on
-    untraced. (The same list in a scattered order is refused:
-    test_a_main_arena_whose_lists_outgrow_the_budget_is_refused_without_a_walk_in_its_stop.)"""
+    untraced. Sorted into their 9 small bins (SEEDS_SORT; glibc 2.41 leaves them so
+    unsorted), the 9 lists interleave through the whole heap: followed side by side, the
+    relay reads each page about once, not once a list (the stops' copied bytes against the
+    heap's). (The same list in a scattered order is swept:
+    test_a_main_arena_list_past_the_budget_in_a_scattered_order_is_read_by_a_sweep.)"""
     from tests.support.targets import started_in_cgroup
 
     binary = build_target(release, "seeds_heap")
     own, rebuilt = tmp_path / "own.xml", tmp_path / "read.xml"
     argv = command(release, binary, ["unsorted", "4000000", "ordered", str(own)])
     with started_in_cgroup(
-        argv, group_name="memforensics-test-seeds-relay", limit_bytes=2 << 30, arena_max=2
+        argv,
+        group_name="memforensics-test-seeds-relay",
+        limit_bytes=2 << 30,
+        arena_max=2,
+        env={"SEEDS_SORT": sort} if sort else None,
     ) as pid:
         document, _ = _inspect(pid, "--read-only", "--save-xml", str(rebuilt))
         _assert_running(pid)
@@ -362,6 +370,9 @@ def test_a_main_arena_list_past_the_budget_in_address_order_is_read_in_relays(
     assert read["relayed_arenas"] == 1 and read["relay_stops"] > 1, read
     main = next(arena for arena in document["arenas"] if arena["index"] == 0)
     assert main["system_bytes"] > 2 * copy_budget_bytes(), main
+    if sort:
+        assert re.search(r'<size from="\d+" to="\d+" total="\d+" count="2\d{5}"/>', own.read_text())
+    assert read["stop_copy_bytes"] < 2 * main["system_bytes"], read
 
 
 @pytest.mark.slow

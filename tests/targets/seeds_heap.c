@@ -45,6 +45,9 @@
  * With SEEDS_CORRUPT=2, the size word of the live block halfway up the heap is overwritten
  * instead (as a buffer overrun before it would): no list is broken, but a walk of the heap's
  * headers cannot pass that chunk.
+ * SEEDS_SORT=1: the freed chunks are then sorted into their 9 small bins (one per block size),
+ * by requests none of them fits: with ORDER "ordered", 9 lists interleaved through the whole
+ * heap, each in address order (glibc 2.41 leaves them so without it).
  * SEEDS_UNSORTED_BUSY=1 (with glibc.malloc.arena_max=1): a thread then churns small blocks
  * in the main arena, its first mallocs sorting the bin into the small bins.
  * SEEDS_BLOCK_BYTES=N (at least 136): the blocks are N..N+128 bytes instead (N of a page or
@@ -278,6 +281,11 @@ static void build_unsorted(long blocks, int ordered) {
     long odd = blocks / 2, stride = ordered ? 1 : 7919; /* a prime: k * stride % odd visits all */
     while (!ordered && odd % stride == 0) stride += 2;
     for (long k = 0; k < odd; k++) free(block[2 * ((k * stride) % odd) + 1]);
+    const char *sort = getenv("SEEDS_SORT");
+    if (sort != NULL && atoi(sort) == 1)
+        /* Requests none of them fits, kept: each sorts at most 10,000 unsorted chunks into
+         * their small bins (glibc's MAX_ITERS), so these leave none unsorted. */
+        for (long k = 0; k <= odd / 10000; k++) *(volatile char *)must_malloc(64 * 1024 - 64) = 1;
     const char *corrupt = getenv("SEEDS_CORRUPT");
     if (corrupt != NULL && atoi(corrupt) == 1) {
         uintptr_t *user = block[2 * (odd / 2) + 1]; /* freed: fd and bk are its first words */

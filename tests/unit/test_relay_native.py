@@ -18,14 +18,17 @@ from memforensics.sources.proc.procmem import ProcessMemoryReader
 _native = optional_native("memforensics.sources.glibc._chunkwalk")
 pytestmark = pytest.mark.skipif(_native is None, reason="the C module is not built")
 
-RELAY_DONE, RELAY_BK = 0, 6
+RELAY_DONE, RELAY_TIME, RELAY_BK = 0, 1, 6
 CHUNK = 0x90  # one small bin's size
 
 
-def _relay(chunks: int, *, loop: bool = False) -> tuple[int, tuple[int, ...]]:
+def _relay(
+    chunks: int, *, loop: bool = False, max_chunks: int | None = None
+) -> tuple[int, tuple[int, ...]]:
     """A circular list of ``chunks`` free chunks of CHUNK bytes (live 32-byte chunks between
     them) behind a head outside the span, as a bin's; with ``loop``, the last chunk's fd
-    names the first instead of the head. (status, cursor) of one relay stretch over it."""
+    names the first instead of the head. (status, cursor) of one relay stretch over it, of
+    at most ``max_chunks`` chunks where given."""
     assert _native is not None
     page = mmap.PAGESIZE
     heap = mmap.mmap(-1, 16 * page, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
@@ -59,6 +62,7 @@ def _relay(chunks: int, *, loop: bool = False) -> tuple[int, tuple[int, ...]]:
                 cache,
                 False,
                 cursor,
+                *(() if max_chunks is None else (False, max_chunks)),
             )
         cache.close()
         return status, tuple(cursor)
@@ -83,3 +87,13 @@ def test_a_list_that_comes_back_to_its_first_chunk_fails_the_bk_check() -> None:
     status, cursor = _relay(5, loop=True)
     assert status == RELAY_BK
     assert cursor[2] == 5
+
+
+def test_a_stretch_bounded_in_chunks_ends_as_at_its_deadline_where_the_next_one_begins() -> None:
+    """max_chunks: the stretch stops after that many chunks, its cursor on the next one (the
+    lists of an arena take turns so, bin_relay._Relay.stop); 0 is no bound."""
+    status, cursor = _relay(7, max_chunks=3)
+    assert status == RELAY_TIME
+    assert cursor[2:4] == (3, 3 * CHUNK)
+    status, cursor = _relay(7, max_chunks=0)
+    assert status == RELAY_DONE and cursor[2] == 7

@@ -578,8 +578,9 @@ static PyObject *walk_fastbin(PyObject *self, PyObject *args) {
 /* ---- The relay (memforensics.sources.glibc.bin_relay): one circular free list followed in the
  * held target itself, a stretch per stop, from where the last stretch left it. No copy of the
  * heap is kept: the pages the list leads to are read into ``cache`` (blocks of RELAY_BLOCK_PAGES
- * pages, direct-mapped, forgotten at every call: a call is one stop, and a page read in an
- * earlier stop may have changed since), so our memory is the cache's whatever the list's
+ * pages, direct-mapped, forgotten at every call but those that keep it: the later calls of one
+ * stop, which follow the arena's lists side by side; a page read in an earlier stop may have
+ * changed since), so our memory is the cache's whatever the list's
  * length. Whether a page is in RAM is read from the pagemap as it is needed (a window of
  * RELAY_WINDOW_ENTRIES entries at a time); a page that is not is never read. ---- */
 
@@ -768,7 +769,8 @@ typedef struct {
  * must still name the cursor's chunk (else RELAY_MOVED: the list changed between two stops).
  * *detail: the word a failed check read. */
 static int relay_follow(Live *l, uint64_t head, uint64_t low, uint64_t high, uint64_t limit,
-                        double deadline, int resume, Cursor *c, uint64_t *detail) {
+                        double deadline, uint64_t max_chunks, int resume, Cursor *c,
+                        uint64_t *detail) {
     uint64_t page = l->page;
     if (resume) {
         uint64_t fd;
@@ -781,6 +783,7 @@ static int relay_follow(Live *l, uint64_t head, uint64_t low, uint64_t high, uin
     uint64_t walked = 0;
     while (c->chunk != head) {
         if (!(++walked & RELAY_CLOCK_EVERY) && monotonic_seconds() > deadline) return RELAY_TIME;
+        if (max_chunks != 0 && walked > max_chunks) return RELAY_TIME;
         uint64_t chunk = c->chunk;
         const Span *span = live_span(l, chunk);
         if (span == NULL) return RELAY_OUTSIDE;
@@ -829,22 +832,27 @@ static int relay_follow(Live *l, uint64_t head, uint64_t low, uint64_t high, uin
 }
 
 /* relay(pid, mem_fd, pagemap_fd, spans, head, low, high, page, limit, deadline, cache, resume,
- *       cursor) -> (status, cursor, detail, pages_read)
+ *       cursor[, keep_cache[, max_chunks]]) -> (status, cursor, detail, pages_read)
  * pid: the target, held still (its pages it alone maps are read with process_vm_readv);
  * 0: every page with pread.
  * spans: ((start, end[, mask]), ...) of the arena's heaps (mask: bytes, one a page, the pages a
  * block read takes; the spans' items are held by the caller until the call returns); cache: a writable buffer of RELAY_BLOCK_PAGES
  * pages per block plus 8 + RELAY_BLOCK_PAGES bytes per block (relay_cache_bytes); cursor and
- * the returned one: RELAY_CURSOR_FIELDS integers (Cursor's fields, in order). */
+ * the returned one: RELAY_CURSOR_FIELDS integers (Cursor's fields, in order). keep_cache: the
+ * cache holds what an earlier call of this same stop read (the target held still since), and
+ * is used as it is; otherwise (the default) it is forgotten first. max_chunks (0: none): the
+ * stretch ends as at its deadline (RELAY_TIME) once it has followed that many chunks. */
 static PyObject *relay(PyObject *self, PyObject *args) {
     (void)self;
-    int pid, mem_fd, pagemap_fd, resume;
+    int pid, mem_fd, pagemap_fd, resume, keep_cache = 0;
+    unsigned long long max_chunks = 0;
     PyObject *spans_obj, *cursor_obj;
     unsigned long long head, low, high, page, limit;
     double deadline;
     Py_buffer cache;
-    if (!PyArg_ParseTuple(args, "iiiOKKKKKdw*pO", &pid, &mem_fd, &pagemap_fd, &spans_obj, &head, &low,
-                          &high, &page, &limit, &deadline, &cache, &resume, &cursor_obj))
+    if (!PyArg_ParseTuple(args, "iiiOKKKKKdw*pO|pK", &pid, &mem_fd, &pagemap_fd, &spans_obj, &head,
+                          &low, &high, &page, &limit, &deadline, &cache, &resume, &cursor_obj,
+                          &keep_cache, &max_chunks))
         return NULL;
     PyObject *result = NULL, *spans_seq = NULL, *cursor_seq = NULL;
     Span *spans = NULL;
@@ -899,8 +907,9 @@ static PyObject *relay(PyObject *self, PyObject *args) {
     uint64_t detail = 0;
     int status;
     Py_BEGIN_ALLOW_THREADS
-    memset(live.tags, 0, live.nblocks * sizeof(uint64_t));
-    status = relay_follow(&live, head, low, high, limit, deadline, resume, &c, &detail);
+    if (!keep_cache) memset(live.tags, 0, live.nblocks * sizeof(uint64_t));
+    status = relay_follow(&live, head, low, high, limit, deadline, max_chunks, resume, &c,
+                          &detail);
     Py_END_ALLOW_THREADS
     memcpy(fields, &c, sizeof c);
     result = Py_BuildValue("(i(KKKKKKKKKKKK)KK)", status, fields[0], fields[1], fields[2],

@@ -56,6 +56,8 @@ _native = optional_native("memforensics.sources.glibc._chunkwalk")
 
 RELAY_STOP_SECONDS = 0.008  # following per stop (the stop's own cost comes on top)
 RELAY_FIRST_SECONDS = 0.002  # the first stop's following
+# The chunks a list follows before the next list's turn, in a stop (_Relay.stop).
+RELAY_SLICE_CHUNKS = 256
 RELAY_GAP_SECONDS = 0.002  # the target runs this long between two stops
 RELAY_RESTARTS = 3  # a list that moved between stops is followed again from its head
 RELAY_CACHE_BLOCKS = 64  # 4 MiB of pages read in one stop, forgotten at the next
@@ -91,6 +93,10 @@ class _List:
         self.cursor: tuple[int, ...] | None = None  # None: to be (re)started from the head
         self.started_stop = 0
         self.restarts = 0
+
+    def followed(self) -> int:
+        """Chunks followed since the list was (re)started."""
+        return self.cursor[2] if self.cursor is not None else 0
 
     def start(self, fd: int, stop: int) -> None:
         # (previous, chunk, count, total, resident, trimmable, raw min/max/total, Brent's
@@ -236,9 +242,20 @@ class _Relay:
         first = read.stops == 1
         following = stop_reading_seconds(RELAY_FIRST_SECONDS if first else RELAY_STOP_SECONDS)
         end = min(began + following, self.deadline.at())
-        for each in list(self.lists.values()):
-            outcome = _stretch(self.mem, self.cache, each, state, spans, limit, end, read)
-            if outcome is not None:  # (None: its stretch ran out of this stop's time)
+        # The lists are followed side by side, RELAY_SLICE_CHUNKS chunks at a time, the list
+        # that has followed the fewest chunks next (over all stops), the block cache kept from
+        # slice to slice: lists whose chunks interleave through one heap (a bin's chunks sorted
+        # into several small bins, each in address order) then move through it together,
+        # within a slice of each other, and read each block about once, not once a list.
+        keep_cache = False  # (a stop's first call forgets what an earlier stop read)
+        while self.lists and time.monotonic() <= end:
+            each = min(self.lists.values(), key=_List.followed)
+            chunks = RELAY_SLICE_CHUNKS if len(self.lists) > 1 else 0
+            outcome = _stretch(
+                self.mem, self.cache, each, state, spans, limit, end, read, keep_cache, chunks
+            )
+            keep_cache = True
+            if outcome is not None:  # (None: its slice of this stop ran out)
                 del self.lists[each.index]
                 if outcome == "gave up":
                     self.over = True
@@ -248,8 +265,6 @@ class _Relay:
                     )
                     return False
                 _record(self.walk, each, outcome)
-            if time.monotonic() > end:
-                break
         if not self.lists:
             self.walk.unmeasured_bins.sort()
             read.walk, read.state, self.over = self.walk, state, True
@@ -355,9 +370,13 @@ def _stretch(
     limit: int,
     end: float,
     read: RelayRead,
+    keep_cache: bool = False,
+    max_chunks: int = 0,
 ) -> tuple[int, ...] | HeapCorruption | str | None:
-    """One stretch of ``each`` in this stop: None when this stop's time ran out on it, else
-    what it came to (the figures, a corruption, "not in RAM", or "gave up": moved too often)."""
+    """One stretch of ``each`` in this stop, until ``end`` or ``max_chunks`` chunks (0: no
+    bound): None when it ended so, else what the list came to (the figures, a corruption,
+    "not in RAM", or "gave up": moved too often). ``keep_cache``: ``cache`` holds blocks read
+    earlier in this same stop."""
     assert _native is not None
     fd, bk = state.bins[2 * (each.index - 1)], state.bins[2 * (each.index - 1) + 1]
     while True:
@@ -380,7 +399,10 @@ def _stretch(
             cache,
             resume,
             each.cursor,
+            keep_cache,
+            max_chunks,
         )
+        keep_cache = True
         read.pages_read += pages
         each.cursor = cursor
         spanned = each.started_stop != read.stops  # followed over more than this stop
