@@ -24,7 +24,10 @@ The shapes, each one target process in a memory cgroup sized for it (when one ca
 
 Each round runs, on the one target of the shape, in an order reversed every other round:
 
-* the recipe (bench_inspect.run_recipe: gdb calls malloc_info into a file);
+* the recipe (bench_inspect.run_recipe: gdb calls malloc_info into a file); and the same with
+  gdb told to read no separate debug symbols ("bare gdb"): where libc's debug package is
+  installed (this machine's glibc), gdb reads it while the target is stopped, and that is most
+  of the recipe's stall; the bars stay the recipe's, as an operator types it here;
 * `memforensics inspect --json PID`, the default: memory read; where that read is refused,
   the target's malloc_info called without gdb (the JSON's ``fallback`` and stderr's note say
   so; then that call's figures count);
@@ -66,7 +69,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from bench_inspect import Target, memforensics_command, run_recipe  # noqa: E402
+from bench_inspect import Target, memforensics_command, recipe_argv, run_recipe  # noqa: E402
 
 from tests.support import glibc_releases  # noqa: E402
 from tests.support.gdb_binary import use_test_gdb  # noqa: E402
@@ -294,8 +297,33 @@ def run_gdb_recipe(pid: int, scratch: Path) -> Run:
     return Run(0.0, time.monotonic() - started)
 
 
+# gdb told to read no separate debug symbols: libc's -dbg package, where installed, is read
+# while the target is stopped, and is most of the recipe's stall where it is.
+_NO_DEBUG_SYMBOLS = (
+    "-iex",
+    "set debug-file-directory /nonexistent",
+    "-iex",
+    "set debuginfod enabled off",
+)
+
+
+def run_bare_recipe(pid: int, scratch: Path) -> Run:
+    """The recipe with gdb reading no separate debug symbols (as on a host without libc's
+    debug package), its document checked."""
+    out = scratch / f"malloc_info-bare-{pid}.xml"
+    argv = recipe_argv(pid, out)
+    argv[1:1] = _NO_DEBUG_SYMBOLS
+    started = time.monotonic()
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    wall = time.monotonic() - started
+    if not out.read_bytes().startswith(b"<malloc"):
+        raise RuntimeError("the recipe without debug symbols wrote no malloc_info XML")
+    return Run(0.0, wall)
+
+
 METHODS: dict[str, Callable[[int, Path], Run]] = {
     "recipe": run_gdb_recipe,
+    "bare gdb": run_bare_recipe,
     "default": run_default,
     "read-only": run_read_only,
 }
@@ -350,6 +378,10 @@ def report(shape: Shape, outcome: Outcome) -> list[str]:
         f"{shape.title:<26}{'recipe':<11}{recipe_stall * 1000:>9.1f}{recipe_wall:>8.2f}"
         f"{'-':>8}{'1':>8}{'1':>7}  (stall bar {stall_bar * 1000:.1f} ms,"
         f" wall bar {WALL_RATIO_BAR * recipe_wall:.2f} s)",
+        f"{'':<26}{'bare gdb':<11}"
+        f"{statistics.median(r.stall for r in outcome.runs['bare gdb']) * 1000:>9.1f}"
+        f"{statistics.median(r.wall for r in outcome.runs['bare gdb']):>8.2f}"
+        "  (the recipe, gdb reading no separate debug symbols)",
         f"{'':<26}{'nothing':<11}{statistics.median(outcome.quiet) * 1000:>9.1f}"
         f"{QUIET_SECONDS:>8.2f}  (the ticker's own gap, no reader attached)",
     ]
