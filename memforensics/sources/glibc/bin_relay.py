@@ -247,8 +247,10 @@ class _Relay:
         # slice to slice: lists whose chunks interleave through one heap (a bin's chunks sorted
         # into several small bins, each in address order) then move through it together,
         # within a slice of each other, and read each block about once, not once a list.
+        # (At least one slice a stop, whatever its own reads took: a stop whose overhead
+        # outlasts its following, under a CPU quota, still moves a list on.)
         keep_cache = False  # (a stop's first call forgets what an earlier stop read)
-        while self.lists and time.monotonic() <= end:
+        while self.lists:
             each = min(self.lists.values(), key=_List.followed)
             chunks = RELAY_SLICE_CHUNKS if len(self.lists) > 1 else 0
             outcome = _stretch(
@@ -265,6 +267,8 @@ class _Relay:
                     )
                     return False
                 _record(self.walk, each, outcome)
+            if time.monotonic() > end:
+                break
         if not self.lists:
             self.walk.unmeasured_bins.sort()
             read.walk, read.state, self.over = self.walk, state, True
