@@ -462,6 +462,25 @@ def test_a_corrupt_long_list_is_reported_never_called_into(order: str) -> None:
 
 
 @pytest.mark.slow
+def test_a_corrupt_list_among_lists_followed_side_by_side_is_reported_never_called_into() -> None:
+    """The same 2 million in address order, sorted into their 9 small bins (SEEDS_SORT), the
+    bk of one chunk halfway down overwritten: the relay follows the 9 lists side by side, and
+    the one that reaches it names it in its own bin with glibc's words; `inspect` exits 8,
+    nothing is called, and the target runs on untraced. Its bin is worked out here from the
+    target's block sizes (136 + (i % 9) * 16 bytes asked for block i) as glibc sizes chunks."""
+    env = {"SEEDS_CORRUPT": "1", "SEEDS_SORT": "1"}
+    with _unsorted_in_cgroup("relay-corrupt-sorted", "4000000", "ordered", env=env) as pid:
+        document, _ = _inspect(pid, exit_code=8)
+        _assert_running(pid)
+    assert document["schema"] == "memforensics/heap-corrupt/1"
+    block = 2 * (2_000_000 // 2) + 1  # seeds_heap.c's corrupted block: halfway, freed
+    chunk_bytes = (136 + block % 9 * 16 + 8 + 15) & ~15
+    findings = document["corruption"]
+    assert [f["bin"] for f in findings] == [f"small bin {chunk_bytes // 16}"], findings
+    assert findings[0]["check"] == "malloc(): smallbin double linked list corrupted", findings
+
+
+@pytest.mark.slow
 def test_a_broken_header_under_a_swept_list_is_reported_never_called_into() -> None:
     """The scattered 2-million-chunk list (read by a sweep of the heap's headers) with the
     size word of a live block halfway up the heap overwritten, as an overrun of the block

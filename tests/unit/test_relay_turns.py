@@ -11,6 +11,7 @@ interleaved lists, whose stops must read each page about once.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -88,14 +89,19 @@ class _Stretches:
 
 
 def _stop(
-    relay: _Relay, stretches: _Stretches, monkeypatch: pytest.MonkeyPatch, seconds: float = 1.0
+    relay: _Relay,
+    stretches: _Stretches,
+    monkeypatch: pytest.MonkeyPatch,
+    seconds: float = 1.0,
+    clock: Callable[[], float] | None = None,
 ) -> None:
-    """One stop of ``relay``, its following ``seconds`` long on the stand-in's clock."""
+    """One stop of ``relay``, its following ``seconds`` long on ``clock`` (the stand-in's
+    own where None)."""
     stretches.now = 0.0
     monkeypatch.setattr(bin_relay, "_stretch", stretches)
     monkeypatch.setattr(bin_relay, "read_state", lambda mem, address: _state())
     monkeypatch.setattr(bin_relay, "stop_reading_seconds", lambda usual: seconds)
-    monkeypatch.setattr(bin_relay, "time", SimpleNamespace(monotonic=stretches.clock))
+    monkeypatch.setattr(bin_relay, "time", SimpleNamespace(monotonic=clock or stretches.clock))
     assert relay.stop(_Hold()) is False
 
 
@@ -143,10 +149,6 @@ def test_a_stop_whose_own_reads_took_its_time_still_follows_one_slice(
     lengths = {9: 4 * SLICE, 10: 4 * SLICE}
     relay = _relay(lengths)
     stretches = _Stretches(lengths, budget=1_000)
-    monkeypatch.setattr(bin_relay, "_stretch", stretches)
-    monkeypatch.setattr(bin_relay, "read_state", lambda mem, address: _state())
-    monkeypatch.setattr(bin_relay, "stop_reading_seconds", lambda usual: 0.0)
     clock = iter([0.0])  # the stop's start; every later look finds its time spent
-    monkeypatch.setattr(bin_relay, "time", SimpleNamespace(monotonic=lambda: next(clock, 1.0)))
-    assert relay.stop(_Hold()) is False
+    _stop(relay, stretches, monkeypatch, seconds=0.0, clock=lambda: next(clock, 1.0))
     assert [(index, before) for index, before, _, _ in stretches.calls] == [(9, 0)]

@@ -621,8 +621,9 @@ class _HeapRead:
             self._prepare_for(heaps)
 
     def _prepare_for(self, heaps: Sequence[Heap]) -> None:
-        """The copy buffers of an arena whose scout gave up, faulted in now rather than in
-        its stop, where they fit the copies' budget (a bigger arena is never copied whole)."""
+        """The copy buffers of an arena to be copied whole after all (its scout gave up, or
+        prepare() judged it scouted), faulted in now rather than in its stop, where they fit
+        the copies' budget (a bigger arena is never copied whole)."""
         sizes = [h.size_bytes for h in heaps]
         if sum(sizes) <= self.pool.copy_max_bytes:
             self.pool.prepare(sizes)
