@@ -86,6 +86,9 @@ class ArenaScan:
     # lists were scouted first (then only the pages they lie on were copied).
     stop_copy_bytes: int = 0
     scouted: bool = False
+    # Of a scouted arena: its stop found the scout's copy unchanged at every word the walk
+    # read (checked against the held target), and copied none of its pages again.
+    scout_kept: bool = False
     # Read in parts, one stop each (bins [first, last] per part, in order), where its lists lay
     # on more pages than one stop copies without a care: each bin was read consistently in
     # one stop, the arena's bins in as many stops as parts, milliseconds apart. () for an arena
@@ -153,6 +156,7 @@ class ReadOnlyRead:
     # first (their stops copied only the pages the lists lie on). 0 for a core.
     stop_copy_bytes: int = 0
     scouted_arenas: int = 0
+    scout_kept_arenas: int = 0  # of those, arenas whose stop kept the scout's copy
     # Of those, arenas read in parts, one stop each (ArenaScan.parts), and their parts in all.
     parted_arenas: int = 0
     arena_parts: int = 0

@@ -56,6 +56,7 @@ def inspection_document(result: Inspection) -> dict[str, Any]:
             "read_seconds": round(read.read_seconds, 6),
             "stop_copy_bytes": read.stop_copy_bytes,
             "scouted_arenas": read.scouted_arenas,
+            "scout_kept_arenas": read.scout_kept_arenas,
             "parted_arenas": read.parted_arenas,
             "arena_parts": read.arena_parts,
             "relayed_arenas": read.relayed_arenas,

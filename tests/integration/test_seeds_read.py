@@ -80,6 +80,9 @@ def test_scouted_arenas_read_equal_the_targets_own_malloc_info(
     assert rebuilt.read_bytes() == own.read_bytes()
     read = document["read_only"]
     assert read["scouted_arenas"] == THREADS
+    # Idle: each stop found its scouted copy unchanged at every word the walk reads, and
+    # copied no page again (the document above is still malloc_info's, byte for byte).
+    assert read["scout_kept_arenas"] == THREADS, read
     thread_arena_bytes = sum(
         arena["system_bytes"] for arena in document["arenas"] if arena["index"] > 0
     )

@@ -19,6 +19,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <pthread.h>
 #include <math.h>
 #include <stdint.h>
@@ -301,6 +302,33 @@ typedef struct {
     int consistent, out_of_time;
 } Tally;
 
+/* What a loop read of the copies, as (address, length) pairs, for a caller that checks those
+ * bytes against the held target (``unchanged``); NULL where no one asks. ``failed``: out of
+ * memory (or past ``max_pairs``): the trace is incomplete and must not be trusted. */
+typedef struct {
+    uint64_t *pairs;
+    size_t count, room, max_pairs;
+    int failed;
+} Trace;
+
+static void trace_add(Trace *trace, uint64_t address, uint64_t length) {
+    if (trace == NULL || trace->failed) return;
+    if (trace->count + 2 > trace->room) {
+        size_t room = trace->room ? trace->room * 2 : 4096;
+        uint64_t *more = room / 2 > trace->max_pairs
+                             ? NULL
+                             : PyMem_RawRealloc(trace->pairs, room * sizeof *more);
+        if (more == NULL) {
+            trace->failed = 1;
+            return;
+        }
+        trace->pairs = more;
+        trace->room = room;
+    }
+    trace->pairs[trace->count++] = address;
+    trace->pairs[trace->count++] = length;
+}
+
 #define TALLY_FIELDS 7 /* heapcopy.TALLY_FIELDS: the length of the tuple a walk returns */
 
 /* The loops look at the clock when their chunk count is a multiple of CLOCK_EVERY_CHUNKS + 1
@@ -344,7 +372,7 @@ static void mtrim_pages(uint64_t chunk, uint64_t size, uint64_t page, uint64_t *
  * the size (where in the copy, on a page in RAM). At the end: bk names the last chunk. */
 static Tally follow_list(const Seg *segs, Py_ssize_t nsegs, uint64_t head, uint64_t fd,
                          uint64_t bk, uint64_t low, uint64_t high, uint64_t page,
-                         double deadline) {
+                         double deadline, Trace *trace, uint64_t header_bytes) {
     Tally t = {0, 0, 0, 0, 0, 0, 0, 1, 0};
     uint64_t limit = chunk_limit(segs, nsegs);
     uint64_t previous = head, chunk = fd;
@@ -356,6 +384,7 @@ static Tally follow_list(const Seg *segs, Py_ssize_t nsegs, uint64_t head, uint6
             if (seg == NULL) goto inconsistent;
         }
         uint64_t offset = chunk - seg->start, slot = offset >> 3;
+        trace_add(trace, chunk + 8, header_bytes);
         if ((chunk & ALIGN_MASK) || word_at(seg->base, slot + 3) != previous || ++t.count > limit)
             goto inconsistent;
         if (!(t.count & CLOCK_EVERY_CHUNKS) && monotonic_seconds() > deadline) {
@@ -369,9 +398,10 @@ static Tally follow_list(const Seg *segs, Py_ssize_t nsegs, uint64_t head, uint6
          * size vs. prev_size"), checked where that word is in the copy on a page in RAM. */
         uint64_t foot = offset + size;
         if (foot + 8 <= seg->length &&
-            (seg->present == NULL || (foot / page < seg->pages && seg->present[foot / page])) &&
-            word_at(seg->base, foot >> 3) != size)
-            goto inconsistent;
+            (seg->present == NULL || (foot / page < seg->pages && seg->present[foot / page]))) {
+            trace_add(trace, chunk + size, 8);
+            if (word_at(seg->base, foot >> 3) != size) goto inconsistent;
+        }
         t.total += size;
         t.raw_total += raw;
         if (t.count == 1 || raw < t.raw_min) t.raw_min = raw;
@@ -437,13 +467,14 @@ static int take_segments(PyObject *items, Py_ssize_t nsegs, unsigned long long p
  * in a gigabyte arena, inside a stop) where this ends it within about twice its start and
  * length. */
 static Tally follow_fastbin(const Seg *segs, Py_ssize_t nsegs, uint64_t chunk, uint64_t size,
-                            uint64_t page, int mangled, double deadline) {
+                            uint64_t page, int mangled, double deadline, Trace *trace) {
     Tally t = {0, 0, 0, 0, 0, 0, 0, 1, 0};
     uint64_t limit = chunk_limit(segs, nsegs);
     uint64_t mark = chunk, power = 1, steps = 0;
     while (chunk) {
         const Seg *seg = find_seg(segs, nsegs, chunk);
         if (seg == NULL || (chunk & ALIGN_MASK) || ++t.count > limit) goto inconsistent;
+        trace_add(trace, chunk + 8, 16);
         if (!(t.count & CLOCK_EVERY_CHUNKS) && monotonic_seconds() > deadline) {
             t.out_of_time = 1;
             goto inconsistent;
@@ -531,7 +562,7 @@ static PyObject *walk_segments(PyObject *self, PyObject *args) {
         Tally t;
         Py_BEGIN_ALLOW_THREADS
         t = follow_list(segments.segs, segments.nsegs, head, fd, bk, low, high, page,
-                        deadline);
+                        deadline, NULL, 24);
         Py_END_ALLOW_THREADS
         if (t.consistent)
             result = Py_BuildValue("KKKKKKK", t.count, t.total, t.resident, t.trimmable,
@@ -561,7 +592,8 @@ static PyObject *walk_fastbin(PyObject *self, PyObject *args) {
     if (open_segments(sequence, page, &segments) == 0) {
         Tally t;
         Py_BEGIN_ALLOW_THREADS
-        t = follow_fastbin(segments.segs, segments.nsegs, head, size, page, mangled, deadline);
+        t = follow_fastbin(segments.segs, segments.nsegs, head, size, page, mangled, deadline,
+                           NULL);
         Py_END_ALLOW_THREADS
         if (t.consistent)
             result = Py_BuildValue("KKKKKKK", t.count, t.total, t.resident, 0ULL, t.raw_min,
@@ -572,6 +604,326 @@ static PyObject *walk_fastbin(PyObject *self, PyObject *args) {
         }
     }
     close_segments(&segments);
+    return result;
+}
+
+/* ---- unchanged: a scouted copy checked against the held target, word by word ---------------- */
+
+static int compare_pairs(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* A large bin's nextsize ring as heap_checks._nextsize reads it (the same steps, from the first
+ * chunk, at most ``steps`` links): each chunk's 40 bytes from its size word traced. A ring that
+ * does not come back within ``steps`` fails the trace (the check would read on). */
+static void trace_ring(const Seg *segs, Py_ssize_t nsegs, uint64_t head, uint64_t first,
+                       uint64_t steps, Trace *trace) {
+    const Seg *seg = find_seg(segs, nsegs, first);
+    if (first == head || seg == NULL || first + 48 > seg->start + seg->length) return;
+    uint64_t chunk = first;
+    trace_add(trace, chunk + 8, 40);
+    uint64_t size = word_at(seg->base, (chunk - seg->start + 8) >> 3) & ~(uint64_t)7;
+    for (uint64_t step = 0; step <= steps; step++) {
+        uint64_t following = word_at(seg->base, (chunk - seg->start + 32) >> 3);
+        const Seg *next = find_seg(segs, nsegs, following);
+        if (next == NULL || following + 48 > next->start + next->length || (following & 15))
+            return;
+        trace_add(trace, following + 8, 40);
+        if (word_at(next->base, (following - next->start + 40) >> 3) != chunk || following == first)
+            return;
+        uint64_t next_size = word_at(next->base, (following - next->start + 8) >> 3) & ~(uint64_t)7;
+        if (next_size >= size) return;
+        chunk = following;
+        seg = next;
+        size = next_size;
+    }
+    trace->failed = 1;
+}
+
+/* The segment holding [lo, hi), or NULL. */
+static const Seg *seg_holding(const Seg *segs, Py_ssize_t nsegs, uint64_t lo, uint64_t hi) {
+    for (Py_ssize_t low = 0, high = nsegs; low < high;) {
+        Py_ssize_t middle = (low + high) / 2;
+        const Seg *seg = &segs[middle];
+        if (lo < seg->start)
+            high = middle;
+        else if (lo >= seg->start + seg->length)
+            low = middle + 1;
+        else
+            return hi <= seg->start + seg->length ? seg : NULL;
+    }
+    return NULL;
+}
+
+/* One reader's share of ``unchanged``'s spans [first, last): each span's page looked up in the
+ * pagemap (entry_now's windows), read into scratch from ``at`` on (pinned where the held
+ * target alone maps it). same: every page was in RAM and every read complete. */
+typedef struct {
+    const uint64_t *spans;
+    size_t first, last;
+    unsigned char *scratch;
+    uint64_t at, page;
+    int mem_fd, pagemap_fd;
+    pid_t pid;
+    int same;
+} Reads;
+
+static void *read_spans(void *arg) {
+    Reads *r = arg;
+    Pinned pinned = {.pid = r->pid, .fd = r->mem_fd, .complete = 1, .runs = 0};
+    uint64_t window[PAGEMAP_WINDOW];
+    uint64_t window_first = 0, window_count = 0, at = r->at, page = r->page;
+    r->same = 1;
+    for (size_t i = r->first; i < r->last; i++) {
+        uint64_t lo = r->spans[2 * i], hi = r->spans[2 * i + 1], number = lo / page;
+        if (window_count == 0 || number < window_first || number >= window_first + window_count) {
+            /* Entries from this page to the last span's page within PAGEMAP_GAP pages of the
+             * one before (entry_now's rule: the pagemap costs its walk of every entry asked). */
+            size_t want = 1;
+            uint64_t last = number;
+            for (size_t k = i + 1; k < r->last; k++) {
+                uint64_t other = r->spans[2 * k] / page;
+                if (other - last > PAGEMAP_GAP || other - number >= PAGEMAP_WINDOW) break;
+                last = other;
+                want = (size_t)(other - number + 1);
+            }
+            ssize_t got;
+            do
+                got = pread(r->pagemap_fd, window, want * 8, (off_t)(number * 8));
+            while (got < 0 && errno == EINTR);
+            window_first = number;
+            window_count = got > 0 ? (uint64_t)got / 8 : 0;
+            if (window_count == 0) {
+                r->same = 0;
+                break;
+            }
+        }
+        uint64_t entry = window[number - window_first];
+        if (!(entry & PM_PRESENT)) {
+            r->same = 0; /* left RAM since the scout: never read (it would be faulted back in) */
+            break;
+        }
+        if (pinnable(entry))
+            pinned_read(&pinned, r->scratch + at, lo, hi - lo);
+        else if (!pread_fill(r->mem_fd, r->scratch + at, hi - lo, lo))
+            pinned.complete = 0;
+        at += hi - lo;
+    }
+    if (r->same) pinned_flush(&pinned);
+    r->same = r->same && pinned.complete;
+    return NULL;
+}
+
+/* The bytes of the traced ranges, page by page, against the held target: 1 when every range's
+ * page is in RAM now and its bytes equal the copy's, 0 otherwise (or on a failed read). A page's
+ * ranges are read as one span (from the first to the end of the last), pinned where the pagemap
+ * says the target alone maps the page (_procmem_read.h), else by pread. *read_bytes: the bytes
+ * read from the target. */
+static int same_as_target(const Seg *segs, Py_ssize_t nsegs, const Py_buffer *filled,
+                          uint64_t *pairs, size_t npairs, uint64_t page, int mem_fd,
+                          int pagemap_fd, pid_t pid, uint64_t *read_bytes) {
+    qsort(pairs, npairs, 2 * sizeof *pairs, compare_pairs);
+    /* Spans: one per page touched, [lo, hi) within it. */
+    size_t nspans = 0;
+    /* (A range splits in two at most: it is shorter than a page.) */
+    uint64_t *spans = PyMem_RawMalloc((npairs + 1) * 2 * 2 * sizeof *spans);
+    if (spans == NULL) return 0;
+    for (size_t i = 0; i < npairs; i++) {
+        uint64_t lo = pairs[2 * i], hi = lo + pairs[2 * i + 1];
+        while (lo < hi) {
+            uint64_t end = (lo / page + 1) * page;
+            if (end > hi) end = hi;
+            const Seg *seg = seg_holding(segs, nsegs, lo, end);
+            if (seg == NULL) {
+                PyMem_RawFree(spans);
+                return 0;
+            }
+            const Py_buffer *flags = &filled[seg - segs];
+            uint64_t index = (lo - seg->start) / page;
+            if (index >= (uint64_t)flags->len || !((const unsigned char *)flags->buf)[index]) {
+                /* (A page the copy does not hold: heap_checks reads it from the target, and
+                 * the C walk reads zeros there in both the trace and the walk.) */
+                lo = end;
+                continue;
+            }
+            if (nspans && spans[2 * nspans - 2] / page == lo / page) {
+                if (end > spans[2 * nspans - 1]) spans[2 * nspans - 1] = end;
+            } else {
+                spans[2 * nspans] = lo;
+                spans[2 * nspans + 1] = end;
+                nspans++;
+            }
+            lo = end;
+        }
+    }
+    uint64_t total = 0;
+    for (size_t i = 0; i < nspans; i++) total += spans[2 * i + 1] - spans[2 * i];
+    unsigned char *scratch = PyMem_RawMalloc(total ? total : 1);
+    if (scratch == NULL) {
+        PyMem_RawFree(spans);
+        return 0;
+    }
+    /* Two readers where there is enough to read (the target's CPUs are idle while it is held):
+     * the spans halved, each half's pagemap and reads its own. */
+    Reads halves[2] = {
+        {.spans = spans, .first = 0, .last = nspans, .scratch = scratch, .page = page,
+         .mem_fd = mem_fd, .pagemap_fd = pagemap_fd, .pid = pid},
+        {.spans = spans, .first = nspans, .last = nspans, .scratch = scratch, .page = page,
+         .mem_fd = mem_fd, .pagemap_fd = pagemap_fd, .pid = pid},
+    };
+    pthread_t second;
+    int threaded = 0;
+    if (nspans >= SPLIT_MIN_PAGES) {
+        size_t middle = nspans / 2;
+        uint64_t at = 0;
+        for (size_t i = 0; i < middle; i++) at += spans[2 * i + 1] - spans[2 * i];
+        halves[0].last = middle;
+        halves[1].first = middle;
+        halves[1].last = nspans;
+        halves[1].at = at;
+        threaded = pthread_create(&second, NULL, read_spans, &halves[1]) == 0;
+        if (!threaded) halves[0].last = nspans;
+    }
+    read_spans(&halves[0]);
+    if (threaded) pthread_join(second, NULL);
+    int same = halves[0].same && (!threaded || halves[1].same);
+    /* Only the traced words are compared, not the whole span read: the bytes between two
+     * free chunks' words on a page are live chunks', which a running program changes. */
+    size_t span = 0;
+    uint64_t span_at = 0;
+    for (size_t i = 0; i < npairs && same; i++) {
+        uint64_t lo = pairs[2 * i], hi = lo + pairs[2 * i + 1];
+        for (; lo < hi && same; lo = lo / page * page + page) {
+            uint64_t end = (lo / page + 1) * page;
+            if (end > hi) end = hi;
+            while (span < nspans && spans[2 * span + 1] <= lo) {
+                span_at += spans[2 * span + 1] - spans[2 * span];
+                span++;
+            }
+            if (span == nspans || lo < spans[2 * span]) continue; /* (a page not held: skipped) */
+            const Seg *seg = seg_holding(segs, nsegs, lo, end);
+            same = seg != NULL && memcmp(seg->base + (lo - seg->start),
+                                         scratch + span_at + (lo - spans[2 * span]), end - lo) == 0;
+        }
+    }
+    *read_bytes = total;
+    PyMem_RawFree(scratch);
+    PyMem_RawFree(spans);
+    return same;
+}
+
+/* unchanged(segments, filled, lists, extra, page, pid, mem_fd, pagemap_fd, deadline)
+ *     -> (same, read)
+ * In a stop, every thread of the target (pid) held: whether the copies (``segments``, as for
+ * walk_segments) hold, at every byte the residency walk and heap_checks read of the lists of
+ * ``lists``, what the target holds now; then that walk over the copies reads what it would
+ * read in the target itself, and the stop need not copy the pages again. lists: (kind, a, b,
+ * c, d, e, f) each: kind 0 a circular list (head, fd, bk, low, high, header bytes read from
+ * the size word: 24, or 40 for a large bin, whose nextsize ring is traced too); kind 1 a
+ * fastbin (first chunk, size, 0, 0, 0, 0), followed both ways (as stored and safe-linked);
+ * ``extra``: (address, length) pairs read besides (the top's header). Each list is followed
+ * through the copies exactly as the walk does, every word it reads traced; any list that does
+ * not read back consistently, a trace past ``max_pairs``, a range outside the copies or on a
+ * page not in RAM now, or one byte that differs: False. filled: per segment, one byte per
+ * page, the pages the copy holds (Segment.filled): a word on a page it does not hold is not
+ * compared (heap_checks reads it from the target; a C loop reads zeros there, in the trace as
+ * in the walk, and a list whose words read zeros does not read back consistently). read:
+ * bytes read from the target. */
+static PyObject *unchanged(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *sequence, *filled_obj, *lists_obj, *extra_obj;
+    unsigned long long page;
+    int pid, mem_fd, pagemap_fd;
+    double deadline;
+    if (!PyArg_ParseTuple(args, "OOOOKiiid", &sequence, &filled_obj, &lists_obj, &extra_obj,
+                          &page, &pid, &mem_fd, &pagemap_fd, &deadline))
+        return NULL;
+    PyObject *lists = PySequence_Fast(lists_obj, "lists must be a sequence");
+    if (lists == NULL) return NULL;
+    PyObject *extra = PySequence_Fast(extra_obj, "extra must be a sequence");
+    if (extra == NULL) {
+        Py_DECREF(lists);
+        return NULL;
+    }
+    Py_ssize_t nlists = PySequence_Fast_GET_SIZE(lists), nextra = PySequence_Fast_GET_SIZE(extra);
+    unsigned long long *params = PyMem_Malloc((size_t)(nlists ? nlists : 1) * 7 * sizeof *params);
+    PyObject *result = NULL;
+    Segments segments = {0};
+    int opened = 0, same = 1;
+    uint64_t read_bytes = 0;
+    Trace trace = {.max_pairs = 1 << 24};
+    PyObject *filled_items = NULL;
+    Py_buffer *filled = NULL;
+    Py_ssize_t nfilled = 0;
+    if (params == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < nlists; i++) {
+        unsigned long long *p = params + i * 7;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(lists, i), "KKKKKKK", &p[0], &p[1], &p[2],
+                              &p[3], &p[4], &p[5], &p[6]))
+            goto done;
+    }
+    for (Py_ssize_t i = 0; i < nextra; i++) {
+        unsigned long long address, length;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(extra, i), "KK", &address, &length))
+            goto done;
+        trace_add(&trace, address, length);
+    }
+    opened = 1; /* (close_segments undoes a failed open too) */
+    if (open_segments(sequence, page, &segments) != 0) goto done;
+    filled_items = PySequence_Fast(filled_obj, "filled must be a sequence");
+    if (filled_items == NULL) goto done;
+    if (PySequence_Fast_GET_SIZE(filled_items) != segments.nsegs) {
+        PyErr_SetString(PyExc_ValueError, "one filled flag string per segment");
+        goto done;
+    }
+    filled = PyMem_Calloc((size_t)(segments.nsegs ? segments.nsegs : 1), sizeof *filled);
+    if (filled == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; nfilled < segments.nsegs; nfilled++)
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(filled_items, nfilled), &filled[nfilled],
+                               PyBUF_SIMPLE) < 0)
+            goto done;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < nlists && same && !trace.failed; i++) {
+        const unsigned long long *p = params + i * 7;
+        if (p[0] == 0) {
+            Tally t = follow_list(segments.segs, segments.nsegs, p[1], p[2], p[3], p[4], p[5],
+                                  page, deadline, &trace, p[6]);
+            same = t.consistent;
+            if (same && p[6] > 24) trace_ring(segments.segs, segments.nsegs, p[1], p[2], t.count,
+                                             &trace);
+        } else {
+            Tally plain = follow_fastbin(segments.segs, segments.nsegs, p[1], p[2], page, 0,
+                                         deadline, &trace);
+            Tally linked = follow_fastbin(segments.segs, segments.nsegs, p[1], p[2], page, 1,
+                                          deadline, &trace);
+            same = (plain.consistent || linked.consistent) && !plain.out_of_time &&
+                   !linked.out_of_time;
+        }
+    }
+    if (same && !trace.failed)
+        same = same_as_target(segments.segs, segments.nsegs, filled, trace.pairs,
+                              trace.count / 2, page, mem_fd, pagemap_fd, (pid_t)pid,
+                              &read_bytes);
+    else
+        same = 0;
+    Py_END_ALLOW_THREADS
+    result = Py_BuildValue("OK", same ? Py_True : Py_False, (unsigned long long)read_bytes);
+done:
+    for (Py_ssize_t i = 0; i < nfilled; i++) PyBuffer_Release(&filled[i]);
+    PyMem_Free(filled);
+    Py_XDECREF(filled_items);
+    if (opened) close_segments(&segments);
+    PyMem_RawFree(trace.pairs);
+    PyMem_Free(params);
+    Py_DECREF(lists);
+    Py_DECREF(extra);
     return result;
 }
 
@@ -934,6 +1286,9 @@ static PyMethodDef methods[] = {
     {"relay", relay, METH_VARARGS,
      "Follow one free list in the held target from a cursor, until its head or a deadline: "
      "(status, cursor, detail, pages_read)."},
+    {"unchanged", unchanged, METH_VARARGS,
+     "Whether a scouted copy holds what the held target holds at every word the walk of its "
+     "lists reads: (same, bytes_read)."},
     {"copy", copy_pages, METH_VARARGS,
      "Copy a target's readable pages into a buffer: True when every readable byte was read."},
     {NULL, NULL, 0, NULL},

@@ -107,6 +107,7 @@ def read_arena(
             figures,
             copied,
             walker.scouted,
+            walker.kept_scout,
         )
 
     if snapshot is not None:
@@ -141,6 +142,7 @@ def _arena_scan(
     figures: bool,
     stop_copy_bytes: int,
     scouted: bool,
+    scout_kept: bool = False,
 ) -> ArenaScan:
     return ArenaScan(
         address=state.address,
@@ -166,6 +168,7 @@ def _arena_scan(
         corruption=tuple(walk.corruption),
         stop_copy_bytes=stop_copy_bytes,
         scouted=scouted,
+        scout_kept=scout_kept,
         parts=() if walk.part is None else (walk.part,),
     )
 

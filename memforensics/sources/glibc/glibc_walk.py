@@ -43,6 +43,7 @@ from memforensics.sources.glibc.heapcopy import (
     follow_fastbin,
     follow_list,
     resident_runs,
+    unchanged_in_target,
     walk_copies,
     walk_fastbin_copies,
 )
@@ -337,6 +338,9 @@ class ArenaWalker:
         self.scouted_bytes = 0  # bytes of the pages a scout found the lists on
         self.stop_copy_bytes = 0  # bytes copied from the target in stops (held reads)
         self.rescouted_pages = 0  # pages the lists that moved since the scout led to
+        # The last stop of a scouted read found the scout's copy unchanged at every word its
+        # walk reads (``copy_scouted``), and copied no page again.
+        self.kept_scout = False
         self._lazy_bytes = 0  # copied block by block since the last reset (LAZY_MAX_BYTES)
         self._capped = False
         # The residency is the one read before the scout (keep_scout_residency): the stop's
@@ -738,9 +742,14 @@ class ArenaWalker:
         self._segments.sort(key=lambda segment: segment.start)
         return True
 
-    def copy_scouted(self) -> None:
+    def copy_scouted(self, state: ArenaState) -> None:
         """In a stop: copy again the pages the scout read, those still in RAM; a page that
-        left RAM since is zeroed and forgotten (the lists through it are read again)."""
+        left RAM since is zeroed and forgotten (the lists through it are read again). Not
+        where the copy is found unchanged (``_scout_unchanged``): then every word the walk
+        of ``state``'s lists reads is the held target's already."""
+        self.kept_scout = self._scout_unchanged(state)
+        if self.kept_scout:
+            return
         page = self._page
         for segment in self._segments:
             # (The residency may cover more than the segment: a heap's mprotect_size is the
@@ -775,6 +784,53 @@ class ArenaWalker:
                         segment.view[index * page : (index + 1) * page] = bytes(page)
                 segment.filled[:pages] = kept
             segment.filled[pages:] = bytes(len(segment.filled) - pages)
+
+    def _scout_unchanged(self, state: ArenaState) -> bool:
+        """In a stop, before the scouted copy is made again: whether the copy (the scout's,
+        and what a catch-up read again) already holds the held target's bytes at every word
+        the walk and heap_checks will read of the lists of ``state`` (those of the part
+        read now, and its top): each list followed through the copy as the walk follows it,
+        and the words it read compared with the target's (heapcopy.unchanged_in_target: a
+        few bytes a chunk instead of its pages). The lists are determined by their heads
+        (``state``, read in this stop) and those words, so the walk over the copy then reads
+        what it would read in the target. Not for a split read (its copy is zeroed between
+        parts, so nothing would compare equal), nor where the bins' heads moved since the
+        scout."""
+        if self._parts or not self._held or self.moved_since_scout(state):
+            # (Lists whose heads moved since the scout have moved within too, most likely: the
+            # check would cost most of the copy it is there to spare, and fail.)
+            return False
+        lists: list[tuple[int, int, int, int, int, int, int]] = []
+        for index in nonempty_bins(state, 1):
+            if not self._in_part(index):
+                continue
+            fd, bk = state.bins[2 * (index - 1)], state.bins[2 * (index - 1) + 1]
+            head = bin_head(state, index)
+            if fd == head and bk == head:
+                continue
+            low, high = glibc.bin_size_range(index)
+            # (A large bin's nextsize words too: heap_checks reads its ring.)
+            lists.append((0, head, fd, bk, low, high, 40 if index >= 64 else 24))
+        if self._in_part(_FASTBIN):
+            for fast_index, head in enumerate(state.fastbins):
+                if head:
+                    size_bytes = (fast_index + 2) * glibc.MALLOC_ALIGNMENT
+                    lists.append((1, head, size_bytes, 0, 0, 0, 0))
+        extra = []
+        top_segment = self._segment_for(state.top) if self._owns_top else None
+        if top_segment is not None:
+            # (heap_checks.check_top reads the top's size from the copy where its page is
+            # flagged copied; elsewhere it reads it from the target, as _measure_top does.)
+            flagged = top_segment.filled[(state.top + 8 - top_segment.start) // self._page :]
+            if flagged[:1] == b"\x01":
+                extra.append((state.top, 16))
+        read_bytes = unchanged_in_target(
+            self._mem, self._segments, lists, extra, self._page, self._deadline
+        )
+        if read_bytes is None:
+            return False
+        self.stop_copy_bytes += read_bytes
+        return True
 
     def _walk_list(self, head: int, fd: int, bk: int, low: int, high: int) -> Tally | None:
         """One circular free list measured, or None when it does not read back consistently:
@@ -988,7 +1044,7 @@ class ArenaWalker:
         if snapshot is not None:
             return snapshot
         if lazy_round and self._scouted:
-            self.copy_scouted()
+            self.copy_scouted(state)
             self._partial = True
             return state
         if lazy_round:

@@ -450,6 +450,42 @@ def walk_fastbin_copies(
     )
 
 
+def unchanged_in_target(
+    mem: MemoryReader,
+    segments: Sequence[Segment],
+    lists: Sequence[tuple[int, int, int, int, int, int, int]],
+    extra: Sequence[tuple[int, int]],
+    page: int,
+    deadline: float = math.inf,
+) -> int | None:
+    """In a stop, every thread of the target held: the bytes read from the target when the
+    copies (``segments``) hold what it holds at every word the walk and heap_checks read of
+    ``lists`` (_chunkwalk.unchanged: (0, head, fd, bk, low, high, header bytes) per circular
+    list, (1, first chunk, size, 0, 0, 0, 0) per fastbin) and of the ``extra`` (address,
+    length) ranges; None when one differs, lies on a page not in RAM now or outside the
+    copies, when a list does not read back consistently from the copies, or without the C
+    module (the caller then copies the pages again)."""
+    if _native is None or not hasattr(_native, "unchanged"):
+        return None
+    if not isinstance(mem, ProcessMemoryReader):
+        return None
+    try:
+        same, read_bytes = _native.unchanged(
+            _native_copies(segments),
+            [s.filled for s in segments],
+            list(lists),
+            list(extra),
+            page,
+            mem.pid,
+            mem.mem_fd,
+            mem.pagemap_fd,
+            deadline,
+        )
+    except (ValueError, OSError):  # heaps the C loops refuse; no pagemap
+        return None
+    return int(read_bytes) if same else None
+
+
 def _segment_holding(segments: Sequence[Segment], starts: list[int], chunk: int) -> Segment | None:
     """The segment whose copy holds ``chunk``'s 32-byte header, or None."""
     position = bisect.bisect_right(starts, chunk) - 1

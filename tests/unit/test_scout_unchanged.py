@@ -1,0 +1,125 @@
+"""_chunkwalk.unchanged (a scouted copy checked word by word against the target, instead of
+copied again in the stop) on a free list built in this process's own memory, read back
+through /proc/self/mem: equal where every word the walk reads is, whatever else differs;
+not where one such word differs or lies on a page that is not in RAM (never read)."""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import struct
+
+import pytest
+
+from memforensics.model import glibc
+from memforensics.sources import optional_native
+from memforensics.sources.proc.procmem import ProcessMemoryReader
+
+_native = optional_native("memforensics.sources.glibc._chunkwalk")
+pytestmark = pytest.mark.skipif(_native is None, reason="the C module is not built")
+
+PAGE = mmap.PAGESIZE
+CHUNK = 0x90  # one small bin's size
+CHUNKS = 40  # over two pages and more
+
+
+class _Heap:
+    """A circular list of CHUNKS free chunks (a live 32-byte chunk after each) in an
+    anonymous mapping, behind a head in another; ``copy`` is a copy of it, as a scout's."""
+
+    def __init__(self) -> None:
+        self.live = mmap.mmap(-1, 4 * PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        self.head_buffer = mmap.mmap(-1, PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        self.start = ctypes.addressof(ctypes.c_char.from_buffer(self.live))
+        self.head = ctypes.addressof(ctypes.c_char.from_buffer(self.head_buffer)) + 0x100
+        stride = CHUNK + 32
+        self.chunks = [self.start + 0x20 + i * stride for i in range(CHUNKS)]
+        for i, at in enumerate(self.chunks):
+            fd = self.chunks[i + 1] if i + 1 < CHUNKS else self.head
+            bk = self.chunks[i - 1] if i else self.head
+            struct.pack_into("<QQQQ", self.live, at - self.start, 0, CHUNK | 1, fd, bk)
+            struct.pack_into("<QQ", self.live, at - self.start + CHUNK, CHUNK, 32 | 1)
+        self.copy = bytearray(self.live[:])
+        self.filled = bytearray(b"\x01" * 4)
+
+    def unchanged(self, extra: list[tuple[int, int]] | None = None) -> tuple[bool, int]:
+        assert _native is not None
+        low, high = glibc.bin_size_range(glibc.bin_index(CHUNK))
+        with ProcessMemoryReader(os.getpid()) as mem:
+            same, read_bytes = _native.unchanged(
+                [(self.copy, self.start, None)],
+                [self.filled],
+                [(0, self.head, self.chunks[0], self.chunks[-1], low, high, 24)],
+                extra or [],
+                PAGE,
+                0,  # (no pinned reads: this process is not held)
+                mem.mem_fd,
+                mem.pagemap_fd,
+                float("inf"),
+            )
+        return bool(same), int(read_bytes)
+
+    def close(self) -> None:
+        self.live.close()
+        self.head_buffer.close()
+
+
+@pytest.fixture
+def heap() -> _Heap:
+    built = _Heap()
+    yield built  # type: ignore[misc]
+    built.close()
+
+
+def test_a_copy_equal_at_every_word_the_walk_reads_is_unchanged_and_reads_those_words_alone(
+    heap: _Heap,
+) -> None:
+    same, read_bytes = heap.unchanged()
+    assert same
+    # Per page, from the first word the walk reads there to the last: not the empty pages.
+    assert 0 < read_bytes <= CHUNKS * (CHUNK + 32) < len(heap.live) - PAGE
+
+
+def test_bytes_the_walk_does_not_read_may_differ(heap: _Heap) -> None:
+    # A free chunk's body and the live chunk after it: a running program's own data.
+    for at in heap.chunks[::3]:
+        struct.pack_into("<QQ", heap.live, at - heap.start + 0x40, 0xDEAD, 0xBEEF)
+        struct.pack_into("<Q", heap.live, at - heap.start + CHUNK + 16, 0xFEED)
+    assert heap.unchanged()[0]
+
+
+@pytest.mark.parametrize("word", [8, 16, 24, CHUNK])  # size, fd, bk, the foot
+def test_one_word_the_walk_reads_changed_in_the_target_is_not_unchanged(
+    heap: _Heap, word: int
+) -> None:
+    at = heap.chunks[CHUNKS // 2] - heap.start + word
+    (value,) = struct.unpack_from("<Q", heap.live, at)
+    struct.pack_into("<Q", heap.live, at, value ^ 0x10)
+    assert not heap.unchanged()[0]
+
+
+def test_a_list_that_does_not_read_back_consistently_from_the_copy_is_not_unchanged(
+    heap: _Heap,
+) -> None:
+    at = heap.chunks[7] - heap.start + 24
+    struct.pack_into("<Q", heap.copy, at, 0x1234560)  # a bk naming no chunk: in the copy alone
+    assert heap.unchanged() == (False, 0)
+
+
+def test_a_word_on_a_page_the_copy_does_not_hold_is_not_compared(heap: _Heap) -> None:
+    extra_at = heap.start + 3 * PAGE + 0x40  # past the list
+    struct.pack_into("<Q", heap.live, 3 * PAGE + 0x40, 7)
+    assert not heap.unchanged([(extra_at, 8)])[0]  # held, and different
+    heap.filled[3] = 0
+    assert heap.unchanged([(extra_at, 8)])[0]  # not held: read from the target by its reader
+
+
+def test_a_word_on_a_page_not_in_ram_is_never_read(heap: _Heap) -> None:
+    extra_at = heap.start + 3 * PAGE + 0x40
+    heap.live.madvise(mmap.MADV_DONTNEED, 3 * PAGE, PAGE)  # (zeros, and not in RAM)
+    heap.copy[3 * PAGE : 4 * PAGE] = bytes(PAGE)  # the copy agrees on the bytes
+    assert not heap.unchanged([(extra_at, 8)])[0]
+    with ProcessMemoryReader(os.getpid()) as mem:
+        entry = mem.pagemap(heap.start + 3 * PAGE, heap.start + 4 * PAGE)
+    assert not entry.readable[0]  # the check did not fault it in
