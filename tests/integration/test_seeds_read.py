@@ -7,8 +7,10 @@ their stops copy only the pages the lists lie on. The oracle is the target's own
 written through a FILE opened before its first allocation with a static buffer (so the heap
 after it is the heap it describes): the read must equal it byte for byte, every arena must have
 been scouted (the first alone, the others side by side), and the stops must have copied a small
-share of the heap. A busy target (every worker replacing 256 small blocks a millisecond) is
-read too, never refused, every arena balanced against the same read's residency. So is an
+share of the heap. Where the lists lie far apart (arenas of 512 MiB), the stops check the scout's
+copy word by word instead of copying its pages again. A busy target (every worker replacing 256
+small blocks a millisecond) is read too, never refused, every arena balanced against the same
+read's residency. So is an
 arena above the copies' budget whose lists lie on more pages than a scout of an arena that fits
 the budget goes to (the spread shape): its scout goes on up to the budget, where giving up
 would mean a refusal and a call.
@@ -80,9 +82,9 @@ def test_scouted_arenas_read_equal_the_targets_own_malloc_info(
     assert rebuilt.read_bytes() == own.read_bytes()
     read = document["read_only"]
     assert read["scouted_arenas"] == THREADS
-    # Idle: each stop found its scouted copy unchanged at every word the walk reads, and
-    # copied no page again (the document above is still malloc_info's, byte for byte).
-    assert read["scout_kept_arenas"] == THREADS, read
+    # Its lists lie on 1 page in 9 or so: each stop copied those pages again rather than
+    # check them word by word (glibc_walk._CHECK_MAX_PAGE_SHARE).
+    assert read["scout_kept_arenas"] == 0, read
     thread_arena_bytes = sum(
         arena["system_bytes"] for arena in document["arenas"] if arena["index"] > 0
     )
@@ -90,6 +92,37 @@ def test_scouted_arenas_read_equal_the_targets_own_malloc_info(
     # Only the pages the lists lie on were copied in the stops (~1 page in 9 here), not the
     # arenas: what a stop costs follows the lists.
     assert 0 < read["stop_copy_bytes"] < thread_arena_bytes // 3, read
+
+
+FAR_THREADS = 2
+FAR_MIB_PER_ARENA = 512  # the same ~2,600 free chunks, on 1 page in 40 or fewer
+
+
+@pytest.mark.slow
+def test_lists_far_apart_are_checked_in_the_stop_word_by_word_not_copied_again(
+    release: Any, tmp_path: Path
+) -> None:
+    """Arenas of 512 MiB whose lists lie on a few thousand pages scattered through them:
+    each stop checks the words its walk reads in the scout's copy against the held target
+    and, all equal, copies no page again. The document is still the target's own, byte
+    for byte, and the stops read a few bytes a chunk, far less than the pages' 4 KiB."""
+    binary = build_target(release, "seeds_heap")
+    own, rebuilt = tmp_path / "own.xml", tmp_path / "read.xml"
+    argv = command(release, binary, [str(FAR_THREADS), str(FAR_MIB_PER_ARENA), "0", str(own)])
+    tunables = f"glibc.malloc.arena_max={FAR_THREADS + 1}:glibc.malloc.mmap_threshold={32 << 20}"
+    with running(argv, env={"GLIBC_TUNABLES": tunables}, ready_timeout_seconds=120) as target:
+        document, _ = _inspect(target.pid, "--read-only", "--save-xml", str(rebuilt))
+        _assert_running(target.pid)
+        assert target.alive()
+    assert rebuilt.read_bytes() == own.read_bytes()
+    read = document["read_only"]
+    assert read["scouted_arenas"] == FAR_THREADS
+    assert read["scout_kept_arenas"] == FAR_THREADS, read
+    chunks = sum(arena["rest_chunks"] for arena in document["arenas"] if arena["index"] > 0)
+    assert chunks >= FAR_THREADS * 2000, document["arenas"]
+    # A page per chunk at most (each read from its first traced word to its last), not the
+    # lists' pages as the copy reads them: 4 KiB each, a few chunks to a page.
+    assert 0 < read["stop_copy_bytes"] < chunks * 1024, read
 
 
 @pytest.mark.slow
