@@ -28,24 +28,29 @@ class _Heap:
     """A circular list of CHUNKS free chunks (a live 32-byte chunk after each) in an
     anonymous mapping, behind a head in another; ``copy`` is a copy of it, as a scout's."""
 
-    def __init__(self) -> None:
-        self.live = mmap.mmap(-1, 4 * PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    def __init__(self, chunks: int = CHUNKS, size: int = CHUNK, gap: int = 32) -> None:
+        stride = size + gap
+        pages = max(4, (0x20 + chunks * stride) // PAGE + 2)
+        self.live = mmap.mmap(-1, pages * PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self.head_buffer = mmap.mmap(-1, PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self.start = ctypes.addressof(ctypes.c_char.from_buffer(self.live))
         self.head = ctypes.addressof(ctypes.c_char.from_buffer(self.head_buffer)) + 0x100
-        stride = CHUNK + 32
-        self.chunks = [self.start + 0x20 + i * stride for i in range(CHUNKS)]
+        self.size = size
+        self.chunks = [self.start + 0x20 + i * stride for i in range(chunks)]
         for i, at in enumerate(self.chunks):
-            fd = self.chunks[i + 1] if i + 1 < CHUNKS else self.head
+            fd = self.chunks[i + 1] if i + 1 < chunks else self.head
             bk = self.chunks[i - 1] if i else self.head
-            struct.pack_into("<QQQQ", self.live, at - self.start, 0, CHUNK | 1, fd, bk)
-            struct.pack_into("<QQ", self.live, at - self.start + CHUNK, CHUNK, 32 | 1)
+            struct.pack_into("<QQQ", self.live, at - self.start + 8, size | 1, fd, bk)
+            if gap:
+                struct.pack_into("<Q", self.live, at - self.start + size + 8, gap | 1)
+        for at in self.chunks:  # the feet: each next chunk's prev_size (glibc's set_foot)
+            struct.pack_into("<Q", self.live, at - self.start + size, size)
         self.copy = bytearray(self.live[:])
-        self.filled = bytearray(b"\x01" * 4)
+        self.filled = bytearray(b"\x01" * pages)
 
     def unchanged(self, extra: list[tuple[int, int]] | None = None) -> tuple[bool, int]:
         assert _native is not None
-        low, high = glibc.bin_size_range(glibc.bin_index(CHUNK))
+        low, high = glibc.bin_size_range(glibc.bin_index(self.size))
         with ProcessMemoryReader(os.getpid()) as mem:
             same, read_bytes = _native.unchanged(
                 [(self.copy, self.start, None)],
@@ -123,3 +128,20 @@ def test_a_word_on_a_page_not_in_ram_is_never_read(heap: _Heap) -> None:
     with ProcessMemoryReader(os.getpid()) as mem:
         entry = mem.pagemap(heap.start + 3 * PAGE, heap.start + 4 * PAGE)
     assert not entry.readable[0]  # the check did not fault it in
+
+
+def test_a_check_past_its_bounds_is_not_unchanged_and_reads_nothing() -> None:
+    # Two ranges a chunk (its header, its foot): at most 2**18 ranges (4 MiB of trace), and
+    # 8 MiB of words read, whatever the lists; past either the pages are copied as before.
+    # Chunks of 32 bytes side by side: 256 ranges a page, ~4 MiB read at the first bound.
+    within, past_ranges = _Heap(120_000, 32, 0), _Heap(140_000, 32, 0)
+    # Chunks of 0x90 with a live one between: a page read almost whole for 23 of them.
+    past_bytes = _Heap(60_000)
+    try:
+        same, read_bytes = within.unchanged()
+        assert same and read_bytes > 3 << 20
+        assert past_ranges.unchanged() == (False, 0)
+        assert past_bytes.unchanged() == (False, 0)
+    finally:
+        for heap in (within, past_ranges, past_bytes):
+            heap.close()

@@ -609,6 +609,13 @@ static PyObject *walk_fastbin(PyObject *self, PyObject *args) {
 
 /* ---- unchanged: a scouted copy checked against the held target, word by word ---------------- */
 
+/* Our memory for one check, bounded whatever the lists: past either bound the check fails and
+ * the caller copies the pages as before. A trace pair is 16 bytes, and its spans 32 more (4 MiB
+ * and 8 MiB here; a 1 GiB arena with a few thousand free chunks needs ~10,000 pairs); the words
+ * read are at most a page per page the lists touch (~1 MiB there). */
+#define UNCHANGED_MAX_PAIRS (1 << 18)
+#define UNCHANGED_MAX_READ_BYTES (8u << 20)
+
 static int compare_pairs(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
@@ -759,7 +766,7 @@ static int same_as_target(const Seg *segs, Py_ssize_t nsegs, const Py_buffer *fi
     }
     uint64_t total = 0;
     for (size_t i = 0; i < nspans; i++) total += spans[2 * i + 1] - spans[2 * i];
-    unsigned char *scratch = PyMem_RawMalloc(total ? total : 1);
+    unsigned char *scratch = total > UNCHANGED_MAX_READ_BYTES ? NULL : PyMem_RawMalloc(total + 1);
     if (scratch == NULL) {
         PyMem_RawFree(spans);
         return 0;
@@ -852,7 +859,7 @@ static PyObject *unchanged(PyObject *self, PyObject *args) {
     Segments segments = {0};
     int opened = 0, same = 1;
     uint64_t read_bytes = 0;
-    Trace trace = {.max_pairs = 1 << 24};
+    Trace trace = {.max_pairs = UNCHANGED_MAX_PAIRS};
     PyObject *filled_items = NULL;
     Py_buffer *filled = NULL;
     Py_ssize_t nfilled = 0;
