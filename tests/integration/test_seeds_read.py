@@ -68,18 +68,27 @@ def _assert_running(pid: int) -> None:
     assert fields["TracerPid"] == "0" and fields["State"][0] not in "Tt", fields
 
 
-@pytest.mark.slow
-def test_scouted_arenas_read_equal_the_targets_own_malloc_info(
-    release: Any, tmp_path: Path
-) -> None:
+def _read_idle(release: Any, tmp_path: Path, threads: int, mib: int) -> dict[str, Any]:
+    """``inspect --read-only`` of an idle seeds target of ``threads`` arenas of ``mib`` MiB
+    on ``release``: its document, once the rebuilt XML is asserted equal, byte for byte, to
+    the target's own malloc_info and the target left running, untraced."""
     binary = build_target(release, "seeds_heap")
     own, rebuilt = tmp_path / "own.xml", tmp_path / "read.xml"
-    argv = command(release, binary, [str(THREADS), str(MIB_PER_ARENA), "0", str(own)])
-    with running(argv, env={"GLIBC_TUNABLES": TUNABLES}, ready_timeout_seconds=120) as target:
+    argv = command(release, binary, [str(threads), str(mib), "0", str(own)])
+    tunables = f"glibc.malloc.arena_max={threads + 1}:glibc.malloc.mmap_threshold={32 << 20}"
+    with running(argv, env={"GLIBC_TUNABLES": tunables}, ready_timeout_seconds=120) as target:
         document, _ = _inspect(target.pid, "--read-only", "--save-xml", str(rebuilt))
         _assert_running(target.pid)
         assert target.alive()
     assert rebuilt.read_bytes() == own.read_bytes()
+    return document
+
+
+@pytest.mark.slow
+def test_scouted_arenas_read_equal_the_targets_own_malloc_info(
+    release: Any, tmp_path: Path
+) -> None:
+    document = _read_idle(release, tmp_path, THREADS, MIB_PER_ARENA)
     read = document["read_only"]
     assert read["scouted_arenas"] == THREADS
     # Its lists lie on 1 page in 9 or so: each stop copied those pages again rather than
@@ -106,15 +115,7 @@ def test_lists_far_apart_are_checked_in_the_stop_word_by_word_not_copied_again(
     each stop checks the words its walk reads in the scout's copy against the held target
     and, all equal, copies no page again. The document is still the target's own, byte
     for byte, and the stops read a few bytes a chunk, far less than the pages' 4 KiB."""
-    binary = build_target(release, "seeds_heap")
-    own, rebuilt = tmp_path / "own.xml", tmp_path / "read.xml"
-    argv = command(release, binary, [str(FAR_THREADS), str(FAR_MIB_PER_ARENA), "0", str(own)])
-    tunables = f"glibc.malloc.arena_max={FAR_THREADS + 1}:glibc.malloc.mmap_threshold={32 << 20}"
-    with running(argv, env={"GLIBC_TUNABLES": tunables}, ready_timeout_seconds=120) as target:
-        document, _ = _inspect(target.pid, "--read-only", "--save-xml", str(rebuilt))
-        _assert_running(target.pid)
-        assert target.alive()
-    assert rebuilt.read_bytes() == own.read_bytes()
+    document = _read_idle(release, tmp_path, FAR_THREADS, FAR_MIB_PER_ARENA)
     read = document["read_only"]
     assert read["scouted_arenas"] == FAR_THREADS
     assert read["scout_kept_arenas"] == FAR_THREADS, read

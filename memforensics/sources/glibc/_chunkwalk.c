@@ -105,13 +105,9 @@ static uint64_t entry_now(const Part *part, Window *window, size_t index) {
         size_t want = 1;
         for (size_t k = index + 1; k < end && k - (index + want - 1) <= PAGEMAP_GAP; k++)
             if (part->can_read[k]) want = k - index + 1;
-        uint64_t entry = part->copy->address / part->page + index;
-        ssize_t got;
-        do
-            got = pread(part->pagemap_fd, window->entries, want * 8, (off_t)(entry * 8));
-        while (got < 0 && errno == EINTR);
+        window->count = pagemap_read(part->pagemap_fd, window->entries, want,
+                                     part->copy->address / part->page + index);
         window->first = index;
-        window->count = got > 0 ? (size_t)got / 8 : 0;
         if (window->count == 0) return 0;
     }
     return window->entries[index - window->first];
@@ -695,12 +691,8 @@ static void *read_spans(void *arg) {
                 last = other;
                 want = (size_t)(other - number + 1);
             }
-            ssize_t got;
-            do
-                got = pread(r->pagemap_fd, window, want * 8, (off_t)(number * 8));
-            while (got < 0 && errno == EINTR);
             window_first = number;
-            window_count = got > 0 ? (uint64_t)got / 8 : 0;
+            window_count = pagemap_read(r->pagemap_fd, window, want, number);
             if (window_count == 0) {
                 r->same = 0;
                 break;
@@ -990,11 +982,8 @@ static uint64_t live_entry(Live *l, uint64_t number) {
     uint64_t window = number / RELAY_WINDOW_ENTRIES;
     if (l->window_tag != window + 1) {
         memset(l->window, 0, sizeof l->window);
-        ssize_t got;
-        do
-            got = pread(l->pagemap_fd, l->window, sizeof l->window,
-                        (off_t)(window * RELAY_WINDOW_ENTRIES * sizeof(uint64_t)));
-        while (got < 0 && errno == EINTR);
+        pagemap_read(l->pagemap_fd, l->window, RELAY_WINDOW_ENTRIES,
+                     window * RELAY_WINDOW_ENTRIES);
         l->window_tag = window + 1;
     }
     return l->window[number % RELAY_WINDOW_ENTRIES];

@@ -121,12 +121,8 @@ static int readable(const Seg *seg, uint64_t index) {
  * again). */
 static uint64_t entry_now(const Seg *seg, uint64_t index) {
     uint64_t entry = 0;
-    ssize_t got;
-    do
-        got = pread(seg->pagemap_fd, &entry, sizeof entry,
-                    (off_t)((seg->start / seg->page_bytes + index) * sizeof entry));
-    while (got < 0 && errno == EINTR);
-    return got == (ssize_t)sizeof entry ? entry : 0;
+    size_t got = pagemap_read(seg->pagemap_fd, &entry, 1, seg->start / seg->page_bytes + index);
+    return got ? entry : 0;
 }
 
 /* Page ``index`` of ``seg`` is needed by the list of bin ``bin``: 1 when it is there to read

@@ -28,6 +28,16 @@
 #define PM_EXCLUSIVE (1ULL << 56) /* "page exclusively mapped" (Linux 4.2 and later) */
 #define PINNED_BATCH 512          /* runs per process_vm_readv (IOV_MAX is 1024) */
 
+/* ``count`` entries of the pagemap ``fd`` from page number ``first`` into ``entries``: how many
+ * were read (0 where none could be; a short read leaves the rest as they were). */
+static size_t pagemap_read(int fd, uint64_t *entries, size_t count, uint64_t first) {
+    ssize_t got;
+    do
+        got = pread(fd, entries, count * sizeof *entries, (off_t)(first * sizeof *entries));
+    while (got < 0 && errno == EINTR);
+    return got > 0 ? (size_t)got / sizeof *entries : 0;
+}
+
 /* A pagemap entry's page may be pinned by a held target's read: present and its alone. */
 static int pinnable(uint64_t entry) {
     return (entry & PM_PRESENT) && (entry & PM_EXCLUSIVE);
