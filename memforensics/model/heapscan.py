@@ -89,6 +89,9 @@ class ArenaScan:
     # Of a scouted arena: its stop found the scout's copy unchanged at every word the walk
     # read (checked against the held target), and copied none of its pages again.
     scout_kept: bool = False
+    # Of those: its walk was made before the stop over the scout's copy (the stop's check
+    # then held for the very malloc_state that walk read), not in the stop.
+    walked_before_stop: bool = False
     # Read in parts, one stop each (bins [first, last] per part, in order), where its lists lay
     # on more pages than one stop copies without a care: each bin was read consistently in
     # one stop, the arena's bins in as many stops as parts, milliseconds apart. () for an arena
@@ -157,6 +160,7 @@ class ReadOnlyRead:
     stop_copy_bytes: int = 0
     scouted_arenas: int = 0
     scout_kept_arenas: int = 0  # of those, arenas whose stop kept the scout's copy
+    walked_before_stop_arenas: int = 0  # of those, arenas walked before their stops
     # Of those, arenas read in parts, one stop each (ArenaScan.parts), and their parts in all.
     parted_arenas: int = 0
     arena_parts: int = 0

@@ -57,6 +57,7 @@ def inspection_document(result: Inspection) -> dict[str, Any]:
             "stop_copy_bytes": read.stop_copy_bytes,
             "scouted_arenas": read.scouted_arenas,
             "scout_kept_arenas": read.scout_kept_arenas,
+            "walked_before_stop_arenas": read.walked_before_stop_arenas,
             "parted_arenas": read.parted_arenas,
             "arena_parts": read.arena_parts,
             "relayed_arenas": read.relayed_arenas,

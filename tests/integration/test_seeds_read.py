@@ -92,8 +92,8 @@ def test_scouted_arenas_read_equal_the_targets_own_malloc_info(
     read = document["read_only"]
     assert read["scouted_arenas"] == THREADS
     # Its lists lie on 1 page in 9 or so: each stop copied those pages again rather than
-    # check them word by word (glibc_walk._CHECK_MAX_PAGE_SHARE).
-    assert read["scout_kept_arenas"] == 0, read
+    # check them word by word (glibc_walk._CHECK_MAX_PAGE_SHARE), and walked them there.
+    assert read["scout_kept_arenas"] == read["walked_before_stop_arenas"] == 0, read
     thread_arena_bytes = sum(
         arena["system_bytes"] for arena in document["arenas"] if arena["index"] > 0
     )
@@ -119,6 +119,8 @@ def test_lists_far_apart_are_checked_in_the_stop_word_by_word_not_copied_again(
     read = document["read_only"]
     assert read["scouted_arenas"] == FAR_THREADS
     assert read["scout_kept_arenas"] == FAR_THREADS, read
+    # Each walked before its stop (prepare_stop), the stop only checking what that walk read.
+    assert read["walked_before_stop_arenas"] == FAR_THREADS, read
     chunks = sum(arena["rest_chunks"] for arena in document["arenas"] if arena["index"] > 0)
     assert chunks >= FAR_THREADS * 2000, document["arenas"]
     # A page per chunk at most (each read from its first traced word to its last), not the

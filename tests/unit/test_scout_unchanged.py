@@ -65,6 +65,29 @@ class _Heap:
             )
         return bool(same), int(read_bytes)
 
+    def _args(self, extra: list[tuple[int, int]] | None) -> tuple[object, ...]:
+        low, high = glibc.bin_size_range(glibc.bin_index(self.size))
+        return (
+            [(self.copy, self.start, None)],
+            [self.filled],
+            [(0, self.head, self.chunks[0], self.chunks[-1], low, high, 24)],
+            extra or [],
+            PAGE,
+        )
+
+    def plan(self, extra: list[tuple[int, int]] | None = None) -> bytes | None:
+        """_chunkwalk.plan of the list over the copy, as prepare_stop makes it."""
+        assert _native is not None
+        made = _native.plan(*self._args(extra), float("inf"))
+        return None if made is None else bytes(made)
+
+    def holds(self, plan: bytes) -> tuple[bool, int]:
+        """_chunkwalk.same of ``plan`` against this process's memory now."""
+        assert _native is not None
+        with ProcessMemoryReader(os.getpid()) as mem:
+            same, read_bytes = _native.same(plan, 0, mem.mem_fd, mem.pagemap_fd)
+        return bool(same), int(read_bytes)
+
     def close(self) -> None:
         self.live.close()
         self.head_buffer.close()
@@ -145,3 +168,51 @@ def test_a_check_past_its_bounds_is_not_unchanged_and_reads_nothing() -> None:
     finally:
         for heap in (within, past_ranges, past_bytes):
             heap.close()
+
+
+def test_a_list_whose_chunks_lie_pages_apart_is_unchanged_and_reads_a_span_a_page() -> None:
+    # Each page's span read on its own, pages apart in the target and side by side in what
+    # is read: each word compared with its own page's copy.
+    apart = _Heap(CHUNKS, CHUNK, 2 * PAGE)
+    try:
+        same, read_bytes = apart.unchanged()
+        assert same
+        assert read_bytes <= CHUNKS * (CHUNK + 16)  # from its header to its foot, a chunk
+        at = apart.chunks[CHUNKS // 2] - apart.start + 16
+        (value,) = struct.unpack_from("<Q", apart.live, at)
+        struct.pack_into("<Q", apart.live, at, value ^ 0x10)
+        assert not apart.unchanged()[0]
+    finally:
+        apart.close()
+
+
+def test_a_plan_made_before_the_stop_holds_what_unchanged_holds(heap: _Heap) -> None:
+    plan = heap.plan()
+    assert plan is not None
+    assert heap.holds(plan) == heap.unchanged()
+    assert heap.holds(plan)[0]
+
+
+@pytest.mark.parametrize("word", [8, 16, 24, CHUNK])  # size, fd, bk, the foot
+def test_a_word_changed_in_the_target_after_the_plan_fails_it(heap: _Heap, word: int) -> None:
+    plan = heap.plan()
+    assert plan is not None
+    at = heap.chunks[CHUNKS // 3] - heap.start + word
+    (value,) = struct.unpack_from("<Q", heap.live, at)
+    struct.pack_into("<Q", heap.live, at, value ^ 0x10)
+    assert not heap.holds(plan)[0]
+
+
+def test_no_plan_for_a_list_that_does_not_read_back_from_the_copy(heap: _Heap) -> None:
+    struct.pack_into("<Q", heap.copy, heap.chunks[7] - heap.start + 24, 0x1234560)
+    assert heap.plan() is None
+
+
+def test_a_plan_not_made_by_plan_is_refused(heap: _Heap) -> None:
+    assert _native is not None
+    plan = heap.plan()
+    assert plan is not None
+    with ProcessMemoryReader(os.getpid()) as mem:
+        for bad in (plan[:-1], plan[:8], b"", plan[:40] + bytes(len(plan) - 40)):
+            with pytest.raises(ValueError, match="not a plan"):
+                _native.same(bad, 0, mem.mem_fd, mem.pagemap_fd)

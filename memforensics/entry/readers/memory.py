@@ -215,6 +215,7 @@ def _inspect(
         stop_copy_bytes=sum(arena.stop_copy_bytes for arena in scan.arenas),
         scouted_arenas=sum(arena.scouted for arena in scan.arenas),
         scout_kept_arenas=sum(arena.scout_kept for arena in scan.arenas),
+        walked_before_stop_arenas=sum(arena.walked_before_stop for arena in scan.arenas),
         parted_arenas=sum(bool(arena.parts) for arena in scan.arenas),
         arena_parts=sum(len(arena.parts) for arena in scan.arenas),
         relayed_arenas=sum(bool(arena.relay_stops) for arena in scan.arenas),

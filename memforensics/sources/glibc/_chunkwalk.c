@@ -714,61 +714,136 @@ static void *read_spans(void *arg) {
     return NULL;
 }
 
-/* The bytes of the traced ranges, page by page, against the held target: 1 when every range's
- * page is in RAM now and its bytes equal the copy's, 0 otherwise (or on a failed read). A page's
- * ranges are read as one span (from the first to the end of the last), pinned where the pagemap
- * says the target alone maps the page (_procmem_read.h), else by pread. *read_bytes: the bytes
- * read from the target. */
-static int same_as_target(const Seg *segs, Py_ssize_t nsegs, const Py_buffer *filled,
-                          uint64_t *pairs, size_t npairs, uint64_t page, int mem_fd,
-                          int pagemap_fd, pid_t pid, uint64_t *read_bytes) {
+/* A plan of ``unchanged``'s reads and comparisons, made from the copies alone (before the stop
+ * where it can be: the trace, its sort and the copy's bytes, which lie a page apart in a buffer
+ * of up to a GiB, are then no part of the stop), as one block: a PlanHead, the spans to read
+ * (lo, hi) one per page touched, the comparisons (offset in what the spans read, length) and
+ * the copy's bytes they must equal, in the same order. */
+typedef struct {
+    uint64_t page, nspans, ncmps, total, nexpected;
+} PlanHead;
+
+/* The plan of the traced ``pairs`` (sorted here) over the copies: NULL where a range lies
+ * outside them, past UNCHANGED_MAX_READ_BYTES, or out of memory (the caller then takes the
+ * copy as not unchanged). A page's ranges are read as one span (from the first to the end of
+ * the last); a range on a page the copy does not hold is neither read nor compared (heap_checks
+ * reads it from the target, and the C walk reads zeros there in both the trace and the walk).
+ * Only the traced bytes are compared, not the whole span: the bytes between two free chunks'
+ * words on a page are live chunks', which a running program changes. *size: the plan's bytes. */
+static unsigned char *build_plan(const Seg *segs, Py_ssize_t nsegs, const Py_buffer *filled,
+                                 uint64_t *pairs, size_t npairs, uint64_t page, size_t *size) {
     qsort(pairs, npairs, 2 * sizeof *pairs, compare_pairs);
-    /* Spans: one per page touched, [lo, hi) within it. */
-    size_t nspans = 0;
     /* (A range splits in two at most: it is shorter than a page.) */
     uint64_t *spans = PyMem_RawMalloc((npairs + 1) * 2 * 2 * sizeof *spans);
-    if (spans == NULL) return 0;
+    uint64_t *cmps = PyMem_RawMalloc((npairs + 1) * 2 * 2 * sizeof *cmps);
+    unsigned char *plan = NULL;
+    size_t nspans = 0, ncmps = 0;
+    uint64_t total = 0, nexpected = 0;
+    if (spans == NULL || cmps == NULL) goto done;
     for (size_t i = 0; i < npairs; i++) {
         uint64_t lo = pairs[2 * i], hi = lo + pairs[2 * i + 1];
         while (lo < hi) {
             uint64_t end = (lo / page + 1) * page;
             if (end > hi) end = hi;
             const Seg *seg = seg_holding(segs, nsegs, lo, end);
-            if (seg == NULL) {
-                PyMem_RawFree(spans);
-                return 0;
-            }
+            if (seg == NULL) goto done;
             const Py_buffer *flags = &filled[seg - segs];
             uint64_t index = (lo - seg->start) / page;
-            if (index >= (uint64_t)flags->len || !((const unsigned char *)flags->buf)[index]) {
-                /* (A page the copy does not hold: heap_checks reads it from the target, and
-                 * the C walk reads zeros there in both the trace and the walk.) */
-                lo = end;
-                continue;
-            }
-            if (nspans && spans[2 * nspans - 2] / page == lo / page) {
-                if (end > spans[2 * nspans - 1]) spans[2 * nspans - 1] = end;
-            } else {
-                spans[2 * nspans] = lo;
-                spans[2 * nspans + 1] = end;
-                nspans++;
+            if (index < (uint64_t)flags->len && ((const unsigned char *)flags->buf)[index]) {
+                if (nspans && spans[2 * nspans - 2] / page == lo / page) {
+                    if (end > spans[2 * nspans - 1]) spans[2 * nspans - 1] = end;
+                } else {
+                    spans[2 * nspans] = lo;
+                    spans[2 * nspans + 1] = end;
+                    nspans++;
+                }
             }
             lo = end;
         }
     }
-    uint64_t total = 0;
     for (size_t i = 0; i < nspans; i++) total += spans[2 * i + 1] - spans[2 * i];
-    unsigned char *scratch = total > UNCHANGED_MAX_READ_BYTES ? NULL : PyMem_RawMalloc(total + 1);
-    if (scratch == NULL) {
-        PyMem_RawFree(spans);
-        return 0;
+    if (total > UNCHANGED_MAX_READ_BYTES) goto done;
+    /* The comparisons: each traced piece's place in what the spans read (overlapping and
+     * adjacent pieces merged: the pairs are sorted), its length. */
+    size_t span = 0, last_span = 0;
+    uint64_t span_at = 0;
+    for (size_t i = 0; i < npairs; i++) {
+        uint64_t lo = pairs[2 * i], hi = lo + pairs[2 * i + 1];
+        for (; lo < hi; lo = lo / page * page + page) {
+            uint64_t end = (lo / page + 1) * page;
+            if (end > hi) end = hi;
+            while (span < nspans && spans[2 * span + 1] <= lo) {
+                span_at += spans[2 * span + 1] - spans[2 * span];
+                span++;
+            }
+            if (span == nspans || lo < spans[2 * span]) continue; /* (a page not held) */
+            uint64_t at = span_at + (lo - spans[2 * span]), length = end - lo;
+            /* (Merged within one span only: two spans next to each other in what is read
+             * are pages apart in the target.) */
+            if (ncmps && span == last_span && at <= cmps[2 * ncmps - 2] + cmps[2 * ncmps - 1]) {
+                uint64_t last_end = cmps[2 * ncmps - 2] + cmps[2 * ncmps - 1];
+                if (at + length > last_end) {
+                    nexpected += at + length - last_end;
+                    cmps[2 * ncmps - 1] = at + length - cmps[2 * ncmps - 2];
+                }
+            } else {
+                cmps[2 * ncmps] = at;
+                cmps[2 * ncmps + 1] = length;
+                ncmps++;
+                nexpected += length;
+                last_span = span;
+            }
+        }
     }
-    /* Two readers where there is enough to read (the target's CPUs are idle while it is held):
-     * the spans halved, each half's pagemap and reads its own. */
+    *size = sizeof(PlanHead) + (2 * nspans + 2 * ncmps) * sizeof(uint64_t) + nexpected;
+    plan = PyMem_RawMalloc(*size ? *size : 1);
+    if (plan == NULL) goto done;
+    PlanHead head = {page, nspans, ncmps, total, nexpected};
+    memcpy(plan, &head, sizeof head);
+    uint64_t *plan_spans = (uint64_t *)(plan + sizeof head);
+    memcpy(plan_spans, spans, 2 * nspans * sizeof *spans);
+    memcpy(plan_spans + 2 * nspans, cmps, 2 * ncmps * sizeof *cmps);
+    /* The copy's bytes of each comparison: found again through its span's address. */
+    unsigned char *expected = (unsigned char *)(plan_spans + 2 * nspans + 2 * ncmps);
+    span = 0;
+    span_at = 0;
+    for (size_t c = 0; c < ncmps; c++) {
+        uint64_t at = cmps[2 * c], length = cmps[2 * c + 1];
+        while (span_at + (spans[2 * span + 1] - spans[2 * span]) <= at) {
+            span_at += spans[2 * span + 1] - spans[2 * span];
+            span++;
+        }
+        uint64_t address = spans[2 * span] + (at - span_at);
+        const Seg *seg = seg_holding(segs, nsegs, address, address + length);
+        memcpy(expected, seg->base + (address - seg->start), length);
+        expected += length;
+    }
+done:
+    PyMem_RawFree(spans);
+    PyMem_RawFree(cmps);
+    return plan;
+}
+
+/* The plan's spans read from the held target and compared: 1 when every span's page is in RAM
+ * now (its pagemap entry read first: a page not in RAM is never read) and every traced byte
+ * equals the copy's as the plan holds them, 0 otherwise (or on a failed read). A page the
+ * target alone maps is read pinned (_procmem_read.h), others by pread; two readers where there
+ * is enough to read (the target's CPUs are idle while it is held). *read_bytes: the bytes read
+ * from the target. */
+static int plan_same(const unsigned char *plan, int mem_fd, int pagemap_fd, pid_t pid,
+                     uint64_t *read_bytes) {
+    PlanHead head;
+    memcpy(&head, plan, sizeof head);
+    const uint64_t *spans = (const uint64_t *)(plan + sizeof head);
+    const uint64_t *cmps = spans + 2 * head.nspans;
+    const unsigned char *expected = (const unsigned char *)(cmps + 2 * head.ncmps);
+    size_t nspans = (size_t)head.nspans;
+    unsigned char *scratch = PyMem_RawMalloc(head.total + 1);
+    if (scratch == NULL) return 0;
     Reads halves[2] = {
-        {.spans = spans, .first = 0, .last = nspans, .scratch = scratch, .page = page,
+        {.spans = spans, .first = 0, .last = nspans, .scratch = scratch, .page = head.page,
          .mem_fd = mem_fd, .pagemap_fd = pagemap_fd, .pid = pid},
-        {.spans = spans, .first = nspans, .last = nspans, .scratch = scratch, .page = page,
+        {.spans = spans, .first = nspans, .last = nspans, .scratch = scratch, .page = head.page,
          .mem_fd = mem_fd, .pagemap_fd = pagemap_fd, .pid = pid},
     };
     pthread_t second;
@@ -787,57 +862,25 @@ static int same_as_target(const Seg *segs, Py_ssize_t nsegs, const Py_buffer *fi
     read_spans(&halves[0]);
     if (threaded) pthread_join(second, NULL);
     int same = halves[0].same && (!threaded || halves[1].same);
-    /* Only the traced words are compared, not the whole span read: the bytes between two
-     * free chunks' words on a page are live chunks', which a running program changes. */
-    size_t span = 0;
-    uint64_t span_at = 0;
-    for (size_t i = 0; i < npairs && same; i++) {
-        uint64_t lo = pairs[2 * i], hi = lo + pairs[2 * i + 1];
-        for (; lo < hi && same; lo = lo / page * page + page) {
-            uint64_t end = (lo / page + 1) * page;
-            if (end > hi) end = hi;
-            while (span < nspans && spans[2 * span + 1] <= lo) {
-                span_at += spans[2 * span + 1] - spans[2 * span];
-                span++;
-            }
-            if (span == nspans || lo < spans[2 * span]) continue; /* (a page not held: skipped) */
-            const Seg *seg = seg_holding(segs, nsegs, lo, end);
-            same = seg != NULL && memcmp(seg->base + (lo - seg->start),
-                                         scratch + span_at + (lo - spans[2 * span]), end - lo) == 0;
-        }
+    for (uint64_t c = 0; c < head.ncmps && same; c++) {
+        same = memcmp(scratch + cmps[2 * c], expected, cmps[2 * c + 1]) == 0;
+        expected += cmps[2 * c + 1];
     }
-    *read_bytes = total;
+    *read_bytes = head.total;
     PyMem_RawFree(scratch);
-    PyMem_RawFree(spans);
     return same;
 }
 
-/* unchanged(segments, filled, lists, extra, page, pid, mem_fd, pagemap_fd, deadline)
- *     -> (same, read)
- * In a stop, every thread of the target (pid) held: whether the copies (``segments``, as for
- * walk_segments) hold, at every byte the residency walk and heap_checks read of the lists of
- * ``lists``, what the target holds now; then that walk over the copies reads what it would
- * read in the target itself, and the stop need not copy the pages again. lists: (kind, a, b,
- * c, d, e, f) each: kind 0 a circular list (head, fd, bk, low, high, header bytes read from
- * the size word: 24, or 40 for a large bin, whose nextsize ring is traced too); kind 1 a
- * fastbin (first chunk, size, 0, 0, 0, 0), followed both ways (as stored and safe-linked);
- * ``extra``: (address, length) pairs read besides (the top's header). Each list is followed
- * through the copies exactly as the walk does, every word it reads traced; any list that does
- * not read back consistently, a trace past ``max_pairs``, a range outside the copies or on a
- * page not in RAM now, or one byte that differs: False. filled: per segment, one byte per
- * page, the pages the copy holds (Segment.filled): a word on a page it does not hold is not
- * compared (heap_checks reads it from the target; a C loop reads zeros there, in the trace as
- * in the walk, and a list whose words read zeros does not read back consistently). read:
- * bytes read from the target. */
-static PyObject *unchanged(PyObject *self, PyObject *args) {
-    (void)self;
-    PyObject *sequence, *filled_obj, *lists_obj, *extra_obj;
-    unsigned long long page;
-    int pid, mem_fd, pagemap_fd;
-    double deadline;
-    if (!PyArg_ParseTuple(args, "OOOOKiiid", &sequence, &filled_obj, &lists_obj, &extra_obj,
-                          &page, &pid, &mem_fd, &pagemap_fd, &deadline))
-        return NULL;
+/* The plan (build_plan) of the lists of ``lists_obj`` and the ranges of ``extra_obj`` over the
+ * copies ``sequence`` (their pages held: ``filled_obj``), as ``unchanged`` and ``plan`` take
+ * them: each list followed through the copies exactly as the walk does, every word it reads
+ * traced. NULL, *error 0: no plan (a list does not read back consistently, the trace is past
+ * UNCHANGED_MAX_PAIRS, a range lies outside the copies or the reads past their bound); NULL,
+ * *error 1: a Python exception is set. */
+static unsigned char *plan_of(PyObject *sequence, PyObject *filled_obj, PyObject *lists_obj,
+                              PyObject *extra_obj, unsigned long long page, double deadline,
+                              size_t *size, int *error) {
+    *error = 1;
     PyObject *lists = PySequence_Fast(lists_obj, "lists must be a sequence");
     if (lists == NULL) return NULL;
     PyObject *extra = PySequence_Fast(extra_obj, "extra must be a sequence");
@@ -847,10 +890,9 @@ static PyObject *unchanged(PyObject *self, PyObject *args) {
     }
     Py_ssize_t nlists = PySequence_Fast_GET_SIZE(lists), nextra = PySequence_Fast_GET_SIZE(extra);
     unsigned long long *params = PyMem_Malloc((size_t)(nlists ? nlists : 1) * 7 * sizeof *params);
-    PyObject *result = NULL;
+    unsigned char *plan = NULL;
     Segments segments = {0};
     int opened = 0, same = 1;
-    uint64_t read_bytes = 0;
     Trace trace = {.max_pairs = UNCHANGED_MAX_PAIRS};
     PyObject *filled_items = NULL;
     Py_buffer *filled = NULL;
@@ -888,6 +930,7 @@ static PyObject *unchanged(PyObject *self, PyObject *args) {
         if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(filled_items, nfilled), &filled[nfilled],
                                PyBUF_SIMPLE) < 0)
             goto done;
+    *error = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < nlists && same && !trace.failed; i++) {
         const unsigned long long *p = params + i * 7;
@@ -907,13 +950,9 @@ static PyObject *unchanged(PyObject *self, PyObject *args) {
         }
     }
     if (same && !trace.failed)
-        same = same_as_target(segments.segs, segments.nsegs, filled, trace.pairs,
-                              trace.count / 2, page, mem_fd, pagemap_fd, (pid_t)pid,
-                              &read_bytes);
-    else
-        same = 0;
+        plan = build_plan(segments.segs, segments.nsegs, filled, trace.pairs, trace.count / 2,
+                          page, size);
     Py_END_ALLOW_THREADS
-    result = Py_BuildValue("OK", same ? Py_True : Py_False, (unsigned long long)read_bytes);
 done:
     for (Py_ssize_t i = 0; i < nfilled; i++) PyBuffer_Release(&filled[i]);
     PyMem_Free(filled);
@@ -923,7 +962,121 @@ done:
     PyMem_Free(params);
     Py_DECREF(lists);
     Py_DECREF(extra);
+    return plan;
+}
+
+/* unchanged(segments, filled, lists, extra, page, pid, mem_fd, pagemap_fd, deadline)
+ *     -> (same, read)
+ * In a stop, every thread of the target (pid) held: whether the copies (``segments``, as for
+ * walk_segments) hold, at every byte the residency walk and heap_checks read of the lists of
+ * ``lists``, what the target holds now; then that walk over the copies reads what it would
+ * read in the target itself, and the stop need not copy the pages again. lists: (kind, a, b,
+ * c, d, e, f) each: kind 0 a circular list (head, fd, bk, low, high, header bytes read from
+ * the size word: 24, or 40 for a large bin, whose nextsize ring is traced too); kind 1 a
+ * fastbin (first chunk, size, 0, 0, 0, 0), followed both ways (as stored and safe-linked);
+ * ``extra``: (address, length) pairs read besides (the top's header). Each list is followed
+ * through the copies exactly as the walk does, every word it reads traced; any list that does
+ * not read back consistently, a trace past ``max_pairs``, a range outside the copies or on a
+ * page not in RAM now, or one byte that differs: False. filled: per segment, one byte per
+ * page, the pages the copy holds (Segment.filled): a word on a page it does not hold is not
+ * compared (heap_checks reads it from the target; a C loop reads zeros there, in the trace as
+ * in the walk, and a list whose words read zeros does not read back consistently). read:
+ * bytes read from the target. plan() and same() are its two halves. */
+static PyObject *unchanged(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *sequence, *filled_obj, *lists_obj, *extra_obj;
+    unsigned long long page;
+    int pid, mem_fd, pagemap_fd, error;
+    double deadline;
+    size_t size = 0;
+    uint64_t read_bytes = 0;
+    if (!PyArg_ParseTuple(args, "OOOOKiiid", &sequence, &filled_obj, &lists_obj, &extra_obj,
+                          &page, &pid, &mem_fd, &pagemap_fd, &deadline))
+        return NULL;
+    unsigned char *plan =
+        plan_of(sequence, filled_obj, lists_obj, extra_obj, page, deadline, &size, &error);
+    if (plan == NULL && error) return NULL;
+    int same = 0;
+    if (plan != NULL) {
+        Py_BEGIN_ALLOW_THREADS
+        same = plan_same(plan, mem_fd, pagemap_fd, (pid_t)pid, &read_bytes);
+        Py_END_ALLOW_THREADS
+        PyMem_RawFree(plan);
+    }
+    return Py_BuildValue("OK", same ? Py_True : Py_False, (unsigned long long)read_bytes);
+}
+
+/* plan(segments, filled, lists, extra, page, deadline) -> bytes or None
+ * The first half of ``unchanged``, from the copies alone (no target is read): its reads and
+ * comparisons, to be made by same() in a stop; None where ``unchanged`` would be False before
+ * reading. Valid while the copies and their flags are not changed, for lists with these
+ * heads. */
+static PyObject *plan(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *sequence, *filled_obj, *lists_obj, *extra_obj;
+    unsigned long long page;
+    double deadline;
+    int error;
+    size_t size = 0;
+    if (!PyArg_ParseTuple(args, "OOOOKd", &sequence, &filled_obj, &lists_obj, &extra_obj, &page,
+                          &deadline))
+        return NULL;
+    unsigned char *made =
+        plan_of(sequence, filled_obj, lists_obj, extra_obj, page, deadline, &size, &error);
+    if (made == NULL) {
+        if (error) return NULL;
+        Py_RETURN_NONE;
+    }
+    PyObject *result = PyBytes_FromStringAndSize((const char *)made, (Py_ssize_t)size);
+    PyMem_RawFree(made);
     return result;
+}
+
+/* same(plan, pid, mem_fd, pagemap_fd) -> (same, read)
+ * The second half of ``unchanged``, in a stop: the reads and comparisons of a plan() made
+ * over copies that have not changed since. */
+static PyObject *same(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer made;
+    int pid, mem_fd, pagemap_fd, result = 0;
+    uint64_t read_bytes = 0;
+    if (!PyArg_ParseTuple(args, "y*iii", &made, &pid, &mem_fd, &pagemap_fd)) return NULL;
+    PlanHead head;
+    int valid = (size_t)made.len >= sizeof head;
+    if (valid) {
+        memcpy(&head, made.buf, sizeof head);
+        valid = head.page > 0 && head.total <= UNCHANGED_MAX_READ_BYTES &&
+                head.nspans <= (uint64_t)made.len && head.ncmps <= (uint64_t)made.len &&
+                (uint64_t)made.len == sizeof head + (2 * head.nspans + 2 * head.ncmps) * 8 +
+                                          head.nexpected;
+    }
+    if (valid) {
+        /* (Every span within a page, their bytes the total; every comparison within them.) */
+        const uint64_t *spans = (const uint64_t *)((const unsigned char *)made.buf + sizeof head);
+        uint64_t total = 0;
+        for (uint64_t i = 0; i < head.nspans && valid; i++) {
+            valid = spans[2 * i] < spans[2 * i + 1] &&
+                    spans[2 * i + 1] - 1 - (spans[2 * i] / head.page * head.page) < head.page;
+            total += spans[2 * i + 1] - spans[2 * i];
+        }
+        const uint64_t *cmps = spans + 2 * head.nspans;
+        uint64_t expected = 0;
+        for (uint64_t c = 0; c < head.ncmps && valid; c++) {
+            valid = cmps[2 * c] <= total && cmps[2 * c + 1] <= total - cmps[2 * c];
+            expected += cmps[2 * c + 1];
+        }
+        valid = valid && total == head.total && expected == head.nexpected;
+    }
+    if (!valid) {
+        PyBuffer_Release(&made);
+        PyErr_SetString(PyExc_ValueError, "not a plan made by plan()");
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    result = plan_same(made.buf, mem_fd, pagemap_fd, (pid_t)pid, &read_bytes);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&made);
+    return Py_BuildValue("OK", result ? Py_True : Py_False, (unsigned long long)read_bytes);
 }
 
 /* ---- The relay (memforensics.sources.glibc.bin_relay): one circular free list followed in the
@@ -1285,6 +1438,10 @@ static PyMethodDef methods[] = {
     {"unchanged", unchanged, METH_VARARGS,
      "Whether a scouted copy holds what the held target holds at every word the walk of its "
      "lists reads: (same, bytes_read)."},
+    {"plan", plan, METH_VARARGS,
+     "unchanged's reads and comparisons planned from the copies alone (bytes), or None."},
+    {"same", same, METH_VARARGS,
+     "unchanged's reads and comparisons of a plan, in a stop: (same, bytes_read)."},
     {"copy", copy_pages, METH_VARARGS,
      "Copy a target's readable pages into a buffer: True when every readable byte was read."},
     {NULL, NULL, 0, NULL},

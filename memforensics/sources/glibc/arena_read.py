@@ -108,6 +108,7 @@ def read_arena(
             copied,
             walker.scouted,
             walker.kept_scout,
+            walker.walked_before_stop,
         )
 
     if snapshot is not None:
@@ -143,6 +144,7 @@ def _arena_scan(
     stop_copy_bytes: int,
     scouted: bool,
     scout_kept: bool = False,
+    walked_before_stop: bool = False,
 ) -> ArenaScan:
     return ArenaScan(
         address=state.address,
@@ -169,6 +171,7 @@ def _arena_scan(
         stop_copy_bytes=stop_copy_bytes,
         scouted=scouted,
         scout_kept=scout_kept,
+        walked_before_stop=walked_before_stop,
         parts=() if walk.part is None else (walk.part,),
     )
 

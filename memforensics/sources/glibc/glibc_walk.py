@@ -42,8 +42,10 @@ from memforensics.sources.glibc.heapcopy import (
     copy_into,
     follow_fastbin,
     follow_list,
+    plan_holds,
     resident_runs,
     unchanged_in_target,
+    unchanged_plan,
     walk_copies,
     walk_fastbin_copies,
 )
@@ -51,6 +53,7 @@ from memforensics.sources.proc.cpu_quota import stop_reading_seconds, wall_per_c
 from memforensics.sources.proc.procfs import runnable_tasks
 from memforensics.sources.proc.procmem import (
     MemoryReader,
+    PageMap,
     PagemapUnavailableError,
     ProcessMemoryReader,
 )
@@ -102,6 +105,10 @@ _CATCH_UP_SECONDS = 0.02
 # same or more).
 _CHECK_MAX_PAGE_SHARE = 1 / 32
 HELD_CHECK_SECONDS = 0.1  # the least a list found inconsistent in a stop is diagnosed for
+# A plan of that check made before the stop (ArenaWalker.prepare_stop) is kept only up to this
+# size (our memory until the stop; an arena of a GiB with a few thousand free chunks needs
+# ~0.5 MiB); past it the check is planned in the stop, as without one.
+_PLAN_MAX_BYTES = 4 << 20
 # A walk copying block by block as the lists lead gives up past this many bytes copied (the
 # arena's figures then unknown): our memory, no more than the biggest whole copy.
 LAZY_MAX_BYTES = 192 << 20
@@ -245,6 +252,70 @@ def scout_together(
     return True
 
 
+class _NoTargetReads:
+    """The memory of prepare_stop's walk (a MemoryReader): every read of the target is
+    refused (nothing read, OutOfTime from a copy's read) and marks that walk dropped
+    (ArenaWalker._prewalk_read). Not a ProcessMemoryReader, so no C loop is handed the
+    target's files."""
+
+    def __init__(self, target: MemoryReader, walker: ArenaWalker) -> None:
+        self.page_bytes = target.page_bytes
+        self.target = target  # (for ArenaWalker._copy_now alone)
+        self._walker = walker
+
+    def _refused(self) -> None:
+        self._walker._prewalk_read = True
+
+    def pagemap(self, start: int, end: int) -> PageMap:
+        self._refused()
+        raise OutOfTime
+
+    def readable(self, address: int) -> bool:
+        self._refused()
+        return False
+
+    def read(self, address: int, length: int) -> bytes | None:
+        self._refused()
+        return None
+
+    def read_present(self, address: int, length: int, present: bytes | None = None) -> bytes:
+        self._refused()
+        raise OutOfTime
+
+    def read_into(self, view: memoryview, address: int) -> bool:
+        self._refused()
+        return False
+
+
+# What prepare_stop's walk (ArenaWalker._prewalk) changes of its walker, as the stop's walk
+# would, and is put back after it: the stop's own walk, where the check fails, starts afresh.
+_PREWALK_RESTORED = (
+    "_mem",
+    "_partial",
+    "_mangled",
+    "_max_chunks",
+    "_deadline",
+    "_fastbin_chunks",
+    "_lazy_left",
+    "stop_copy_bytes",
+    "kept_scout",
+    "_stop_check",
+    "_prepared",
+)
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """What ArenaWalker.prepare_stop made before a scouted arena's stop, from its copy alone:
+    for ``state`` (the whole malloc_state, as read then), the plan of the stop's check
+    (heapcopy.unchanged_plan) and the walk over the copy, made as the stop would make it (None
+    where that walk would have read the target)."""
+
+    state: ArenaState
+    plan: bytes
+    walk: ArenaWalk | None
+
+
 @dataclass
 class ArenaWalk:
     """What a walk of one arena measured, and which bins it left unmeasured."""
@@ -346,8 +417,10 @@ class ArenaWalker:
         self.stop_copy_bytes = 0  # bytes copied from the target in stops (held reads)
         self.rescouted_pages = 0  # pages the lists that moved since the scout led to
         # The last stop of a scouted read found the scout's copy unchanged at every word its
-        # walk reads (``copy_scouted``), and copied no page again.
+        # walk reads (``copy_scouted``), and copied no page again; and took as its walk the
+        # one prepare_stop made before it.
         self.kept_scout = False
+        self.walked_before_stop = False
         self._lazy_bytes = 0  # copied block by block since the last reset (LAZY_MAX_BYTES)
         self._capped = False
         # The residency is the one read before the scout (keep_scout_residency): the stop's
@@ -361,6 +434,14 @@ class ArenaWalker:
         self._part = 0
         self.closed = False
         self._scouted_heads: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+        # Made before the stop (prepare_stop) from the copy as it then was: dropped by every
+        # change to a copy or its flags (_copy_changes). ``_stop_check``: the stop's check,
+        # once made (None: not yet), for copy_scouted.
+        self._prepared: _Prepared | None = None
+        self._stop_check: bool | None = None
+        self._prewalking = False  # the walk of prepare_stop: reads the copy alone
+        self._prewalk_read = False  # ... and was about to read the target
+        self._prewalk_filled = False  # ... and copied pages as it went (_fill)
 
     def _room_bytes(self, heap: Heap) -> int:
         """The buffer a copy of ``heap`` gets: room to grow (``room_to_grow``), else none."""
@@ -370,8 +451,13 @@ class ArenaWalker:
 
     def close(self) -> None:
         self.closed = True
+        self._copy_changes()
         for segment in self._segments:
             segment.close(self._pool)
+
+    def _copy_changes(self) -> None:
+        """A copy or its flags is about to change: what prepare_stop made of them is dropped."""
+        self._prepared = None
 
     def _segment_for(self, address: int) -> Segment | None:
         """The copy of the heap holding ``address``, or None."""
@@ -385,6 +471,14 @@ class ArenaWalker:
         more so a chunk header straddling the last page is whole): the loops' ``fill`` for a
         copy made block by block. Every read may wait for the target's mmap lock, so the
         clock is looked at before each: OutOfTime once the round's deadline has passed."""
+        if self._prewalking:
+            # (prepare_stop's walk, before the stop: the block is copied now, each page only
+            # if the pagemap says it is in RAM now, and its walk is made again over the copy
+            # as it then is; the stop's check compares what it read there.)
+            self._prewalk_filled = True
+            self._copy_now(segment, first_page, self._fill_pages + 1)
+            return
+        self._copy_changes()
         if time.monotonic() > self._deadline:
             raise OutOfTime
         if self._scout_pages_left is not None:
@@ -426,6 +520,7 @@ class ArenaWalker:
 
     def _reset(self, fill_pages: int) -> None:
         """Forget every copied page; later reads copy ``fill_pages`` pages at a time."""
+        self._copy_changes()
         self._fill_pages = fill_pages
         if self._lazy_bytes:  # pages copied block by block: dropped, not kept resident
             for segment in self._segments:
@@ -438,6 +533,7 @@ class ArenaWalker:
     def _prefetch(self) -> None:
         """Copy every readable page of the arena now, one read per run of resident pages
         (per _COPY_SLICE_BYTES at most, with a pause between slices)."""
+        self._copy_changes()
         for segment in self._segments:
             if self._held:
                 # Held still: the pages the pagemap (read as it copies, ~5% of the copy's
@@ -536,6 +632,7 @@ class ArenaWalker:
         tags, self._tags = self._tags, None
         if not self._scouted or tags is None or self._parts:
             return 1
+        self._copy_changes()
         parts = arena_parts.plan([lo for lo, _ in tags.values()], max_pages)
         if len(parts) < 2:
             return 1
@@ -565,6 +662,7 @@ class ArenaWalker:
     def next_part(self) -> None:
         """Outside a stop, between two parts of a split read: the pages copied so far zeroed
         and forgotten, those of the next part's lists to be copied in its stop."""
+        self._copy_changes()
         self._part += 1
         masks = self._part_masks[self._part]
         for segment in self._segments:
@@ -640,6 +738,7 @@ class ArenaWalker:
             return 0
         if _scout_native is None or not isinstance(self._mem, ProcessMemoryReader):
             return 0
+        self._copy_changes()
         pages = 0
         heads = self._scouted_heads
         deadline = time.monotonic() + _CATCH_UP_SECONDS
@@ -674,6 +773,7 @@ class ArenaWalker:
         side by side in C (_listscout, where built, for a live target), else one by one in
         Python, filling as they lead. OutOfTime past ``max_pages`` pages read (None: no
         bound) or the deadline."""
+        self._copy_changes()
         mem = self._mem
         if _scout_native is None or not isinstance(mem, ProcessMemoryReader):
             saved, self._partial = self._partial, False  # the loops fill as they go
@@ -728,6 +828,12 @@ class ArenaWalker:
             heap = by_start.get(segment.start)
             if heap is None or not segment.can_resize_to(heap.start + heap.size_bytes):
                 return False
+        if len(by_start) != len(self._segments) or any(
+            by_start[segment.start].start + by_start[segment.start].size_bytes != segment.end
+            or by_start[segment.start].pages is not segment.pages
+            for segment in self._segments
+        ):
+            self._copy_changes()
         for segment in self._segments:
             heap = by_start.pop(segment.start)
             assert heap.pages is not None
@@ -754,9 +860,11 @@ class ArenaWalker:
         left RAM since is zeroed and forgotten (the lists through it are read again). Not
         where the copy is found unchanged (``_scout_unchanged``): then every word the walk
         of ``state``'s lists reads is the held target's already."""
-        self.kept_scout = self._scout_unchanged(state)
+        checked, self._stop_check = self._stop_check, None
+        self.kept_scout = self._scout_unchanged(state) if checked is None else checked
         if self.kept_scout:
             return
+        self._copy_changes()
         page = self._page
         for segment in self._segments:
             # (The residency may cover more than the segment: a heap's mprotect_size is the
@@ -800,16 +908,39 @@ class ArenaWalker:
         and the words it read compared with the target's (heapcopy.unchanged_in_target: a
         few bytes a chunk instead of its pages). The lists are determined by their heads
         (``state``, read in this stop) and those words, so the walk over the copy then reads
-        what it would read in the target. Not for a split read (its copy is zeroed between
-        parts, so nothing would compare equal), nor where the bins' heads moved since the
-        scout, nor where its pages lie close together (_CHECK_MAX_PAGE_SHARE)."""
+        what it would read in the target. Where prepare_stop planned that check for this
+        very ``state`` over the copy as it still is, its plan is used (heapcopy.plan_holds):
+        the lists are not followed again in the stop. Not tried for a split read (its copy is
+        zeroed between parts, so nothing would compare equal), nor where the bins' heads
+        moved since the scout, nor where its pages lie close together
+        (_CHECK_MAX_PAGE_SHARE)."""
+        prepared, self._prepared = self._prepared, None
+        if prepared is not None and prepared.state == state and self._held and not self._parts:
+            read_bytes = plan_holds(self._mem, prepared.plan)
+        else:
+            checked = self._check_lists(state)
+            if checked is None:
+                return False
+            read_bytes = unchanged_in_target(
+                self._mem, self._segments, *checked, self._page, self._deadline
+            )
+        if read_bytes is None:
+            return False
+        self.stop_copy_bytes += read_bytes
+        return True
+
+    def _check_lists(
+        self, state: ArenaState
+    ) -> tuple[list[tuple[int, int, int, int, int, int, int]], list[tuple[int, int]]] | None:
+        """The lists and extra ranges of the check of ``state`` (_scout_unchanged), as
+        heapcopy.unchanged_in_target takes them; None where it is not tried."""
         if self._parts or not self._held or self.moved_since_scout(state):
             # (Lists whose heads moved since the scout have moved within too, most likely: the
             # check would cost most of the copy it is there to spare, and fail.)
-            return False
+            return None
         flagged = sum(segment.filled.count(1) for segment in self._segments)
         if flagged > _CHECK_MAX_PAGE_SHARE * sum(len(s.filled) for s in self._segments):
-            return False
+            return None
         lists: list[tuple[int, int, int, int, int, int, int]] = []
         for index in nonempty_bins(state, 1):
             if not self._in_part(index):
@@ -829,18 +960,92 @@ class ArenaWalker:
         extra = []
         top_segment = self._segment_for(state.top) if self._owns_top else None
         if top_segment is not None:
-            # (heap_checks.check_top reads the top's size from the copy where its page is
-            # flagged copied; elsewhere it reads it from the target, as _measure_top does.)
+            # (_measure_top and heap_checks.check_top read the top's size from the copy where
+            # its page is flagged copied; elsewhere from the target.)
             index = (state.top + 8 - top_segment.start) // self._page
             if index < len(top_segment.filled) and top_segment.filled[index]:
                 extra.append((state.top, 16))
-        read_bytes = unchanged_in_target(
-            self._mem, self._segments, lists, extra, self._page, self._deadline
-        )
-        if read_bytes is None:
-            return False
-        self.stop_copy_bytes += read_bytes
-        return True
+        return lists, extra
+
+    def prepare_stop(self, state: ArenaState, deadline: float) -> None:
+        """Outside a stop, after a scout whose lists ``state`` (read since) shows unmoved:
+        what the stop would do over the copy alone, done now. The check's plan
+        (heapcopy.unchanged_plan: the lists followed through the copy, the words they read
+        and the copy's bytes there), and the walk over the copy as the stop would make it,
+        reading nothing from the target (dropped where it would have). The stop whose
+        malloc_state reads back as ``state``, the copy unchanged meanwhile, then only reads
+        and compares the planned words (``walk``), and where they hold takes that walk as
+        its own: the walk of the same lists over the same bytes. The top's page is copied
+        now where the scout did not copy it (its header is then in the plan). Nothing where
+        the check would not be tried (_check_lists)."""
+        self._prepared = None
+        if not self._scouted or self.closed or not isinstance(self._mem, ProcessMemoryReader):
+            return
+        if self._check_lists(state) is None:
+            return
+        top = self._segment_for(state.top) if self._owns_top else None
+        if top is not None:
+            self._copy_now(top, (state.top + 8 - top.start) // self._page, 1)
+        walk = self._prewalk(state, deadline)
+        if walk is not None and self._prewalk_filled:
+            # (Its heap checks led to pages the scout did not copy, copied since: the walk is
+            # made again over the copy the plan is made of, and kept only if it copies no more.)
+            walk = self._prewalk(state, deadline)
+            walk = None if self._prewalk_filled else walk
+        self.scouted_bytes = self._flagged_bytes()  # (with the pages copied since the scout)
+        checked = self._check_lists(state)
+        if checked is None:
+            return
+        plan = unchanged_plan(self._segments, *checked, self._page, deadline)
+        if plan is None or len(plan) > _PLAN_MAX_BYTES:
+            return
+        self._prepared = _Prepared(state, plan, walk)
+
+    def _copy_now(self, segment: Segment, first_page: int, count: int) -> None:
+        """Outside a stop (prepare_stop): the copy's pages [first_page, first_page + count)
+        that it does not hold, copied from the running target, each only if the pagemap says
+        it is in RAM now (read as the scout reads: never a page that is not), and all of them
+        flagged, as ``_fill`` flags a block (the stop's check finds a page not in RAM)."""
+        end = min(first_page + count, len(segment.filled), -(-segment.length // self._page))
+        if first_page >= end or all(segment.filled[first_page:end]):
+            return
+        only = bytearray(len(segment.filled))
+        only[first_page:end] = b"\x01" * (end - first_page)
+        for index in range(first_page, end):  # (a page held already is not read again)
+            only[index] = not segment.filled[index]
+        first = first_page * self._page
+        mem = self._mem.target if isinstance(self._mem, _NoTargetReads) else self._mem
+        with contextlib.suppress(PagemapUnavailableError):
+            copy_into(
+                mem,
+                segment,
+                first,
+                min(end * self._page, segment.length),
+                only=only,
+                recheck=True,
+            )
+        segment.filled[first_page:end] = b"\x01" * (end - first_page)
+
+    def _prewalk(self, state: ArenaState, deadline: float) -> ArenaWalk | None:
+        """prepare_stop's walk: ``walk`` as in the stop of ``state``, over the copy as it is
+        (copy_scouted makes no copy), where every list reads back consistently in its first
+        round; None otherwise, or where it would read the target other than through ``_fill``
+        (whose blocks are copied now, from the running target: ``_prewalk_filled``). The
+        walker is left as it was."""
+        saved = {name: getattr(self, name) for name in _PREWALK_RESTORED}
+        self._mem = _NoTargetReads(self._mem, self)
+        self._prewalking, self._prewalk_read, self._prewalk_filled = True, False, False
+        try:
+            walk: ArenaWalk | None = self.walk(state, deadline=deadline)
+        except OutOfTime:
+            walk = None
+        finally:
+            for name, value in saved.items():
+                setattr(self, name, value)
+            self._prewalking = False
+        if walk is None or self._prewalk_read or walk.budget_reached or walk.unmeasured_bins:
+            return None
+        return walk
 
     def _walk_list(self, head: int, fd: int, bk: int, low: int, high: int) -> Tally | None:
         """One circular free list measured, or None when it does not read back consistently:
@@ -941,13 +1146,17 @@ class ArenaWalker:
         return snapshot
 
     def _top_header(self, state: ArenaState) -> tuple[Segment, bytes] | None:
-        """The top chunk's segment and header from the whole copy, when the copy holds the
-        header on a page read from RAM and the chunk ends inside the segment."""
+        """The top chunk's segment and header from the whole copy, or from a scouted copy's
+        page flagged copied (copied or checked in this stop: copy_scouted), when the copy
+        holds the header on a page read from RAM and the chunk ends inside the segment."""
         segment = self._segment_for(state.top)
-        if segment is None or not segment.whole:
+        if segment is None:
             return None
         offset = state.top - segment.start
         page = offset // self._page
+        flagged = self._scouted and self._partial and page < len(segment.filled)
+        if not (segment.whole or (flagged and segment.filled[page])):
+            return None
         if offset + 16 > segment.length or not segment.pages.readable[page]:
             return None
         header = bytes(segment.view[offset : offset + 16])
@@ -974,13 +1183,32 @@ class ArenaWalker:
         round read a whole copy, and no round chases. A scouted arena's first round copies
         the scouted pages and reads the lists over that copy; the lists that left it (moved
         since the scout) are followed on from the target, in the same stop, in the second.
+        Where prepare_stop walked that copy before the stop, for this very ``state``, and
+        the stop's check finds every word that walk read unchanged, that walk is the stop's.
         """
+        in_stop = self._held and snapshot is None
+        made = self._walked_before(state) if in_stop else None
+        if made is not None:
+            return made
+        return self._walk_rounds(
+            state, deadline=deadline, retry_deadline=retry_deadline, snapshot=snapshot
+        )
+
+    def _walk_rounds(
+        self,
+        state: ArenaState,
+        *,
+        deadline: float,
+        retry_deadline: float | None,
+        snapshot: ArenaState | None,
+    ) -> ArenaWalk:
+        """``walk``'s rounds."""
+        in_stop = self._held and snapshot is None
         # (A part without the fastbins has none: the first part's are the arena's.)
         walk = ArenaWalk(part=self.part, fastbin_chunks=None if self._owns_top else ())
         clock = time.monotonic
         pending: list[int] = []
         corrupt_bins: list[int] = []  # failed glibc's checks: unmeasured, never read again
-        in_stop = self._held and snapshot is None
         lazy = in_stop and (self._lazy_in_stop or self._scouted)
         read_deadline = deadline
         if in_stop and not self._prefetch_whole and not self._scouted:
@@ -1027,7 +1255,7 @@ class ArenaWalker:
             if attempt == 0 and snapshot is not None and self._held:
                 self._check(state, walk, ())
             pending = failed
-            if not pending or walk.budget_reached:
+            if not pending or walk.budget_reached or self._prewalk_ends():
                 break
             # What the lazy round leaves is read in the next: no retry (the target is held).
             walk.retries += not lazy_round and attempt < BIN_RETRIES + lazy
@@ -1037,6 +1265,33 @@ class ArenaWalker:
             self._check(state, walk, ())
         walk.unmeasured_bins.extend(sorted({*pending, *corrupt_bins}))
         return walk
+
+    def _prewalk_ends(self) -> bool:
+        """In prepare_stop's walk, lists are left for a later round, which would read the
+        target: that walk ends here, and is dropped."""
+        self._prewalk_read = self._prewalk_read or self._prewalking
+        return self._prewalking
+
+    def _walked_before(self, state: ArenaState) -> ArenaWalk | None:
+        """In the stop of ``state``: the walk prepare_stop made of this state's lists over
+        this copy, where the held target holds what the copy holds at every word that walk
+        read (the stop's check, made now: the same lists over the same bytes, so the same
+        walk); else None (the check's verdict kept for copy_scouted)."""
+        prepared = self._prepared
+        if (
+            self._prewalking
+            or prepared is None
+            or prepared.walk is None
+            or prepared.state != state
+            or not self._residency_from_scout
+        ):
+            return None
+        self._stop_check = self._scout_unchanged(state)
+        if not self._stop_check:
+            return None
+        self._stop_check = None
+        self.kept_scout = self.walked_before_stop = True
+        return prepared.walk
 
     def _first_pending(self, state: ArenaState, walk: ArenaWalk) -> list[int]:
         """The first round's bins: the non-empty ones (of the part read now); the top is
@@ -1054,7 +1309,8 @@ class ArenaWalker:
         if snapshot is not None:
             return snapshot
         if lazy_round and self._scouted:
-            self.copy_scouted(state)
+            if not self._prewalking:  # (prepare_stop's walk is over the copy as it is)
+                self.copy_scouted(state)
             self._partial = True
             return state
         if lazy_round:

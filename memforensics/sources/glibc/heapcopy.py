@@ -486,6 +486,47 @@ def unchanged_in_target(
     return int(read_bytes) if same else None
 
 
+def unchanged_plan(
+    segments: Sequence[Segment],
+    lists: Sequence[tuple[int, int, int, int, int, int, int]],
+    extra: Sequence[tuple[int, int]],
+    page: int,
+    deadline: float = math.inf,
+) -> bytes | None:
+    """unchanged_in_target's first half, from the copies alone, while the target runs: the
+    reads and comparisons it would make (_chunkwalk.plan), for plan_holds in a stop. None
+    where unchanged_in_target would be None before reading (or without the C module). The
+    plan stands for these ``lists`` and ``extra`` over the copies as they are now: it must
+    not be used once a copy or its flags changed."""
+    if _native is None or not hasattr(_native, "plan"):
+        return None
+    try:
+        made = _native.plan(
+            _native_copies(segments),
+            [s.filled for s in segments],
+            list(lists),
+            list(extra),
+            page,
+            deadline,
+        )
+    except ValueError:  # heaps the C loops refuse
+        return None
+    return None if made is None else bytes(made)
+
+
+def plan_holds(mem: MemoryReader, plan: bytes) -> int | None:
+    """In a stop, every thread of the target held: unchanged_in_target's second half, the
+    reads and comparisons of ``plan`` (unchanged_plan's): the bytes read when the target holds
+    every planned byte, None when one differs or lies on a page not in RAM now."""
+    if _native is None or not hasattr(_native, "same") or not isinstance(mem, ProcessMemoryReader):
+        return None
+    try:
+        same, read_bytes = _native.same(plan, mem.pid, mem.mem_fd, mem.pagemap_fd)
+    except (ValueError, OSError):
+        return None
+    return int(read_bytes) if same else None
+
+
 def _segment_holding(segments: Sequence[Segment], starts: list[int], chunk: int) -> Segment | None:
     """The segment whose copy holds ``chunk``'s 32-byte header, or None."""
     position = bisect.bisect_right(starts, chunk) - 1

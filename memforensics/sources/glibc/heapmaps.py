@@ -905,6 +905,16 @@ class _HeapRead:
                 self._outgrown(address, self.by_arena[address])
                 walker.close()
                 self._prepare_for(self.by_arena[address])
+        part_max_bytes = self.rules.part_max_bytes
+        for address in addresses:
+            # (Running still: what each stop would do over its copy alone is done now, the
+            # stop then reads and compares the words its walk read. Not for an arena to be
+            # read in parts: its copy is zeroed between them.)
+            waiting = self.scouted.get(address)
+            if waiting is not None and waiting.scouted_bytes <= part_max_bytes:
+                now = read_state(self.mem, address)
+                if now is not None:
+                    waiting.prepare_stop(now, self.deadline.at())
         self.last_scouted_bytes = found or self.last_scouted_bytes
 
     def _scout_start(self, address: int) -> tuple[ArenaWalker, ArenaState] | None:
