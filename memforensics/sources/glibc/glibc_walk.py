@@ -107,7 +107,7 @@ _CHECK_MAX_PAGE_SHARE = 1 / 32
 HELD_CHECK_SECONDS = 0.1  # the least a list found inconsistent in a stop is diagnosed for
 # A plan of that check made before the stop (ArenaWalker.prepare_stop) is kept only up to this
 # size (our memory until the stop; an arena of a GiB with a few thousand free chunks needs
-# ~0.5 MiB); past it the check is planned in the stop, as without one.
+# ~0.2 MiB); past it the check is planned in the stop, as without one.
 _PLAN_MAX_BYTES = 4 << 20
 # A walk copying block by block as the lists lead gives up past this many bytes copied (the
 # arena's figures then unknown): our memory, no more than the biggest whole copy.
