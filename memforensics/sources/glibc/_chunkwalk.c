@@ -815,6 +815,11 @@ static unsigned char *build_plan(const Seg *segs, Py_ssize_t nsegs, const Py_buf
         }
         uint64_t address = spans[2 * span] + (at - span_at);
         const Seg *seg = seg_holding(segs, nsegs, address, address + length);
+        if (seg == NULL) { /* (not by construction: a span lies in one page of one copy) */
+            PyMem_RawFree(plan);
+            plan = NULL;
+            goto done;
+        }
         memcpy(expected, seg->base + (address - seg->start), length);
         expected += length;
     }
