@@ -106,8 +106,9 @@ _CATCH_UP_SECONDS = 0.02
 _CHECK_MAX_PAGE_SHARE = 1 / 32
 HELD_CHECK_SECONDS = 0.1  # the least a list found inconsistent in a stop is diagnosed for
 # A plan of that check made before the stop (ArenaWalker.prepare_stop) is kept only up to this
-# size (our memory until the stop; an arena of a GiB with a few thousand free chunks needs
-# ~0.2 MiB); past it the check is planned in the stop, as without one.
+# size, and a quarter of the scouted pages' bytes (our memory until the stop, beside the
+# scouts' copies, which the copies' budget bounds: an arena of a GiB with a few thousand free
+# chunks needs ~0.2 MiB for 13 MiB of pages); past it the check is planned in the stop.
 _PLAN_MAX_BYTES = 4 << 20
 # A walk copying block by block as the lists lead gives up past this many bytes copied (the
 # arena's figures then unknown): our memory, no more than the biggest whole copy.
@@ -997,7 +998,7 @@ class ArenaWalker:
         if checked is None:
             return
         plan = unchanged_plan(self._segments, *checked, self._page, deadline)
-        if plan is None or len(plan) > _PLAN_MAX_BYTES:
+        if plan is None or len(plan) > min(_PLAN_MAX_BYTES, self.scouted_bytes // 4):
             return
         self._prepared = _Prepared(state, plan, walk)
 
