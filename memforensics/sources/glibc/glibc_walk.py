@@ -972,13 +972,15 @@ class ArenaWalker:
         """Outside a stop, after a scout whose lists ``state`` (read since) shows unmoved:
         what the stop would do over the copy alone, done now. The check's plan
         (heapcopy.unchanged_plan: the lists followed through the copy, the words they read
-        and the copy's bytes there), and the walk over the copy as the stop would make it,
-        reading nothing from the target (dropped where it would have). The stop whose
-        malloc_state reads back as ``state``, the copy unchanged meanwhile, then only reads
-        and compares the planned words (``walk``), and where they hold takes that walk as
-        its own: the walk of the same lists over the same bytes. The top's page is copied
-        now where the scout did not copy it (its header is then in the plan). Nothing where
-        the check would not be tried (_check_lists)."""
+        and the copy's bytes there), and the walk over the copy as the stop would make it
+        (_prewalk: dropped where it would read the target other than a page copied now).
+        The stop whose malloc_state reads back as ``state``, the copy unchanged meanwhile,
+        then only reads and compares the planned words (``walk``), and where they hold takes
+        that walk as its own: the walk of the same lists over the same bytes. Pages the
+        scout did not copy are copied now, pagemap-checked (_copy_now), before the plan is
+        made, so the plan compares their words too: the top's header page, and the pages
+        glibc's checks lead to (the walk is then made again over the copy as it now is).
+        Nothing where the check would not be tried (_check_lists)."""
         self._prepared = None
         if not self._scouted or self.closed or not isinstance(self._mem, ProcessMemoryReader):
             return
