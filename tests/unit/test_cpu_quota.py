@@ -423,3 +423,125 @@ def test_an_arena_whose_whole_copy_would_not_fit_a_stop_is_scouted(
     assert 0 < fits < 16 << 20
     assert rules.scouts(fits) and rules.scouts(16 << 20)
     assert not rules.scouts(fits - 4096)
+
+
+def test_work_leading_to_a_stop_is_waited_for_before_it_and_not_again() -> None:
+    """A busy arena's catch-up (leading_to_stop) waits for room for itself and the stop,
+    so the stop follows it at once: the lists it learnt have no wait to move in."""
+    clock = _Clock()
+    pacer = _pacer(clock, QUOTA)
+    clock.sleep(0.15)
+    pacer.before_stop()
+    clock.work(0.010)  # a stop of 10 ms
+    pacer.after_stop()
+    with pacer.leading_to_stop():
+        clock.work(0.004)
+    assert pacer.lead_cpu_seconds == pytest.approx(0.004)
+    # The next lead-in: 4 ms of it and the 10 ms stop fill the 14 ms room (a quiet window).
+    clock.sleep(0.2)
+    clock.work(0.001)
+    clock.slept.clear()
+    with pacer.leading_to_stop():
+        clock.work(0.004)
+    waited_before_work = sum(clock.slept)
+    clock.slept.clear()
+    pacer.before_stop()  # 5 ms in the window, 10 ms to come: the lead's 4 ms were waited for
+    assert clock.slept == []
+    assert waited_before_work == 0.0
+    pacer.after_stop()
+
+
+def test_a_lead_in_waits_for_room_for_itself_and_the_stop() -> None:
+    clock = _Clock()
+    pacer = _pacer(clock, QUOTA)
+    clock.sleep(0.15)
+    pacer.before_stop()
+    clock.work(0.006)
+    pacer.after_stop()
+    pacer.lead_cpu_seconds = 0.006
+    clock.work(0.004)  # 10 ms in the window: the 6 ms stop alone would fit the 14 ms room
+    clock.slept.clear()
+    with pacer.leading_to_stop():
+        used = pacer._used_in_window(clock.wall, clock.cpu)
+        assert used <= cq.MARGIN * QUOTA.quota_seconds - 0.012 + 1e-9
+        clock.work(0.006)
+    assert clock.slept  # it waited for both
+    clock.slept.clear()
+    pacer.before_stop()
+    assert clock.slept == []
+
+
+def test_a_stop_long_after_the_lead_in_waits_for_it_as_for_any_work() -> None:
+    clock = _Clock()
+    pacer = _pacer(clock, QUOTA)
+    clock.sleep(0.15)
+    with pacer.leading_to_stop():
+        clock.work(0.012)
+    clock.sleep(cq.LEAD_GAP_SHARE * QUOTA.period_seconds * 2)
+    clock.work(0.002)
+    clock.slept.clear()
+    pacer.before_stop()  # 14 ms in the window and 10 ms to come: not forgiven any more
+    assert clock.slept
+
+
+def test_without_a_quota_a_lead_in_never_waits() -> None:
+    clock = _Clock()
+    pacer = _pacer(clock, None)
+    clock.work(1.0)
+    with pacer.leading_to_stop():
+        clock.work(0.01)
+    pacer.before_stop()
+    assert clock.slept == [] and pacer.waited_seconds == 0.0
+
+
+class _Hold:
+    """heapmaps.ArenaHold's face as StopRules uses it, over a pacer's simulated stop."""
+
+    def __init__(self, clock: _Clock, pacer: StopPacer) -> None:
+        self.clock, self.pacer, self.stopped = clock, pacer, False
+
+    def stop(self, reading_seconds: float) -> None:
+        self.pacer.before_stop()
+        self.clock.work(0.001)  # holding the threads
+        self.pacer.held()
+        self.clock.work(reading_seconds)
+        self.stopped = True
+
+    def release(self) -> None:
+        if self.stopped:
+            self.pacer.releasing()
+            self.clock.work(0.001)
+            self.pacer.after_stop()
+            self.stopped = False
+
+    def make_room(self, weight_bytes: int) -> None:
+        pass
+
+
+def test_the_stop_of_scouted_arenas_teaches_the_pacer_their_cost_per_scouted_page(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Whichever way the stop of scouted arenas (or parts) ends (let_run, settle), what its
+    reading cost per page scouted for them sizes the parts after it: a busy arena's stop,
+    which also copies what its catch-up and rescout found, makes the next parts smaller."""
+    clock = _Clock()
+    pacer = _pacer(clock, QUOTA)
+    monkeypatch.setattr(cq, "_pacer", pacer)
+    clock.sleep(0.15)
+    hold = _Hold(clock, pacer)
+    rules = StopRules(hold, copy_max_bytes=192 << 20)  # type: ignore[arg-type]
+    before = cq.stop_copy_max_bytes(32 << 20)
+    hold.stop(0.021)
+    rules.stop_scouted_pages = 1000  # (add_parts: one unsplit arena's scouted pages)
+    rules.let_run()
+    per_page = (0.021 - cq.READING_SETUP_CPU_SECONDS) / 1000
+    assert pacer.copy_cpu_seconds_per_page == pytest.approx(per_page)
+    assert rules.stop_scouted_pages == 0
+    assert cq.stop_copy_max_bytes(32 << 20) < before
+    clock.sleep(0.2)
+    hold.stop(0.03)
+    rules.stop_scouted_pages = 1000
+    rules.settle(force=True)
+    assert pacer.copy_cpu_seconds_per_page == pytest.approx(
+        (0.03 - cq.READING_SETUP_CPU_SECONDS) / 1000
+    )

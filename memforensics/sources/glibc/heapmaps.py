@@ -329,6 +329,10 @@ class StopRules:
         self.rows: list[Finish] = []  # each arena's read, in order; deferred walks on demand
         self.done: list[ArenaScan] = []  # the results of rows[: len(done)]
         self.pending_bytes = 0  # heap copies kept for walks not made yet
+        # Pages scouted for the scouted arenas (or parts) read in the stop running now, as
+        # scouted (before a catch-up): what that stop cost is learnt per such page once it
+        # ends (_learn_copy_cost).
+        self.stop_scouted_pages = 0
 
     @property
     def held(self) -> bool:
@@ -366,6 +370,17 @@ class StopRules:
         """End the stop running, if any: what comes next reads the running target."""
         if self.hold is not None:
             self.hold.release()
+            self._learn_copy_cost()
+
+    def _learn_copy_cost(self) -> None:
+        """After a stop that read scouted arenas (or parts), under a CPU quota: what its
+        reading cost per page scouted for them (cpu_quota.StopPacer.learn_copy_cost) sizes
+        the parts and scouts after it. Counted per page as scouted, so that what a busy
+        arena's stop adds (the pages its catch-up and its rescout copy too) makes the next
+        parts smaller: each then fits the quota's room, movement included."""
+        if self.stop_scouted_pages:
+            stop_pacer().learn_copy_cost(self.stop_scouted_pages)
+            self.stop_scouted_pages = 0
 
     def retry_deadline(self, share_seconds: float) -> float:
         """Until when a list caught moving is read again: never in a stop."""
@@ -382,6 +397,8 @@ class StopRules:
         if self.hold is not None:
             self.hold.make_room(weight_bytes)
             self.settle()
+            if not self.hold.stopped:
+                self._learn_copy_cost()  # (the stop make_room ended)
         self.rows.append(held_read(self.hold, read, fresh_state, weight_bytes))
         if self.defers(weight_bytes, deferrable):
             self.pending_bytes += weight_bytes
@@ -416,17 +433,14 @@ class StopRules:
             self.let_run()
             parts = walker.split(part_max_bytes // walker.page_bytes)
         start = len(self.rows)
-        copied_pages = 0  # by the part before, in a stop of its own
         for part in range(parts):
             if part:
                 assert walker is not None
-                self.let_run()
-                # (Under a CPU quota, what the part's stop cost a page sizes the next arenas'.)
-                stop_pacer().learn_copy_cost(copied_pages)
-                copied_pages = 0
+                self.let_run()  # (what the part's stop cost a page sizes the next's)
                 if walker.closed:
                     break
                 walker.next_part()
+            scouted_pages = 0 if walker is None else walker.scouted_bytes // walker.page_bytes
             if (
                 walker is not None
                 and moving
@@ -436,8 +450,12 @@ class StopRules:
                 # (Running: what its lists took on since the scout is learnt now, and
                 # copied at one go in the stop instead of followed there page by page. An
                 # arena whose heads stayed keeps the stop an arena before it left open.)
-                self.let_run()
-                walker.catch_up(fresh_state)
+                # (The walks the last stop left are made first, and under a CPU quota the
+                # wait for room, for the catch-up and the stop both: neither may come between
+                # them, while the lists move again.)
+                self.settle(force=True)
+                with stop_pacer().leading_to_stop():
+                    walker.catch_up(fresh_state)
             if walker is not None:
                 weight_bytes = walker.scouted_bytes
                 part_bins = walker.part
@@ -458,8 +476,7 @@ class StopRules:
                 weight_bytes,
                 deferrable=walker is None,
             )
-            if walker is not None:
-                copied_pages = weight_bytes // walker.page_bytes
+            self.stop_scouted_pages += scouted_pages
         if len(self.rows) - start > 1:
             self._merge_rows(start)
 
@@ -494,6 +511,7 @@ class StopRules:
             if not force and self.pending_bytes <= self.pending_max_bytes:
                 return
             hold.release()
+            self._learn_copy_cost()
         self.done.extend(finish() for finish in self.rows[len(self.done) :])
         self.pending_bytes = 0
 

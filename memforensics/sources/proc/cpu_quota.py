@@ -64,6 +64,9 @@ COPY_CPU_SECONDS_PER_PAGE = 6e-6
 # (stop_reading_cpu_seconds).
 MIN_READING_CPU_SECONDS = 0.001
 RECENT_HOLDS = 8
+# A stop that begins within this share of a period after work leading to it
+# (StopPacer.leading_to_stop) follows that work: the wait before the work made room for both.
+LEAD_GAP_SHARE = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +143,10 @@ class StopPacer:
         self.copy_cpu_seconds_per_page = COPY_CPU_SECONDS_PER_PAGE  # (learn_copy_cost)
         self.last_reading_cpu_seconds: float | None = None  # the last stop's, less its hold
         self.waited_seconds = 0.0
+        # Work made just before the next stop (leading_to_stop): what such work took at most
+        # (forgotten slowly), and the last one's end and CPU time, until that stop.
+        self.lead_cpu_seconds = 0.0
+        self._lead: tuple[float, float] | None = None
         if quota is not None:
             self._sample()
 
@@ -164,20 +171,54 @@ class StopPacer:
 
     def before_stop(self) -> None:
         """Return once our CPU time over the last period, with the stop's own, fits MARGIN
-        of the quota (or at once without a quota; after MAX_WAIT_PERIODS periods at most)."""
+        of the quota (or at once without a quota; after MAX_WAIT_PERIODS periods at most).
+        Right after ``leading_to_stop`` work, its CPU time is not waited for again: the wait
+        before it left room for it."""
         if self.quota is None:
             return
+        lead, self._lead = self._lead, None
+        gap_seconds = LEAD_GAP_SHARE * self.quota.period_seconds
+        forgiven = lead[1] if lead is not None and self._clock() - lead[0] <= gap_seconds else 0.0
+        _, cpu = self._wait_for_room(self.stop_cpu_seconds, forgiven)
+        self._stop_began_cpu = cpu
+
+    def _wait_for_room(self, work_cpu_seconds: float, forgiven: float = 0.0) -> tuple[float, float]:
+        """Wait until our CPU time over the last period (less ``forgiven``), with
+        ``work_cpu_seconds`` more, fits MARGIN of the quota, or the window is quiet where it
+        cannot fit (MAX_WAIT_PERIODS periods at most); the last (monotonic, CPU) sample."""
+        assert self.quota is not None
         period = self.quota.period_seconds
         quota = self.quota.quota_seconds
-        room = max(QUIET_SHARE * quota, MARGIN * quota - self.stop_cpu_seconds)
+        room = max(QUIET_SHARE * quota, MARGIN * quota - work_cpu_seconds)
         began = self._clock()
         while True:
             now, cpu = self._sample()
-            if self._used_in_window(now, cpu) <= room or now - began >= MAX_WAIT_PERIODS * period:
+            used = self._used_in_window(now, cpu) - forgiven
+            if used <= room or now - began >= MAX_WAIT_PERIODS * period:
                 break
             self._sleep(_POLL_SHARE * period)
         self.waited_seconds += now - began
-        self._stop_began_cpu = cpu
+        return now, cpu
+
+    @contextmanager
+    def leading_to_stop(self) -> Iterator[None]:
+        """Work made just before a stop whose worth is that the target has not moved since
+        (a busy arena's catch-up: the pages its lists took on, copied in the stop at one go):
+        waited for as the stop is, with room for the work too (as much as such work took
+        at most so far, forgotten slowly), so that the stop follows it at once instead of
+        after a wait during which the lists move again. The stop's ``before_stop`` does not
+        wait for this work's CPU time again, if it begins within LEAD_GAP_SHARE of a period."""
+        if self.quota is None:
+            yield
+            return
+        _, began_cpu = self._wait_for_room(self.lead_cpu_seconds + self.stop_cpu_seconds)
+        try:
+            yield
+        finally:
+            now, cpu = self._sample()
+            took = cpu - began_cpu
+            self.lead_cpu_seconds = max(took, 0.9 * self.lead_cpu_seconds)
+            self._lead = (now, took)
 
     def held(self) -> None:
         """Every thread of the stop begun after ``before_stop`` is held: what that took."""
