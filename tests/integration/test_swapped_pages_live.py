@@ -22,6 +22,8 @@ import pytest
 
 from memforensics.sources.glibc import heapcopy
 from memforensics.sources.glibc.heapmaps import scan_heap
+from memforensics.sources.proc.pagemap_scan import residency_flags
+from memforensics.sources.proc.procmem import ProcessMemoryReader
 from tests.support.targets import c_target, have_cc
 
 pytestmark = [
@@ -136,3 +138,29 @@ def test_swapped_pages_are_not_read_and_count_as_not_resident(
         expected = sum(_present_bytes(target.pid, c, c + b_size) for c in b_chunks)
         assert expected <= len(b_chunks) * b_size - (b5_to - b5_from)
         assert main.free_resident_bytes - (main.top_resident_bytes or 0) == expected
+
+
+def test_the_kernels_page_table_scan_says_what_the_entries_say() -> None:
+    """ProcessMemoryReader.pagemap takes residency from the kernel's PAGEMAP_SCAN where it
+    can (pagemap_scan): over the target's heap, with pages in RAM, in swap and never
+    touched, it says of each page exactly what its pagemap entry says (read here)."""
+    with _swap_available(), c_target("swapped_free") as target:
+        words = target.ready_line.split()
+        if words[1] != "OK":
+            pytest.skip("the kernel would not page the target's memory out (MADV_PAGEOUT)")
+        heap = next(
+            line.split()[0]
+            for line in Path(f"/proc/{target.pid}/maps").read_text().splitlines()
+            if line.endswith("[heap]")
+        )
+        start, end = (int(bound, 16) for bound in heap.split("-"))
+        end += 16 * PAGE  # (past the heap's end: pages no mapping holds)
+        with open(f"/proc/{target.pid}/pagemap", "rb") as handle:
+            assert residency_flags(handle.fileno(), start, end, PAGE) is not None
+        with ProcessMemoryReader(target.pid) as mem:
+            pages = mem.pagemap(start, end)
+        expected = _pagemap_flags(target.pid, start, end)
+        assert any(swapped for _, swapped in expected) and any(p for p, _ in expected)
+        flags = zip(pages.present, pages.swapped, strict=True)
+        assert [(bool(present), bool(swapped)) for present, swapped in flags] == expected
+        assert pages.resident_pages == sum(p for p, _ in expected)

@@ -30,6 +30,7 @@ from memforensics.errors import (
     TargetError,
     TargetPermissionError,
 )
+from memforensics.sources.proc.pagemap_scan import residency_flags
 
 # Where the per-process files are looked up: a seam for tests that need one file missing.
 PROC_ROOT = Path("/proc")
@@ -72,18 +73,42 @@ class PageMap:
     which are swapped out, in one read."""
 
     def __init__(self, start: int, end: int, page_bytes: int, entries: bytes) -> None:
+        """From pagemap ``entries`` (8 bytes a page; missing ones at the end: not present)."""
+        pages = (end - start) // page_bytes
+        # Flags sit in each little-endian entry's top byte: one C-speed pass per flag.
+        top_bytes = entries[7::8] + bytes(pages - len(entries) // 8)
+        self._set(
+            start,
+            end,
+            page_bytes,
+            top_bytes.translate(_PRESENT_TABLE),
+            top_bytes.translate(_SWAPPED_TABLE),
+        )
+
+    @classmethod
+    def from_flags(
+        cls,
+        start: int,
+        end: int,
+        page_bytes: int,
+        present: bytes | bytearray,
+        swapped: bytes | bytearray,
+    ) -> PageMap:
+        """From one byte a page of each: present (1 = in RAM) and swapped (1 = in swap)."""
+        pagemap = cls.__new__(cls)
+        pagemap._set(start, end, page_bytes, bytes(present), bytes(swapped))
+        return pagemap
+
+    def _set(self, start: int, end: int, page_bytes: int, present: bytes, swapped: bytes) -> None:
         self.start = start
         self.end = end
         self.page_bytes = page_bytes
         pages = (end - start) // page_bytes
-        # Flags sit in each little-endian entry's top byte: one C-speed pass per flag.
-        top_bytes = entries[7::8] + bytes(pages - len(entries) // 8)
-        present = top_bytes.translate(_PRESENT_TABLE)
         self.present = present  # one byte per page: 1 = in RAM
         # The pages a copy may read: the present ones, never a swapped one (the read would
         # fault it back into the target) nor a never-touched one (it would map a page).
         self.readable = present
-        self.swapped = top_bytes.translate(_SWAPPED_TABLE)  # 1 = in swap, not in RAM
+        self.swapped = swapped  # 1 = in swap, not in RAM
         self.resident_pages = present.count(1)
         # The common case (a heap nobody trimmed) lets the walk skip page arithmetic.
         self.all_resident = pages > 0 and self.resident_pages == pages
@@ -183,7 +208,8 @@ class ProcessMemoryReader:
         self.close()
 
     def pagemap(self, start: int, end: int) -> PageMap:
-        """Residency of the pages of [start, end) (page-aligned), in one pagemap read.
+        """Residency of the pages of [start, end) (page-aligned): from the kernel's scan of
+        its page tables (pagemap_scan, where it can say), else in one read of the entries.
 
         An unreadable range raises PagemapUnavailableError: unknown stays unknown, never
         "all resident" or "none resident".
@@ -196,6 +222,9 @@ class ProcessMemoryReader:
                 f"no process maps [{start:#x}, {end:#x}): which pages are resident is unknown",
                 pid=self.pid,
             )
+        flags = residency_flags(self._pagemap_fd, start, end, self.page_bytes)
+        if flags is not None:
+            return PageMap.from_flags(start, end, self.page_bytes, *flags)
         try:
             data = os.pread(self._pagemap_fd, 8 * pages, 8 * (start // self.page_bytes))
         except OSError as exc:
