@@ -14,7 +14,11 @@ from memforensics.sources.glibc.list_sweep import (
     SWEEP_PEAK_BYTES_PER_CHUNK,
     sweep_max_chunks,
 )
-from memforensics.sources.proc.own_cgroup import cgroup_directories, memory_headroom_bytes
+from memforensics.sources.proc.own_cgroup import (
+    MemoryLimits,
+    cgroup_directories,
+    memory_headroom_bytes,
+)
 from tests.support.fake_proc import fake_proc
 
 MIB = 1 << 20
@@ -66,6 +70,27 @@ def test_v2_max_is_no_limit_and_a_full_cgroup_has_no_room(tmp_path: Path) -> Non
     (ours / "memory.current").write_text(f"{80 * MIB}\n")  # over (the kernel is reclaiming)
     assert memory_headroom_bytes(proc) == 0
     assert memory_headroom_bytes(tmp_path / "nowhere") is None
+
+
+def test_limits_read_once_the_usage_at_every_call(tmp_path: Path) -> None:
+    mount = tmp_path / "cgroup"
+    ours = mount / "ours"
+    ours.mkdir(parents=True)
+    (ours / "memory.max").write_text(f"{64 * MIB}\n")
+    (ours / "memory.current").write_text(f"{50 * MIB}\n")
+    proc = fake_proc(
+        tmp_path, "0::/ours\n", f"30 23 0:27 / {mount} rw - cgroup2 cgroup2 rw,nsdelegate\n"
+    )
+    limits = MemoryLimits(proc)
+    assert limits.headroom_bytes() == 14 * MIB
+    (ours / "memory.current").write_text(f"{60 * MIB}\n")
+    assert limits.headroom_bytes() == 4 * MIB  # the usage is read again
+    (ours / "memory.max").write_text(f"{128 * MIB}\n")
+    assert limits.headroom_bytes() == 4 * MIB  # the limit is not
+    assert memory_headroom_bytes(proc) == 68 * MIB  # a fresh read sees it
+    (ours / "memory.max").write_text("max\n")
+    assert MemoryLimits(proc).headroom_bytes() is None
+    assert MemoryLimits(tmp_path / "nowhere").headroom_bytes() is None
 
 
 def test_the_copies_budget_is_half_the_room_at_most(tmp_path: Path) -> None:

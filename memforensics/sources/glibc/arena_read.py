@@ -113,9 +113,10 @@ def read_arena(
 
     if snapshot is not None:
         return finish
-    # A scouted walker's buffers are its own (FreshBuffers): closing it unmaps a copy of up
-    # to hundreds of MiB, milliseconds no thread of the target need wait for, so it is closed
-    # once the stop is over. Any other gives its buffers back to the pool at once: the next
+    # A scouted walker's buffers are its own (FreshBuffers): closing it hands a copy of up
+    # to hundreds of MiB to be unmapped (heapcopy.UNMAPPER, which may first wait for the
+    # copy handed before), milliseconds no thread of the target need wait for, so it is
+    # closed once the stop is over. Any other gives its buffers back to the pool at once: the next
     # arena of the same stop takes them (a fresh buffer would fault its pages in there).
     later = walker is scouted
     try:

@@ -454,7 +454,8 @@ class ArenaWalker:
         self.closed = True
         self._copy_changes()
         for segment in self._segments:
-            segment.close(self._pool)
+            segment.release()
+        self._pool.give_all([segment.buffer for segment in self._segments])
 
     def _copy_changes(self) -> None:
         """A copy or its flags is about to change: what prepare_stop made of them is dropped."""

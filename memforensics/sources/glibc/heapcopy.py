@@ -18,9 +18,11 @@ grow the target's memory by the pages read (_procmem_read.h).
 from __future__ import annotations
 
 import bisect
+import contextlib
 import math
 import mmap
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -103,6 +105,48 @@ def copy_budget_bytes(meminfo: Path = MEMINFO, headroom_bytes: int | None = None
     return budget
 
 
+class _Unmapper:
+    """Buffers unmapped by a thread beside the read: the munmap of a copy tears down its page
+    tables and frees its pages (milliseconds for tens of MiB, with the GIL released), work
+    the read need not wait for. At most one batch is being unmapped at a time: handing over
+    the next waits for the one before, so our memory holds at most one batch beyond what
+    the read keeps. Each batch's thread is a plain (not daemon) thread: an exit waits the
+    milliseconds it takes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def unmap(self, buffers: Sequence[mmap.mmap]) -> None:
+        if not buffers:
+            return
+        with self._lock:
+            if self._thread is not None:
+                self._thread.join()
+            self._thread = threading.Thread(
+                target=_close_all, args=(list(buffers),), name="unmap-copies"
+            )
+            self._thread.start()
+
+    def wait(self) -> None:
+        """Return once every buffer handed over is unmapped."""
+        with self._lock:
+            if self._thread is not None:
+                self._thread.join()
+                self._thread = None
+
+
+def _close_all(buffers: list[mmap.mmap]) -> None:
+    for buffer in buffers:
+        # (BufferError: a view of it is still held, a caller's bug; the mapping then goes
+        # when the last view does, as it would have without the close.)
+        with contextlib.suppress(BufferError):
+            buffer.close()
+
+
+UNMAPPER = _Unmapper()
+
+
 class BufferPool:
     """Copy buffers reused from arena to arena: 1,500 arenas cost a few mappings, not 1,500
     fresh ones each faulted in page by page and unmapped again."""
@@ -148,12 +192,19 @@ class BufferPool:
         for buffer in taken:
             self.give(buffer)
 
+    def give_all(self, buffers: Sequence[mmap.mmap]) -> None:
+        """give() each of ``buffers``."""
+        for buffer in buffers:
+            self.give(buffer)
+
     def give(self, buffer: mmap.mmap) -> None:
         self._free.append(buffer)
+        evicted = []
         while sum(len(b) for b in self._free) > min(POOL_MAX_BYTES, self.copy_max_bytes):
             smallest = min(self._free, key=len)
             self._free.remove(smallest)
-            smallest.close()
+            evicted.append(smallest)
+        UNMAPPER.unmap(evicted)
 
     def shrink(self, max_kept_bytes: int) -> None:
         """Unmap kept buffers, the biggest first, until at most ``max_kept_bytes`` are kept."""
@@ -162,9 +213,9 @@ class BufferPool:
             self._free.pop().close()
 
     def close(self) -> None:
-        for buffer in self._free:
-            buffer.close()
-        self._free.clear()
+        """Give every kept buffer up, unmapped beside the caller (UNMAPPER)."""
+        UNMAPPER.unmap(self._free)
+        self._free = []
 
 
 class FreshBuffers(BufferPool):
@@ -188,7 +239,10 @@ class FreshBuffers(BufferPool):
         )
 
     def give(self, buffer: mmap.mmap) -> None:
-        buffer.close()
+        UNMAPPER.unmap([buffer])
+
+    def give_all(self, buffers: Sequence[mmap.mmap]) -> None:
+        UNMAPPER.unmap(buffers)  # (one batch: the next waits for it as a whole)
 
 
 def both(first: bytes | bytearray, second: bytes | bytearray) -> bytes:
@@ -251,9 +305,13 @@ class Segment:
             length = min(glibc.page_ceil(stop, page), len(self.buffer)) - first_whole
             self.buffer.madvise(mmap.MADV_DONTNEED, first_whole, length)
 
-    def close(self, pool: BufferPool) -> None:
+    def release(self) -> None:
+        """The copy's views let go: its buffer may be given back (BufferPool.give_all)."""
         self.words.release()
         self.view.release()
+
+    def close(self, pool: BufferPool) -> None:
+        self.release()
         pool.give(self.buffer)
 
 

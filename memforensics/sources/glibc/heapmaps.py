@@ -52,7 +52,7 @@ from memforensics.sources.proc.cpu_quota import (
     stop_pacer,
     wall_per_cpu_second,
 )
-from memforensics.sources.proc.own_cgroup import memory_headroom_bytes
+from memforensics.sources.proc.own_cgroup import MemoryLimits
 from memforensics.sources.proc.procmaps import Mapping, read_maps, read_smaps_and_totals
 from memforensics.sources.proc.procmem import MemoryReader, ProcessMemoryReader
 
@@ -552,6 +552,7 @@ class _HeapRead:
         self.pause = pause or (lambda: None)
         self.arenas_only, self.figures, self.is_64 = arenas_only, figures, is_64
         self.rules = StopRules(hold, pool.copy_max_bytes)
+        self.memory_limits = MemoryLimits()  # read once; each arena's room reads the usage
         self.notes: list[str] = []
         self.quota_waited_seconds = stop_pacer().waited_seconds  # before this read
         self.params: MallocParams | None = None
@@ -1013,7 +1014,7 @@ class _HeapRead:
         room = max(least, budget - self.pool.kept_bytes)
         # Under a memory limit, what it leaves us now: what the read took since its budget
         # was set (a relay's arrays, our own heap's free pieces) is no longer there.
-        headroom = memory_headroom_bytes()
+        headroom = self.memory_limits.headroom_bytes()
         if headroom is not None:
             room = min(room, copy_budget_bytes(headroom_bytes=headroom))
         return room

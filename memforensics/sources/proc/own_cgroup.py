@@ -94,16 +94,36 @@ def _inactive_file_bytes(directory: Path, v2: bool) -> int:
     return 0
 
 
+class MemoryLimits:
+    """The memory limits of our cgroup and its ancestors, read once; ``headroom_bytes()``
+    then reads only the usage of the cgroups that have one. For a read of seconds, which
+    asks for its room once an arena: a limit set or changed after this was made is not
+    seen (the usage always is)."""
+
+    __slots__ = ("_limited",)
+
+    def __init__(self, proc: Path = _SELF) -> None:
+        self._limited: list[tuple[Path, bool, int]] = []  # (directory, v2, limit bytes)
+        for directory, v2 in cgroup_directories("memory", proc):
+            limit = _read_int(directory / ("memory.max" if v2 else "memory.limit_in_bytes"))
+            if limit is not None and limit < _NO_LIMIT_BYTES:
+                self._limited.append((directory, v2, limit))
+
+    def headroom_bytes(self) -> int | None:
+        """Bytes our cgroup, and each ancestor, may still grow by before its memory limit:
+        the least over them of the limit less the usage (the inactive page cache, which the
+        kernel reclaims first, not counted as used); None when no limit is set or no usage
+        can be read."""
+        least: int | None = None
+        for directory, v2, limit in self._limited:
+            used = _read_int(directory / ("memory.current" if v2 else "memory.usage_in_bytes"))
+            if used is None:
+                continue
+            room = max(0, limit - max(0, used - _inactive_file_bytes(directory, v2)))
+            least = room if least is None else min(least, room)
+        return least
+
+
 def memory_headroom_bytes(proc: Path = _SELF) -> int | None:
-    """Bytes our cgroup, and each ancestor, may still grow by before its memory limit: the
-    least over them of the limit less the usage (the inactive page cache, which the kernel
-    reclaims first, not counted as used); None when no limit is set or none can be read."""
-    least: int | None = None
-    for directory, v2 in cgroup_directories("memory", proc):
-        limit = _read_int(directory / ("memory.max" if v2 else "memory.limit_in_bytes"))
-        used = _read_int(directory / ("memory.current" if v2 else "memory.usage_in_bytes"))
-        if limit is None or used is None or limit >= _NO_LIMIT_BYTES:
-            continue
-        room = max(0, limit - max(0, used - _inactive_file_bytes(directory, v2)))
-        least = room if least is None else min(least, room)
-    return least
+    """MemoryLimits(proc).headroom_bytes(): the limits and the usage read now."""
+    return MemoryLimits(proc).headroom_bytes()
