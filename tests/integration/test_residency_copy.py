@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 import threading
 import time
@@ -203,6 +204,79 @@ def test_a_recheck_of_a_few_scattered_pages_reads_those_in_ram_and_nothing_else(
             finally:
                 segment.close(pool)
                 pool.close()
+
+
+@pytest.mark.parametrize("held", [False, True])
+def test_a_copy_of_several_heaps_at_once_is_each_heaps_copy(held: bool) -> None:
+    """copy_again over three heaps of unequal size (one mapping cut in three): the bytes and
+    flags each heap's own copy_into gives, untouched pages rechecked out, with the pages of
+    all three split between two threads as one copy (the split falls inside the second
+    heap: 712 flagged pages in all, the 356th among the second heap's). ``held``: the pages
+    the target alone maps read pinned (here the test's own target, not held: the same
+    bytes)."""
+    pages = 1024
+    cuts = [0, 300, 700, pages]
+    with c_target("copy_pages", str(pages)) as target:
+        address = int(target.ready_line.split()[1], 16)
+        with ProcessMemoryReader(target.pid) as mem:
+            page = mem.page_bytes
+            untouched = set(range(pages // 2, pages // 2 + 8))
+            wanted = set(range(0, pages, 2)) | set(range(300, 700))
+            results = {}
+            for way in ("each", "together"):
+                pool = BufferPool()
+                segments = [
+                    Segment(
+                        address + low * page,
+                        address + high * page,
+                        mem.pagemap(address + low * page, address + high * page),
+                        pool,
+                    )
+                    for low, high in itertools.pairwise(cuts)
+                ]
+                try:
+                    items = []
+                    for (low, high), segment in zip(
+                        itertools.pairwise(cuts), segments, strict=True
+                    ):
+                        segment.view[:] = b"\xee" * len(segment.view)
+                        items.append(
+                            (segment, bytearray(int(i in wanted) for i in range(low, high)))
+                        )
+                    if way == "each":
+                        complete = all(
+                            copy_into(
+                                mem,
+                                segment,
+                                0,
+                                segment.length,
+                                threads=2,
+                                only=flags,
+                                recheck=True,
+                                held=held,
+                            )
+                            for segment, flags in items
+                        )
+                    else:
+                        complete = heapcopy.copy_again(mem, items, recheck=True, held=held)
+                    results[way] = (
+                        complete,
+                        b"".join(bytes(segment.view) for segment in segments),
+                        b"".join(bytes(flags) for _, flags in items),
+                    )
+                finally:
+                    for segment in segments:
+                        segment.close(pool)
+                    pool.close()
+    assert len(wanted) >= 700
+    assert results["together"] == results["each"]
+    complete, data, flags = results["together"]
+    assert complete
+    assert {i for i in range(pages) if flags[i]} == wanted - untouched
+    expected = _expected(page, pages)
+    for i in range(pages):
+        want = expected[i * page : (i + 1) * page] if i in wanted - untouched else b"\xee" * page
+        assert data[i * page : (i + 1) * page] == want, i
 
 
 @pytest.mark.slow

@@ -156,6 +156,21 @@ static void *copy_part(void *arg) {
  * still its CPUs are idle, and two readers copy a big arena in about 0.6 of one's time. */
 #define SPLIT_MIN_PAGES 512
 
+/* A copy's arguments as the reads need them (ValueError otherwise): a page size, dividing the
+ * address where the pagemap is read, and the pagemap for a held read (its pins). */
+static int copy_args_ok(unsigned long long page, unsigned long long address, int pagemap_fd,
+                        int held_pid) {
+    if (page == 0 || (pagemap_fd >= 0 && address % page != 0)) {
+        PyErr_SetString(PyExc_ValueError, "page must be positive (and divide address)");
+        return 0;
+    }
+    if (held_pid > 0 && pagemap_fd < 0) {
+        PyErr_SetString(PyExc_ValueError, "a held read decides its pins from the pagemap");
+        return 0;
+    }
+    return 1;
+}
+
 /* copy(fd, buffer, address, readable, page, anonymous[, threads[, zero_holes[, pagemap_fd[,
  *      recheck[, held_pid]]]]]) -> complete
  * Fill buffer with the target's bytes at address: readable holds one byte per page of the
@@ -180,14 +195,7 @@ static PyObject *copy_pages(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "iOKOKp|iiipi", &fd, &target, &address, &flags, &page,
                           &anonymous, &threads, &zero_holes, &pagemap_fd, &recheck, &held_pid))
         return NULL;
-    if (page == 0 || (pagemap_fd >= 0 && address % page != 0)) {
-        PyErr_SetString(PyExc_ValueError, "page must be positive (and divide address)");
-        return NULL;
-    }
-    if (held_pid > 0 && pagemap_fd < 0) {
-        PyErr_SetString(PyExc_ValueError, "a held read decides its pins from the pagemap");
-        return NULL;
-    }
+    if (!copy_args_ok(page, address, pagemap_fd, held_pid)) return NULL;
     recheck = recheck && pagemap_fd >= 0;
     Py_buffer view, readable;
     if (PyObject_GetBuffer(target, &view, PyBUF_WRITABLE) < 0) return NULL;
@@ -252,6 +260,127 @@ static PyObject *copy_pages(PyObject *self, PyObject *args) {
     PyMem_RawFree(copy);
     PyBuffer_Release(&view);
     PyBuffer_Release(&readable);
+    return result;
+}
+
+/* The pages a part of copy_each's may read: its flagged pages below ``known``. */
+static size_t wanted_pages(const unsigned char *can, size_t known, size_t first, size_t last) {
+    size_t wanted = 0;
+    for (size_t i = first; i < last && i < known; i++) wanted += can[i] != 0;
+    return wanted;
+}
+
+typedef struct {
+    Part *parts;
+    size_t count;
+} Parts;
+
+static void *copy_parts(void *arg) {
+    Parts *run = arg;
+    for (size_t i = 0; i < run->count; i++) copy_part(&run->parts[i]);
+    return NULL;
+}
+
+/* copy_each(fd, items, page, threads, pagemap_fd, recheck, held_pid) -> complete
+ * copy_pages with zero_holes 0 over several buffers at once, for a stop that copies again the
+ * pages its scout read in each heap of an arena: items is a sequence of (buffer, address,
+ * readable), each as copy_pages takes them (readable writable where recheck). With threads 2
+ * and SPLIT_MIN_PAGES pages or more to read in all, the pages are split between two threads
+ * where half of all of them lie (one buffer's pages may be split, at a page boundary), not
+ * buffer by buffer: a GiB arena's stop reads a few hundred pages in each of its 16 heaps,
+ * each too few for a second thread of its own. The bytes and flags are copy_pages's, buffer by
+ * buffer. */
+static PyObject *copy_each(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *items;
+    int fd, threads, pagemap_fd, recheck, held_pid;
+    unsigned long long page;
+    if (!PyArg_ParseTuple(args, "iOKiipi", &fd, &items, &page, &threads, &pagemap_fd,
+                          &recheck, &held_pid))
+        return NULL;
+    if (!copy_args_ok(page, 0, pagemap_fd, held_pid)) return NULL;
+    recheck = recheck && pagemap_fd >= 0;
+    PyObject *seq = PySequence_Fast(items, "items must be a sequence");
+    if (seq == NULL) return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    /* Two parts a buffer (the second empty unless the split falls inside it), each with its
+     * own Copy: a part's pinned runs are its own. */
+    Py_buffer *views = PyMem_RawCalloc((size_t)count * 2 + 1, sizeof(Py_buffer));
+    Copy *copies = PyMem_RawCalloc((size_t)count * 2 + 1, sizeof(Copy));
+    Part *parts = PyMem_RawCalloc((size_t)count * 2 + 1, sizeof(Part));
+    Py_ssize_t held_views = 0;
+    PyObject *result = NULL;
+    if (views == NULL || copies == NULL || parts == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    size_t total = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        PyObject *target, *flags;
+        unsigned long long address;
+        if (!PyArg_ParseTuple(item, "OKO", &target, &address, &flags)) goto done;
+        if (!copy_args_ok(page, address, pagemap_fd, held_pid)) goto done;
+        Py_buffer *view = &views[2 * i], *readable = &views[2 * i + 1];
+        if (PyObject_GetBuffer(target, view, PyBUF_WRITABLE) < 0) goto done;
+        held_views++;
+        if (PyObject_GetBuffer(flags, readable, recheck ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0) {
+            goto done;
+        }
+        held_views++;
+        size_t length = (size_t)view->len, pages = (length + page - 1) / page;
+        for (int half = 0; half < 2; half++) {
+            Copy *copy = &copies[2 * i + half];
+            *copy = (Copy){.fd = fd, .complete = 1, .buf = view->buf, .address = address,
+                           .pinned = (Pinned){.pid = held_pid, .fd = fd, .complete = 1}};
+            parts[2 * i + half] = (Part){
+                .copy = copy, .can_read = readable->buf, .pages = pages,
+                .known = (size_t)readable->len, .length = length, .page = page,
+                .anonymous = 1, .zero_holes = 0, .pagemap_fd = pagemap_fd,
+                .recheck = recheck, .held = held_pid > 0, .first = 0, .last = pages};
+            if (half) parts[2 * i + half].first = pages; /* empty until a split says */
+        }
+        total += wanted_pages(readable->buf, (size_t)readable->len, 0, pages);
+    }
+    /* Parts [0, cut) for this thread, [cut, 2 * count) for the helper. */
+    size_t cut = 2 * (size_t)count;
+    if (threads >= 2 && total >= SPLIT_MIN_PAGES) {
+        size_t seen = 0;
+        for (Py_ssize_t i = 0; i < count && cut == 2 * (size_t)count; i++) {
+            Part *first = &parts[2 * i];
+            const unsigned char *can = first->can_read;
+            size_t known = first->known < first->pages ? first->known : first->pages;
+            for (size_t k = 0; k < known; k++) {
+                if (can[k] && ++seen == total / 2) {
+                    first->last = k + 1;
+                    parts[2 * i + 1].first = k + 1;
+                    cut = 2 * (size_t)i + 1;
+                    break;
+                }
+            }
+        }
+    }
+    Parts mine = {.parts = parts, .count = cut};
+    Parts theirs = {.parts = parts + cut, .count = 2 * (size_t)count - cut};
+    Py_BEGIN_ALLOW_THREADS
+    pthread_t helper;
+    int split = theirs.count > 0 && cut > 0 &&
+                pthread_create(&helper, NULL, copy_parts, &theirs) == 0;
+    copy_parts(&mine);
+    if (split)
+        pthread_join(helper, NULL);
+    else if (cut < 2 * (size_t)count)
+        copy_parts(&theirs); /* no second thread to be had: the same bytes, one after the other */
+    Py_END_ALLOW_THREADS
+    int complete = 1;
+    for (Py_ssize_t i = 0; i < 2 * count; i++) complete = complete && copies[i].complete;
+    result = PyBool_FromLong(complete);
+done:
+    for (Py_ssize_t i = 0; i < held_views; i++) PyBuffer_Release(&views[i]);
+    PyMem_RawFree(views);
+    PyMem_RawFree(copies);
+    PyMem_RawFree(parts);
+    Py_DECREF(seq);
     return result;
 }
 
@@ -1449,6 +1578,9 @@ static PyMethodDef methods[] = {
      "unchanged's reads and comparisons of a plan, in a stop: (same, bytes_read)."},
     {"copy", copy_pages, METH_VARARGS,
      "Copy a target's readable pages into a buffer: True when every readable byte was read."},
+    {"copy_each", copy_each, METH_VARARGS,
+     "copy with zero_holes 0 over several buffers, their pages split between two threads as "
+     "one: True when every readable byte was read."},
     {NULL, NULL, 0, NULL},
 };
 

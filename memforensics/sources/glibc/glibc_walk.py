@@ -39,6 +39,7 @@ from memforensics.sources.glibc.heapcopy import (
     Segment,
     Tally,
     both,
+    copy_again,
     copy_into,
     follow_fastbin,
     follow_list,
@@ -868,6 +869,7 @@ class ArenaWalker:
             return
         self._copy_changes()
         page = self._page
+        again: list[tuple[Segment, int, bytes, bytearray]] = []
         for segment in self._segments:
             # (The residency may cover more than the segment: a heap's mprotect_size is the
             # most it was ever made writable, its size what it is now.)
@@ -878,21 +880,21 @@ class ArenaWalker:
                 # lists lie in a few of them.)
                 segment.filled[pages:] = bytes(len(segment.filled) - pages)
                 continue
-            still = bytearray(both(scouted, segment.pages.readable))
-            # A copy that rechecks the pagemap (its residency is the scout's) reads in it which
-            # pages the held target alone maps, and reads those pinned (_procmem_read.h); one
-            # that does not would pay ~12 ms per GiB of heap for the pagemap, more than the
-            # pins save, and reads every page with pread.
-            copy_into(
-                self._mem,
-                segment,
-                0,
-                segment.length,
-                threads=2,
-                only=still,
-                recheck=self._residency_from_scout,
-                held=self._residency_from_scout,
+            again.append(
+                (segment, pages, scouted, bytearray(both(scouted, segment.pages.readable)))
             )
+        # A copy that rechecks the pagemap (its residency is the scout's) reads in it which
+        # pages the held target alone maps, and reads those pinned (_procmem_read.h); one that
+        # does not would pay ~12 ms per GiB of heap for the pagemap, more than the pins save,
+        # and reads every page with pread. The heaps' pages are split between two threads as
+        # one copy (heapcopy.copy_again): a GiB arena's few hundred a heap are too few each.
+        copy_again(
+            self._mem,
+            [(segment, still) for segment, _, _, still in again],
+            recheck=self._residency_from_scout,
+            held=self._residency_from_scout,
+        )
+        for segment, pages, scouted, still in again:
             kept = bytes(still)
             self.stop_copy_bytes += kept.count(1) * page
             if kept != scouted:

@@ -387,6 +387,48 @@ def copy_into(
     return complete
 
 
+def copy_again(
+    mem: MemoryReader,
+    items: Sequence[tuple[Segment, bytearray]],
+    *,
+    recheck: bool,
+    held: bool,
+) -> bool:
+    """copy_into(mem, segment, 0, segment.length, threads=2, only=only, recheck=recheck,
+    held=held) for each (segment, only) of ``items``: the same bytes and flags, the pages
+    of all of them split between two threads as one copy (_chunkwalk's copy_each) where C
+    is built and ``mem`` is a live process's. True when every byte read was read whole."""
+    if _native is None or not isinstance(mem, ProcessMemoryReader) or len(items) < 2:
+        complete = True
+        for segment, only in items:
+            complete &= copy_into(
+                mem,
+                segment,
+                0,
+                segment.length,
+                threads=2,
+                only=only,
+                recheck=recheck,
+                held=held,
+            )
+        return complete
+    page = mem.page_bytes
+    return bool(
+        _native.copy_each(
+            mem.mem_fd,
+            [
+                (segment.view, segment.start, memoryview(only)[: -(-segment.length // page)])
+                for segment, only in items
+            ],
+            page,
+            2,
+            mem.pagemap_fd if recheck or held else -1,
+            recheck,
+            mem.pid if held else 0,
+        )
+    )
+
+
 def _read_run(mem: ProcessMemoryReader, view: memoryview, start: int, stop: int, base: int) -> bool:
     """preadv of /proc/PID/mem into view[start:stop] until done; the unread rest is zeros."""
     done = start
