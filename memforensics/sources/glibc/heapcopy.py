@@ -74,6 +74,7 @@ _native = optional_native("memforensics.sources.glibc._chunkwalk")
 if (
     getattr(_native, "CLOCK_EVERY_CHUNKS", None) != CLOCK_EVERY_CHUNKS
     or getattr(_native, "TALLY_FIELDS", None) != TALLY_FIELDS
+    or not hasattr(_native, "copy_each")
 ):
     _native = None  # a stale build of an older version: the Python code is right, if slower
 
