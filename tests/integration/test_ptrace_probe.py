@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 import time
+from pathlib import Path
 
 import pytest
 
@@ -36,12 +37,13 @@ pytestmark = [
 
 CLOCK_REALTIME, CLOCK_MONOTONIC = 0, 1
 SYS_CLOCK_GETTIME = 228  # x86-64
+SYS_PAUSE = 34  # x86-64
 ROUNDS = 20
 
 
 def _functions(pid: int, libc: LibcImage) -> dict[str, int]:
     mapped = read_mapped_file(pid, libc.path)
-    wanted = frozenset({"clock_gettime", "syscall"})
+    wanted = frozenset({"clock_gettime", "syscall", "usleep"})
     return function_symbols(mapped.data, mapped.base, libc.path, wanted).defaults
 
 
@@ -100,6 +102,42 @@ def test_calls_read_back_the_targets_clocks_and_leave_it_undisturbed() -> None:
             assert status["TracerPid"] == "0" and status["State"][0] in "RS"
             time.sleep(0.01 * (round_index % 5))  # other moments of its loop
         assert_integrity_intact(target)
+
+
+def test_a_call_past_its_deadline_in_a_system_call_is_left_to_restore_itself() -> None:
+    """A call still sleeping at its deadline (usleep, 300 ms, against a 50 ms deadline, in
+    tests/targets/proc_idle.c, which no signal wakes): the interrupt that ends the wait
+    wakes the sleep, and the first stop the thread then reaches is that system call's exit
+    (SIGTRAP | 0x80 under PTRACE_SYSCALL), no signal's. It is resumed as no signal: the call
+    is given up (None), the thread sleeps on after the release, restores itself and is back
+    in its pause(). (It once took that stop for a signal numbered 133: PTRACE_CONT failed
+    with EIO, seen with Redis under redis-benchmark.)"""
+    binary = compile_target("proc_idle")
+    with running([str(binary)]) as target:
+        libc_path = process_facts.read_process(target.pid).libc_path
+        assert libc_path is not None
+        libc = load_libc_image(target.pid, libc_path)
+        assert libc.restore_rt is not None
+        functions = _functions(target.pid, libc)
+        for _round in range(3):
+            with ThreadHold(target.pid, timeout_seconds=2.0, registers=True) as hold:
+                caller = caller_thread(hold, target.pid)
+                assert caller == target.pid
+                results = call_reading(
+                    hold,
+                    caller,
+                    [ProbeCall(functions["usleep"], (300_000,), b"")],
+                    restore_rt=libc.restore_rt,
+                    deadline=time.monotonic() + 0.05,
+                )
+            assert results is None
+            status = proc_status(target.pid)
+            assert status["TracerPid"] == "0"
+            time.sleep(0.5)  # its sleep ends, and it restores itself
+            status = proc_status(target.pid)
+            assert status["TracerPid"] == "0" and status["State"][0] == "S"
+            syscall = Path(f"/proc/{target.pid}/syscall").read_text().split()
+            assert syscall[0] == str(SYS_PAUSE), syscall  # back where the hold found it
 
 
 def test_more_arguments_than_the_frame_can_pass_are_refused() -> None:

@@ -46,6 +46,8 @@ _UC_FP_XSTATE, _UC_SIGCONTEXT_SS, _UC_STRICT_RESTORE_SS = 0x1, 0x2, 0x4
 _SIGFRAME_BYTES = 8 + 304 + 128  # pretcode, struct ucontext, struct siginfo
 _FX_SW_OFFSET = 464  # the software-reserved bytes of the legacy FXSAVE area
 PTRACE_CONT, PTRACE_INTERRUPT = 7, 0x4207
+# A system call's stop code under PTRACE_O_TRACESYSGOOD: SIGTRAP | 0x80, no signal.
+SYSCALL_STOP = 5 | 0x80
 _WALL, _WNOTHREAD = 0x40000000, 0x20000000
 _PTRACE_EVENT_STOP = 128
 _ERESTART = (512, 513, 514)  # ERESTARTSYS, ERESTARTNOINTR, ERESTARTNOHAND
@@ -345,7 +347,10 @@ def stop_of(tid: int) -> tuple[int, int] | None:
 
 def stopped(tid: int, give_up: float) -> None:
     """Wait for ``tid`` to be in a ptrace stop that is no signal's (an interrupt's or an
-    event's): a signal that stops it first is delivered, and it is interrupted again."""
+    event's): a signal that stops it first is delivered, and it is interrupted again. A
+    system call's stop (SYSCALL_STOP: a thread run under PTRACE_SYSCALL, ptrace_probe's,
+    whose sleep the interrupt woke stops at that call's exit first) carries no signal: it
+    is resumed with none, and the interrupt stops it next."""
     while True:
         stop = stop_of(tid)
         if stop is None:
@@ -355,7 +360,9 @@ def stopped(tid: int, give_up: float) -> None:
             continue
         if stop[1] != 0:
             return
-        ptrace_regs.request(PTRACE_CONT, tid, stop[0])  # a signal on its way in: deliver it
+        # A signal on its way in: delivered (the kernel refuses a "signal" above 64, such
+        # as a system call stop's code, with EIO).
+        ptrace_regs.request(PTRACE_CONT, tid, 0 if stop[0] == SYSCALL_STOP else stop[0])
         ptrace_regs.request(PTRACE_INTERRUPT, tid)
 
 

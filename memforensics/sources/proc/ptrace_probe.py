@@ -32,6 +32,7 @@ from memforensics.sources.proc import ptrace_regs
 from memforensics.sources.proc.ptrace_call import (
     LOOK_SECONDS,
     PTRACE_INTERRUPT,
+    SYSCALL_STOP,
     Frame,
     ScratchRef,
     enter_call,
@@ -44,7 +45,6 @@ from memforensics.sources.proc.ptrace_hold import ThreadHold
 _PTRACE_SYSCALL = 24
 _PTRACE_SETOPTIONS = 0x4200
 _PTRACE_O_TRACESYSGOOD, _PTRACE_O_TRACECLONE = 0x1, 0x8
-_SYSCALL_STOP = 5 | 0x80  # SIGTRAP | 0x80: a system call's stop under TRACESYSGOOD
 _RT_SIGRETURN = 15
 R = TypeVar("R")
 
@@ -192,7 +192,7 @@ def _await_sigreturn(
             stopped(tid, time.monotonic() + LOOK_SECONDS)
             return None
         signal, event = stop
-        if signal == _SYSCALL_STOP and event == 0:
+        if signal == SYSCALL_STOP and event == 0:
             regs = ptrace_regs.get_regs(tid)
             if scratch is not None and regs.rsp > frame.address:
                 # The stop after rt_sigreturn's entry is its exit (which has set orig_rax to
