@@ -2,17 +2,22 @@
 
 Before the command line is parsed, ``early.begin`` may start the slow parts of a command
 (the read of an `inspect PID`'s smaps, the search of an `oom --file`'s log), so that they run
-while Python imports click and the command; then the CLI runs as usual.
+while Python imports click and the command; then the CLI runs as usual, its dataclasses'
+methods' code taken from this user's cache (sources/files/code_cache.py).
 """
 
 import sys
 
 from memforensics.entry import early
+from memforensics.sources.files import code_cache
 
 
 def main() -> None:
     """Console-script entry point."""
     early.begin(sys.argv[1:])
+    # (Before any model module is imported, after what early began: their dataclasses'
+    # methods come from this user's cache of compiled code, not compiled at every start.)
+    code_cache.install()
     from memforensics.cli import main as cli_main
 
     cli_main()
