@@ -9,14 +9,15 @@ methods' code taken from this user's cache (sources/files/code_cache.py).
 import sys
 
 from memforensics.entry import early
-from memforensics.sources.files import code_cache
 
 
 def main() -> None:
     """Console-script entry point."""
     early.begin(sys.argv[1:])
-    # (Before any model module is imported, after what early began: their dataclasses'
-    # methods come from this user's cache of compiled code, not compiled at every start.)
+    # (Imported and installed after what early began, before any model module: their
+    # dataclasses' methods come from this user's cache of compiled code.)
+    from memforensics.sources.files import code_cache
+
     code_cache.install()
     from memforensics.cli import main as cli_main
 
