@@ -113,6 +113,18 @@ def test_without_install_dataclasses_use_the_builtin_exec(tmp_path: Path, restor
     assert not hasattr(dataclasses, "exec")
 
 
+CALLER_MARK = "the caller's globals"
+
+
+def test_without_globals_the_code_runs_in_the_callers_namespace(tmp_path: Path) -> None:
+    """As the built-in exec called there: the functions it defines see the caller's module."""
+    cache = code_cache.CodeCache(tmp_path / "table.marshal")
+    defined: dict[str, Any] = {}
+    cache.exec("def f():\n return CALLER_MARK\n", None, defined)
+    assert defined["f"]() == CALLER_MARK
+    assert defined["f"].__globals__ is globals()
+
+
 def test_a_run_that_compiled_nothing_does_not_write(tmp_path: Path) -> None:
     path = tmp_path / "table.marshal"
     cache = code_cache.CodeCache(path)

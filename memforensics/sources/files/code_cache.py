@@ -90,7 +90,13 @@ class CodeCache:
     ) -> None:
         """``exec(source, globals, locals)``, a text's code taken from the table where it is
         there. (Compiled as exec compiles a text dataclasses passes: no __future__ flags of
-        this module's, file name ``<string>``.)"""
+        this module's, file name ``<string>``; without ``globals``, run in the caller's
+        namespaces, as the built-in called there would.)"""
+        if globals is None:
+            caller = sys._getframe(1)
+            globals = caller.f_globals
+            if locals is None:
+                locals = caller.f_locals
         if type(source) is str:
             code = self.table.get(source)
             if code is None:
