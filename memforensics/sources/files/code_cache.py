@@ -33,6 +33,8 @@ from pathlib import Path
 from types import CodeType
 from typing import Any
 
+from memforensics.sources.files.user_cache import cache_folder
+
 # Past this many entries the table is written back with only the texts this run used: the
 # texts of classes that have changed since (a new version of the program) would pile up.
 MAX_ENTRIES = 4096
@@ -43,9 +45,8 @@ MAX_FILE_BYTES = 8 << 20
 def cache_file() -> Path:
     """Where this user's cache keeps the table for this interpreter (XDG_CACHE_HOME, else
     ~/.cache)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     tag = f"{sys.implementation.cache_tag}-{importlib.util.MAGIC_NUMBER.hex()}"
-    return Path(base) / "memforensics" / f"dataclass-code-{tag}.marshal"
+    return cache_folder() / f"dataclass-code-{tag}.marshal"
 
 
 def _private(info: os.stat_result) -> bool:
@@ -130,24 +131,27 @@ class CodeCache:
                 raise
 
 
-_installed: list[CodeCache] = []  # the one install() made, until uninstall()
+_installed: CodeCache | None = None  # the one install() made, until uninstall()
 
 
 def install(path: Path | None = None) -> CodeCache:
     """Make dataclasses compile through a CodeCache of ``path`` (cache_file()), saved at exit.
     A module-level name ``exec`` in dataclasses shadows the built-in for its own calls only;
     installing again replaces the one before (unsaved)."""
+    global _installed
     uninstall()
     cache = CodeCache(cache_file() if path is None else path)
     setattr(dataclasses, "exec", cache.exec)  # noqa: B010 (a name mypy does not know there)
     atexit.register(cache.save)
-    _installed.append(cache)
+    _installed = cache
     return cache
 
 
 def uninstall() -> None:
     """dataclasses back to the built-in ``exec``; the table installed is not saved."""
-    while _installed:
-        atexit.unregister(_installed.pop().save)
+    global _installed
+    if _installed is not None:
+        atexit.unregister(_installed.save)
+        _installed = None
     with contextlib.suppress(AttributeError):
         delattr(dataclasses, "exec")

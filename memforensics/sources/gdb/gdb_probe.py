@@ -16,6 +16,7 @@ import os
 import subprocess
 
 from memforensics.errors import GdbUnavailableError
+from memforensics.sources.files.user_cache import cache_folder
 
 PROBE_SECONDS = 20.0
 _FINE = "fine"
@@ -69,10 +70,9 @@ def _probe(gdb: str) -> str | None:
 
 def _verdict_file(key: tuple[str, int, int]) -> str:
     """Where this user's cache keeps the verdict on one gdb binary, for this kernel."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     text = f"{key}|{os.uname().release}"
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    return os.path.join(base, "memforensics", f"gdb-probe-{digest}")
+    return str(cache_folder() / f"gdb-probe-{digest}")
 
 
 def _remembered(key: tuple[str, int, int]) -> str | None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memforensics.errors import GdbUnavailableError
+from memforensics.sources.files.user_cache import cache_folder
 from memforensics.sources.gdb.gdb_setup import SIGNAL_HANDLING, SIGNALS_FILE
 
 
@@ -40,12 +41,6 @@ def protect_from_oom_killer(pid: int) -> None:
     the OOM killer choosing gdb mid-call would leave the target to the watchdog's rescue."""
     with contextlib.suppress(OSError), open(f"/proc/{pid}/oom_score_adj", "w") as handle:
         handle.write("-1000")
-
-
-def _cache_root() -> Path:
-    """This user's cache folder for memforensics (XDG_CACHE_HOME, else ~/.cache)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "memforensics"
 
 
 def _is_lean_copy(lean: Path, installed: Path) -> bool:
@@ -78,7 +73,7 @@ def lean_data_directory(gdb: str) -> str | None:
     installed = Path(os.path.realpath(gdb)).parent.parent / "share" / "gdb"
     if not (installed / "python" / "gdb" / "__init__.py").is_file():
         return None
-    root = _cache_root()
+    root = cache_folder()
     key = hashlib.sha256(str(installed).encode()).hexdigest()[:16]
     lean = root / f"gdb-data-{key}"
     if _is_lean_copy(lean, installed):
