@@ -84,3 +84,35 @@ def test_one_batch_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
     UNMAPPER.wait()
     assert most[0] == 1
     assert all(buffer.closed for buffer in buffers)
+
+
+def test_a_pools_eviction_does_not_wait_for_a_batch_under_way(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A buffer the pool evicts (maybe in a stop) is unmapped in the caller while another
+    batch is still being unmapped, not after it."""
+    release = threading.Event()
+    real_close_all = heapcopy._close_all
+    closing_threads: list[str] = []
+
+    def close_all(buffers: list[mmap.mmap]) -> None:
+        closing_threads.append(threading.current_thread().name)
+        if threading.current_thread().name == "unmap-copies":
+            release.wait(10)
+        real_close_all(buffers)
+
+    monkeypatch.setattr(heapcopy, "_close_all", close_all)
+    fresh = FreshBuffers(copy_max_bytes=1 << 30)
+    slow = fresh.take(8 * PAGE)
+    fresh.give(slow)  # a batch under way until released
+    try:
+        pool = BufferPool(copy_max_bytes=16 * PAGE)
+        small, big = pool.take(8 * PAGE), pool.take(16 * PAGE)
+        pool.give(small)
+        pool.give(big)  # past the pool's bound: the smaller one is evicted
+        assert small.closed and not slow.closed
+        assert closing_threads == ["unmap-copies", threading.current_thread().name]
+    finally:
+        release.set()
+        UNMAPPER.wait()
+    assert slow.closed

@@ -118,10 +118,16 @@ class _Unmapper:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
-    def unmap(self, buffers: Sequence[mmap.mmap]) -> None:
+    def unmap(self, buffers: Sequence[mmap.mmap], *, wait: bool = True) -> None:
+        """Hand ``buffers`` over as one batch. Without ``wait``, where a batch is still under
+        way they are unmapped in the caller instead (a pool's eviction, which may come in a
+        stop: it then costs that stop its own munmap, never the rest of another batch's)."""
         if not buffers:
             return
         with self._lock:
+            if self._thread is not None and self._thread.is_alive() and not wait:
+                _close_all(list(buffers))
+                return
             if self._thread is not None:
                 self._thread.join()
             self._thread = threading.Thread(
@@ -205,7 +211,7 @@ class BufferPool:
             smallest = min(self._free, key=len)
             self._free.remove(smallest)
             evicted.append(smallest)
-        UNMAPPER.unmap(evicted)
+        UNMAPPER.unmap(evicted, wait=False)
 
     def shrink(self, max_kept_bytes: int) -> None:
         """Unmap kept buffers, the biggest first, until at most ``max_kept_bytes`` are kept."""
