@@ -3,7 +3,8 @@
 Before the command line is parsed, ``early.begin`` may start the slow parts of a command
 (the read of an `inspect PID`'s smaps, the search of an `oom --file`'s log), so that they run
 while Python imports click and the command; then the CLI runs as usual, its dataclasses'
-methods' code taken from this user's cache (sources/files/code_cache.py).
+methods' code taken from this user's cache (sources/files/code_cache.py), and what is worked
+out from a file's bytes (a libc's symbols) kept there too (sources/files/digest_cache.py).
 """
 
 import sys
@@ -16,9 +17,10 @@ def main() -> None:
     early.begin(sys.argv[1:])
     # (Imported and installed after what early began, before any model module: their
     # dataclasses' methods come from this user's cache of compiled code.)
-    from memforensics.sources.files import code_cache
+    from memforensics.sources.files import code_cache, digest_cache
 
     code_cache.install()
+    digest_cache.enable_disk()
     from memforensics.cli import main as cli_main
 
     cli_main()

@@ -26,14 +26,12 @@ import contextlib
 import dataclasses
 import importlib.util
 import marshal
-import os
-import stat
 import sys
 from pathlib import Path
 from types import CodeType
 from typing import Any
 
-from memforensics.sources.files.user_cache import cache_folder
+from memforensics.sources.files.user_cache import cache_folder, read_private, write_private
 
 # Past this many entries the table is written back with only the texts this run used: the
 # texts of classes that have changed since (a new version of the program) would pile up.
@@ -49,23 +47,15 @@ def cache_file() -> Path:
     return cache_folder() / f"dataclass-code-{tag}.marshal"
 
 
-def _private(info: os.stat_result) -> bool:
-    """Owned by this user and writable by no one else."""
-    return info.st_uid == os.geteuid() and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-
-
 def load_table(path: Path) -> dict[str, CodeType]:
     """The table kept at ``path``: text -> code; empty where there is none, or where it is not
     this user's alone (the file, or its folder), or not a table of code objects."""
+    data = read_private(path, MAX_FILE_BYTES)
+    if data is None:
+        return {}
     try:
-        with open(path, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_FILE_BYTES:
-                return {}
-            if not (_private(info) and _private(os.stat(path.parent))):
-                return {}
-            table = marshal.loads(handle.read())
-    except (OSError, ValueError, EOFError, TypeError):
+        table = marshal.loads(data)
+    except (ValueError, EOFError, TypeError):
         return {}
     if not isinstance(table, dict) or not all(
         type(text) is str and type(code) is CodeType for text, code in table.items()
@@ -117,18 +107,7 @@ class CodeCache:
         table = self.table
         if len(table) > MAX_ENTRIES:
             table = {text: code for text, code in table.items() if text in self.used}
-        temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}")
-        with contextlib.suppress(OSError, ValueError):
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_EXCL, 0o600)
-            try:
-                with os.fdopen(fd, "wb") as handle:
-                    handle.write(marshal.dumps(table))
-                os.replace(temporary, self.path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(temporary)
-                raise
+        write_private(self.path, marshal.dumps(table))
 
 
 _installed: CodeCache | None = None  # the one install() made, until uninstall()

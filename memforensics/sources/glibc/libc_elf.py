@@ -2,17 +2,22 @@
 
 Read before attaching, so it costs the target no pause. The image must be the very file that
 is mapped (checked by inode, or read through /proc/PID/map_files when it was replaced on disk):
-calling addresses taken from another build would crash the target.
+calling addresses taken from another build would crash the target. Its parse is kept under the
+SHA-256 of those very bytes (files/digest_cache), relative to where it is mapped: the same
+bytes give the same symbols, so a libc parsed once (in this process, or by an earlier run) is
+not parsed again.
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from memforensics.errors import NotGlibcMallocError
 from memforensics.sources.census.symbols import dynamic_symbols
+from memforensics.sources.files.digest_cache import DigestCache, digest_of
 from memforensics.sources.proc.elf_dynsym import function_symbols, read_mapped_file
 
 # Exported functions defined in glibc's malloc/malloc.c (which #includes arena.c, hooks.c and,
@@ -118,10 +123,109 @@ def load_libc_image(pid: int, libc_path: str) -> LibcImage:
     because calling addresses taken from another build would crash it.
     """
     mapped = read_mapped_file(pid, libc_path)
-    image = _parse_libc(mapped.data, mapped.base, libc_path)
+    image = parse_libc(mapped.data, mapped.base, libc_path)
     if mapped.replaced_on_disk:
         return replace(image, image=mapped.data, replaced_on_disk=True)
     return image
+
+
+_PARSED = DigestCache("libc-image")
+_ADDRESS_LIMIT = 1 << 63  # an address, relative to the mapping, is within this either way
+
+
+def parse_libc(data: bytes, base: int, path: str) -> LibcImage:
+    """_parse_libc's image of ``data`` mapped at ``base``, from the parse kept for these bytes
+    where there is one that holds up (_from_document), else parsed now and kept."""
+    digest = digest_of(data)
+    document = _PARSED.get(digest)
+    image = _from_document(document, base, path) if document is not None else None
+    if image is None:
+        image = _parse_libc(data, base, path)
+        _PARSED.put(digest, _to_document(image, base))
+    return image
+
+
+def _to_document(image: LibcImage, base: int) -> dict[str, object]:
+    """What _from_document makes ``image`` of again: its addresses relative to ``base``."""
+
+    def relative(address: int | None) -> int | None:
+        return None if address is None else address - base
+
+    return {
+        "restore_rt": relative(image.restore_rt),
+        "pop3_ret": relative(image.pop3_ret),
+        "io_list_all": relative(image.io_list_all),
+        "functions": {name: address - base for name, address in image.functions.items()},
+        "allocator_range": [address - base for address in image.allocator_range],
+        "text_range": [address - base for address in image.text_range],
+        "function_starts": [address - base for address in image.function_starts],
+        "function_names": list(image.function_names),
+        "wrapper_ranges": [[start - base, end - base] for start, end in image.wrapper_ranges],
+    }
+
+
+def _from_document(document: object, base: int, path: str) -> LibcImage | None:
+    """The LibcImage a kept document describes, mapped at ``base``; None where it is not one
+    _to_document wrote for a libc _parse_libc accepts (any field of the wrong kind, starts
+    out of order, a required function missing): the caller parses again."""
+
+    def address(value: object) -> bool:
+        return type(value) is int and -_ADDRESS_LIMIT < value < _ADDRESS_LIMIT
+
+    def pair(value: object) -> bool:
+        return isinstance(value, list) and len(value) == 2 and all(address(v) for v in value)
+
+    if not isinstance(document, dict) or set(document) != _DOCUMENT_KEYS:
+        return None
+    functions, starts, names = (
+        document["functions"],
+        document["function_starts"],
+        document["function_names"],
+    )
+    wrappers = document["wrapper_ranges"]
+    if not (
+        all(v is None or address(v) for v in map(document.get, _OPTIONAL_ADDRESSES))
+        and isinstance(functions, dict)
+        and all(type(k) is str and address(v) for k, v in functions.items())
+        and functions.keys() >= _RESOLVED_FUNCTIONS
+        and isinstance(starts, list)
+        and all(address(v) for v in starts)
+        and all(a < b for a, b in itertools.pairwise(starts))
+        and isinstance(names, list)
+        and len(names) == len(starts)
+        and all(type(name) is str for name in names)
+        and pair(document["allocator_range"])
+        and pair(document["text_range"])
+        and isinstance(wrappers, list)
+        and all(pair(w) for w in wrappers)
+    ):
+        return None
+
+    def absolute(value: int | None) -> int | None:
+        return None if value is None else value + base
+
+    return LibcImage(
+        path=path,
+        restore_rt=absolute(document["restore_rt"]),
+        pop3_ret=absolute(document["pop3_ret"]),
+        io_list_all=absolute(document["io_list_all"]),
+        functions={name: offset + base for name, offset in functions.items()},
+        allocator_range=(
+            document["allocator_range"][0] + base,
+            document["allocator_range"][1] + base,
+        ),
+        text_range=(document["text_range"][0] + base, document["text_range"][1] + base),
+        function_starts=tuple(offset + base for offset in starts),
+        function_names=tuple(names),
+        wrapper_ranges=tuple((start + base, end + base) for start, end in wrappers),
+    )
+
+
+_OPTIONAL_ADDRESSES = ("restore_rt", "pop3_ret", "io_list_all")
+_DOCUMENT_KEYS = frozenset(_OPTIONAL_ADDRESSES).union(
+    ("functions", "allocator_range", "text_range", "function_starts", "function_names"),
+    ("wrapper_ranges",),
+)
 
 
 def _in_code(found: int, loads: Sequence[tuple[int, int, int, int]], bias: int) -> int | None:
