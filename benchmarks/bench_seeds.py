@@ -20,7 +20,8 @@ The shapes, each one target process in a memory cgroup sized for it (when one ca
   mallocs sort the 2 million chunks into the small bins, then it takes from them and gives
   back, a few hundred blocks a millisecond;
 * not run by default: the 32 x 100 MiB shape under a 64 MiB threshold (accepted by the
-  tunable, beyond what mallopt accepts), and bench_inspect's 2-million-chunk small bin.
+  tunable, beyond what mallopt accepts), 64 x 100 MiB idle (the Epsio post's 64 arenas at
+  its smallest arena size: 6.4 GiB of heap), and bench_inspect's 2-million-chunk small bin.
 
 Each round runs, on the one target of the shape, in an order reversed every other round:
 
@@ -154,6 +155,7 @@ SHAPES = (
         (("SEEDS_UNSORTED_BUSY", "1"),),
     ),
     _arenas("32x100-t64", "32 x 100 MiB idle, t=64M", 32, 100, False, 64 * MIB),
+    _arenas("64x100", "64 x 100 MiB idle", 64, 100, False, THRESHOLD_BYTES),
     Shape("2m-smallbin", "2M-chunk small bin", "many_arenas", ["1", "4000000", "24"], "", 2048),
 )
 DEFAULT_SHAPES = (

@@ -4,6 +4,7 @@ by calling their malloc_info without gdb where that read is refused; through gdb
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -292,22 +293,26 @@ def _targets_and_reader(
 ) -> tuple[list[tuple[int, bool]], Callable[[int], Inspection]]:
     """The targets, and how each is inspected (entry.inspect decides the way); ``pins``:
     the memory way also walks every heap's chunks."""
+    from memforensics.cli.progress import progress_line
     from memforensics.entry.inspect import inspect_live, inspect_method
     from memforensics.entry.targets import resolve_targets
 
     method = inspect_method(read_only=read_only, gdb_path=gdb_path)
 
     def read(pid: int) -> Inspection:
-        inspection = inspect_live(
-            pid,
-            method=method,
-            timeout_seconds=timeout_seconds,
-            allow_stopped=allow_stopped,
-            gdb_path=gdb_path,
-            log=_mi_logger if verbose else None,
-            pins=pins,
-            accept_corrupt_risk=accept_corrupt_risk,
-        )
+        # (A long read says how far it got on a terminal's stderr; -v's gdb/MI log is
+        # printed there as it comes, so it goes without.)
+        with progress_line() if not verbose else contextlib.nullcontext():
+            inspection = inspect_live(
+                pid,
+                method=method,
+                timeout_seconds=timeout_seconds,
+                allow_stopped=allow_stopped,
+                gdb_path=gdb_path,
+                log=_mi_logger if verbose else None,
+                pins=pins,
+                accept_corrupt_risk=accept_corrupt_risk,
+            )
         if inspection.fallback is not None:
             _say_fallback(pid, inspection.fallback.reason)
         return inspection

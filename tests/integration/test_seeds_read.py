@@ -173,10 +173,54 @@ def test_fifteen_hundred_arenas_of_as_many_threads_read_equal_their_own_malloc_i
         document, stderr = _inspect(pid, "--save-xml", str(rebuilt))
         _assert_running(pid)
         threads = len(list(Path(f"/proc/{pid}/task").iterdir()))
+        terminal = _stderr_on_a_terminal(
+            [sys.executable, "-m", "memforensics", "inspect", "--json", str(pid)]
+        )
     assert threads == MANY_THREADS + 2  # the workers, the ticker and the main thread
     assert document["fallback"] is None, stderr
     assert rebuilt.read_bytes() == own.read_bytes()
     assert len(document["arenas"]) == MANY_THREADS
+    # A read of seconds says how far it got where stderr is a terminal (cli/progress.py), of
+    # as many arenas as it reads, and erases its line at the end; not where it is a pipe.
+    assert "reading PID" not in stderr
+    shown = [
+        (int(done.replace(",", "")), int(total.replace(",", "")))
+        for done, total in re.findall(
+            rf"reading PID {pid}'s heap: arena ([\d,]+) of ([\d,]+)", terminal
+        )
+    ]
+    assert shown, terminal
+    assert {total for _, total in shown} == {MANY_THREADS}
+    assert [done for done, _ in shown] == sorted(done for done, _ in shown)
+    assert terminal.endswith("\r\x1b[K")
+
+
+def _stderr_on_a_terminal(argv: list[str]) -> str:
+    """Run ``argv`` (to exit 0) with its stderr on a pseudo-terminal, stdout discarded: what
+    the terminal was sent."""
+    import os
+    import pty
+
+    main, secondary = pty.openpty()
+    try:
+        done = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=secondary)
+        os.close(secondary)
+        secondary = -1
+        sent = bytearray()
+        while True:
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:  # (EIO: the process is gone, and with it the terminal's other end)
+                break
+            if not chunk:
+                break
+            sent += chunk
+        assert done.wait(timeout=120) == 0, sent.decode(errors="replace")
+    finally:
+        os.close(main)
+        if secondary >= 0:
+            os.close(secondary)
+    return sent.decode(errors="replace")
 
 
 SPREAD_MIB = 320  # above the copies' budget (192 MiB at most)

@@ -41,6 +41,7 @@ from memforensics.model import corruption as words
 from memforensics.model import glibc
 from memforensics.model.corruption import HeapCorruption, bin_name
 from memforensics.sources import optional_native
+from memforensics.sources.glibc import read_progress
 from memforensics.sources.glibc.arena_figures import LOCK_RETRIES, ArenaHold
 from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap, read_state
 from memforensics.sources.glibc.glibc_walk import ArenaWalk, ArenaWalker, nonempty_bins
@@ -153,6 +154,7 @@ def relay_arena(
             with hold.arena(0):
                 busy = relay.stop(hold)
             hold.release()
+            read_progress.detail(mem.pid, relay.progress())
             if busy:
                 if locked >= LOCK_RETRIES or not hold.let_run(locked):
                     relay.read.gave_up = "the arena was locked at every try"
@@ -162,7 +164,9 @@ def relay_arena(
                 locked = 0
                 time.sleep(RELAY_GAP_SECONDS)
         if relay.scattered:
+            read_progress.detail(mem.pid, "long lists: sweeping the heaps")
             relay.sweep(hold)
+        read_progress.detail(mem.pid, "")
         read = relay.read
         if read.walk is None and read.gave_up is None:
             read.gave_up = "the read's time ran out" if deadline.passed() else "not readable"
@@ -215,6 +219,11 @@ class _Relay:
 
     def close(self) -> None:
         self.cache.close()
+
+    def progress(self) -> str:
+        """How far the relay got, for read_progress: chunks followed, in how many stops."""
+        followed = sum(entry.followed() for entry in self.lists.values())
+        return f"long lists: {followed:,} chunks followed in {self.read.stops:,} stops"
 
     def stop(self, hold: ArenaHold) -> bool:
         """Inside a stop: one stretch of each list still followed, as far as the stop's time

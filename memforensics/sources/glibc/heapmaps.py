@@ -22,7 +22,7 @@ from dataclasses import replace
 
 from memforensics.model import glibc
 from memforensics.model.heapscan import ArenaScan, HeapScan, MallocParams
-from memforensics.sources.glibc import bin_relay
+from memforensics.sources.glibc import bin_relay, read_progress
 from memforensics.sources.glibc.arena_figures import ArenaHold, held_read
 from memforensics.sources.glibc.arena_read import Finish, merge_parts, read_arena, relayed_scan
 from memforensics.sources.glibc.glibc_arenas import (
@@ -836,6 +836,7 @@ class _HeapRead:
             # (A scouted arena is walked in its stop, so this is known now.)
             self.moving = self.moving or (scouted is not None and scouted.rescouted_pages > 0)
             self.rules.settle()
+            read_progress.arenas(self.pid, 2 + position, 1 + len(self.order))
         self.rules.settle(force=True)
 
     def _relayed(self, address: int, *, is_main: bool) -> bool:
@@ -1159,6 +1160,7 @@ def _scan(
     read.search_anonymous()
     read.prepare()
     read.read_main_arena()
+    read_progress.arenas(pid, 1, 1 + len(read.order))
     read.read_thread_arenas()
     return read.result(started)
 
