@@ -3,16 +3,18 @@ else can have put in them what the program trusts.
 
 Contract: ``read_private`` returns a file's bytes only when it is a regular file of this
 user's that no one else may write, in a folder no one else may write; ``write_private``
-replaces a file whole or not at all (a temporary file renamed into place, mode 0600), and a
+replaces a file whole or not at all (atomic_file's write, mode 0600), and a
 cache that cannot be written is no error.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 from pathlib import Path
+
+from memforensics.errors import ToolingError
+from memforensics.sources.files.atomic_file import write_atomically
 
 
 def cache_folder() -> Path:
@@ -44,21 +46,11 @@ def read_private(path: Path, max_bytes: int) -> bytes | None:
 
 def write_private(path: Path, data: bytes) -> bool:
     """Replace ``path`` with ``data`` (its folder made, mode 0700, where missing): whole or
-    not at all, readable by this user alone. False where it could not be written."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    not at all (atomic_file), readable by this user alone. False where it could not be
+    written."""
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_EXCL, 0o600)
-    except (OSError, ValueError):
+        write_atomically(path, data, mode=0o600)
+    except (OSError, ValueError, ToolingError):
         return False
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(temporary, path)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        if isinstance(exc, (OSError, ValueError)):
-            return False
-        raise
     return True
