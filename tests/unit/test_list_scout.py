@@ -249,6 +249,32 @@ def test_two_readers_read_a_big_round_as_one_does(heap: Heap, live: bool) -> Non
         heap.assert_copied()
 
 
+def test_a_second_reader_kept_for_many_big_rounds_reads_what_one_reader_reads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """24 lists of three chunks each, on pages 1-24, 25-48 and 49-72: three rounds of 24 pages,
+    each split with the one second reader the call keeps. Every list's every page is read
+    and copied whole, as one reader reads them, and the scout says it read each once."""
+    monkeypatch.setitem(globals(), "PAGES", 80)  # (Heap's size)
+    big = Heap()
+    try:
+        lists = []
+        for index in range(24):
+            pages = (1 + index, 25 + index, 49 + index)
+            first = _ring(big, [(page * PAGE + 128, 64) for page in pages])
+            lists.append((HEAD + 16 * index, first, CIRCULAR))
+        for threads in (1, 2, 2):
+            big.filled[:] = bytes(len(big.filled))
+            big.copy[:] = bytes(80 * PAGE)
+            assert big.scout(lists, threads=threads) == 0
+            assert big.flagged() == set(range(1, 73)), threads
+            assert big.pages_read == 72
+            assert big.steps == 72
+            big.assert_copied()
+    finally:
+        big.close()
+
+
 def test_each_page_is_tagged_with_the_lowest_and_highest_bin_whose_list_needed_it(
     heap: Heap,
 ) -> None:

@@ -257,28 +257,87 @@ typedef struct {
     uint64_t page;
 } Reads;
 
-static void *read_part(void *arg) {
-    Reads *reads = arg;
-    reads->read = read_wants(reads->fd, reads->held_pid, reads->wants, reads->nwants, reads->page);
+/* The second reader of one scout call: started at its first big round and kept until the
+ * call ends, each later round handed over under ``lock`` (a thread started a round cost ~40
+ * us here, and a busy arena's stop follows its moved lists in ~20 rounds). ``job`` belongs to
+ * the helper from ``busy`` set until ``busy`` is cleared. */
+typedef struct {
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    int running, busy, quit;
+    Reads job;
+} Helper;
+
+static void *helper_loop(void *arg) {
+    Helper *helper = arg;
+    pthread_mutex_lock(&helper->lock);
+    for (;;) {
+        while (!helper->busy && !helper->quit) pthread_cond_wait(&helper->changed, &helper->lock);
+        if (helper->quit) break;
+        pthread_mutex_unlock(&helper->lock);
+        Reads *job = &helper->job;
+        job->read = read_wants(job->fd, job->held_pid, job->wants, job->nwants, job->page);
+        pthread_mutex_lock(&helper->lock);
+        helper->busy = 0;
+        pthread_cond_broadcast(&helper->changed);
+    }
+    pthread_mutex_unlock(&helper->lock);
     return NULL;
 }
 
-/* read_wants, its second half in a second thread when threads >= 2 and the round is big: a
+/* The helper running (started now where it is not yet): 0 where a thread cannot be had. */
+static int helper_ready(Helper *helper) {
+    if (helper->running) return 1;
+    if (pthread_mutex_init(&helper->lock, NULL) != 0) return 0;
+    if (pthread_cond_init(&helper->changed, NULL) != 0) {
+        pthread_mutex_destroy(&helper->lock);
+        return 0;
+    }
+    helper->busy = helper->quit = 0;
+    if (pthread_create(&helper->thread, NULL, helper_loop, helper) != 0) {
+        pthread_cond_destroy(&helper->changed);
+        pthread_mutex_destroy(&helper->lock);
+        return 0;
+    }
+    helper->running = 1;
+    return 1;
+}
+
+/* The helper ended and joined (nothing where it never started). */
+static void helper_end(Helper *helper) {
+    if (!helper->running) return;
+    pthread_mutex_lock(&helper->lock);
+    helper->quit = 1;
+    pthread_cond_broadcast(&helper->changed);
+    pthread_mutex_unlock(&helper->lock);
+    pthread_join(helper->thread, NULL);
+    pthread_cond_destroy(&helper->changed);
+    pthread_mutex_destroy(&helper->lock);
+    helper->running = 0;
+}
+
+/* read_wants, its second half read by the helper when threads >= 2 and the round is big: a
  * remote page costs the kernel microseconds to look up and map whatever the bytes read, so
- * two readers read a round in about 0.6 of one's time. The wants name distinct pages (need() asks for a
- * page once a round), so the two halves fill distinct bytes and flags. */
-static size_t read_round(int fd, pid_t held_pid, Want *wants, size_t nwants, uint64_t page,
-                         int threads) {
+ * two readers read a round in about 0.6 of one's time. The wants name distinct pages (need()
+ * asks for a page once a round), so the two halves fill distinct bytes and flags. */
+static size_t read_round(Helper *helper, int fd, pid_t held_pid, Want *wants, size_t nwants,
+                         uint64_t page, int threads) {
     size_t half = nwants / 2;
-    Reads second = {.fd = fd, .held_pid = held_pid, .wants = wants + half,
-                    .nwants = nwants - half, .page = page};
-    pthread_t helper;
-    if (threads < 2 || nwants < SPLIT_MIN_WANTS ||
-        pthread_create(&helper, NULL, read_part, &second) != 0)
+    if (threads < 2 || nwants < SPLIT_MIN_WANTS || !helper_ready(helper))
         return read_wants(fd, held_pid, wants, nwants, page);
+    pthread_mutex_lock(&helper->lock);
+    helper->job = (Reads){.fd = fd, .held_pid = held_pid, .wants = wants + half,
+                          .nwants = nwants - half, .page = page};
+    helper->busy = 1;
+    pthread_cond_broadcast(&helper->changed);
+    pthread_mutex_unlock(&helper->lock);
     size_t read = read_wants(fd, held_pid, wants, half, page);
-    pthread_join(helper, NULL);
-    return read + second.read;
+    pthread_mutex_lock(&helper->lock);
+    while (helper->busy) pthread_cond_wait(&helper->changed, &helper->lock);
+    read += helper->job.read;
+    pthread_mutex_unlock(&helper->lock);
+    return read;
 }
 
 /* scout(fd, segments, lists, page, deadline, max_pages[, pagemap_fd[, threads[, held_pid
@@ -420,6 +479,7 @@ static PyObject *scout(PyObject *self, PyObject *args) {
             if (segs[i].filled[index] == COPIED) segs[i].filled[index] = STALE;
     int status = 0;
     unsigned long long read_pages = 0;
+    Helper helper = {.running = 0};
     Py_BEGIN_ALLOW_THREADS
     for (;;) {
         size_t nwants = 0;
@@ -436,8 +496,9 @@ static PyObject *scout(PyObject *self, PyObject *args) {
             unask(wants, nwants);
             break;
         }
-        read_pages += read_round(fd, held_pid, wants, nwants, page, threads);
+        read_pages += read_round(&helper, fd, held_pid, wants, nwants, page, threads);
     }
+    helper_end(&helper);
     for (Py_ssize_t i = 0; pagemap_fd >= 0 && i < nsegs; i++) /* the caller knows 0 and 1 */
         for (uint64_t index = 0; index < segs[i].pages; index++) {
             unsigned char *flag = &segs[i].filled[index];
