@@ -466,3 +466,20 @@ def test_the_c_loop_lets_other_threads_run() -> None:
         for before, after, _ in calls
     ]
     assert max(during) > 0, (during, [after - before for before, after, _ in calls])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_both_in_c_is_the_bitwise_and_python_makes(seed: int) -> None:
+    """heapcopy.both (C where built) against both_python on flag strings of any byte values
+    and unequal lengths (a heap's 16,384 pages, a residency longer or shorter than the flags):
+    the same bytes, as long as the shorter; and the tests run where C is built."""
+    assert heapcopy._native is not None, "the C loops are built wherever the tests run"
+    rng = random.Random(seed)
+    for length_a, length_b in ((16384, 16384), (16384, 16000), (7, 4096), (0, 5)):
+        first = bytes(rng.choice((0, 1, 1, 2, 3, 255)) for _ in range(length_a))
+        second = bytearray(rng.choice((0, 1, 7, 254)) for _ in range(length_b))
+        expected = heapcopy.both_python(first, second)
+        assert len(expected) == min(length_a, length_b)
+        assert heapcopy.both(first, second) == expected
+        assert heapcopy.both(second, first) == expected
+        assert expected == bytes(a & b for a, b in zip(first, second))

@@ -1558,6 +1558,27 @@ done:
     return result;
 }
 
+/* ---- page flags ------------------------------------------------------------------------ */
+
+/* both(first, second) -> bytes: heapcopy.both's twin, each byte the bitwise AND of the two
+ * strings' bytes at its place, as long as the shorter (in a stop, a GiB arena's 16 heaps'
+ * flags of 16,384 pages each are ANDed: as Python integers, ~60 us a heap). */
+static PyObject *both(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer first, second;
+    if (!PyArg_ParseTuple(args, "y*y*", &first, &second)) return NULL;
+    Py_ssize_t length = first.len < second.len ? first.len : second.len;
+    PyObject *result = PyBytes_FromStringAndSize(NULL, length);
+    if (result != NULL) {
+        unsigned char *out = (unsigned char *)PyBytes_AS_STRING(result);
+        const unsigned char *a = first.buf, *b = second.buf;
+        for (Py_ssize_t i = 0; i < length; i++) out[i] = a[i] & b[i];
+    }
+    PyBuffer_Release(&first);
+    PyBuffer_Release(&second);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"walk_segments", walk_segments, METH_VARARGS,
      "Follow one free list through copies of an arena's heaps: (count, total, resident, "
@@ -1578,6 +1599,9 @@ static PyMethodDef methods[] = {
      "unchanged's reads and comparisons of a plan, in a stop: (same, bytes_read)."},
     {"copy", copy_pages, METH_VARARGS,
      "Copy a target's readable pages into a buffer: True when every readable byte was read."},
+    {"both", both, METH_VARARGS,
+     "Each byte the bitwise AND of two byte strings' bytes at its place (as long as the "
+     "shorter)."},
     {"copy_each", copy_each, METH_VARARGS,
      "copy with zero_holes 0 over several buffers, their pages split between two threads as "
      "one: True when every readable byte was read."},

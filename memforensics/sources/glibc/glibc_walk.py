@@ -34,6 +34,7 @@ from memforensics.sources.glibc.heap_checks import bin_head
 from memforensics.sources.glibc.heapcopy import (
     EMPTY_TALLY,
     BufferPool,
+    CopiesForC,
     OutOfPages,
     OutOfTime,
     Segment,
@@ -414,6 +415,9 @@ class ArenaWalker:
         # loops read it as whole (a list that left those pages reads back inconsistent).
         self._scouted = False
         self._partial = False
+        # The copies as the C loops take them, for the lists of one _walk_bins round that
+        # began with the copies read as whole (None otherwise).
+        self._round_copies: CopiesForC | None = None
         self._scout_pages_left: int | None = None
         self.scouted_bytes = 0  # bytes of the pages a scout found the lists on
         self.stop_copy_bytes = 0  # bytes copied from the target in stops (held reads)
@@ -875,7 +879,7 @@ class ArenaWalker:
             # most it was ever made writable, its size what it is now.)
             pages = min(len(segment.pages.readable), len(segment.filled))
             scouted = bytes(segment.filled[:pages])
-            if scouted.count(0) == pages:
+            if scouted == bytes(pages):
                 # (None of its pages is this part's: an arena of a GiB has 16 heaps, and a part's
                 # lists lie in a few of them.)
                 segment.filled[pages:] = bytes(len(segment.filled) - pages)
@@ -1057,8 +1061,18 @@ class ArenaWalker:
         """One circular free list measured, or None when it does not read back consistently:
         through whole copies by walk_copies (C where built), else by follow_list, filling
         blocks as the list leads there (a chase follows at most _CHASE_MAX_CHUNKS chunks)."""
-        if self._partial or all(segment.whole for segment in self._segments):
-            return walk_copies(self._segments, head, fd, bk, low, high, self._page, self._deadline)
+        if self._read_as_whole():
+            return walk_copies(
+                self._segments,
+                head,
+                fd,
+                bk,
+                low,
+                high,
+                self._page,
+                self._deadline,
+                copies=self._round_copies,
+            )
         return follow_list(
             self._segments,
             head,
@@ -1094,9 +1108,15 @@ class ArenaWalker:
     def _follow_fastbin(self, head: int, size_bytes: int, mangled: bool) -> Tally | None:
         """One fastbin read one way: through whole copies by walk_fastbin_copies (C where
         built), else by follow_fastbin, filling blocks as the list leads there."""
-        if self._partial or all(segment.whole for segment in self._segments):
+        if self._read_as_whole():
             return walk_fastbin_copies(
-                self._segments, head, size_bytes, self._page, mangled, self._deadline
+                self._segments,
+                head,
+                size_bytes,
+                self._page,
+                mangled,
+                self._deadline,
+                copies=self._round_copies,
             )
         return follow_fastbin(
             self._segments, head, size_bytes, self._page, mangled, self._deadline, fill=self._fill
@@ -1337,6 +1357,29 @@ class ArenaWalker:
     ) -> tuple[ArenaState, list[int], list[int]]:
         """One round over the bins of ``pending``: each measured into ``walk``, or left
         (failed) for a later round; (the state, failed, those read inconsistently)."""
+        # (Nothing in the round changes the copies: where they are read as whole, each list's
+        # loop takes the same segments, made for C once.)
+        self._round_copies = CopiesForC(self._segments) if self._read_as_whole() else None
+        try:
+            return self._walk_bins_of(state, pending, walk, deadline, chase, lazy_round)
+        finally:
+            self._round_copies = None
+
+    def _read_as_whole(self) -> bool:
+        """The copies are read as whole copies (walk_copies), not filled as lists lead."""
+        if self._round_copies is not None and self._round_copies.of(self._segments) is not None:
+            return True
+        return self._partial or all(segment.whole for segment in self._segments)
+
+    def _walk_bins_of(
+        self,
+        state: ArenaState,
+        pending: list[int],
+        walk: ArenaWalk,
+        deadline: float,
+        chase: bool,
+        lazy_round: bool,
+    ) -> tuple[ArenaState, list[int], list[int]]:
         clock = time.monotonic
         failed: list[int] = []
         inconsistent: list[int] = []

@@ -52,15 +52,26 @@ class _Copy:
         self._starts = [s.start for s in segments]
         self._shift = page.bit_length() - 1
         self._fill = fill
+        # The span of addresses the last lookup's bisect gave (from its segment's start to
+        # the next one's) and its position there: the checks read words near each other.
+        self._last_span = (0, 0)
+        self._last_position = -1
 
     def holds(self, chunk: int, length: int = 32) -> bool:
         """``length`` bytes at ``chunk`` lie inside one segment."""
         return self._segment(chunk, length) is not None
 
     def _segment(self, address: int, length: int) -> Segment | None:
-        position = bisect.bisect_right(self._starts, address) - 1
-        if position < 0:
-            return None
+        low, high = self._last_span
+        if low <= address < high:
+            position = self._last_position
+        else:
+            position = bisect.bisect_right(self._starts, address) - 1
+            if position < 0:
+                return None
+            following = position + 1
+            high = self._starts[following] if following < len(self._starts) else 1 << 64
+            self._last_span, self._last_position = (self._starts[position], high), position
         segment = self._segments[position]
         offset = address - segment.start
         return segment if 0 <= offset <= segment.length - length else None

@@ -253,7 +253,15 @@ class FreshBuffers(BufferPool):
 
 
 def both(first: bytes | bytearray, second: bytes | bytearray) -> bytes:
-    """One byte per page set where both per-page flag strings are (as long as the shorter)."""
+    """One byte per page set where both per-page flag strings are (as long as the shorter):
+    each byte the bitwise AND of theirs (_chunkwalk.both where built, else both_python)."""
+    if _native is not None:
+        return _native.both(first, second)  # type: ignore[no-any-return]
+    return both_python(first, second)
+
+
+def both_python(first: bytes | bytearray, second: bytes | bytearray) -> bytes:
+    """both() in Python."""
     length = min(len(first), len(second))
     joined = int.from_bytes(first[:length], "little") & int.from_bytes(second[:length], "little")
     return joined.to_bytes(length, "little")
@@ -509,14 +517,37 @@ def _native_copies(segments: Sequence[Segment]) -> list[tuple[object, int, objec
     return [(s.view, s.start, None if s.pages.all_resident else s.pages.present) for s in segments]
 
 
-def _native_or_python(native: str, python: Callable[..., Tally | None], *args: Any) -> Tally | None:
+class CopiesForC:
+    """``segments`` as the C loops take them, made once for many lists (a stop's walk follows
+    some hundred through the same copies): valid while those segments' buffers and pages
+    stay as they are; ``of(segments)`` is None for any other list of segments, or where C
+    is not built."""
+
+    def __init__(self, segments: Sequence[Segment]) -> None:
+        self._segments = segments
+        self._copies = None if _native is None else _native_copies(segments)
+
+    def of(self, segments: Sequence[Segment]) -> list[tuple[object, int, object]] | None:
+        return self._copies if segments is self._segments else None
+
+
+def _native_or_python(
+    native: str,
+    python: Callable[..., Tally | None],
+    *args: Any,
+    copies: CopiesForC | None = None,
+) -> Tally | None:
     """``_chunkwalk.<native>`` over the copies where built, else ``python``, same arguments
-    (the segments first, as copies for C). OutOfTime when the C loop's deadline passed."""
+    (the segments first, as copies for C: ``copies``' where made for them). OutOfTime when
+    the C loop's deadline passed."""
     if _native is None:
         return python(*args)
     segments, *rest = args
+    made = copies.of(segments) if copies is not None else None
     try:
-        result = getattr(_native, native)(_native_copies(segments), *rest)
+        result = getattr(_native, native)(
+            made if made is not None else _native_copies(segments), *rest
+        )
     except ValueError:  # heaps the C loop refuses (overlapping: read while they moved)
         return python(*args)
     if result is False:
@@ -533,12 +564,24 @@ def walk_copies(
     high: int,
     page: int,
     deadline: float = math.inf,
+    copies: CopiesForC | None = None,
 ) -> Tally | None:
     """One free list followed through whole copies of an arena's heaps (``segments``, sorted
     by start): _chunkwalk.walk_segments where built, else follow_list. OutOfTime when
-    time.monotonic() passes ``deadline`` first (a list of millions of chunks)."""
+    time.monotonic() passes ``deadline`` first (a list of millions of chunks). ``copies``:
+    the segments as C takes them, where made already."""
     return _native_or_python(
-        "walk_segments", follow_list, segments, head, fd, bk, low, high, page, deadline
+        "walk_segments",
+        follow_list,
+        segments,
+        head,
+        fd,
+        bk,
+        low,
+        high,
+        page,
+        deadline,
+        copies=copies,
     )
 
 
@@ -549,11 +592,20 @@ def walk_fastbin_copies(
     page: int,
     mangled: bool,
     deadline: float = math.inf,
+    copies: CopiesForC | None = None,
 ) -> Tally | None:
     """One fastbin followed through whole copies of an arena's heaps: _chunkwalk.walk_fastbin
-    where built, else follow_fastbin. OutOfTime as walk_copies."""
+    where built, else follow_fastbin. OutOfTime and ``copies`` as walk_copies."""
     return _native_or_python(
-        "walk_fastbin", follow_fastbin, segments, head, size_bytes, page, mangled, deadline
+        "walk_fastbin",
+        follow_fastbin,
+        segments,
+        head,
+        size_bytes,
+        page,
+        mangled,
+        deadline,
+        copies=copies,
     )
 
 
