@@ -1061,30 +1061,10 @@ class ArenaWalker:
         """One circular free list measured, or None when it does not read back consistently:
         through whole copies by walk_copies (C where built), else by follow_list, filling
         blocks as the list leads there (a chase follows at most _CHASE_MAX_CHUNKS chunks)."""
+        ends = (self._segments, head, fd, bk, low, high, self._page, self._deadline)
         if self._read_as_whole():
-            return walk_copies(
-                self._segments,
-                head,
-                fd,
-                bk,
-                low,
-                high,
-                self._page,
-                self._deadline,
-                copies=self._round_copies,
-            )
-        return follow_list(
-            self._segments,
-            head,
-            fd,
-            bk,
-            low,
-            high,
-            self._page,
-            self._deadline,
-            fill=self._fill,
-            max_chunks=self._max_chunks,
-        )
+            return walk_copies(*ends, copies=self._round_copies)
+        return follow_list(*ends, fill=self._fill, max_chunks=self._max_chunks)
 
     def _walk_fastbin(self, head: int, size_bytes: int) -> Tally | None:
         """One fastbin measured, or None when it does not read back consistently.
