@@ -289,9 +289,11 @@ def test_chained_heaps_and_a_main_heap_above_64_mib_walk_the_same_every_way(
     seen: list[int] = []
     walk_copies = glibc_walk.walk_copies
 
-    def spied(segments: Sequence[Segment], *args: int) -> tuple[int, ...] | None:
+    def spied(
+        segments: Sequence[Segment], *args: int, copies: heapcopy.CopiesForC | None = None
+    ) -> tuple[int, ...] | None:
         seen.append(len(segments))
-        return walk_copies(segments, *args)
+        return walk_copies(segments, *args, copies=copies)
 
     monkeypatch.setattr(glibc_walk, "walk_copies", spied)
     with limited_arenas_target("1", "70000", "1024", "runs") as arenas:

@@ -482,4 +482,4 @@ def test_both_in_c_is_the_bitwise_and_python_makes(seed: int) -> None:
         assert len(expected) == min(length_a, length_b)
         assert heapcopy.both(first, second) == expected
         assert heapcopy.both(second, first) == expected
-        assert expected == bytes(a & b for a, b in zip(first, second))
+        assert expected == bytes(a & b for a, b in zip(first, second, strict=False))
