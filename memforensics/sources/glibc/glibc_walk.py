@@ -20,7 +20,7 @@ import mmap
 import os
 import struct
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import compress
 from operator import ne
@@ -1337,11 +1337,48 @@ class ArenaWalker:
     ) -> tuple[ArenaState, list[int], list[int]]:
         """One round over the bins of ``pending``: each measured into ``walk``, or left
         (failed) for a later round; (the state, failed, those read inconsistently)."""
-        # (Nothing in the round changes the copies: where they are read as whole, each list's
-        # loop takes the same segments, made for C once.)
+        with self._copies_made_once():
+            clock = time.monotonic
+            failed: list[int] = []
+            inconsistent: list[int] = []
+            for position, index in enumerate(pending):
+                if clock() > self._deadline:
+                    walk.budget_reached = clock() > deadline
+                    failed.extend(pending[position:])
+                    break
+                if chase:
+                    state = self._reread_heads(state, index)
+                if lazy_round and not self._lazy_may_walk(state, index):
+                    failed.append(index)
+                    continue
+                try:
+                    result = self._walk_bin(state, index)
+                except OutOfTime:
+                    walk.budget_reached = clock() > deadline
+                    failed.extend(pending[position:])
+                    break
+                if result is None:
+                    failed.append(index)
+                    inconsistent.append(index)
+                    continue
+                if lazy_round:
+                    self._lazy_left -= result[0]
+                self._add(walk, result)
+                walk.bins[index] = (result[0], result[1])
+                if index == _FASTBIN:
+                    walk.fastbin_chunks = self._fastbin_chunks
+                else:
+                    walk.bin_sizes[index] = (result[0], *result[4:7])
+        return state, failed, inconsistent
+
+    @contextlib.contextmanager
+    def _copies_made_once(self) -> Iterator[None]:
+        """For one round of the walk: where the copies are read as whole, the segments made
+        for the C loops once, for every list of the round (nothing in a round changes the
+        copies); dropped when the round ends."""
         self._round_copies = CopiesForC(self._segments) if self._read_as_whole() else None
         try:
-            return self._walk_bins_of(state, pending, walk, deadline, chase, lazy_round)
+            yield
         finally:
             self._round_copies = None
 
@@ -1350,48 +1387,6 @@ class ArenaWalker:
         if self._round_copies is not None and self._round_copies.of(self._segments) is not None:
             return True
         return self._partial or all(segment.whole for segment in self._segments)
-
-    def _walk_bins_of(
-        self,
-        state: ArenaState,
-        pending: list[int],
-        walk: ArenaWalk,
-        deadline: float,
-        chase: bool,
-        lazy_round: bool,
-    ) -> tuple[ArenaState, list[int], list[int]]:
-        clock = time.monotonic
-        failed: list[int] = []
-        inconsistent: list[int] = []
-        for position, index in enumerate(pending):
-            if clock() > self._deadline:
-                walk.budget_reached = clock() > deadline
-                failed.extend(pending[position:])
-                break
-            if chase:
-                state = self._reread_heads(state, index)
-            if lazy_round and not self._lazy_may_walk(state, index):
-                failed.append(index)
-                continue
-            try:
-                result = self._walk_bin(state, index)
-            except OutOfTime:
-                walk.budget_reached = clock() > deadline
-                failed.extend(pending[position:])
-                break
-            if result is None:
-                failed.append(index)
-                inconsistent.append(index)
-                continue
-            if lazy_round:
-                self._lazy_left -= result[0]
-            self._add(walk, result)
-            walk.bins[index] = (result[0], result[1])
-            if index == _FASTBIN:
-                walk.fastbin_chunks = self._fastbin_chunks
-            else:
-                walk.bin_sizes[index] = (result[0], *result[4:7])
-        return state, failed, inconsistent
 
     def _lazy_may_walk(self, state: ArenaState, index: int) -> bool:
         """Whether a lazy round walks bin ``index`` (capped at what it has left). Fastbins
