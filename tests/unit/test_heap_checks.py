@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from memforensics.model import corruption as words
 from memforensics.model import glibc
 from memforensics.sources.glibc import heap_checks, heapcopy
+from memforensics.sources.glibc.glibc_arenas import ArenaState
 from memforensics.sources.glibc.heapcopy import Segment
 from tests.unit.test_chunkwalk import HEAD, PAGE, START, Heaps
 
@@ -242,6 +243,81 @@ def test_a_corrupt_nextsize_ring_is_named(victim: int, field: int, value: int) -
         _poke(segments[0], chunks[victim] + field, value)
         found = heap_checks.check_nextsize(ARENA, segments, 68, HEAD, chunks[0], PAGE)
         assert found is not None and found.check in (words.LARGEBIN_NEXTSIZE, words.LIST_LOOPS)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    victim=st.integers(0, 3),
+    field=st.sampled_from((8, 32, 40)),
+    value=st.one_of(
+        st.integers(0, (1 << 64) - 1),
+        st.integers(0, 64),
+        st.sampled_from([START + 0x800 * k + d for k in range(6) for d in (0, 8, 16)]),
+    ),
+    corrupt=st.booleans(),
+)
+def test_the_rings_c_passes_are_exactly_those_python_passes(
+    victim: int, field: int, value: int, corrupt: bool
+) -> None:
+    """heapcopy.rings_hold (C) against heap_checks.check_nextsize (Python) on a large bin's
+    ring, whole or with one word of a chunk changed (its size, fd_nextsize or bk_nextsize: to
+    anything, to a small number, or to another chunk of the ring or an address beside one),
+    and read from each chunk of the ring and from the bin's head: 1 exactly where Python finds
+    nothing. The oracle is the Python check; the tests run where C is built."""
+    assert heapcopy._native is not None, "the C loops are built wherever the tests run"
+    with copies() as (_made, segments):
+        chunks = _large_list(segments[0], [0x540, 0x530, 0x520, 0x510])
+        if corrupt:
+            _poke(segments[0], chunks[victim] + field, value)
+        firsts = [HEAD, *chunks, START, START + 16 * PAGE - 32]
+        passed = heapcopy.rings_hold(segments, [(HEAD, first) for first in firsts], PAGE)
+        assert passed is not None and len(passed) == len(firsts)
+        for first, verdict in zip(firsts, passed, strict=True):
+            found = heap_checks.check_nextsize(ARENA, segments, 68, HEAD, first, PAGE)
+            assert verdict == (found is None), (hex(first), found)
+        if not corrupt:
+            assert passed[1] == 1  # (the whole ring from its first chunk passes)
+            assert passed[2] == 0  # (from the second, the sizes rise where it wraps)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    held_pages=st.sets(st.integers(0, 15), max_size=16),
+    victim=st.integers(0, 3),
+    value=st.integers(0, (1 << 64) - 1),
+    corrupt=st.booleans(),
+)
+def test_rings_over_a_copy_filled_block_by_block_name_the_same(
+    held_pages: set[int], victim: int, value: int, corrupt: bool
+) -> None:
+    """check_unlisted over copies filled block by block (the pages ``held_pages`` copied
+    before, the rest filled as read) finds what it finds over the whole copy: the rings C
+    passes over the pages held are never followed through a page not held, and C says 2 (not
+    known) for a ring that needs one (the oracle: the whole copy's Python check)."""
+    with copies() as (made, segments):
+        chunks = _large_list(segments[0], [0x540, 0x530, 0x520, 0x510])
+        if corrupt:
+            _poke(segments[0], chunks[victim] + 32, value)
+        twins, fill = made.lazy_twins(segments)
+        for index in held_pages:
+            twins[0].view[index * PAGE : (index + 1) * PAGE] = segments[0].view[
+                index * PAGE : (index + 1) * PAGE
+            ]
+            twins[0].filled[index] = 1
+        bins = [0] * 254
+        bins[2 * 67], bins[2 * 67 + 1] = chunks[0], chunks[-1]  # (bin 68: this ring)
+        state = ArenaState(ARENA, 0, ARENA, 16 * PAGE, tuple(bins), (0,) * 10)
+        head = heap_checks.bin_head(state, 68)
+        whole = heap_checks.check_nextsize(ARENA, segments, 68, head, chunks[0], PAGE)
+        verdict = heapcopy.rings_hold(twins, [(head, chunks[0])], PAGE, filled=True)
+        assert verdict is not None
+        ring_pages = {(chunk - START) // PAGE for chunk in chunks}
+        if verdict[0] == 2:
+            assert not ring_pages <= held_pages
+        else:
+            assert verdict[0] == (whole is None)
+        lazy = heap_checks.check_unlisted(state, twins, [68], PAGE, fill=fill, top=False)
+        assert lazy == ([] if whole is None else [whole])
 
 
 def test_a_list_filled_block_by_block_is_named_the_same() -> None:

@@ -302,6 +302,19 @@ def test_each_page_is_tagged_with_the_lowest_and_highest_bin_whose_list_needed_i
     heap.assert_copied()
 
 
+@pytest.mark.parametrize(("bin_index", "also"), [(5, set()), (63, set()), (64, {8}), (90, {8})])
+def test_a_large_bins_chunk_brings_the_page_of_its_nextsize_words(
+    heap: Heap, bin_index: int, also: set[int]
+) -> None:
+    """A chunk in the last 32 bytes of page 7: its header is on page 7 alone, but a large
+    bin's chunk (bin 64 and up) has its fd_nextsize and bk_nextsize on page 8, which the
+    stop's check of the bin's nextsize ring reads; a small bin's does not need page 8."""
+    first = _ring(heap, [(8 * PAGE - 32, 3 * PAGE), (12 * PAGE, 3 * PAGE)])
+    assert heap.scout([(HEAD, first, CIRCULAR, bin_index)]) == 0
+    assert heap.flagged() == {7, 10, 12, 15} | also  # (headers, feet, and nextsize words)
+    heap.assert_copied()
+
+
 def test_a_list_without_a_bin_tags_nothing_and_bad_tags_are_refused(heap: Heap) -> None:
     heap.tags = (bytearray([255]) * (PAGES + 2), bytearray(PAGES + 2))
     first = _ring(heap, [(7 * PAGE, 64)])

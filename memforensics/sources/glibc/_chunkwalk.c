@@ -394,6 +394,10 @@ typedef struct {
     const unsigned char *base;
     uint64_t start, length, pages;
     const unsigned char *present; /* one byte per page, 1 = in RAM; NULL = all resident */
+    /* rings only: one byte per page, 1 = copied (NULL: every page is); a word elsewhere is
+     * not known (heap_checks copies such a page as it reads it) */
+    const unsigned char *filled;
+    uint64_t filled_pages;
 } Seg;
 
 /* Bytes of [from, to) on present pages of seg. */
@@ -409,19 +413,26 @@ static uint64_t resident_span(const Seg *seg, uint64_t from, uint64_t to, uint64
     return total;
 }
 
-/* The segment holding [chunk, chunk + 32), or NULL; segs sorted by start, not overlapping. */
-static const Seg *find_seg(const Seg *segs, Py_ssize_t count, uint64_t chunk) {
+/* The segment whose start is the last at or below ``address`` when ``length`` bytes from there
+ * lie inside it, else NULL; segs sorted by start, not overlapping (heap_checks._Copy._segment's
+ * rule). */
+static const Seg *holding(const Seg *segs, Py_ssize_t count, uint64_t address, uint64_t length) {
     Py_ssize_t low = 0, high = count;
     while (low < high) {
         Py_ssize_t middle = (low + high) / 2;
-        if (segs[middle].start <= chunk)
+        if (segs[middle].start <= address)
             low = middle + 1;
         else
             high = middle;
     }
     if (low == 0) return NULL;
     const Seg *seg = &segs[low - 1];
-    return seg->length >= 32 && chunk - seg->start <= seg->length - 32 ? seg : NULL;
+    return seg->length >= length && address - seg->start <= seg->length - length ? seg : NULL;
+}
+
+/* The segment holding [chunk, chunk + 32), or NULL. */
+static const Seg *find_seg(const Seg *segs, Py_ssize_t count, uint64_t chunk) {
+    return holding(segs, count, chunk, 32);
 }
 
 /* What a loop measured. raw_min, raw_max and raw_total are over the chunks' size words
@@ -1562,6 +1573,120 @@ done:
     return result;
 }
 
+/* ---- nextsize rings ------------------------------------------------------------------- */
+
+#define NEXTSIZE_CHUNK_BYTES 48 /* heap_checks._CHUNK_BYTES: prev_size … bk_nextsize */
+
+/* Where the word at ``address`` (inside ``seg``) lies on a page its copy holds: 1, else 0. */
+static int copied(const Seg *seg, uint64_t address, uint64_t page) {
+    if (seg->filled == NULL) return 1;
+    uint64_t index = (address - seg->start) / page;
+    return index < seg->filled_pages && seg->filled[index];
+}
+
+enum { RING_FAILS = 0, RING_HOLDS = 1, RING_UNKNOWN = 2 };
+
+/* One large bin's nextsize ring as heap_checks._nextsize checks it, from ``first`` (the bin's
+ * fd), at most ``limit`` + 1 links: RING_HOLDS where it passes (or where _nextsize finds
+ * nothing to check: first is the head, or not a whole chunk in the copies), RING_FAILS where a
+ * check fails, RING_UNKNOWN where a word it needs lies on a page not copied. */
+static int ring_holds(const Seg *segs, Py_ssize_t nsegs, uint64_t head, uint64_t first,
+                      uint64_t limit, uint64_t page) {
+    const Seg *seg = holding(segs, nsegs, first, NEXTSIZE_CHUNK_BYTES);
+    if (first == head || seg == NULL) return RING_HOLDS;
+    uint64_t chunk = first;
+    if (!copied(seg, chunk + 8, page)) return RING_UNKNOWN;
+    uint64_t size = word_at(seg->base, (chunk - seg->start + 8) >> 3) & ~(uint64_t)7;
+    for (uint64_t step = 0; step <= limit; step++) {
+        if (!copied(seg, chunk + 32, page)) return RING_UNKNOWN;
+        uint64_t following = word_at(seg->base, (chunk - seg->start + 32) >> 3);
+        const Seg *next = holding(segs, nsegs, following, NEXTSIZE_CHUNK_BYTES);
+        if (next == NULL || (following & ALIGN_MASK)) return RING_FAILS;
+        if (!copied(next, following + 40, page)) return RING_UNKNOWN;
+        if (word_at(next->base, (following - next->start + 40) >> 3) != chunk) return RING_FAILS;
+        if (following == first) return RING_HOLDS;
+        if (!copied(next, following + 8, page)) return RING_UNKNOWN;
+        uint64_t next_size = word_at(next->base, (following - next->start + 8) >> 3) & ~(uint64_t)7;
+        if (next_size >= size) return RING_FAILS;
+        chunk = following;
+        seg = next;
+        size = next_size;
+    }
+    return RING_FAILS; /* the ring loops */
+}
+
+/* rings(segments, rings, page[, filled]) -> bytes
+ * segments and page as for walk_segments; rings: (head, first) of each large bin whose list
+ * read back consistently; filled (None: every page copied): one flag string per segment, 1 =
+ * the page is copied. One byte per ring: 1 where its nextsize ring passes
+ * heap_checks._nextsize's checks, 0 where one fails, 2 where it leads to a word on a page not
+ * copied (heap_checks then follows it, names what fails, and copies what it reads). The rings
+ * of one stop's walk checked in one call: in Python they are ~500 words a GiB arena, read
+ * inside the stop. */
+static PyObject *rings(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *sequence, *items, *filled_obj = Py_None;
+    unsigned long long page;
+    if (!PyArg_ParseTuple(args, "OOK|O", &sequence, &items, &page, &filled_obj)) return NULL;
+    PyObject *seq = PySequence_Fast(items, "rings must be a sequence");
+    if (seq == NULL) return NULL;
+    PyObject *filled_items = NULL;
+    Py_buffer *filled = NULL;
+    Py_ssize_t nfilled = 0;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    uint64_t *pairs = PyMem_RawCalloc(2 * (size_t)count + 1, sizeof(uint64_t));
+    PyObject *result = NULL;
+    Segments segments = {.segs = NULL, .views = NULL, .held = 0, .items = NULL};
+    if (pairs == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        unsigned long long head, first;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "KK", &head, &first)) goto done;
+        pairs[2 * i] = head;
+        pairs[2 * i + 1] = first;
+    }
+    if (open_segments(sequence, page, &segments) != 0) goto done;
+    if (filled_obj != Py_None) {
+        filled_items = PySequence_Fast(filled_obj, "filled must be a sequence");
+        if (filled_items == NULL) goto done;
+        if (PySequence_Fast_GET_SIZE(filled_items) != segments.nsegs) {
+            PyErr_SetString(PyExc_ValueError, "one filled flag string per segment");
+            goto done;
+        }
+        filled = PyMem_RawCalloc((size_t)segments.nsegs + 1, sizeof(Py_buffer));
+        if (filled == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (; nfilled < segments.nsegs; nfilled++) {
+            if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(filled_items, nfilled),
+                                   &filled[nfilled], PyBUF_SIMPLE) < 0)
+                goto done;
+            segments.segs[nfilled].filled = filled[nfilled].buf;
+            segments.segs[nfilled].filled_pages = (uint64_t)filled[nfilled].len;
+        }
+    }
+    result = PyBytes_FromStringAndSize(NULL, count);
+    if (result == NULL) goto done;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(result);
+    uint64_t limit = chunk_limit(segments.segs, segments.nsegs);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < count; i++)
+        out[i] = (unsigned char)ring_holds(segments.segs, segments.nsegs, pairs[2 * i],
+                                           pairs[2 * i + 1], limit, page);
+    Py_END_ALLOW_THREADS
+done:
+    for (Py_ssize_t i = 0; i < nfilled; i++) PyBuffer_Release(&filled[i]);
+    PyMem_RawFree(filled);
+    Py_XDECREF(filled_items);
+    close_segments(&segments);
+    PyMem_RawFree(pairs);
+    Py_DECREF(seq);
+    return result;
+}
+
 /* ---- page flags ------------------------------------------------------------------------ */
 
 /* both(first, second) -> bytes: heapcopy.both's twin, each byte the bitwise AND of the two
@@ -1603,6 +1728,9 @@ static PyMethodDef methods[] = {
      "unchanged's reads and comparisons of a plan, in a stop: (same, bytes_read)."},
     {"copy", copy_pages, METH_VARARGS,
      "Copy a target's readable pages into a buffer: True when every readable byte was read."},
+    {"rings", rings, METH_VARARGS,
+     "Whether each large bin's nextsize ring passes heap_checks' checks: one byte per ring "
+     "(1 passes, 0 fails, 2 leads to a page not copied)."},
     {"both", both, METH_VARARGS,
      "Each byte the bitwise AND of two byte strings' bytes at its place (as long as the "
      "shorter)."},

@@ -5,8 +5,8 @@
  * The lists (the bins' circular lists, and the fastbins, followed both as stored and as
  * safe-linked: the wrong way leaves the heaps at once) are followed side by side: each
  * advances through the pages already copied until it needs one that is not (a chunk's 32-byte
- * header, or the word after a binned chunk where glibc repeats its size), then the pages every
- * list needs are read together (a pread of /proc/PID/mem each; in a stop, by two threads in a
+ * header, 48 bytes in a large bin, or the word after a binned chunk where glibc repeats its
+ * size), then the pages every list needs are read together (a pread of /proc/PID/mem each; in a stop, by two threads in a
  * big round, and the pages the held target alone maps through process_vm_readv:
  * _procmem_read.h). So the rounds are as many as the longest chain of pages one list leads
  * through, not one per chunk. Each page read is copied into the caller's buffer of its heap
@@ -35,6 +35,11 @@
 #define ALIGN_MASK 15
 #define MINSIZE 32
 #define HEADER_BYTES 32
+/* A large bin's chunk: its fd_nextsize and bk_nextsize too, which the stop's checks of the
+ * bin's nextsize ring read (heap_checks._nextsize); a chunk in a page's last 48 bytes has them
+ * on the next page. */
+#define LARGE_HEADER_BYTES 48
+#define FIRST_LARGE_BIN 64
 #define MAX_SEGMENTS 4096
 #define SPLIT_MIN_WANTS 16 /* a round of at least this many pages may be read by two threads */
 
@@ -155,7 +160,11 @@ static void advance(List *list, Seg *segs, Py_ssize_t nsegs, uint64_t limit, uin
             return;
         }
         uint64_t offset = chunk - seg->start;
-        uint64_t first = offset / page, last = (offset + HEADER_BYTES - 1) / page;
+        uint64_t header = list->kind == CIRCULAR && list->bin >= FIRST_LARGE_BIN &&
+                                  seg->length - offset >= LARGE_HEADER_BYTES
+                              ? LARGE_HEADER_BYTES
+                              : HEADER_BYTES;
+        uint64_t first = offset / page, last = (offset + header - 1) / page;
         int here = need(seg, first, list->bin, wants, nwants, max_wants);
         if (last != first && here >= 0) {
             int other = need(seg, last, list->bin, wants, nwants, max_wants);

@@ -29,6 +29,7 @@ from memforensics.sources.glibc.heapcopy import (
     OutOfTime,
     Segment,
     chunk_limit,
+    rings_hold,
 )
 
 _CHUNK_BYTES = 48  # a free chunk's words read here: prev_size … bk_nextsize
@@ -455,7 +456,13 @@ def check_unlisted(
         )
         if found is not None:
             findings.append(found)
-        for index in large_bins:
+        # (Every ring is checked in C first, the same steps over the pages the copies hold:
+        # only one that fails, or leads to a page to be filled, is followed again here.)
+        heads = [(bin_head(state, i), state.bins[2 * (i - 1)]) for i in large_bins]
+        passed = rings_hold(segments, heads, page, filled=fill is not None)
+        for position, index in enumerate(large_bins):
+            if passed is not None and passed[position] == 1:
+                continue
             ring = check_nextsize(
                 state.address,
                 segments,

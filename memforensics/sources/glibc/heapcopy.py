@@ -74,7 +74,7 @@ _native = optional_native("memforensics.sources.glibc._chunkwalk")
 if (
     getattr(_native, "CLOCK_EVERY_CHUNKS", None) != CLOCK_EVERY_CHUNKS
     or getattr(_native, "TALLY_FIELDS", None) != TALLY_FIELDS
-    or not hasattr(_native, "copy_each")
+    or not hasattr(_native, "rings")
 ):
     _native = None  # a stale build of an older version: the Python code is right, if slower
 
@@ -643,6 +643,29 @@ def unchanged_in_target(
     except (ValueError, OSError):  # heaps the C loops refuse; no pagemap
         return None
     return int(read_bytes) if same else None
+
+
+def rings_hold(
+    segments: Sequence[Segment],
+    rings: Sequence[tuple[int, int]],
+    page: int,
+    *,
+    filled: bool = False,
+) -> bytes | None:
+    """One byte per (bin head, first chunk) of ``rings``, large bins whose lists read back
+    consistently from the copies (``segments``): 1 where the bin's nextsize ring passes
+    heap_checks' checks over them, 0 where one fails, 2 where ``filled`` (the copies are
+    made block by block: their ``filled`` flags say which pages they hold) and the ring leads
+    to a page not held. heap_checks follows each ring not 1 itself (to name what fails, and
+    to fill what it reads). None without the C module, or where it refuses the segments:
+    each ring is then checked in Python."""
+    if _native is None:
+        return None
+    flags = [s.filled for s in segments] if filled else None
+    try:
+        return bytes(_native.rings(_native_copies(segments), list(rings), page, flags))
+    except ValueError:  # heaps the C loops refuse (overlapping: read while they moved)
+        return None
 
 
 def unchanged_plan(
