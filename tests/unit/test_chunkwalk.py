@@ -222,6 +222,46 @@ def test_every_list_case_reads_the_same_every_way(heaps: Heaps, case: ListCase) 
     assert outcomes == dict.fromkeys(ways, case.expected)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_big_chunks_over_pages_in_and_out_of_ram_tally_the_same_every_way(
+    heaps: Heaps, seed: int
+) -> None:
+    """Chunks of up to 70 pages, at any 16-byte offset, in a 160-page heap whose pages are in
+    RAM or not at random (runs of them, and single ones): each way's resident and trimmable
+    bytes are the same (C counts a chunk's pages in RAM eight flags at a time; Python one by
+    one), and match a count made here page by page from the layout."""
+    rng = random.Random(seed)
+    pages = 160
+    absent = tuple(sorted({i for i in range(pages) if rng.random() < (0.5 if seed % 2 else 0.1)}))
+    segment = heaps.segment(START, pages, absent)
+    chunks: list[tuple[int, int]] = []
+    at = START + 16 * rng.randrange(1, 64)
+    while True:
+        size = 16 * rng.randrange(2, 70 * PAGE // 16)
+        if at + size + 64 > START + pages * PAGE:
+            break
+        chunks.append((at, size))
+        at += size + 16 * rng.randrange(2, 64)  # (a used chunk between two free ones)
+    _link_list([segment], chunks)
+    ways = _list_ways(heaps)
+    fd, bk = chunks[0][0], chunks[-1][0]
+    outcomes = {name: way([segment], HEAD, fd, bk, 32, 1 << 62, PAGE) for name, way in ways.items()}
+    in_ram = [index not in absent for index in range(pages)]
+    resident = trimmable = 0
+    for address, size in chunks:
+        resident += (
+            sum(1 for byte in range(address, address + size, 16) if in_ram[(byte - START) // PAGE])
+            * 16
+        )
+        first, last = glibc.mtrim_span(address, size, PAGE)
+        trimmable += sum(PAGE for p in range(first, last, PAGE) if in_ram[(p - START) // PAGE])
+    total = sum(size for _, size in chunks)
+    assert outcomes["python"] is not None
+    assert outcomes["python"][:4] == (len(chunks), total, resident, trimmable)
+    assert outcomes == dict.fromkeys(ways, outcomes["python"])
+    assert "c" in ways, "the C loops are built wherever the tests run"
+
+
 def _long_list(heaps: Heaps, count: int) -> tuple[list[Segment], int, int]:
     """One copy holding a list of ``count`` 32-byte chunks in address order."""
     pages = (count * 32) // PAGE + 1

@@ -400,16 +400,39 @@ typedef struct {
     uint64_t filled_pages;
 } Seg;
 
-/* Bytes of [from, to) on present pages of seg. */
-static uint64_t resident_span(const Seg *seg, uint64_t from, uint64_t to, uint64_t page) {
-    uint64_t total = 0;
-    while (from < to) {
-        uint64_t index = (from - seg->start) / page;
-        uint64_t page_end = seg->start + (index + 1) * page;
-        uint64_t piece_end = page_end < to ? page_end : to;
-        if (index < seg->pages && seg->present[index]) total += piece_end - from;
-        from = piece_end;
+/* Page ``index`` of seg is present (in RAM); a page past its flags is not. */
+static int page_present(const Seg *seg, uint64_t index) {
+    return index < seg->pages && seg->present[index];
+}
+
+/* How many of seg's pages [from, to) are present: eight flags a step (a free chunk of 64 MiB
+ * spans 16,384 pages, and a GiB arena's lists hold hundreds of such chunks). */
+static uint64_t present_pages(const Seg *seg, uint64_t from, uint64_t to) {
+    const uint64_t low7 = 0x7F7F7F7F7F7F7F7FULL, high = 0x8080808080808080ULL;
+    const unsigned char *flags = seg->present;
+    if (to > seg->pages) to = seg->pages;
+    uint64_t count = 0, i = from;
+    for (; i < to && (i & 7); i++) count += flags[i] != 0;
+    for (; i + 8 <= to; i += 8) {
+        uint64_t word;
+        memcpy(&word, flags + i, sizeof word);
+        /* A byte's high bit after this is set exactly where the byte is not zero (its low
+         * seven bits plus 0x7F carry into bit 7 unless they are all zero; no byte carries
+         * into the next). */
+        count += (uint64_t)__builtin_popcountll((((word & low7) + low7) | word) & high);
     }
+    for (; i < to; i++) count += flags[i] != 0;
+    return count;
+}
+
+/* Bytes of [from, to) on present pages of seg (from and to inside seg, from <= to). */
+static uint64_t resident_span(const Seg *seg, uint64_t from, uint64_t to, uint64_t page) {
+    if (from >= to) return 0;
+    uint64_t first = (from - seg->start) / page, last = (to - 1 - seg->start) / page;
+    if (first == last) return page_present(seg, first) ? to - from : 0;
+    uint64_t total = present_pages(seg, first + 1, last) * page;
+    if (page_present(seg, first)) total += seg->start + (first + 1) * page - from;
+    if (page_present(seg, last)) total += to - (seg->start + last * page);
     return total;
 }
 
@@ -553,10 +576,9 @@ static Tally follow_list(const Seg *segs, Py_ssize_t nsegs, uint64_t head, uint6
             if (last > first) t.trimmable += (last - first) * page;
         } else {
             t.resident += resident_span(seg, chunk, chunk + size, page);
-            for (uint64_t p = first; p < last; p++) {
-                uint64_t index = p - seg->start / page;
-                if (index < seg->pages && seg->present[index]) t.trimmable += page;
-            }
+            if (last > first)
+                t.trimmable += present_pages(seg, first - seg->start / page,
+                                             last - seg->start / page) * page;
         }
         previous = chunk;
         chunk = word_at(seg->base, slot + 2);
