@@ -48,6 +48,7 @@ _MADV_POPULATE_WRITE = 23  # linux/mman.h (5.14+): fault pages in, writable, wit
 # linux/mman.h (x86-64, arm64): room reserved, not charged to the commit (Python 3.11's mmap
 # module does not name it).
 _MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)
+_MADV_NOHUGEPAGE = getattr(mmap, "MADV_NOHUGEPAGE", 15)  # linux/mman.h
 MEMINFO = Path("/proc/meminfo")
 # A list loop looks at the clock when its chunk count is a multiple of CLOCK_EVERY_CHUNKS + 1
 # (65,536 chunks: ~10 ms in C, ~40 ms in Python): the one constant of both loops, the same
@@ -154,6 +155,23 @@ def _close_all(buffers: list[mmap.mmap]) -> None:
 UNMAPPER = _Unmapper()
 
 
+def copy_buffer(length: int, flags: int = 0) -> mmap.mmap:
+    """A private anonymous buffer of at least ``length`` bytes (whole pages, one at least) for
+    a copy, untouched until written and never backed by transparent huge pages: a copy is
+    written a few pages in each 2 MiB of a heap (a scouted copy, a block-by-block one), and
+    under THP ``always`` (RHEL's default) each first write would fault in 2 MiB, a GiB arena's
+    few thousand scouted pages its whole GiB. Only the pages written cost memory, whatever
+    the system's setting. ``flags``: more mmap flags (MAP_NORESERVE)."""
+    buffer = mmap.mmap(
+        -1,
+        max(glibc.page_ceil(length, mmap.PAGESIZE), mmap.PAGESIZE),
+        flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | flags,
+    )
+    with contextlib.suppress(OSError):  # (a kernel built without THP has none to refuse)
+        buffer.madvise(_MADV_NOHUGEPAGE)
+    return buffer
+
+
 class BufferPool:
     """Copy buffers reused from arena to arena: 1,500 arenas cost a few mappings, not 1,500
     fresh ones each faulted in page by page and unmapped again."""
@@ -179,11 +197,7 @@ class BufferPool:
         # Anonymous and untouched until written: a copy costs only the pages it reads.
         # Private, not mmap's default MAP_SHARED: a hole dropped with MADV_DONTNEED must
         # read back as zeros (a shared page would keep the previous arena's bytes).
-        return mmap.mmap(
-            -1,
-            max(glibc.page_ceil(length, mmap.PAGESIZE), mmap.PAGESIZE),
-            flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
-        )
+        return copy_buffer(length)
 
     def prepare(self, lengths: Sequence[int]) -> None:
         """Buffers for copies of ``lengths`` bytes, their pages faulted in now: a copy made
@@ -239,11 +253,7 @@ class FreshBuffers(BufferPool):
 
     def take(self, length: int) -> mmap.mmap:
         # (Untouched room costs nothing: a heap copied here may grow into it, Segment.grow.)
-        return mmap.mmap(
-            -1,
-            max(glibc.page_ceil(length, mmap.PAGESIZE), mmap.PAGESIZE),
-            flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE,
-        )
+        return copy_buffer(length, _MAP_NORESERVE)
 
     def give(self, buffer: mmap.mmap) -> None:
         UNMAPPER.unmap([buffer])
