@@ -6,11 +6,12 @@
  * safe-linked: the wrong way leaves the heaps at once) are followed side by side: each
  * advances through the pages already copied until it needs one that is not (a chunk's 32-byte
  * header, 48 bytes in a large bin, or the word after a binned chunk where glibc repeats its
- * size), then the pages every list needs are read together (a pread of /proc/PID/mem each; in a stop, by two threads in a
- * big round, and the pages the held target alone maps through process_vm_readv:
- * _procmem_read.h). So the rounds are as many as the longest chain of pages one list leads
- * through, not one per chunk. Each page read is copied into the caller's buffer of its heap
- * and flagged in the caller's ``filled`` (1); what the buffer holds elsewhere is left alone.
+ * size), then the pages every list needs are read together (a pread of /proc/PID/mem each; in
+ * a stop, by two threads in a big round, and the pages the held target alone maps through
+ * process_vm_readv: _procmem_read.h). So the rounds are as many as the longest chain of pages
+ * one list leads through, not one per chunk. Each page read is copied into the caller's
+ * buffer of its heap and flagged in the caller's ``filled`` (1); what the buffer holds
+ * elsewhere is left alone.
  *
  * Nothing is checked here beyond what keeps the reads inside the heaps: a list is followed
  * until it returns to its head, leaves the heaps, is misaligned, names a size that does not fit
@@ -36,7 +37,7 @@
 #define MINSIZE 32
 #define HEADER_BYTES 32
 /* A large bin's chunk: its fd_nextsize and bk_nextsize too, which the stop's checks of the
- * bin's nextsize ring read (heap_checks._nextsize); a chunk in a page's last 48 bytes has them
+ * bin's nextsize ring read (heap_checks._nextsize); a chunk in a page's last 32 bytes has them
  * on the next page. */
 #define LARGE_HEADER_BYTES 48
 #define FIRST_LARGE_BIN 64
