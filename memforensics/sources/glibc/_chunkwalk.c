@@ -810,21 +810,6 @@ static void trace_ring(const Seg *segs, Py_ssize_t nsegs, uint64_t head, uint64_
     trace->failed = 1;
 }
 
-/* The segment holding [lo, hi), or NULL. */
-static const Seg *seg_holding(const Seg *segs, Py_ssize_t nsegs, uint64_t lo, uint64_t hi) {
-    for (Py_ssize_t low = 0, high = nsegs; low < high;) {
-        Py_ssize_t middle = (low + high) / 2;
-        const Seg *seg = &segs[middle];
-        if (lo < seg->start)
-            high = middle;
-        else if (lo >= seg->start + seg->length)
-            low = middle + 1;
-        else
-            return hi <= seg->start + seg->length ? seg : NULL;
-    }
-    return NULL;
-}
-
 /* One reader's share of ``unchanged``'s spans [first, last): each span's page looked up in the
  * pagemap (entry_now's windows), read into scratch from ``at`` on (pinned where the held
  * target alone maps it). same: every page was in RAM and every read complete. */
@@ -911,7 +896,7 @@ static unsigned char *build_plan(const Seg *segs, Py_ssize_t nsegs, const Py_buf
         while (lo < hi) {
             uint64_t end = (lo / page + 1) * page;
             if (end > hi) end = hi;
-            const Seg *seg = seg_holding(segs, nsegs, lo, end);
+            const Seg *seg = holding(segs, nsegs, lo, end - lo);
             if (seg == NULL) goto done;
             const Py_buffer *flags = &filled[seg - segs];
             uint64_t index = (lo - seg->start) / page;
@@ -980,7 +965,7 @@ static unsigned char *build_plan(const Seg *segs, Py_ssize_t nsegs, const Py_buf
             span++;
         }
         uint64_t address = spans[2 * span] + (at - span_at);
-        const Seg *seg = seg_holding(segs, nsegs, address, address + length);
+        const Seg *seg = holding(segs, nsegs, address, length);
         if (seg == NULL) { /* (not by construction: a span lies in one page of one copy) */
             PyMem_RawFree(plan);
             plan = NULL;
