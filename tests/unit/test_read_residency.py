@@ -8,6 +8,7 @@ import ctypes
 import mmap
 import os
 import threading
+import time
 
 import pytest
 
@@ -31,17 +32,21 @@ def test_each_heap_gets_its_own_residency_read_two_at_a_time(
         heaps = [Heap(start, 0, PAGES * PAGE, PAGES * PAGE) for start in starts]
         assert len(heaps) * PAGES >= heapmaps._PARALLEL_RESIDENCY_PAGES
         threads: set[str] = set()
+        # The first two reads wait for each other: they pass only if two threads read at once.
+        together = threading.Barrier(2, timeout=10)
         with ProcessMemoryReader(os.getpid()) as mem:
             expected = [mem.pagemap(h.start, h.start + h.mprotect_bytes) for h in heaps]
             pagemap = mem.pagemap
 
             def noted(start: int, end: int) -> object:
                 threads.add(threading.current_thread().name)
+                if start in starts[:2]:
+                    together.wait()
                 return pagemap(start, end)
 
             monkeypatch.setattr(mem, "pagemap", noted)
             heapmaps.read_residency(mem, heaps)
-        assert all(name.startswith("pagemap") for name in threads), threads
+        assert threads == {threading.current_thread().name, "pagemap"}, threads
         for heap, want in zip(heaps, expected, strict=True):
             assert heap.pages is not None
             assert heap.pages.readable == want.readable
@@ -50,6 +55,26 @@ def test_each_heap_gets_its_own_residency_read_two_at_a_time(
     finally:
         for mapping in mappings:
             mapping.close()
+
+
+def test_a_failed_read_raises_once_both_threads_are_done(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unreadable pagemap raises as it would one by one, and no reader thread is left."""
+    heaps = [
+        Heap(start, 0, PAGES * PAGE, PAGES * PAGE)
+        for start in range(0, 4 * PAGES * PAGE, PAGES * PAGE)
+    ]
+    with ProcessMemoryReader(os.getpid()) as mem:
+
+        def failing(start: int, end: int) -> object:
+            if start == heaps[2].start:
+                raise PermissionError("pagemap")
+            time.sleep(0.01)
+            return None
+
+        monkeypatch.setattr(mem, "pagemap", failing)
+        with pytest.raises(PermissionError):
+            heapmaps.read_residency(mem, heaps)
+    assert not [t for t in threading.enumerate() if t.name == "pagemap"]
 
 
 def test_small_heaps_are_read_one_by_one_in_this_thread() -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from pathlib import Path
 
 from memforensics.errors import ToolingError
@@ -18,6 +17,10 @@ def write_atomically(
     The temporary file lives in the same directory (a rename across filesystems is not
     atomic) under an unpredictable name; on failure it is removed and ToolingError says why.
     """
+    # (Imported here: tempfile pulls in shutil, random and the compression modules, ~7 ms of
+    # every command's start-up, and most runs write nothing.)
+    import tempfile
+
     directory = path.parent if str(path.parent) else Path(".")
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
