@@ -21,7 +21,9 @@ The shapes, each one target process in a memory cgroup sized for it (when one ca
   back, a few hundred blocks a millisecond;
 * not run by default: the 32 x 100 MiB shape under a 64 MiB threshold (accepted by the
   tunable, beyond what mallopt accepts), 64 x 100 MiB idle (the Epsio post's 64 arenas at
-  its smallest arena size: 6.4 GiB of heap), and bench_inspect's 2-million-chunk small bin.
+  its smallest arena size: 6.4 GiB of heap), bench_inspect's 2-million-chunk small bin, and
+  "8 x 1 GiB, no pause" (8x1g-saturated: the busy workers churn without sleeping, every CPU
+  the target's, so the read's scouts and catch-ups run on what is left).
 
 Each round runs, on the one target of the shape, in an order reversed every other round:
 
@@ -63,7 +65,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -116,6 +118,10 @@ SHAPES = (
     _arenas("32x100-busy", "32 x 100 MiB busy", 32, 100, True, THRESHOLD_BYTES),
     _arenas("8x1g", "8 x 1 GiB idle", 8, 1024, False, THRESHOLD_BYTES),
     _arenas("8x1g-busy", "8 x 1 GiB busy", 8, 1024, True, THRESHOLD_BYTES),
+    replace(
+        _arenas("8x1g-saturated", "8 x 1 GiB, no pause", 8, 1024, True, THRESHOLD_BYTES),
+        env=(("SEEDS_CHURN", "1000000"),),  # each worker churns without a pause: CPUs all busy
+    ),
     Shape(
         "4x384-spread",
         "4 x 384 MiB, spread lists",

@@ -16,7 +16,8 @@
  * first and last of every small run stay live), so the free chunks cannot coalesce, and
  * makes one request no free chunk fits so that malloc sorts its unsorted chunks into bins.
  * BUSY 0: the workers then sleep. BUSY 1: each keeps replacing small blocks of a ring of
- * 512 in its arena, 256 frees and mallocs every millisecond. XML_PATH (idle workers): once
+ * 512 in its arena, 256 frees and mallocs every millisecond (SEEDS_CHURN=N in the
+ * environment: N; enough of them and a worker never pauses). XML_PATH (idle workers): once
  * the heap is built, malloc_info(0) is written there through a FILE opened before the first
  * allocation, with a static buffer, so that writing it allocates nothing: the document
  * describes the heap as it stays (the oracle of tests/integration/test_seeds_read.py).
@@ -79,6 +80,7 @@ static size_t dense_bytes = 16u << 20; /* spread with SEEDS_DENSE: each dense wo
 static pthread_barrier_t barrier;
 static size_t bytes_per_arena;
 static int busy;
+static int churn_per_ms = 256; /* SEEDS_CHURN: a busy worker's frees and mallocs a millisecond */
 static int spread;
 static int spread_workers;       /* spread: workers 1..spread_workers fill spread arenas */
 static atomic_int spread_built;  /* spread workers done (the dense ones start after) */
@@ -144,12 +146,12 @@ static void fill_dense(uint64_t *state) {
     for (size_t i = 0; i < count; i += 2) free(blocks[i]);
 }
 
-/* Keep replacing the blocks of ``ring`` (RING small blocks), 256 a millisecond, in the
- * calling thread's arena: a busy thread. Never returns. */
+/* Keep replacing the blocks of ``ring`` (RING small blocks), churn_per_ms a millisecond, in
+ * the calling thread's arena: a busy thread. Never returns. */
 static void churn(uint64_t *state, void **ring) {
     struct timespec one_ms = {0, 1000000L};
     for (;;) {
-        for (int i = 0; i < 256; i++) {
+        for (int i = 0; i < churn_per_ms; i++) {
             uint64_t r = next_random(state);
             unsigned slot = (unsigned)(r % RING);
             free(ring[slot]);
@@ -346,6 +348,8 @@ int main(int argc, char **argv) {
         int threads = atoi(argv[1 + spread]);
         bytes_per_arena = (size_t)atol(argv[2 + spread]) << 20;
         busy = spread ? 0 : atoi(argv[3]) != 0;
+        const char *churn_env = getenv("SEEDS_CHURN");
+        if (churn_env != NULL && atoi(churn_env) > 0) churn_per_ms = atoi(churn_env);
         if (threads < 1 || bytes_per_arena == 0) return 2;
         const char *dense_env = getenv("SEEDS_DENSE");
         int dense = spread && dense_env != NULL ? atoi(dense_env) : 0;
