@@ -106,11 +106,10 @@ _MAX_ARENAS = 1 << 16  # a ``next`` list longer than this is not glibc's
 # the user's wait, not the target's.
 _HELD_SECONDS_PER_ARENA = 0.005
 # ... and by this much per GiB of heap (the thread arenas' heaps and the main heap): a big
-# arena's read costs its scout, its catch-up and its stop, tenths of a second a GiB (a busy
-# 32 x 100 MiB read takes 2-3.5 s on this 2-CPU machine), and a read that would only take
-# longer must not end in a refusal, which the default answers with the stand-in call: one
-# stop of the whole process as long as malloc_info's walk of every arena (~0.5 s there),
-# where going on costs the target stops of milliseconds each.
+# arena's read costs its scout, its catch-up and its stop, up to a second a GiB where its
+# lists are busy, and a read that would only take longer must not end in a refusal, which
+# the default answers with the stand-in call: one stop of the whole process as long as
+# malloc_info's walk of every arena, where going on costs the target stops of milliseconds.
 _HELD_SECONDS_PER_GIB = 2.0
 
 
