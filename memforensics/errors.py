@@ -30,7 +30,11 @@ EXIT_CODE_TABLE: tuple[tuple[int, str], ...] = (
         "permission denied (ptrace not allowed, journal not readable, unsafe state dir)",
     ),
     (EXIT_TOOLING, "tooling problem (gdb or journalctl missing or unusable)"),
-    (EXIT_TIMEOUT, "timeout (no safe point or a call did not return; target left running)"),
+    (
+        EXIT_TIMEOUT,
+        "timeout (no safe point, a call did not return, or a read ran out of its time; "
+        "target left running)",
+    ),
     (EXIT_INPUT, "invalid input data (malformed, truncated or hostile dump or log)"),
     (EXIT_CORRUPT, "the heap is corrupt: reported as a finding, nothing called into it"),
 )
@@ -139,6 +143,18 @@ class ArenaLockedError(ReadOnlyRefusedError, DeadlineError):
     for a call (exit 6). The target was left running and intact."""
 
     exit_code = EXIT_TIMEOUT
+
+
+class ReadTimeRanOutError(DeadlineError):
+    """The read from memory ran out of its own time before it reached every arena, and every
+    arena it did not read was only late (or locked): the read is not impossible here, only
+    longer than its budget, so no other way stands in for it (exit 6). Nothing was called
+    into the target, which was left running."""
+
+    default_hint = (
+        "nothing was called into the target and it was left running; a longer deadline "
+        "gives the read more time"
+    )
 
 
 class StatisticsOnlyError(TargetError):

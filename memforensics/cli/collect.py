@@ -141,8 +141,9 @@ def _mi_logger(line: str) -> None:
     type=DURATION,
     default="10s",
     show_default=True,
-    help="Per target: give up on a safe point or a call after this long (the target is left "
-    "running and reported down with reason=timeout).",
+    help="Per target: give up on a safe point or a call after this long, or on a read from "
+    "memory after this long and its share for big heaps (the target is left running and "
+    "reported down with reason=timeout).",
 )
 @click.option(
     "--census-top",

@@ -110,11 +110,15 @@ verbose_journal_option = verbose_option_showing("the journalctl exchange and ful
 verbose_files_option = verbose_option_showing("full tracebacks")
 
 
-TIMEOUT_HELP = "Give up (exit 6, target left running) if a safe point or a call takes longer."
+TIMEOUT_HELP = (
+    "Give up (exit 6, target left running) if a safe point or a call takes longer; a read "
+    "from memory has at least this long (more for big heaps)."
+)
 
 
 def timeout_option(default: str = "10s", *, help_text: str = TIMEOUT_HELP) -> Callable[[F], F]:
-    """``--timeout``: deadline for reaching a safe point and for each call into the target."""
+    """``--timeout``: deadline for reaching a safe point and for each call into the target,
+    and the least time a read from memory has (entry.readers.memory.read_budget_seconds)."""
     return click.option(
         "--timeout",
         "timeout_seconds",

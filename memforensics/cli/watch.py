@@ -202,7 +202,8 @@ def _json_document(processes: list[WatchedProcess], watched: dict[str, Any]) -> 
 @timeout_option(
     "10s",
     help_text="Skip a heap sample (recorded as a gap, target left running) if reaching a safe "
-    "point or a call takes longer.",
+    "point or a call takes longer, or a read from memory longer than this and its share for "
+    "big heaps.",
 )
 @sample_gdb_option
 @sample_read_only_option

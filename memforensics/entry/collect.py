@@ -58,7 +58,7 @@ REASONS = (
     "pause_budget",  # not inspected: earlier targets used up the pause budget
     "gone",  # exited before or while it was inspected
     "permission",  # ptrace not allowed
-    "timeout",  # no safe point or a call did not return in time (left running)
+    "timeout",  # no safe point, a call or a read not done in time (left running)
     "not_glibc",  # another allocator or libc: malloc_info says nothing
     "stopped",  # stopped by someone else (state T): left alone
     "corrupt",  # its heap failed glibc's own checks: a finding, nothing called into it

@@ -8,7 +8,9 @@ read as memory is (``inspect_core``). The policy, here and nowhere else:
   only (``read-only``) and gdb's way are refused for it, saying why;
 - ``gdb`` always uses gdb; ``read-only`` never does, nor makes any call;
 - ``auto`` reads memory, and falls back only when that read was refused as impossible for
-  this target (ReadOnlyRefusedError), saying so in ``fallback``: to the target's own
+  this target (ReadOnlyRefusedError), never when it was only slower than its time
+  (ReadTimeRanOutError: exit 6, nothing called; a longer ``--timeout`` gives the read more
+  time), saying so in ``fallback``: to the target's own
   malloc_info called without gdb, through the self-restoring call (entry.readers.call), so
   that no gdb runs behind the user's back and a SIGKILL of our side at any moment leaves the
   target alive and running (at worst with a region and a FILE leaked); the default never
@@ -124,7 +126,7 @@ def inspect_live(
     if foreign is not None and foreign.serves_malloc:
         return _inspect_allocator(pid, facts, method, timeout_seconds)
     if method != "gdb":
-        from memforensics.entry.readers.memory import inspect_read_only
+        from memforensics.entry.readers.memory import inspect_read_only, read_budget_seconds
 
         try:
             return inspect_read_only(
@@ -133,6 +135,7 @@ def inspect_live(
                 allow_stopped=allow_stopped,
                 facts=facts,
                 pins=pins,
+                budget_seconds=read_budget_seconds(timeout_seconds),
             )
         except ReadOnlyRefusedError as exc:
             if method != "auto":

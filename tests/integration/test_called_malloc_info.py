@@ -176,6 +176,39 @@ def test_the_default_stands_in_with_the_call_where_the_read_is_refused(
     assert len(heaps(saved.read_text())) == len(heaps(own.read_text()))
 
 
+def test_a_read_that_only_ran_out_of_time_gets_no_call(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`inspect` (the default) whose read from memory runs out of its own time (given none
+    here) before it reaches every arena: that read was only slow, not impossible, so no call
+    stands in for it and no gdb runs; exit 6, one line naming the read's time and the arenas
+    not read, the hint to give it more with --timeout; the target left running, untraced,
+    with no region of the call's left in it."""
+    from memforensics.cli import cli
+    from memforensics.entry.readers import call, gdb, memory
+    from memforensics.sources.glibc import heapmaps
+
+    def no_other_way(*_: object, **__: object) -> None:
+        raise AssertionError("another way stood in for a read that only ran out of time")
+
+    monkeypatch.setattr(memory, "read_budget_seconds", lambda timeout_seconds: 0.0)
+    monkeypatch.setattr(heapmaps, "_HELD_SECONDS_PER_ARENA", 0.0)
+    monkeypatch.setattr(heapmaps, "_HELD_SECONDS_PER_GIB", 0.0)
+    monkeypatch.setattr(call, "inspect_by_call", no_other_way)
+    monkeypatch.setattr(gdb, "inspect_process", no_other_way)
+    with shape_target("threads", 31, tmp_path / "own.xml") as target:
+        result = CliRunner().invoke(cli, ["inspect", str(target.pid)])
+        _left_running(target.pid, "inspect")
+        assert _regions_left(target.pid) == []
+    assert result.exit_code == 6, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 2, result.stderr  # the error, and its hint
+    assert "the read's time (0.0 s) ran out before arena" in lines[0]
+    assert "nothing was called into the target" in lines[1]
+    assert "--timeout" in lines[1]
+    assert result.stdout == ""
+
+
 @pytest.mark.slow
 def test_a_refused_read_falls_back_to_the_call_once_the_arena_is_unlocked() -> None:
     """The main arena locked at every stop of the read (a thread inside malloc_stats): plain

@@ -151,14 +151,14 @@ def test_a_busy_seeds_target_is_read_without_a_fallback(churn: str) -> None:
             assert document["fallback"] is None, stderr
             assert document["read_only"]["scouted_arenas"] == THREADS
             assert all(arena["balanced"] for arena in document["residency"]["arenas"])
-            # The read's time grows with the heap it reads, 2 s a GiB on top of the 3 s
-            # every read has: a busy read that is only slow goes on, where a refusal would
-            # have the default call malloc_info (one stop as long as its walk of every arena).
+            # The read's time grows with the heap it reads, 2 s a GiB on top of its base
+            # (--timeout, 10 s by default, where longer than 3 s): a busy read that is only
+            # slow goes on (and one that runs out of time ends with no call in its place).
             heap_bytes = sum(
                 a["aspace_total_bytes"] or a["system_bytes"] for a in document["arenas"]
             )
             budget = document["residency"]["walk_budget_seconds"]
-            assert budget >= 3.0 + 2.0 * heap_bytes / (1 << 30), (budget, heap_bytes)
+            assert budget >= 10.0 + 2.0 * heap_bytes / (1 << 30), (budget, heap_bytes)
         _assert_running(target.pid)
         assert target.alive()
 

@@ -9,7 +9,12 @@ from dataclasses import replace
 
 import pytest
 
-from memforensics.errors import ReadOnlyRefusedError, TargetError
+from memforensics.errors import (
+    DeadlineError,
+    ReadOnlyRefusedError,
+    ReadTimeRanOutError,
+    TargetError,
+)
 from memforensics.model.heapscan import ArenaScan, BinFigures, HeapScan, MallocParams
 from memforensics.model.process import HeapSegment
 from memforensics.sources.glibc.malloc_info_image import Dialect, malloc_info_xml
@@ -304,17 +309,37 @@ def test_arenas_too_long_to_follow_are_told_apart_from_a_read_out_of_time() -> N
     assert info.value.too_long == (long.address,)
 
 
-def test_a_refusal_of_many_arenas_names_them_in_ranges() -> None:
-    """1,500 arenas, the read's time out from the 1,063rd on: one line, not 437 numbers."""
+def test_a_read_out_of_time_names_its_arenas_in_ranges_and_is_no_refusal() -> None:
+    """1,500 arenas, the read's time out from the 1,063rd on (one locked at every stop): one
+    line, not 437 numbers; and a deadline (exit 6), not a refusal of the read, which the
+    default would answer with a call in its place."""
     scan = _scan(MAIN, *([THREAD] * 1061), *([None] * 438))
     rows = tuple(
         replace(arena, lock_retries=0, budget_reached=True) if arena.figures is None else arena
         for arena in scan.arenas
     )
     rows = (*rows[:1063], replace(rows[1063], lock_retries=20, budget_reached=False), *rows[1064:])
+    with pytest.raises(ReadTimeRanOutError) as info:
+        malloc_info_xml(replace(scan, arenas=rows, walk_budget_seconds=10.52), "2.36")
+    assert info.value.message == (
+        "the read's time (10.5 s) ran out before arenas 1062, 1064-1499 were read;"
+        " locked at every stop: arena 1063"
+    )
+    assert isinstance(info.value, DeadlineError)
+    assert not isinstance(info.value, ReadOnlyRefusedError)
+
+
+def test_a_read_out_of_time_with_another_arena_unreadable_is_refused() -> None:
+    """One arena late, another whose lists could not be read (neither late nor locked): the
+    read is refused as before, naming both, since more time would not read the second."""
+    scan = _scan(MAIN, THREAD, None, None)
+    rows = (
+        *scan.arenas[:2],
+        replace(scan.arenas[2], lock_retries=0, budget_reached=True),
+        replace(scan.arenas[3], lock_retries=0),
+    )
     with pytest.raises(ReadOnlyRefusedError) as info:
         malloc_info_xml(replace(scan, arenas=rows), "2.36")
     assert info.value.message == (
-        "arenas 1062-1499 could not be read consistently (locked at every stop: arena 1063)"
-        " (the read's time ran out: arenas 1062, 1064-1499)"
+        "arenas 2, 3 could not be read consistently (the read's time ran out: arena 2)"
     )

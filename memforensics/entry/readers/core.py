@@ -12,7 +12,12 @@ from memforensics.entry.readers.memory import (
     dump_and_residency,
     layout_evidence,
 )
-from memforensics.errors import NotGlibcMallocError, ReadOnlyRefusedError, TargetError
+from memforensics.errors import (
+    NotGlibcMallocError,
+    ReadOnlyRefusedError,
+    ReadTimeRanOutError,
+    TargetError,
+)
 from memforensics.model.capture import Capture
 from memforensics.model.heapscan import ReadOnlyRead
 from memforensics.model.inspection import Inspection
@@ -58,7 +63,7 @@ def inspect_core(
             try:
                 xml, dump = dump_and_residency(scan, version, f"core {path}")
                 heap_info, tcache = layout_evidence(scan, mem)
-            except ReadOnlyRefusedError as exc:
+            except (ReadOnlyRefusedError, ReadTimeRanOutError) as exc:
                 raise TargetError(
                     f"{path}: {exc.message}",
                     hint="a core is read from its memory only; gdb's call needs a live process",

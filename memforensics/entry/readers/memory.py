@@ -38,7 +38,7 @@ from memforensics.model.process import (
     Waterfall,
 )
 from memforensics.sources.glibc.arena_hold import StopBatches
-from memforensics.sources.glibc.heapmaps import scan_heap
+from memforensics.sources.glibc.heapmaps import WALK_BUDGET_SECONDS, scan_heap
 from memforensics.sources.glibc.libc_elf import load_libc_image
 from memforensics.sources.glibc.malloc_info_image import malloc_info_xml
 from memforensics.sources.proc import memory_figures, process_facts, procfs, target_check
@@ -117,6 +117,14 @@ def report_parts(
     return analysis, residency, flow, None
 
 
+def read_budget_seconds(timeout_seconds: float) -> float:
+    """The read's own time for a command given ``--timeout``: the longer of the two, so that
+    a read that ran out of it (ReadTimeRanOutError, exit 6) is given more by a longer
+    ``--timeout``, as the CLI's hint says. A held read adds its share per arena and per GiB
+    of heap to it (heapmaps)."""
+    return max(WALK_BUDGET_SECONDS, timeout_seconds)
+
+
 def inspect_read_only(
     pid: int,
     *,
@@ -125,6 +133,7 @@ def inspect_read_only(
     pad_bytes: int = 0,
     facts: ProcessFacts | None = None,
     pins: bool = False,
+    budget_seconds: float = WALK_BUDGET_SECONDS,
 ) -> Inspection:
     """The heap report of ``pid`` read from its memory (see the module). Refuses what the gdb
     path refuses (target_check.check_target), and a heap it cannot read consistently (TargetError,
@@ -132,11 +141,13 @@ def inspect_read_only(
     someone else had stopped it). Trimmable figures are for malloc_trim(``pad_bytes``).
     ``facts``: what target_check.check_target already gave for ``pid`` (its glibc refusals still
     apply), so that /proc and the executable are not read twice. ``pins``: also walk every
-    heap's chunks for its pins and map (entry/pins.py), after the figures' stops."""
+    heap's chunks for its pins and map (entry/pins.py), after the figures' stops.
+    ``budget_seconds``: the read's own time (read_budget_seconds); arenas it did not reach
+    end the read in ReadTimeRanOutError, never in a refusal."""
     if facts is None or not facts.allocator.is_glibc_malloc:
         facts = target_check.check_target(pid, allow_stopped=allow_stopped)
     try:
-        return _inspect(pid, facts, timeout_seconds, pad_bytes, pins)
+        return _inspect(pid, facts, timeout_seconds, budget_seconds, pad_bytes, pins)
     except MemforensicsError as exc:
         if isinstance(exc, NoSuchProcessError) or not pid_alive(pid):
             # One message whichever step noticed (the hold says "while its threads were
@@ -146,7 +157,12 @@ def inspect_read_only(
 
 
 def _inspect(
-    pid: int, facts: ProcessFacts, timeout_seconds: float, pad_bytes: int = 0, pins: bool = False
+    pid: int,
+    facts: ProcessFacts,
+    timeout_seconds: float,
+    budget_seconds: float,
+    pad_bytes: int = 0,
+    pins: bool = False,
 ) -> Inspection:
     libc_path = facts.libc_path
     libc = load_libc_image(pid, libc_path) if libc_path else None
@@ -160,7 +176,14 @@ def _inspect(
     # The executable's class as check_target read it (its 32-bit refusal), not read again.
     is_64 = None if facts.elf_class is None else facts.elf_class == target_check.ELFCLASS64
     try:
-        scan = scan_heap(pid, libc_path=libc_path, figures=True, hold=batches, is_64=is_64)
+        scan = scan_heap(
+            pid,
+            libc_path=libc_path,
+            figures=True,
+            hold=batches,
+            is_64=is_64,
+            budget_seconds=budget_seconds,
+        )
     finally:
         batches.close()
     read_seconds = time.monotonic() - started

@@ -101,11 +101,14 @@ class DirectTrimmer:
 
     def read(self) -> TrimReading:
         from memforensics.analysis.trim_forecast import forecast_trim
-        from memforensics.entry.readers.memory import inspect_read_only
+        from memforensics.entry.readers.memory import inspect_read_only, read_budget_seconds
 
         pid = self.pid
         inspection = inspect_read_only(
-            pid, timeout_seconds=min(self.timeout_seconds, 1.0), pad_bytes=self.pad_bytes
+            pid,
+            timeout_seconds=min(self.timeout_seconds, 1.0),
+            pad_bytes=self.pad_bytes,
+            budget_seconds=read_budget_seconds(self.timeout_seconds),
         )
         dump = inspection.analysis.dump
         if dump.all_zero:

@@ -17,7 +17,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from memforensics.errors import ArenaLockedError, HeapCorruptionError, ReadOnlyRefusedError
+from memforensics.errors import (
+    ArenaLockedError,
+    HeapCorruptionError,
+    ReadOnlyRefusedError,
+    ReadTimeRanOutError,
+)
 from memforensics.model import glibc
 from memforensics.model.heapscan import BinFigures, HeapScan, MallocParams
 
@@ -142,7 +147,9 @@ def malloc_info_xml(scan: HeapScan, release: str | None) -> bytes:
     """The malloc_info(0) document of the heap ``scan`` read (with ``figures``), as glibc
     ``release`` ("2.36") prints it. ReadOnlyRefusedError when any arena's figures or the
     ``mp_`` counters are missing, or the arenas are not in malloc_info's order: a document
-    with a part guessed would not be malloc_info's."""
+    with a part guessed would not be malloc_info's; ReadTimeRanOutError instead where the
+    arenas missing were only not reached in the read's time (or locked), none of them
+    refused as too long to follow: that read is possible, only slower than its budget."""
     params: MallocParams | None = scan.malloc_params
     raise_if_corrupt(scan)
     missing = [str(position) for position, arena in enumerate(scan.arenas) if arena.figures is None]
@@ -162,6 +169,15 @@ def malloc_info_xml(scan: HeapScan, release: str | None) -> bytes:
             relayed = sorted({a.relay_gave_up for _, a in unread if a.relay_gave_up})
             if relayed:
                 why += f"; read in relays, given up: {'; '.join(relayed)}"
+        if late and len({*late, *locked}) == len(unread):
+            # Only slow (or locked too): not a refusal of the read, so no call stands in.
+            were = "were" if len(late) > 1 else "was"
+            locked_too = f"; locked at every stop: {_arenas(locked)}" if locked else ""
+            raise ReadTimeRanOutError(
+                f"the read's time ({scan.walk_budget_seconds:.1f} s) ran out before "
+                f"{_arenas(late)} {were} read{locked_too}",
+                pid=scan.pid,
+            )
         if late:
             why += f" (the read's time ran out: {_arenas(late)})"
         refusal = ArenaLockedError if len(locked) == len(missing) else ReadOnlyRefusedError
