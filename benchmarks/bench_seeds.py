@@ -23,7 +23,10 @@ The shapes, each one target process in a memory cgroup sized for it (when one ca
   tunable, beyond what mallopt accepts), 64 x 100 MiB idle (the Epsio post's 64 arenas at
   its smallest arena size: 6.4 GiB of heap), bench_inspect's 2-million-chunk small bin, and
   "8 x 1 GiB, no pause" (8x1g-saturated: the busy workers churn without sleeping, every CPU
-  the target's, so the read's scouts and catch-ups run on what is left).
+  the target's, so the read's scouts and catch-ups run on what is left);
+* "held-out" and "held-out-busy" (not run by default): a seeds shape drawn from ``--seed``
+  (else from a seed drawn now, printed), 4-10 arenas of 100 MiB to 1 GiB with their own
+  counts of small frees and share of small blocks: a heap no read was tuned on.
 
 Each round runs, on the one target of the shape, in an order reversed every other round:
 
@@ -48,7 +51,7 @@ the recipe and the issue's bars: stall <= max(0.1 x recipe's, 15 ms), wall <= 1.
 recipe's, peak RSS <= 256 MiB. Asserts nothing. Every target started is killed in ``finally``.
 
 usage: python benchmarks/bench_seeds.py [--rounds N] [--shapes 32x100,32x100-busy,...]
-                                       [--glibc 2.31|2.36|2.41]
+                                       [--glibc 2.31|2.36|2.41] [--seed N]
 """
 
 from __future__ import annotations
@@ -76,6 +79,7 @@ from bench_inspect import Target, memforensics_command, recipe_argv, run_recipe 
 
 from tests.support import glibc_releases  # noqa: E402
 from tests.support.gdb_binary import use_test_gdb  # noqa: E402
+from tests.support.held_out import HeldOut  # noqa: E402
 from tests.support.targets import compile_target, memory_cgroup  # noqa: E402
 
 MIB = 1 << 20
@@ -164,6 +168,23 @@ SHAPES = (
     _arenas("64x100", "64 x 100 MiB idle", 64, 100, False, THRESHOLD_BYTES),
     Shape("2m-smallbin", "2M-chunk small bin", "many_arenas", ["1", "4000000", "24"], "", 2048),
 )
+HELD_OUT_KEYS = ("held-out", "held-out-busy")
+
+
+def _held_out(drawn: HeldOut, busy: bool) -> Shape:
+    """The held-out shape ``drawn`` (tests/support/held_out.py), idle or busy."""
+    size = f"{drawn.threads}x{drawn.mib_per_arena}"
+    return Shape(
+        HELD_OUT_KEYS[busy],
+        f"held-out {size} {'busy' if busy else 'idle'}",
+        "seeds_heap",
+        drawn.args(busy=busy),
+        f"glibc.malloc.arena_max={drawn.threads + 1}:glibc.malloc.mmap_threshold={THRESHOLD_BYTES}",
+        drawn.threads * drawn.mib_per_arena + 768,
+        tuple(drawn.env().items()),
+    )
+
+
 DEFAULT_SHAPES = (
     "32x100,32x100-busy,8x1g,8x1g-busy,4x384-spread,1500,2m,2m-ordered,2m-busy,2m-ordered-busy"
 )
@@ -457,7 +478,12 @@ def main() -> int:
     parser.add_argument(
         "--shapes",
         default=DEFAULT_SHAPES,
-        help=f"comma-separated, of: {', '.join(s.key for s in SHAPES)}",
+        help=f"comma-separated, of: {', '.join([*(s.key for s in SHAPES), *HELD_OUT_KEYS])}",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        help="the held-out shapes' seed (tests/support/held_out.py); default: one drawn now",
     )
     parser.add_argument(
         "--glibc",
@@ -475,7 +501,9 @@ def main() -> int:
         if release is None:
             parser.error(f"glibc {args.glibc}: {glibc_releases.skip_reason(args.glibc)}")
     wanted = args.shapes.split(",")
-    unknown = set(wanted) - {s.key for s in SHAPES}
+    drawn = HeldOut.drawn(args.seed) if args.seed is not None else HeldOut.of_session()
+    shapes = (*SHAPES, _held_out(drawn, busy=False), _held_out(drawn, busy=True))
+    unknown = set(wanted) - {s.key for s in shapes}
     if unknown:
         parser.error(f"unknown shapes: {', '.join(sorted(unknown))}")
     print(
@@ -483,8 +511,10 @@ def main() -> int:
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
         f"{args.rounds} rounds; medians (peak RSS: the most of any round); x: ratio to recipe"
     )
+    if set(wanted) & set(HELD_OUT_KEYS):
+        print(drawn)
     print(COLUMNS)
-    for shape in SHAPES:
+    for shape in shapes:
         if shape.key not in wanted:
             continue
         with _timed(shape.title):

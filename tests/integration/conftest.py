@@ -9,12 +9,13 @@ churning CPU through the rest of the suite. Every start and every load is bounde
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 from collections.abc import Iterator
 
 import pytest
 
-from tests.support import service_figures
+from tests.support import held_out, service_figures
 from tests.support.glibc_releases import RELEASES, GlibcRelease, release_tree, skip_reason
 from tests.support.postgres import (
     PgbenchRun,
@@ -109,12 +110,16 @@ def pgbench_run(pg_cluster: PostgresCluster) -> Iterator[PgbenchRun]:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """The measured share and forecast error per service, as the issue's closing note wants."""
+    """The measured share and forecast error per service, as the issue's closing note wants;
+    the held-out heap the session read, where it read one."""
     lines = service_figures.summary_lines()
     if lines:
         terminalreporter.section("service figures (issue 11)")
         for line in lines:
             terminalreporter.write_line(line)
+    if os.environ.get(held_out.SEED_VARIABLE):  # drawn where the held-out tests were collected
+        terminalreporter.section("held-out heap (issue 31)")
+        terminalreporter.write_line(str(held_out.HeldOut.of_session()))
 
 
 @pytest.fixture(scope="module", params=RELEASES, ids=[f"glibc-{v}" for v in RELEASES])

@@ -15,6 +15,9 @@
  * frees two big blocks in three and about 3,000 small ones, each between live blocks (the
  * first and last of every small run stay live), so the free chunks cannot coalesce, and
  * makes one request no free chunk fits so that malloc sorts its unsorted chunks into bins.
+ * SEEDS_SEED=N, SEEDS_SMALL_FREES=N and SEEDS_SMALL_PERCENT=P (5..60) in the environment give
+ * another heap of the shape, one no read was tuned on: other sizes in another order, about N
+ * small blocks freed per arena, P% of its bytes in small blocks (0, 3,000 and 20 by default).
  * BUSY 0: the workers then sleep. BUSY 1: each keeps replacing small blocks of a ring of
  * 512 in its arena, 256 frees and mallocs every millisecond (SEEDS_CHURN=N in the
  * environment: N; enough of them and a worker never pauses). XML_PATH (idle workers): once
@@ -81,6 +84,9 @@ static pthread_barrier_t barrier;
 static size_t bytes_per_arena;
 static int busy;
 static int churn_per_ms = 256; /* SEEDS_CHURN: a busy worker's frees and mallocs a millisecond */
+static uint64_t seed_mix;        /* SEEDS_SEED: another heap of the same shape (0: the usual one) */
+static size_t small_frees = SMALL_FREES; /* SEEDS_SMALL_FREES: small blocks freed per arena */
+static size_t small_percent = 20;         /* SEEDS_SMALL_PERCENT: the small blocks' share */
 static int spread;
 static int spread_workers;       /* spread: workers 1..spread_workers fill spread arenas */
 static atomic_int spread_built;  /* spread workers done (the dense ones start after) */
@@ -164,7 +170,11 @@ static void churn(uint64_t *state, void **ring) {
 
 static void *worker(void *arg) {
     uint64_t state = 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)arg * 0x100000001b3ull;
-    size_t big_budget = bytes_per_arena / 5 * 4, small_budget = bytes_per_arena - big_budget;
+    state ^= seed_mix * 0xbf58476d1ce4e5b9ull;
+    if (state == 0) state = 1; /* xorshift's one fixed point */
+    size_t big_budget = small_percent == 20 ? bytes_per_arena / 5 * 4 /* as it always was */
+                                            : bytes_per_arena / 100 * (100 - small_percent);
+    size_t small_budget = bytes_per_arena - big_budget;
     size_t big_cap = big_budget / (512u << 10) + 2, small_cap = small_budget / 24 + SMALL_RUN;
     void **bigs = must_malloc(big_cap * sizeof(void *));
     void **smalls = must_malloc(small_cap * sizeof(void *));
@@ -199,7 +209,7 @@ static void *worker(void *arg) {
             break;
         }
     }
-    size_t stride = nsmall / SMALL_FREES > 2 ? nsmall / SMALL_FREES : 2;
+    size_t stride = nsmall / small_frees > 2 ? nsmall / small_frees : 2;
     for (size_t i = 0; i < nsmall; i++) {
         size_t in_run = i % SMALL_RUN;
         if (i % stride == stride / 2 && in_run != 0 && in_run != SMALL_RUN - 1) {
@@ -348,6 +358,13 @@ int main(int argc, char **argv) {
         int threads = atoi(argv[1 + spread]);
         bytes_per_arena = (size_t)atol(argv[2 + spread]) << 20;
         busy = spread ? 0 : atoi(argv[3]) != 0;
+        const char *seed_env = getenv("SEEDS_SEED");
+        if (seed_env != NULL) seed_mix = strtoull(seed_env, NULL, 0);
+        const char *frees_env = getenv("SEEDS_SMALL_FREES");
+        if (frees_env != NULL && atol(frees_env) > 0) small_frees = (size_t)atol(frees_env);
+        const char *share_env = getenv("SEEDS_SMALL_PERCENT");
+        if (share_env != NULL && atoi(share_env) >= 5 && atoi(share_env) <= 60)
+            small_percent = (size_t)atoi(share_env);
         const char *churn_env = getenv("SEEDS_CHURN");
         if (churn_env != NULL && atoi(churn_env) > 0) churn_per_ms = atoi(churn_env);
         if (threads < 1 || bytes_per_arena == 0) return 2;
