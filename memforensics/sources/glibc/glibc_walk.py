@@ -77,17 +77,15 @@ CHASE_SECONDS = 0.05  # time box of one arena's chase round
 # the lists left are walked over a whole copy (in C, where built).
 HELD_LAZY_MAX_BYTES = 4 << 20
 HELD_LAZY_MAX_CHUNKS = 256
-# A scout (ArenaWalker.scout) of an arena the copies' budget holds gives up past this long,
-# or once its lists lead to more than this share of the arena's resident pages or this many
-# bytes of pages: the stop then copies the arena whole instead, for about the same cost
-# (SCOUT_MAX_BYTES: its stop copies them again, at some 4-5 GB/s with two threads, ~15 ms,
-# the stall the read allows itself (issue 31's bar), and they are our memory until then).
+# A scout (ArenaWalker.scout) goes on while its lists' pages fit the scouts' room, for this
+# long per SCOUT_MAX_BYTES of that room (at least this long), and gives up past it: its stops
+# copy only those pages, a part of at most 16 MiB of them a stop (heapmaps), however dense
+# the lists. An arena the copies' budget holds whose scout gives up is copied whole in its
+# stop (as long a stop as its size takes to copy: the last resort, not a choice by density);
+# one above the budget has no whole copy to fall back on (relays, else a refusal).
+# SCOUT_MAX_BYTES is also the least room the scouts keep however many copy buffers are kept.
 SCOUT_SECONDS = 0.25
-SCOUT_MAX_SHARE = 0.25
 SCOUT_MAX_BYTES = 64 << 20
-# An arena above the copies' budget has no whole copy to fall back on (its refusal lets
-# malloc_info be called instead): its scout goes on up to the budget's bytes of pages, which
-# its stop then copies, and for as much longer as that is more pages than SCOUT_MAX_BYTES.
 # An arena walked inside its stop that the copies' budget cannot hold (a main heap of
 # gigabytes) is followed lazily there, for at most this long (the stall the read allows
 # itself): past it the read of that arena gives up (budget_reached) rather than hold every
@@ -561,10 +559,9 @@ class ArenaWalker:
         at a time as they lead (a list caught moving is followed as far as it reads back), so
         that a stop copies those pages alone (``copy_scouted``) instead of the whole arena.
         The copy's buffers must read as zeros where not written (heapcopy.FreshBuffers).
-        False, and the walker left as if never scouted, when the lists lead to more than
-        SCOUT_MAX_SHARE of the resident pages or SCOUT_MAX_BYTES (an arena above the copies'
-        budget: more than that budget), or ``deadline`` (or SCOUT_SECONDS, longer for an
-        arena above the budget) passes (whether or not a list failed glibc's bk check on the
+        False, and the walker left as if never scouted, when the lists lead to more pages than
+        the scouts' room (``scout_max_bytes``; the arena's resident pages at most), or
+        ``deadline`` (or SCOUT_SECONDS per SCOUT_MAX_BYTES of those pages) passes (whether or not a list failed glibc's bk check on the
         way: a running target's list caught moving, or a corrupt one; whatever reads it next
         checks it in a stop, and diagnoses it)."""
         self._begin_scout(deadline, state)
@@ -581,11 +578,10 @@ class ArenaWalker:
         self._scouted_heads = (state.bins, state.fastbins)
         resident_pages = sum(s.pages.resident_pages for s in self._segments)
         if self._prefetch_whole:
-            max_pages = min(int(resident_pages * SCOUT_MAX_SHARE), SCOUT_MAX_BYTES // self._page)
-            seconds = SCOUT_SECONDS
+            max_pages = min(resident_pages, self._scout_max_bytes // self._page)
         else:  # past the budget: the scout or a refusal
             max_pages = self._scout_max_bytes // self._page
-            seconds = SCOUT_SECONDS * max(1.0, self._scout_max_bytes / SCOUT_MAX_BYTES)
+        seconds = SCOUT_SECONDS * max(1.0, max_pages * self._page / SCOUT_MAX_BYTES)
         # (Of our CPU time: under a CPU quota a scout may take longer, not give up sooner.)
         self._deadline = min(deadline, time.monotonic() + seconds * wall_per_cpu_second())
         self._scout_pages_left = max_pages

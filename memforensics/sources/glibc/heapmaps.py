@@ -85,9 +85,9 @@ _PARALLEL_RESIDENCY_PAGES = 1 << 16
 # their copies wait for their stops (our memory), while one scout of many lists needs about
 # as many reads as the scout of one.
 _SCOUT_GROUP_BYTES = 96 << 20
-# After this many scouts in a row gave up (lists on too many pages), the read's other arenas
-# are copied whole without a scout: a process's arenas tend to look alike (but for one above
-# the copies' budget, which is never copied whole).
+# After this many scouts in a row gave up (their time out, or their lists on more pages than
+# the scouts' room), the read's other arenas are copied whole without a scout: a process's
+# arenas tend to look alike (but for one above the copies' budget, never copied whole).
 _SCOUT_GIVE_UPS = 2
 # A scouted arena whose lists lie on more pages than this is read in parts, one stop each
 # (ArenaWalker.split): a part's stop copies its lists' pages (~1.3 us a page by two threads
@@ -602,7 +602,7 @@ class _HeapRead:
         self.judged_scouted: set[int | None] = set()
         self.last_scouted_bytes = 0  # what the last arena scouted found its lists on
         self.moving = False  # an arena's lists moved between its scout and its stop
-        self.scout_gave_up = 0  # scouts in a row that gave up (lists too dense)
+        self.scout_gave_up = 0  # scouts in a row that gave up (out of time or of room)
         self._locate()
 
     def _locate(self) -> None:
