@@ -77,15 +77,22 @@ CHASE_SECONDS = 0.05  # time box of one arena's chase round
 # the lists left are walked over a whole copy (in C, where built).
 HELD_LAZY_MAX_BYTES = 4 << 20
 HELD_LAZY_MAX_CHUNKS = 256
-# A scout (ArenaWalker.scout) goes on while its lists' pages fit the scouts' room, for this
-# long per SCOUT_MAX_BYTES of that room (at least this long), and gives up past it: its stops
-# copy only those pages, a part of at most 16 MiB of them a stop (heapmaps), however dense
-# the lists. An arena the copies' budget holds whose scout gives up is copied whole in its
-# stop (as long a stop as its size takes to copy: the last resort, not a choice by density);
-# one above the budget has no whole copy to fall back on (relays, else a refusal).
-# SCOUT_MAX_BYTES is also the least room the scouts keep however many copy buffers are kept.
+# A scout (ArenaWalker.scout) of an arena of SCOUT_DENSE_MIN_BYTES resident or more goes on
+# while its lists' pages fit the scouts' room, for SCOUT_SECONDS per SCOUT_MAX_BYTES of that
+# room (at least SCOUT_SECONDS), and gives up past it: its stops copy only those pages, a
+# part of at most 16 MiB of them a stop (heapmaps), however dense the lists. An arena the
+# copies' budget holds whose scout gives up is copied whole in its stop (as long a stop as
+# its size takes to copy: the last resort); one above the budget has no whole copy to fall
+# back on (relays, else a refusal). A smaller arena (scouted only under a CPU quota, whose
+# stops cannot hold its whole copy) gives up past SCOUT_SECONDS, or once its lists lead to
+# more than SCOUT_MAX_SHARE of its resident pages: there a scout page by page and stops cut
+# to the quota's room cost the read more than twice the wall of a whole copy, for a stall no
+# shorter in every quota. SCOUT_MAX_BYTES is also the least room the scouts keep however
+# many copy buffers are kept.
 SCOUT_SECONDS = 0.25
+SCOUT_MAX_SHARE = 0.25
 SCOUT_MAX_BYTES = 64 << 20
+SCOUT_DENSE_MIN_BYTES = 32 << 20
 # An arena walked inside its stop that the copies' budget cannot hold (a main heap of
 # gigabytes) is followed lazily there, for at most this long (the stall the read allows
 # itself): past it the read of that arena gives up (budget_reached) rather than hold every
@@ -560,10 +567,11 @@ class ArenaWalker:
         that a stop copies those pages alone (``copy_scouted``) instead of the whole arena.
         The copy's buffers must read as zeros where not written (heapcopy.FreshBuffers).
         False, and the walker left as if never scouted, when the lists lead to more pages than
-        the scouts' room (``scout_max_bytes``; the arena's resident pages at most), or
-        ``deadline`` (or SCOUT_SECONDS per SCOUT_MAX_BYTES of those pages) passes (whether or not a list failed glibc's bk check on the
-        way: a running target's list caught moving, or a corrupt one; whatever reads it next
-        checks it in a stop, and diagnoses it)."""
+        the scouts' room (``scout_max_bytes``; the arena's resident pages at most, and
+        SCOUT_MAX_SHARE of them under SCOUT_DENSE_MIN_BYTES), or ``deadline`` (or
+        SCOUT_SECONDS per SCOUT_MAX_BYTES of those pages) passes (whether or not a list
+        failed glibc's bk check on the way: a running target's list caught moving, or a
+        corrupt one; whatever reads it next checks it in a stop, and diagnoses it)."""
         self._begin_scout(deadline, state)
         try:
             self._scout_lists(state, [_FASTBIN, *nonempty_bins(state, 1)], self._scout_pages_left)
@@ -577,10 +585,13 @@ class ArenaWalker:
         self._reset(1)
         self._scouted_heads = (state.bins, state.fastbins)
         resident_pages = sum(s.pages.resident_pages for s in self._segments)
-        if self._prefetch_whole:
-            max_pages = min(resident_pages, self._scout_max_bytes // self._page)
-        else:  # past the budget: the scout or a refusal
-            max_pages = self._scout_max_bytes // self._page
+        room_pages = self._scout_max_bytes // self._page
+        if not self._prefetch_whole:  # past the budget: the scout or a refusal
+            max_pages = room_pages
+        elif resident_pages * self._page >= SCOUT_DENSE_MIN_BYTES:
+            max_pages = min(resident_pages, room_pages)
+        else:  # (a small arena scouted under a CPU quota)
+            max_pages = min(int(resident_pages * SCOUT_MAX_SHARE), room_pages)
         seconds = SCOUT_SECONDS * max(1.0, max_pages * self._page / SCOUT_MAX_BYTES)
         # (Of our CPU time: under a CPU quota a scout may take longer, not give up sooner.)
         self._deadline = min(deadline, time.monotonic() + seconds * wall_per_cpu_second())
