@@ -9,10 +9,17 @@ Contract:
   the chunk the list goes on with. Where it does not, the list moved between stops (its
   threads ran): it is followed again from its head, at most RELAY_RESTARTS times, then the
   arena is not read (None: refused as before, never estimated).
-- A check that fails inside one stretch failed on words read in that one stop: the list is
-  corrupt there (rule 8), named with glibc's words, and its bin is left unmeasured. A loop
-  back to a chunk passed in an earlier stop, or a count past what the heaps hold, is moved
-  when the list was followed over several stops, corrupt when in one.
+- A check that fails inside one stretch failed on words read in that one stop. Where the list
+  was followed in that stop alone, it is corrupt there (rule 8), named with glibc's words,
+  and its bin is left unmeasured. Where it was followed over several stops, the words are of
+  one moment but the path to them is not: the chunk the stretch resumed from may have left
+  the bin since (a busy arena sorts its unsorted chunks into small bins and takes them out
+  again), and its links then lead through another list, to another bin's head or to a chunk
+  whose size does not fit. Such a failure is corrupt only when the list, followed again
+  from its head, fails the same check at the same chunk with the same word: a heap that is
+  corrupt stays so; one that moved does not fail twice alike. A loop back to a chunk passed
+  in an earlier stop, or a count past what the heaps hold, is moved when the list was
+  followed over several stops, corrupt when in one.
 - A stop lasts about RELAY_STOP_SECONDS of following, whatever the list's length; our memory
   is the block cache's (RELAY_CACHE_BLOCKS blocks of 64 KiB), whatever the heap's size.
 - On an arena no thread changes, the figures are those of the one moment of any stop: each
@@ -78,6 +85,7 @@ _SCATTERED_MIN_PAGES = 512
 # _chunkwalk.c's relay statuses.
 _DONE, _TIME, _MOVED, _NOT_IN_RAM = 0, 1, 2, 3
 _OUTSIDE, _ALIGN, _BK, _SIZE, _FOOT, _LOOP, _LIMIT = 4, 5, 6, 7, 8, 9, 10
+_CHECKS = (_DONE, _OUTSIDE, _ALIGN, _BK, _SIZE, _FOOT)  # (_DONE here: the bin's bk differs)
 
 
 def available() -> bool:
@@ -94,6 +102,9 @@ class _List:
         self.cursor: tuple[int, ...] | None = None  # None: to be (re)started from the head
         self.started_stop = 0
         self.restarts = 0
+        # (chunk, status, word) of a check failed on a list followed over several stops: the
+        # list is corrupt only if it fails so again when followed again from its head.
+        self.suspect: tuple[int, int, int] | None = None
 
     def followed(self) -> int:
         """Chunks followed since the list was (re)started."""
@@ -424,7 +435,11 @@ def _stretch(
         if status == _DONE and bk == cursor[0]:
             figures: tuple[int, ...] = tuple(cursor[2:9])
             return figures
-        if status == _MOVED or (spanned and status in (_LOOP, _LIMIT)):
+        failed = (cursor[1], status, detail) if status in _CHECKS else None
+        again = spanned and failed is not None and failed != each.suspect
+        if again:
+            each.suspect = failed
+        if again or status == _MOVED or (spanned and status in (_LOOP, _LIMIT)):
             each.restarts += 1
             if each.restarts > RELAY_RESTARTS:
                 return "gave up"
