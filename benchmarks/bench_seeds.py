@@ -19,14 +19,14 @@ The shapes, each one target process in a memory cgroup sized for it (when one ca
   keeps mallocing and freeing small blocks in that arena (glibc.malloc.arena_max=1): its first
   mallocs sort the 2 million chunks into the small bins, then it takes from them and gives
   back, a few hundred blocks a millisecond;
+* "held-out" and "held-out-busy": a seeds shape drawn from ``--seed`` (else from a seed
+  drawn now, printed), 4-10 arenas of 100 MiB to 1 GiB with their own counts of small frees
+  and share of small blocks, idle and busy: a heap no read was tuned on;
 * not run by default: the 32 x 100 MiB shape under a 64 MiB threshold (accepted by the
   tunable, beyond what mallopt accepts), 64 x 100 MiB idle (the Epsio post's 64 arenas at
   its smallest arena size: 6.4 GiB of heap), bench_inspect's 2-million-chunk small bin, and
   "8 x 1 GiB, no pause" (8x1g-saturated: the busy workers churn without sleeping, every CPU
-  the target's, so the read's scouts and catch-ups run on what is left);
-* "held-out" and "held-out-busy" (not run by default): a seeds shape drawn from ``--seed``
-  (else from a seed drawn now, printed), 4-10 arenas of 100 MiB to 1 GiB with their own
-  counts of small frees and share of small blocks: a heap no read was tuned on.
+  the target's, so the read's scouts and catch-ups run on what is left).
 
 Each round runs, on the one target of the shape, in an order reversed every other round:
 
@@ -186,7 +186,8 @@ def _held_out(drawn: HeldOut, busy: bool) -> Shape:
 
 
 DEFAULT_SHAPES = (
-    "32x100,32x100-busy,8x1g,8x1g-busy,4x384-spread,1500,2m,2m-ordered,2m-busy,2m-ordered-busy"
+    "32x100,32x100-busy,8x1g,8x1g-busy,4x384-spread,1500,2m,2m-ordered,2m-busy,2m-ordered-busy,"
+    "held-out,held-out-busy"
 )
 
 
