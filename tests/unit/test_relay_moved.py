@@ -141,3 +141,25 @@ def test_a_failure_on_a_list_followed_in_one_stop_is_corruption_at_once() -> Non
         found = _stretch(relays, each, read, patch)
     assert isinstance(found, HeapCorruption)
     assert relays.resumed == [False]
+
+
+def test_a_failure_seen_again_after_another_in_between_is_corruption() -> None:
+    """A corrupt link deep in a busy list: followed again, the walk first fails elsewhere
+    (the list moved on its way), then at the corrupt link again: corrupt, not given up
+    (which would let the default call malloc_info into a corrupt heap)."""
+    read = RelayRead()
+    read.stops = 2
+    each = _resumed_list(read)
+    corrupt = (_BK, _cursor(0x7F0000070000, 0x7F0000080000), 0x7F0000090000)
+    moved = (_SIZE, _cursor(0x7F0000030000, ELSEWHERE), 0x7F0000000910)
+    pause = (_TIME, _cursor(0x7F0000010000, 0x7F0000020000), 0)
+    relays = _Relays(corrupt, pause)
+    with pytest.MonkeyPatch.context() as patch:
+        assert _stretch(relays, each, read, patch) is None
+        read.stops = 3
+        relays.outcomes += [moved, pause]
+        assert _stretch(relays, each, read, patch) is None
+        read.stops = 4
+        relays.outcomes.append(corrupt)
+        found = _stretch(relays, each, read, patch)
+    assert isinstance(found, HeapCorruption) and found.chunk_address == 0x7F0000080000

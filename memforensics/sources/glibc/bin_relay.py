@@ -102,9 +102,10 @@ class _List:
         self.cursor: tuple[int, ...] | None = None  # None: to be (re)started from the head
         self.started_stop = 0
         self.restarts = 0
-        # (chunk, status, word) of a check failed on a list followed over several stops: the
-        # list is corrupt only if it fails so again when followed again from its head.
-        self.suspect: tuple[int, int, int] | None = None
+        # (chunk, status, word) of each check failed on the list followed over several stops
+        # (at most RELAY_RESTARTS + 1): it is corrupt where one of them fails again, whatever
+        # failed in between (a walk cut short by the list moving must not hide the first).
+        self.suspects: set[tuple[int, int, int]] = set()
 
     def followed(self) -> int:
         """Chunks followed since the list was (re)started."""
@@ -435,10 +436,11 @@ def _stretch(
         if status == _DONE and bk == cursor[0]:
             figures: tuple[int, ...] = tuple(cursor[2:9])
             return figures
-        failed = (cursor[1], status, detail) if status in _CHECKS else None
-        again = spanned and failed is not None and failed != each.suspect
-        if again:
-            each.suspect = failed
+        again = False  # a check failed over several stops, not seen before: followed again
+        if spanned and status in _CHECKS:
+            failed = (cursor[1], status, detail)
+            again = failed not in each.suspects
+            each.suspects.add(failed)
         if again or status == _MOVED or (spanned and status in (_LOOP, _LIMIT)):
             each.restarts += 1
             if each.restarts > RELAY_RESTARTS:

@@ -92,6 +92,8 @@ HELD_LAZY_MAX_CHUNKS = 256
 SCOUT_SECONDS = 0.25
 SCOUT_MAX_SHARE = 0.25
 SCOUT_MAX_BYTES = 64 << 20
+# The heap size from which heapmaps scouts an arena without a CPU quota (its _SCOUT_MIN_BYTES
+# is this): a smaller arena is scouted only under one.
 SCOUT_DENSE_MIN_BYTES = 32 << 20
 # An arena walked inside its stop that the copies' budget cannot hold (a main heap of
 # gigabytes) is followed lazily there, for at most this long (the stall the read allows

@@ -36,7 +36,12 @@ from memforensics.sources.glibc.glibc_arenas import (
     read_state,
     reread_heaps,
 )
-from memforensics.sources.glibc.glibc_walk import SCOUT_MAX_BYTES, ArenaWalker, scout_together
+from memforensics.sources.glibc.glibc_walk import (
+    SCOUT_DENSE_MIN_BYTES,
+    SCOUT_MAX_BYTES,
+    ArenaWalker,
+    scout_together,
+)
 from memforensics.sources.glibc.heap_search import (
     anonymous_spans,
     find_mmapped_chunks,
@@ -76,7 +81,7 @@ _DEFER_MIN_BYTES = 4 << 20
 # A smaller one is copied whole in its stop, as many as _PENDING_MAX_BYTES at a time: that
 # copy (a few milliseconds at the copy's 5 GB/s) stalls the target less than the read allows
 # itself, while a scout costs our wall a scout and, where it gives up on dense lists, both.
-_SCOUT_MIN_BYTES = _PENDING_MAX_BYTES
+_SCOUT_MIN_BYTES = SCOUT_DENSE_MIN_BYTES  # (as big as _PENDING_MAX_BYTES)
 # Heaps whose pagemaps come to this many entries or more (256 MiB of address space) are read
 # two at a time (read_residency): the kernel's walk of them is most of a big arena's scout
 # start, and of a stop that must read its residency again.
