@@ -11,8 +11,9 @@ The oracle is the target's own malloc_info(0), written through a FILE opened bef
 allocation with a static buffer (nothing allocated by the writing): on an idle heap the
 default read (not --read-only: the way a user reads) must equal it byte for byte, make no
 call in its place, and keep memforensics' own peak RSS (the kernel's, wait4) within 256 MiB.
-A busy one (each worker replacing 256 small blocks a millisecond) is read with no call in
-its place, every arena balanced against the same read's residency.
+The same idle heap saved in a core (gdb's gcore) and read with `--core` must equal it too,
+within the same peak RSS. A busy one (each worker replacing 256 small blocks a millisecond) is
+read with no call in its place, every arena balanced against the same read's residency.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.gcore import gcore
 from tests.support.glibc_releases import build_target, command
 from tests.support.held_out import HeldOut
 from tests.support.measured import run_measured
@@ -52,7 +54,7 @@ def _target(release: Any, own: Path | None, busy: bool, name: str) -> Any:
     )
 
 
-def _inspect(pid: int, *extra: str) -> tuple[dict[str, Any], int]:
+def _inspect(pid: int | str, *extra: str) -> tuple[dict[str, Any], int]:
     """The default ``inspect --json EXTRA PID``: its document and its peak RSS in bytes."""
     run = run_measured(["inspect", "--json", *extra, str(pid)], timeout_seconds=180)
     assert run.exit_code == 0, f"{SHAPE}: {run.stderr}"
@@ -68,11 +70,20 @@ def _left_running(pid: int) -> None:
 
 def test_an_idle_held_out_heap_reads_as_its_own_malloc_info(release: Any, tmp_path: Path) -> None:
     own, rebuilt = tmp_path / "own.xml", tmp_path / "read.xml"
-    with _target(release, own, busy=False, name="idle") as pid:
-        document, peak_rss_bytes = _inspect(pid, "--save-xml", str(rebuilt))
-        _left_running(pid)
+    core, from_core = tmp_path / "held-out.core", tmp_path / "core.xml"
+    try:
+        with _target(release, own, busy=False, name="idle") as pid:
+            document, peak_rss_bytes = _inspect(pid, "--save-xml", str(rebuilt))
+            _left_running(pid)
+            gcore(pid, core)
+        # The same heap from its core: nothing moves, and our memory is bounded the same.
+        _, core_peak_rss_bytes = _inspect(str(core), "--save-xml", str(from_core), "--core")
+    finally:
+        core.unlink(missing_ok=True)  # (GiBs: not left to pytest's kept temporary folders)
     assert rebuilt.read_bytes() == own.read_bytes(), str(SHAPE)
     assert peak_rss_bytes <= RSS_BOUND_BYTES, (str(SHAPE), peak_rss_bytes)
+    assert from_core.read_bytes() == own.read_bytes(), str(SHAPE)
+    assert core_peak_rss_bytes <= RSS_BOUND_BYTES, (str(SHAPE), core_peak_rss_bytes)
     thread_arenas = [arena for arena in document["arenas"] if arena["index"] > 0]
     assert len(thread_arenas) == SHAPE.threads, str(SHAPE)
     # Its free lists are what the shape says they are (the draw reached the target).

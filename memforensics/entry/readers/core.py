@@ -40,6 +40,7 @@ def inspect_core(
     ``pins``: also the pins and map of every heap (entry/pins.py), residency unknown."""
     from memforensics.analysis.heap import analyze
     from memforensics.sources.core.corefile import CoreFile
+    from memforensics.sources.glibc.heap_chunks import libc_of
     from memforensics.sources.glibc.heapmaps import scan_memory
 
     started = time.monotonic()
@@ -47,13 +48,10 @@ def inspect_core(
         mem = core.memory()
         try:
             mappings = _core_mappings(core.mappings(), mem, core.heap_range_hint)
-            libc_path = next(
-                (m.path for m in mappings if os.path.basename(m.path).startswith("libc.so")),
-                None,
-            )
+            libc_path = libc_of(mappings)  # (libc.so.6, or libc-2.NN.so before glibc 2.34)
             if libc_path is None:
                 raise NotGlibcMallocError(
-                    f"{path}: the process mapped no glibc libc.so",
+                    f"{path}: the process mapped no glibc libc (libc.so.6 or libc-2.NN.so)",
                     hint="only processes on glibc's malloc are read from cores",
                 )
             libc_file = core.file_for(libc_path, sysroot)

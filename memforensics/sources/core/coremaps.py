@@ -18,6 +18,8 @@ What a core cannot tell, and what is put in its place:
 from __future__ import annotations
 
 import itertools
+import os
+import re
 from collections.abc import Callable, Sequence
 
 from memforensics.sources.core.corememory import CoreSegment
@@ -30,6 +32,11 @@ VSYSCALL_ADDRESS = 0xFFFFFFFFFF600000  # x86-64's legacy vsyscall page, always h
 # The kernel puts the start of brk at a random page within this distance above the end of
 # the executable's bss (1 GiB on current x86-64 kernels, 32 MiB on older ones).
 BRK_RANDOM_RANGE_BYTES = 1 << 30
+# Where x86-64 puts brk when the program run is the dynamic loader itself (``ld.so PROGRAM``,
+# as a program is run on another glibc): at ELF_ET_DYN_BASE (2/3 of the 47-bit address space,
+# fs/binfmt_elf.c), randomised as above, away from the loader mapped at the mmap base.
+LOADER_BRK_BASE = 0x7FFFFFFFF000 // 3 * 2
+_LOADER_NAME = re.compile(r"ld-(linux[\w.-]*\.so(\.\d+)*|\d+\.\d+\.so)$")  # or ld-2.NN.so
 
 
 def perms_text(flags: int) -> str:
@@ -100,6 +107,10 @@ def heap_range_hint(mappings: Sequence[Mapping], executable: str | None) -> tupl
     mapping above the executable's end (and above its bss, the anonymous mapping right after
     it), with a gap between, within the kernel's brk randomisation range.
 
+    Where the executable is the dynamic loader (``ld.so PROGRAM``: the kernel ran the loader,
+    which mapped the program), the kernel put brk at LOADER_BRK_BASE instead: the first such
+    mapping within the randomisation range above it.
+
     A guess, not a fact: None without a known executable or such a mapping. It misses the
     heap of a process run without address randomisation (its heap follows the bss with no
     gap, and the two may be one mapping), and the heap of a static executable that has none.
@@ -109,7 +120,15 @@ def heap_range_hint(mappings: Sequence[Mapping], executable: str | None) -> tupl
     ends = [m.end_address for m in mappings if m.path == executable]
     if not ends:
         return None
-    above = max(ends)
+    if _LOADER_NAME.match(os.path.basename(executable)) and max(ends) > LOADER_BRK_BASE:
+        return _first_anonymous_above(mappings, LOADER_BRK_BASE)
+    return _first_anonymous_above(mappings, max(ends))
+
+
+def _first_anonymous_above(mappings: Sequence[Mapping], above: int) -> tuple[int, int] | None:
+    """heap_range_hint's search from ``above`` (the end of the executable, or the loader's
+    brk base): the bss right there skipped, the next anonymous writable mapping taken when
+    it starts within BRK_RANDOM_RANGE_BYTES, else None."""
     for mapping in mappings:
         if mapping.start_address < above:
             continue

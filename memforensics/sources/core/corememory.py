@@ -1,8 +1,14 @@
 """A dead process's memory read from its core file, through the read API of
 memforensics.sources.proc.procmem.ProcessMemoryReader.
 
-The core is mmapped read-only, never read whole (cores run to many GB): a read is a slice of
-that mapping, copied once into the bytes returned. The invariants mirror the live reader's:
+The core is mmapped read-only, never read whole (cores run to many GB): a small read is a slice
+of that mapping, copied once into the bytes returned; a read of _PREAD_MIN_BYTES or more is a
+pread of the file into its buffer. The file's pages a slice maps count in our RSS, and a fault may
+map many (the kernel's fault-around, or a whole large page-cache folio: ~26-180 KiB per 8-byte
+read here): the mapping is advised MADV_RANDOM, and every _LOOK_EVERY_SLICES slices our mapped
+file pages are looked up (/proc/self/statm); past _MAPPED_MAX_BYTES more than after the last
+drop, every page of the mapping is dropped again (the file's pages stay in the page cache), so
+that our memory stays bounded whatever the core's size. The invariants mirror the live reader's:
 a byte is "present" when the core holds it (its PT_LOAD's p_filesz covers it and the file is
 long enough to hold it); ``read`` and ``read_into`` refuse a range with any byte that is not
 present, ``read_present`` gives zeros for them, and ``pagemap`` says "present" for a page
@@ -16,6 +22,7 @@ read as zeros), gdb's gcore writes whole mappings read through /proc/PID/mem. Ne
 from __future__ import annotations
 
 import bisect
+import contextlib
 import mmap
 import os
 from collections.abc import Sequence
@@ -25,6 +32,9 @@ from memforensics.errors import InputDataError
 from memforensics.sources.proc.procmem import PageMap
 
 _PRESENT_ENTRY_TOP = bytes(0x80 if byte else 0 for byte in range(256))  # pagemap bit 63
+_MAPPED_MAX_BYTES = 32 << 20  # the core's pages mapped before they are dropped
+_LOOK_EVERY_SLICES = 128  # slices between two looks at our mapped file pages
+_PREAD_MIN_BYTES = 64 << 10  # a read this long is a pread, not a slice of the mapping
 
 
 @dataclass(frozen=True)
@@ -68,10 +78,18 @@ class CoreMemory:
         self.path = os.fspath(path)
         self.page_bytes = page_bytes
         try:
-            with open(self.path, "rb") as handle:
-                self._map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-        except (OSError, ValueError) as exc:
+            self._file = open(self.path, "rb")  # noqa: SIM115 (kept: the long reads' preads)
+        except OSError as exc:
             raise InputDataError(f"cannot map the core: {exc}", source=self.path) from None
+        try:
+            self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError) as exc:
+            self._file.close()
+            raise InputDataError(f"cannot map the core: {exc}", source=self.path) from None
+        with contextlib.suppress(OSError, AttributeError):  # (advice: a read is right without)
+            self._map.madvise(mmap.MADV_RANDOM)
+        self._slices = 0
+        self._file_base_bytes = _mapped_file_bytes() or 0  # ours when the core's were last dropped
         # Present bytes end where the mapping does too, should the file have shrunk since
         # its segments were measured: no slice may come back short.
         mapped = len(self._map)
@@ -86,21 +104,32 @@ class CoreMemory:
         self._offsets = [s.file_offset for s in self.segments]
         self._runs = _present_runs(self.segments)
         self._run_starts = [start for start, _ in self._runs]
-        self._view = memoryview(self._map)
         self._closed = False
 
     def close(self) -> None:
         """Release the mapping (idempotent); reads after it raise ValueError."""
         if not self._closed:
             self._closed = True
-            self._view.release()
             self._map.close()
+            self._file.close()
 
     def __enter__(self) -> CoreMemory:
         return self
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+    def _slice(self, at: int, length: int) -> bytes:
+        """File bytes [at, at + length): a slice of the mapping, or a pread where long."""
+        if length >= _PREAD_MIN_BYTES:
+            return _pread(self._file.fileno(), length, at)
+        self._slices += 1
+        if self._slices % _LOOK_EVERY_SLICES == 0:
+            now = _mapped_file_bytes()
+            if now is None or now > self._file_base_bytes + _MAPPED_MAX_BYTES:
+                self._map.madvise(mmap.MADV_DONTNEED)
+                self._file_base_bytes = _mapped_file_bytes() or 0
+        return self._map[at : at + length]
 
     def readable(self, address: int) -> bool:
         """True when the byte at ``address`` is in the core."""
@@ -137,15 +166,14 @@ class CoreMemory:
         if index >= 0 and address + length <= self._present_ends[index]:
             # The common case, inlined (reads of a few bytes come by the million): one slice
             # of the mmap is one copy, cheaper than bytes() of a memoryview slice.
-            at = self._offsets[index] + address - self._starts[index]
-            return self._map[at : at + length]
+            return self._slice(self._offsets[index] + address - self._starts[index], length)
         spans = self._spans(address, length)
         if spans is None:
             return None
-        return b"".join(self._view[at : at + size] for at, size in spans)
+        return b"".join(self._slice(at, size) for at, size in spans)
 
     def read_into(self, view: memoryview, address: int) -> bool:
-        """Fill ``view`` with the bytes at ``address``, copied straight from the mapping;
+        """Fill ``view`` with the bytes at ``address``, read from the file (a pread each piece);
         False (``view`` left as it was) when any of them is not in the core."""
         target = view if view.format == "B" and view.ndim == 1 else view.cast("B")
         spans = self._spans(address, len(target))
@@ -153,7 +181,7 @@ class CoreMemory:
             return False
         done = 0
         for at, size in spans:
-            target[done : done + size] = self._view[at : at + size]
+            _pread_into(self._file.fileno(), target[done : done + size], at)
             done += size
         return True
 
@@ -173,7 +201,8 @@ class CoreMemory:
             hi = min(self._present_ends[index], end)
             if lo < hi:
                 at = self._offsets[index] + lo - self._starts[index]
-                buffer[lo - address : hi - address] = self._view[at : at + hi - lo]
+                into = memoryview(buffer)[lo - address : hi - address]
+                _pread_into(self._file.fileno(), into, at)
             index += 1
         if present is not None:  # blank each run of pages flagged 0
             page = self.page_bytes
@@ -205,3 +234,35 @@ class CoreMemory:
         entries = bytearray(8 * pages)
         entries[7::8] = flags.translate(_PRESENT_ENTRY_TOP)
         return PageMap(start, end, page, bytes(entries))
+
+
+def _pread_into(fd: int, into: memoryview, at: int) -> None:
+    """``into`` filled from file offset ``at``; what the file no longer holds (it shrank
+    since it was opened) reads as zeros."""
+    done = 0
+    while done < len(into):
+        got = os.preadv(fd, [into[done:]], at + done)
+        if got <= 0:
+            into[done:] = bytes(len(into) - done)
+            return
+        done += got
+
+
+def _pread(fd: int, length: int, at: int) -> bytes:
+    """``length`` bytes of the file from offset ``at`` (_pread_into's zeros past its end)."""
+    data = os.pread(fd, length, at)
+    if len(data) == length:
+        return data
+    buffer = bytearray(data) + bytes(length - len(data))
+    _pread_into(fd, memoryview(buffer)[len(data) :], at + len(data))
+    return bytes(buffer)
+
+
+def _mapped_file_bytes() -> int | None:
+    """Our resident pages of file mappings (and shared memory): /proc/self/statm's third
+    field; None where it cannot be read (then the mapping is dropped at every look)."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[2]) * mmap.PAGESIZE
+    except (OSError, ValueError, IndexError):
+        return None

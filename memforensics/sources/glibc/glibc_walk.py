@@ -69,6 +69,9 @@ ScoutSegment = (
 _CIRCULAR, _FASTBIN_PLAIN, _FASTBIN_SAFE_LINKED = 0, 1, 2  # _listscout.c's kinds of list
 BIN_RETRIES = 4
 _LAZY_FILL_PAGES = 16  # a big arena read lazily: 64 KiB per read
+# ... and a core's: a page per read (a read of a file costs no stop, and a block's pages
+# beyond the one a list needs would only fill our memory: ~170 MiB a GiB-sized arena).
+_CORE_FILL_PAGES = 0
 _CHASE_MAX_CHUNKS = 2048  # each chunk may cost a read, and reads wait for the mmap lock
 CHASE_SECONDS = 0.05  # time box of one arena's chase round
 # An arena walked inside a stop (held, not deferred) of at most this many resident bytes is
@@ -413,7 +416,13 @@ class ArenaWalker:
         resident = sum(s.pages.total_resident_bytes for s in self._segments)
         self._prefetch_whole = resident <= pool.copy_max_bytes
         self._lazy_in_stop = held and resident <= HELD_LAZY_MAX_BYTES
-        self._fill_pages = _LAZY_FILL_PAGES
+        self._lazy_fill_pages = _CORE_FILL_PAGES if self._static else _LAZY_FILL_PAGES
+        self._fill_pages = self._lazy_fill_pages
+        # (A core's: no more than its copies' budget, which keeps our memory within a live
+        # read's bound; a live read's is LAZY_MAX_BYTES, its copies' budget cut for stops.)
+        self._lazy_max_bytes = (
+            min(LAZY_MAX_BYTES, pool.copy_max_bytes) if self._static else LAZY_MAX_BYTES
+        )
         self._max_chunks: int | None = None  # a list longer than this reads as inconsistent
         self._lazy_left = 0  # chunks a lazy round (in a stop) may still read
         self._deadline = float("inf")
@@ -502,7 +511,7 @@ class ArenaWalker:
         else:  # (the pages copied for the first time: what the copy holds resident)
             block = segment.filled[first_page : first_page + self._fill_pages + 1]
             self._lazy_bytes += (len(block) - block.count(1)) * self._page
-            if self._lazy_bytes > LAZY_MAX_BYTES:
+            if self._lazy_bytes > self._lazy_max_bytes:
                 self._capped = True  # our memory: no more of this arena than a whole copy
                 raise OutOfTime
         page = self._page
@@ -634,7 +643,7 @@ class ArenaWalker:
             self.scouted_bytes = self._flagged_bytes()
         else:
             self._tags = None
-            self._reset(_LAZY_FILL_PAGES)
+            self._reset(self._lazy_fill_pages)
 
     def split(self, max_pages: int) -> int:
         """After a scout that kept bin tags, outside a stop: the arena's bins cut into parts
@@ -1130,7 +1139,7 @@ class ArenaWalker:
             self._reset(1)
             return read_state(self._mem, state.address)
         if not self._prefetch_whole:
-            self._reset(_LAZY_FILL_PAGES)
+            self._reset(self._lazy_fill_pages)
             return read_state(self._mem, state.address)
         self._prefetch()
         return self._copied_state(state.address)
@@ -1329,7 +1338,7 @@ class ArenaWalker:
             self._partial = True
             return state
         if lazy_round:
-            self._reset(_LAZY_FILL_PAGES)
+            self._reset(self._lazy_fill_pages)
             self._lazy_left = HELD_LAZY_MAX_CHUNKS
             return state
         return self._snapshot(state, chase=chase)

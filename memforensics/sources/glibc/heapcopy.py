@@ -44,6 +44,7 @@ COPY_MAX_BYTES = 192 << 20
 # kept for their walks, a scout's pages beyond the budget and our own objects come on top.
 _HEADROOM_SHARES = 2
 _READ_MAX_PAGES = 1024  # the Python copy reads at most 4 MiB per preadv
+_CORE_SLICE_BYTES = 8 << 20  # a core file's copy is made this many bytes at a time
 _MADV_POPULATE_WRITE = 23  # linux/mman.h (5.14+): fault pages in, writable, without writing
 # linux/mman.h (x86-64, arm64): room reserved, not charged to the commit (Python 3.11's mmap
 # module does not name it).
@@ -368,7 +369,10 @@ def copy_into(
     copies, says the target alone maps with process_vm_readv (the same bytes, sooner)."""
     page = mem.page_bytes
     if not isinstance(mem, ProcessMemoryReader):  # a core file's: it does not move
-        segment.view[begin:end] = mem.read_present(segment.start + begin, end - begin)
+        # (A slice at a time: no second copy of a whole heap held at once.)
+        for at in range(begin, end, _CORE_SLICE_BYTES):
+            stop = min(at + _CORE_SLICE_BYTES, end)
+            segment.view[at:stop] = mem.read_present(segment.start + at, stop - at)
         return True
     if recheck and isinstance(only, bytearray) and _native is None:
         # (The pages of [begin, end) alone: a caller filling a block of a big heap must not

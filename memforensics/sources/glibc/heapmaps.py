@@ -69,6 +69,10 @@ LAYOUT_RETRIES = 3
 # The page-by-page search for mmapped chunks (and a main arena's mmapped segments) in the
 # anonymous memory that no arena holds stops after this long; the scan then says so.
 MMAP_SEARCH_SECONDS = 1.0
+# A core's arena is copied whole up to this many resident bytes; a bigger one is read a window
+# at a time (nothing moves in a core, and no stop is to be kept short), so that our memory
+# stays within the same bound as a live read's, whatever the core's arenas' size.
+CORE_COPY_MAX_BYTES = 64 << 20
 # Heap copies a held read may keep for walks made after its stop: past this, the stop ends
 # early and they are walked (their buffers then serve the next arenas).
 _PENDING_MAX_BYTES = 32 << 20
@@ -327,8 +331,10 @@ def scan_memory(
 ) -> HeapScan:
     """scan_heap over a memory that does not move (a core file's, 64-bit), with malloc_info's
     figures: every arena is read at the one moment the memory was saved. Its "resident"
-    pages are the ones the memory holds, not RAM."""
+    pages are the ones the memory holds, not RAM. An arena is copied whole only up to
+    CORE_COPY_MAX_BYTES."""
     pool = BufferPool()
+    pool.copy_max_bytes = min(pool.copy_max_bytes, CORE_COPY_MAX_BYTES)
     try:
         return _scan(
             pid,
@@ -666,8 +672,9 @@ class _HeapRead:
         """mp_'s counters (for malloc_info's figures) and, for a held read, the copy buffers
         of the biggest arena faulted in before any stop (the copies then only copy); a held
         read's budget grown for its arenas and its heaps' size (_HELD_SECONDS_PER_ARENA,
-        _HELD_SECONDS_PER_GIB)."""
-        if self.rules.held:
+        _HELD_SECONDS_PER_GIB), and a core's read's too (its time is all the user's wait, as
+        long as its heaps are big)."""
+        if self.rules.held or not isinstance(self.mem, ProcessMemoryReader):
             heap_bytes = sum(
                 h.size_bytes for heaps in (self.main_heaps, *self.by_arena.values()) for h in heaps
             )
