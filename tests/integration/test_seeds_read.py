@@ -31,6 +31,7 @@ import pytest
 from memforensics.model import glibc
 from memforensics.sources.glibc.glibc_walk import SCOUT_MAX_BYTES
 from memforensics.sources.glibc.heapcopy import copy_budget_bytes
+from tests.support.gcore import gcore
 from tests.support.glibc_releases import build_target, command
 from tests.support.measured import run_measured
 from tests.support.targets import live_skip_reason, proc_status, running
@@ -438,6 +439,31 @@ def test_a_main_arena_whose_scattered_list_outgrows_the_budget_is_swept() -> Non
     assert main.walked and main.swept and main.relay_stops >= 2, main.relay_stops
     assert not main.lists_too_long and main.figures is not None
     assert main.chunks >= 1_999_000, main.chunks  # (2 million less the few tcache holds)
+
+
+@pytest.mark.slow
+def test_a_core_whose_scattered_list_outgrows_the_cores_read_is_refused_within_our_bound(
+    tmp_path: Path,
+) -> None:
+    """The same 2 million scattered chunks saved in a core (gdb's gcore): a core's read keeps
+    at most CORE_COPY_MAX_BYTES of an arena's pages, fewer than that list leads to, and it has
+    no relay or sweep (those read a running process's memory). It is refused with exit 3,
+    saying why in a core's terms (no "stop"), within our memory bound: never an estimate, and
+    never our side OOM-killed by the pages it read."""
+    from memforensics.sources.glibc.heapmaps import CORE_COPY_MAX_BYTES
+
+    core = tmp_path / "outgrown.core"
+    try:
+        with _unsorted_in_cgroup("core-outgrown", "4000000") as pid:
+            gcore(pid, core)
+        run = run_measured(["inspect", "--json", "--core", str(core)], timeout_seconds=180)
+    finally:
+        core.unlink(missing_ok=True)  # (~800 MiB: not left to pytest's kept folders)
+    assert run.exit_code == 3, run.stderr
+    kept = f"more than the {CORE_COPY_MAX_BYTES >> 20} MiB of pages a core's read keeps: arena 0"
+    assert kept in run.stderr and "stop" not in run.stderr, run.stderr
+    assert run.stdout == ""
+    assert run.peak_rss_kib << 10 <= 256 << 20, run.peak_rss_kib
 
 
 @pytest.mark.slow

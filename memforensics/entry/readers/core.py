@@ -41,7 +41,8 @@ def inspect_core(
     from memforensics.analysis.heap import analyze
     from memforensics.sources.core.corefile import CoreFile
     from memforensics.sources.glibc.heap_chunks import libc_of
-    from memforensics.sources.glibc.heapmaps import scan_memory
+    from memforensics.sources.glibc.heapmaps import CORE_COPY_MAX_BYTES, scan_memory
+    from memforensics.sources.glibc.malloc_info_image import LISTS_TOO_LONG
 
     started = time.monotonic()
     with CoreFile(path) as core:
@@ -62,8 +63,11 @@ def inspect_core(
                 xml, dump = dump_and_residency(scan, version, f"core {path}")
                 heap_info, tcache = layout_evidence(scan, mem)
             except (ReadOnlyRefusedError, ReadTimeRanOutError) as exc:
+                # (No stops in a core: what a list too long outgrew is the read's memory.)
+                kept = f"lists leading to more than the {CORE_COPY_MAX_BYTES >> 20} MiB of pages"
+                message = exc.message.replace(LISTS_TOO_LONG, f"{kept} a core's read keeps")
                 raise TargetError(
-                    f"{path}: {exc.message}",
+                    f"{path}: {message}",
                     hint="a core is read from its memory only; gdb's call needs a live process",
                 ) from exc
         finally:

@@ -30,6 +30,8 @@ FIRST_RELEASE_WITH_TOP = (2, 31)  # "rest" includes the top chunk, clean indenta
 # The indentation of a <size> line before 2.31: the string literal's continuation kept
 # seven tabs and six spaces of source indentation in front of its own two.
 _OLD_SIZE_INDENT = "\t" * 7 + " " * 6
+# Why an arena refused as too long was not read (a core's read says its own: entry.readers.core).
+LISTS_TOO_LONG = "lists too long to follow within a stop"
 
 
 @dataclass(frozen=True)
@@ -165,7 +167,7 @@ def malloc_info_xml(scan: HeapScan, release: str | None) -> bytes:
         late = [p for p, a in unread if a.budget_reached and not a.lists_too_long]
         why = f" (locked at every stop: {_arenas(locked)})" if locked else ""
         if long:
-            why += f" (lists too long to follow within a stop: {_arenas(long)})"
+            why += f" ({LISTS_TOO_LONG}: {_arenas(long)})"
             relayed = sorted({a.relay_gave_up for _, a in unread if a.relay_gave_up})
             if relayed:
                 why += f"; read in relays, given up: {'; '.join(relayed)}"
