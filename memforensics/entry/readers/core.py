@@ -42,7 +42,7 @@ def inspect_core(
     from memforensics.sources.core.corefile import CoreFile
     from memforensics.sources.glibc.heap_chunks import libc_of
     from memforensics.sources.glibc.heapmaps import CORE_COPY_MAX_BYTES, scan_memory
-    from memforensics.sources.glibc.malloc_info_image import LISTS_TOO_LONG
+    from memforensics.sources.glibc.malloc_info_image import LISTS_TOO_LONG, RELAYS_GAVE_UP
 
     started = time.monotonic()
     with CoreFile(path) as core:
@@ -65,7 +65,9 @@ def inspect_core(
             except (ReadOnlyRefusedError, ReadTimeRanOutError) as exc:
                 # (No stops in a core: what a list too long outgrew is the read's memory.)
                 kept = f"lists leading to more than the {CORE_COPY_MAX_BYTES >> 20} MiB of pages"
-                message = exc.message.replace(LISTS_TOO_LONG, f"{kept} a core's read keeps")
+                message = exc.message.replace(
+                    LISTS_TOO_LONG, f"{kept} a core's read keeps"
+                ).replace(RELAYS_GAVE_UP, "read by a sweep instead, given up")
                 raise TargetError(
                     f"{path}: {message}",
                     hint="a core is read from its memory only; gdb's call needs a live process",

@@ -3,12 +3,12 @@ memforensics.sources.proc.procmem.ProcessMemoryReader.
 
 The core is mmapped read-only, never read whole (cores run to many GB): a small read is a slice
 of that mapping, copied once into the bytes returned; a read of _PREAD_MIN_BYTES or more is a
-pread of the file into its buffer. The file's pages a slice maps count in our RSS, and a fault may
-map many (the kernel's fault-around, or a whole large page-cache folio: ~26-180 KiB per 8-byte
-read here): the mapping is advised MADV_RANDOM, and every _LOOK_EVERY_SLICES slices our mapped
-file pages are looked up (/proc/self/statm); past _MAPPED_MAX_BYTES more than after the last
-drop, every page of the mapping is dropped again (the file's pages stay in the page cache), so
-that our memory stays bounded whatever the core's size. The invariants mirror the live reader's:
+pread of the file into its buffer. The file's pages a slice maps count in our RSS, and a fault
+may map many (the kernel's fault-around, or a whole large page-cache folio: ~26-180 KiB per
+8-byte read here): every _LOOK_EVERY_SLICES slices our mapped file pages are looked up
+(/proc/self/statm), and past _MAPPED_MAX_BYTES more than after the last drop every page of the
+mapping is dropped again (the file's pages stay in the page cache), so that our memory stays
+bounded whatever the core's size. The invariants mirror the live reader's:
 a byte is "present" when the core holds it (its PT_LOAD's p_filesz covers it and the file is
 long enough to hold it); ``read`` and ``read_into`` refuse a range with any byte that is not
 present, ``read_present`` gives zeros for them, and ``pagemap`` says "present" for a page
@@ -22,7 +22,6 @@ read as zeros), gdb's gcore writes whole mappings read through /proc/PID/mem. Ne
 from __future__ import annotations
 
 import bisect
-import contextlib
 import mmap
 import os
 from collections.abc import Sequence
@@ -86,8 +85,6 @@ class CoreMemory:
         except (OSError, ValueError) as exc:
             self._file.close()
             raise InputDataError(f"cannot map the core: {exc}", source=self.path) from None
-        with contextlib.suppress(OSError, AttributeError):  # (advice: a read is right without)
-            self._map.madvise(mmap.MADV_RANDOM)
         self._slices = 0
         self._file_base_bytes = _mapped_file_bytes() or 0  # ours when the core's were last dropped
         # Present bytes end where the mapping does too, should the file have shrunk since

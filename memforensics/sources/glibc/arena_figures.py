@@ -8,7 +8,7 @@ heapmaps calls both: ``held_read`` around the read of each arena when a hold is 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Protocol
 
@@ -58,6 +58,31 @@ class ArenaHold(Protocol):
     def release(self) -> None:
         """End the stop now, if one holds the target: it runs."""
         ...
+
+
+class StillMemory:
+    """The ArenaHold of a memory that does not move (a core file's): nothing to stop, no
+    thread to let run (an arena whose lock the core caught held stays so)."""
+
+    @contextlib.contextmanager
+    def arena(self, weight_bytes: int = 0) -> Iterator[None]:
+        yield
+
+    def in_allocator(self) -> bool:
+        return False
+
+    def let_run(self, attempt: int) -> bool:
+        return False
+
+    def make_room(self, weight_bytes: int) -> None:
+        return None
+
+    @property
+    def stopped(self) -> bool:
+        return False
+
+    def release(self) -> None:
+        return None
 
 
 def held_read(

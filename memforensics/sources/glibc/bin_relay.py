@@ -49,13 +49,13 @@ from memforensics.model import glibc
 from memforensics.model.corruption import HeapCorruption, bin_name
 from memforensics.sources import optional_native
 from memforensics.sources.glibc import read_progress
-from memforensics.sources.glibc.arena_figures import LOCK_RETRIES, ArenaHold
+from memforensics.sources.glibc.arena_figures import LOCK_RETRIES, ArenaHold, StillMemory
 from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap, read_state
 from memforensics.sources.glibc.glibc_walk import ArenaWalk, ArenaWalker, nonempty_bins
 from memforensics.sources.glibc.heap_checks import bin_head, list_check
 from memforensics.sources.glibc.heapcopy import FreshBuffers
 from memforensics.sources.proc.cpu_quota import WorkDeadline, stop_reading_seconds
-from memforensics.sources.proc.procmem import PageMap, ProcessMemoryReader
+from memforensics.sources.proc.procmem import MemoryReader, PageMap, ProcessMemoryReader
 
 if TYPE_CHECKING:  # (list_sweep imports numpy: imported where a sweep runs)
     from memforensics.sources.glibc.list_sweep import SweepResult
@@ -186,6 +186,46 @@ def relay_arena(
     finally:
         hold.release()
         relay.close()
+
+
+def sweep_still_arena(
+    mem: MemoryReader,
+    state: ArenaState,
+    heaps: list[Heap],
+    *,
+    is_main: bool,
+    deadline: WorkDeadline,
+    sbrk_base: int | None = None,
+    copy_max_bytes: int | None = None,
+) -> RelayRead:
+    """The arena of ``state`` in a memory that does not move (a core's), whose lists lead to
+    more pages than its walk keeps: its fastbins and top read by the ordinary walk, every
+    list bin by a sweep of ``heaps`` (with their pages; list_sweep, with no stop to make). Its
+    ``walk`` is None where the sweep could not read them (``gave_up`` says why)."""
+    from memforensics.sources.glibc.list_sweep import sweep_lists  # (numpy: see _Relay.sweep)
+
+    read = RelayRead()
+    read.state, read.heaps = state, heaps
+    walk = _fastbins_and_top(mem, heaps, state, is_main, deadline.at(), copy_max_bytes)
+    walk.part = None
+    bins = nonempty_bins(state, 1)
+    swept = sweep_lists(
+        mem,
+        StillMemory(),
+        state,
+        heaps,
+        bins,
+        is_main=is_main,
+        deadline=deadline,
+        sbrk_base=sbrk_base,
+    )
+    if isinstance(swept, str):
+        read.gave_up = f"swept, but {swept}"
+        return read
+    _merge_swept(walk, {i: _List(i, bin_head(state, i)) for i in bins}, swept)
+    walk.unmeasured_bins.sort()
+    read.walk, read.swept = walk, True
+    return read
 
 
 class _Relay:
@@ -369,16 +409,18 @@ class _Relay:
 
 
 def _fastbins_and_top(
-    mem: ProcessMemoryReader,
+    mem: MemoryReader,
     heaps: Sequence[Heap],
     state: ArenaState,
     is_main: bool,
     deadline: float,
     copy_max_bytes: int | None,
 ) -> ArenaWalk:
-    """In the first stop: the fastbins and the top, read as any arena's walk reads them."""
+    """In the first stop (or from a core): the fastbins and the top, read as any arena's
+    walk reads them."""
     pool = FreshBuffers(copy_max_bytes)
-    walker = ArenaWalker(mem, heaps, is_main=is_main, pool=pool, held=True)
+    held = isinstance(mem, ProcessMemoryReader)
+    walker = ArenaWalker(mem, heaps, is_main=is_main, pool=pool, held=held)
     try:
         walker.fastbins_and_top_only()
         return walker.walk(state, deadline=deadline)

@@ -120,6 +120,10 @@ _HELD_SECONDS_PER_ARENA = 0.005
 # the default answers with the stand-in call: one stop of the whole process as long as
 # malloc_info's walk of every arena, where going on costs the target stops of milliseconds.
 _HELD_SECONDS_PER_GIB = 2.0
+# ... and a core's read by this much: nothing waits on it but the user, and a core that is not
+# in the page cache (copied from elsewhere) is read from disk as its lists lead, a page at a
+# time (8 x 1 GiB arenas: 18 s cold, 1.8 s from the page cache, on this project's VM).
+_CORE_SECONDS_PER_GIB = 10.0
 
 
 def _is_64bit(pid: int) -> bool:
@@ -672,15 +676,16 @@ class _HeapRead:
         """mp_'s counters (for malloc_info's figures) and, for a held read, the copy buffers
         of the biggest arena faulted in before any stop (the copies then only copy); a held
         read's budget grown for its arenas and its heaps' size (_HELD_SECONDS_PER_ARENA,
-        _HELD_SECONDS_PER_GIB), and a core's read's too (its time is all the user's wait, as
-        long as its heaps are big)."""
-        if self.rules.held or not isinstance(self.mem, ProcessMemoryReader):
+        _HELD_SECONDS_PER_GIB), and a core's read's by _CORE_SECONDS_PER_GIB (its time is all
+        the user's wait, and a core not in the page cache is read from disk)."""
+        static = not isinstance(self.mem, ProcessMemoryReader)
+        if self.rules.held or static:
             heap_bytes = sum(
                 h.size_bytes for heaps in (self.main_heaps, *self.by_arena.values()) for h in heaps
             )
+            per_gib = _CORE_SECONDS_PER_GIB if static else _HELD_SECONDS_PER_GIB
             self.deadline.extend(
-                _HELD_SECONDS_PER_ARENA * len(self.order)
-                + _HELD_SECONDS_PER_GIB * heap_bytes / (1 << 30)
+                _HELD_SECONDS_PER_ARENA * len(self.order) + per_gib * heap_bytes / (1 << 30)
             )
         if self.figures and self.main_state is not None:
             bases = [h.start for h in self.main_heaps] or [0]
@@ -894,6 +899,40 @@ class _HeapRead:
             self.rules.settle()
             read_progress.arenas(self.pid, 2 + position, 1 + len(self.order))
         self.rules.settle(force=True)
+
+    def sweep_still_arenas(self) -> None:
+        """In a memory that does not move (a core's): each arena whose lists led to more pages
+        than its walk keeps (lists_too_long; a core has no relays) read by a sweep of its
+        heaps instead (bin_relay.sweep_still_arena); refused as before where the sweep cannot
+        read it (why: ``relay_gave_up``)."""
+        if isinstance(self.mem, ProcessMemoryReader) or not self.figures:
+            return
+        for position, arena in enumerate(self.rules.done):
+            if arena.figures is not None or not arena.lists_too_long or arena.address is None:
+                continue
+            state = read_state(self.mem, arena.address)
+            heaps = self.main_heaps if arena.is_main else self.seen.get(arena.address, [])
+            if state is None or not heaps or any(h.pages is None for h in heaps):
+                continue
+            self.pool.shrink(0)  # (the walks' kept copies: the sweep's arrays need the room)
+            if self.relays_deadline is None:  # (the sweeps' time is their own, as relays')
+                self.relays_deadline = WorkDeadline(bin_relay.RELAY_BUDGET_SECONDS)
+            swept = bin_relay.sweep_still_arena(
+                self.mem,
+                state,
+                list(heaps),
+                is_main=arena.is_main,
+                deadline=self.relays_deadline,
+                sbrk_base=self.params.sbrk_base if self.params is not None else None,
+                copy_max_bytes=self.pool.copy_max_bytes,
+            )
+            scan = relayed_scan(self.mem, swept, is_main=arena.is_main, figures=True)
+            if scan is None:
+                self.relay_gave_up[arena.address] = swept.gave_up or "not readable"
+                continue
+            if arena.is_main:
+                scan = replace(scan, top_at_brk=_top_at_brk(self.mem, state, self.brk, scan))
+            self.rules.done[position] = scan
 
     def _relayed(self, address: int, *, is_main: bool) -> bool:
         """An arena this read's scout refused (its lists lead past the copies' budget), read
@@ -1218,6 +1257,7 @@ def _scan(
     read.read_main_arena()
     read_progress.arenas(pid, 1, 1 + len(read.order))
     read.read_thread_arenas()
+    read.sweep_still_arenas()
     return read.result(started)
 
 

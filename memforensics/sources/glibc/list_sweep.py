@@ -22,6 +22,8 @@ Contract:
   retry). Where the arena's malloc_state read the same in every stop that window rests on,
   the arena did not move: the heap is corrupt there (bin "heap", glibc's words, every bin
   unmeasured); else the sweep gives up.
+- A core's memory does not move: swept with arena_figures.StillMemory as its hold (no stop),
+  a disagreement found again is corruption there at once.
 - Our memory: 33 bytes a free chunk (size word, fd, bk, address, a flag) plus the window
   buffer, at most SWEEP_MAX_CHUNKS chunks, fewer under a memory limit (past them it gives
   up); the counting is numpy's, over those arrays and a few of 4 bytes a chunk, its other
@@ -54,7 +56,7 @@ from memforensics.sources.glibc.heap_window import (
 )
 from memforensics.sources.proc.cpu_quota import WorkDeadline
 from memforensics.sources.proc.own_cgroup import memory_headroom_bytes
-from memforensics.sources.proc.procmem import ProcessMemoryReader
+from memforensics.sources.proc.procmem import MemoryReader
 
 _FREE = int(ChunkState.FREE)
 # The most free chunks a sweep keeps (33 bytes each, and a few arrays of 4 bytes each while
@@ -131,7 +133,7 @@ class SweepResult:
 
 
 def sweep_lists(
-    mem: ProcessMemoryReader,
+    mem: MemoryReader,
     hold: ArenaHold,
     state: ArenaState,
     heaps: Sequence[Heap],
@@ -236,7 +238,7 @@ _STILL_STOPS = 4
 _Windowed = tuple[tuple[int, memoryview, int | None] | None, bytes | None]
 
 
-def _window(mem: ProcessMemoryReader, walk: HeapWalk, state: ArenaState) -> _Windowed:
+def _window(mem: MemoryReader, walk: HeapWalk, state: ArenaState) -> _Windowed:
     """In a stop: the walk's next window, and the arena's malloc_state words at that moment."""
     return walk.read_window(), mem.read(state.address, glibc.STATE_BYTES)
 
@@ -255,7 +257,7 @@ def _heads(state: ArenaState, bins: Sequence[int]) -> tuple[int, ...]:
     return tuple(state.bins[2 * (number - 1) + side] for number in bins for side in (0, 1))
 
 
-def _absent_why(mem: ProcessMemoryReader, walk: HeapWalk) -> str:
+def _absent_why(mem: MemoryReader, walk: HeapWalk) -> str:
     """Why a walk stopped at a header on a page its heap's residency had not in RAM: the
     page is in RAM now (the heap grew into it or moved since: busy), or still not."""
     page = mem.page_bytes
@@ -300,7 +302,7 @@ def _too_many(kept: int, walked_bytes: int, total_bytes: int, max_chunks: int) -
     return kept * total_bytes > 1.25 * max_chunks * walked_bytes
 
 
-def _in_a_stop(hold: ArenaHold, mem: ProcessMemoryReader, address: int, read: object) -> object:
+def _in_a_stop(hold: ArenaHold, mem: MemoryReader, address: int, read: object) -> object:
     """``read()`` inside a stop at a moment the arena is unlocked (no single thread inside
     the allocator); _LOCKED when it was locked at every try."""
     assert callable(read)
@@ -314,7 +316,7 @@ def _in_a_stop(hold: ArenaHold, mem: ProcessMemoryReader, address: int, read: ob
     return _LOCKED
 
 
-def _top(mem: ProcessMemoryReader, address: int) -> int | None:
+def _top(mem: MemoryReader, address: int) -> int | None:
     state = read_state(mem, address)
     return state.top if state is not None else None
 
@@ -332,7 +334,7 @@ def _first_chunk(
 
 
 def _count(
-    mem: ProcessMemoryReader,
+    mem: MemoryReader,
     hold: ArenaHold,
     state: ArenaState,
     heaps: Sequence[Heap],
@@ -508,7 +510,7 @@ def _lists(nexts: np.ndarray, prevs: np.ndarray, n: int) -> tuple[np.ndarray, np
 
 
 def _confirm(
-    mem: ProcessMemoryReader,
+    mem: MemoryReader,
     hold: ArenaHold,
     state: ArenaState,
     at: np.ndarray,
@@ -554,7 +556,7 @@ def _confirm(
 
 
 def _look_again(
-    mem: ProcessMemoryReader,
+    mem: MemoryReader,
     chunk: int,
     was: tuple[int, int, int] | None,
     number: int = 0,

@@ -32,6 +32,7 @@ FIRST_RELEASE_WITH_TOP = (2, 31)  # "rest" includes the top chunk, clean indenta
 _OLD_SIZE_INDENT = "\t" * 7 + " " * 6
 # Why an arena refused as too long was not read (a core's read says its own: entry.readers.core).
 LISTS_TOO_LONG = "lists too long to follow within a stop"
+RELAYS_GAVE_UP = "read in relays, given up"
 
 
 @dataclass(frozen=True)
@@ -170,7 +171,7 @@ def malloc_info_xml(scan: HeapScan, release: str | None) -> bytes:
             why += f" ({LISTS_TOO_LONG}: {_arenas(long)})"
             relayed = sorted({a.relay_gave_up for _, a in unread if a.relay_gave_up})
             if relayed:
-                why += f"; read in relays, given up: {'; '.join(relayed)}"
+                why += f"; {RELAYS_GAVE_UP}: {'; '.join(relayed)}"
         if late and len({*late, *locked}) == len(unread):
             # Only slow (or locked too): not a refusal of the read, so no call stands in.
             were = "were" if len(late) > 1 else "was"
