@@ -70,7 +70,7 @@ _CIRCULAR, _FASTBIN_PLAIN, _FASTBIN_SAFE_LINKED = 0, 1, 2  # _listscout.c's kind
 BIN_RETRIES = 4
 _LAZY_FILL_PAGES = 16  # a big arena read lazily: 64 KiB per read
 # ... and a core's: a page per read (a read of a file costs no stop, and a block's pages
-# beyond the one a list needs would only fill our memory: ~170 MiB a GiB-sized arena).
+# beyond the one a list needs would only fill our memory).
 _CORE_FILL_PAGES = 0
 _CHASE_MAX_CHUNKS = 2048  # each chunk may cost a read, and reads wait for the mmap lock
 CHASE_SECONDS = 0.05  # time box of one arena's chase round

@@ -69,9 +69,10 @@ LAYOUT_RETRIES = 3
 # The page-by-page search for mmapped chunks (and a main arena's mmapped segments) in the
 # anonymous memory that no arena holds stops after this long; the scan then says so.
 MMAP_SEARCH_SECONDS = 1.0
-# A core's arena is copied whole up to this many resident bytes; a bigger one is read a window
-# at a time (nothing moves in a core, and no stop is to be kept short), so that our memory
-# stays within the same bound as a live read's, whatever the core's arenas' size.
+# A core's arena is copied whole up to this many resident bytes; a bigger one is read a page at
+# a time as its lists lead (nothing moves in a core, and no stop is to be kept short), and one
+# whose lists lead past that many pages is swept (sweep_still_arenas), so that our memory stays
+# within the same bound as a live read's, whatever the core's arenas' size.
 CORE_COPY_MAX_BYTES = 64 << 20
 # Heap copies a held read may keep for walks made after its stop: past this, the stop ends
 # early and they are walked (their buffers then serve the next arenas).
@@ -122,7 +123,7 @@ _HELD_SECONDS_PER_ARENA = 0.005
 _HELD_SECONDS_PER_GIB = 2.0
 # ... and a core's read by this much: nothing waits on it but the user, and a core that is not
 # in the page cache (copied from elsewhere) is read from disk as its lists lead, a page at a
-# time (8 x 1 GiB arenas: 18 s cold, 1.8 s from the page cache, on this project's VM).
+# time.
 _CORE_SECONDS_PER_GIB = 10.0
 
 
@@ -908,7 +909,12 @@ class _HeapRead:
         if isinstance(self.mem, ProcessMemoryReader) or not self.figures:
             return
         for position, arena in enumerate(self.rules.done):
-            if arena.figures is not None or not arena.lists_too_long or arena.address is None:
+            if (
+                arena.figures is not None
+                or not arena.lists_too_long
+                or arena.corruption  # (found corrupt already: reported, not read again)
+                or arena.address is None
+            ):
                 continue
             state = read_state(self.mem, arena.address)
             heaps = self.main_heaps if arena.is_main else self.seen.get(arena.address, [])
