@@ -31,8 +31,8 @@ from memforensics.errors import InputDataError
 from memforensics.sources.proc.procmem import PageMap
 
 _PRESENT_ENTRY_TOP = bytes(0x80 if byte else 0 for byte in range(256))  # pagemap bit 63
-_MAPPED_MAX_BYTES = 32 << 20  # the core's pages mapped before they are dropped
-_LOOK_EVERY_SLICES = 128  # slices between two looks at our mapped file pages
+_MAPPED_MAX_BYTES = 16 << 20  # the core's pages mapped before they are dropped
+_LOOK_EVERY_SLICES = 32  # slices between two looks at our mapped file pages
 _PREAD_MIN_BYTES = 64 << 10  # a read this long is a pread, not a slice of the mapping
 
 
@@ -116,6 +116,12 @@ class CoreMemory:
     def __exit__(self, *_: object) -> None:
         self.close()
 
+    def forget_mapped(self) -> None:
+        """Drop every page of the core mapped now from our memory (before work that needs
+        the room: the pages stay in the page cache, and later reads map them again)."""
+        self._map.madvise(mmap.MADV_DONTNEED)
+        self._file_base_bytes = _mapped_file_bytes() or 0
+
     def _slice(self, at: int, length: int) -> bytes:
         """File bytes [at, at + length): a slice of the mapping, or a pread where long."""
         if length >= _PREAD_MIN_BYTES:
@@ -124,8 +130,7 @@ class CoreMemory:
         if self._slices % _LOOK_EVERY_SLICES == 0:
             now = _mapped_file_bytes()
             if now is None or now > self._file_base_bytes + _MAPPED_MAX_BYTES:
-                self._map.madvise(mmap.MADV_DONTNEED)
-                self._file_base_bytes = _mapped_file_bytes() or 0
+                self.forget_mapped()
         return self._map[at : at + length]
 
     def readable(self, address: int) -> bool:

@@ -22,6 +22,7 @@ from dataclasses import replace
 
 from memforensics.model import glibc
 from memforensics.model.heapscan import ArenaScan, HeapScan, MallocParams
+from memforensics.sources.core.corememory import CoreMemory
 from memforensics.sources.glibc import bin_relay, read_progress
 from memforensics.sources.glibc.arena_figures import ArenaHold, held_read
 from memforensics.sources.glibc.arena_read import Finish, merge_parts, read_arena, relayed_scan
@@ -920,7 +921,11 @@ class _HeapRead:
             heaps = self.main_heaps if arena.is_main else self.seen.get(arena.address, [])
             if state is None or not heaps or any(h.pages is None for h in heaps):
                 continue
-            self.pool.shrink(0)  # (the walks' kept copies: the sweep's arrays need the room)
+            # (The walks' kept copies and the core's pages mapped: the sweep's arrays need
+            # the room.)
+            self.pool.shrink(0)
+            if isinstance(self.mem, CoreMemory):
+                self.mem.forget_mapped()
             if self.relays_deadline is None:  # (the sweeps' time is their own, as relays')
                 self.relays_deadline = WorkDeadline(bin_relay.RELAY_BUDGET_SECONDS)
             swept = bin_relay.sweep_still_arena(
