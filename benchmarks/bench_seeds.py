@@ -24,7 +24,9 @@ The shapes, each one target process in a memory cgroup sized for it (when one ca
   and share of small blocks, idle and busy: a heap no read was tuned on;
 * not run by default: the 32 x 100 MiB shape under a 64 MiB threshold (accepted by the
   tunable, beyond what mallopt accepts), 64 x 100 MiB idle (the Epsio post's 64 arenas at
-  its smallest arena size: 6.4 GiB of heap), bench_inspect's 2-million-chunk small bin, and
+  its smallest arena size: 6.4 GiB of heap), bench_inspect's 2-million-chunk small bin, the
+  unsorted shape with 3.1 million chunks (3m: more than a sweep keeps, so the default's read
+  is refused and its stand-in call made, after the lists are proved in its hold), and
   "8 x 1 GiB, no pause" (8x1g-saturated: the busy workers churn without sleeping, every CPU
   the target's, so the read's scouts and catch-ups run on what is left).
 
@@ -163,6 +165,14 @@ SHAPES = (
         "glibc.malloc.arena_max=1",
         2048,
         (("SEEDS_UNSORTED_BUSY", "1"),),
+    ),
+    Shape(
+        "3m",
+        "3.1M-chunk unsorted bin, past the sweep",
+        "seeds_heap",
+        ["unsorted", "6200000"],
+        "",
+        3072,
     ),
     _arenas("32x100-t64", "32 x 100 MiB idle, t=64M", 32, 100, False, 64 * MIB),
     _arenas("64x100", "64 x 100 MiB idle", 64, 100, False, THRESHOLD_BYTES),

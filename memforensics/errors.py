@@ -113,11 +113,15 @@ class ReadOnlyRefusedError(GdbMayHelpError):
         hint: str | None = None,
         pid: int | None = None,
         too_long: tuple[int, ...] = (),
+        partial: object = None,
     ) -> None:
         super().__init__(message, hint=hint, pid=pid)
         # The malloc_state addresses of the arenas refused because their lists were too long
         # to follow within a stop (a read made right after need not try them again).
         self.too_long = too_long
+        # The refused read's HeapScan (model.heapscan; errors sit below model) where its
+        # arenas were found: the call that stands in proves the arenas it left unread.
+        self.partial = partial
 
 
 class DeadlineError(MemforensicsError, TimeoutError):

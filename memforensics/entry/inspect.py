@@ -14,7 +14,9 @@ read as memory is (``inspect_core``). The policy, here and nowhere else:
   malloc_info called without gdb, through the self-restoring call (entry.readers.call), so
   that no gdb runs behind the user's back and a SIGKILL of our side at any moment leaves the
   target alive and running (at worst with a region and a FILE leaked); the default never
-  starts gdb;
+  starts gdb; the arenas the read left unread are first proved, in the call's own hold, to
+  let malloc_info's loops end (sources.glibc.list_proof), and nothing is called where that
+  proof finds the heap corrupt (exit 8) or cannot be made;
 - a heap found corrupt (its lists failed glibc's checks in a read made while its threads
   were held: HeapCorruptionError, exit 8) is never called into, by any way: no fallback,
   and ``gdb`` reads memory first and refuses it unless ``accept_corrupt_risk``
@@ -140,14 +142,22 @@ def inspect_live(
         except ReadOnlyRefusedError as exc:
             if method != "auto":
                 raise
-            from memforensics.entry.readers.call import inspect_by_call
+            from memforensics.entry.readers.call import Unproved, inspect_by_call
+            from memforensics.model.heapscan import HeapScan
+            from memforensics.sources.glibc.list_proof import unread_arenas
 
+            unproved = (
+                Unproved(*unread_arenas(exc.partial))
+                if isinstance(exc.partial, HeapScan)
+                else Unproved()
+            )
             return inspect_by_call(
                 pid,
                 facts,
                 timeout_seconds=timeout_seconds,
                 fallback=Fallback(way="call", reason=exc.message),
                 unwalked=exc.too_long,
+                unproved=unproved,
             )
     refuse_if_corrupt(
         pid,

@@ -117,6 +117,8 @@ def test_the_other_threads_run_while_malloc_info_is_called() -> None:
         document, sampler = _run_sampled(pid, "inspect")
         fallback = document["fallback"]
         assert isinstance(fallback, dict) and fallback["way"] == "call", fallback
+        # (Its list, which no read followed, was proved whole in the call's hold first.)
+        assert "arena 0 (which the read could not follow) proved" in document["safe_point"]
         assert sampler.traced_samples > 0, "no sample saw the hold"
         assert sampler.alone_seconds >= ALONE_MIN_SECONDS, vars(sampler)
         _assert_untraced(pid)

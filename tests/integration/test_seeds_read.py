@@ -31,6 +31,7 @@ import pytest
 from memforensics.model import glibc
 from memforensics.sources.glibc.glibc_walk import SCOUT_MAX_BYTES
 from memforensics.sources.glibc.heapcopy import copy_budget_bytes
+from memforensics.sources.glibc.list_sweep import SWEEP_MAX_CHUNKS
 from tests.support.gcore import gcore
 from tests.support.glibc_releases import build_target, command
 from tests.support.measured import run_measured
@@ -625,6 +626,97 @@ def test_a_broken_header_under_a_swept_list_is_reported_never_called_into() -> N
     assert [(f["arena"], f["bin"]) for f in findings] == [(0, "heap")], findings
     assert int(findings[0]["chunk_address"], 16) == corrupt, findings
     assert findings[0]["check"] == "corrupted size vs. prev_size", findings
+
+
+# Unsorted chunks past what a sweep keeps: the read is refused, and malloc_info would be called.
+_PAST_THE_SWEEP_BLOCKS = 2 * (SWEEP_MAX_CHUNKS + 100_000)
+
+
+def _past_the_sweep(
+    release: Any, corrupt: str, ready: list[str]
+) -> contextlib.AbstractContextManager[int]:
+    """3.1 million scattered unsorted chunks (more than a sweep keeps) on ``release``, with
+    seeds_heap's SEEDS_CORRUPT=``corrupt`` ("0": none), in a memory cgroup."""
+    from tests.support.targets import started_in_cgroup
+
+    binary = build_target(release, "seeds_heap")
+    argv = command(release, binary, ["unsorted", str(_PAST_THE_SWEEP_BLOCKS), "scattered"])
+    return started_in_cgroup(
+        argv,
+        group_name=f"memforensics-test-seeds-proof-{corrupt}",
+        limit_bytes=3 << 30,
+        arena_max=2,
+        env={"SEEDS_CORRUPT": corrupt},
+        ready=ready,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("corrupt", ["0", "3"], ids=["whole", "fd-loops"])
+def test_a_list_no_read_could_follow_is_proved_before_malloc_info_is_called(
+    release: Any, corrupt: str
+) -> None:
+    """3.1 million scattered unsorted chunks, more than a sweep keeps: the read is refused
+    and the default's stand-in is malloc_info called in the target, whose loop over a list
+    checks nothing. Whole, the list is proved in the call's own hold and the call made
+    (exit 0; the safe point says so). With one chunk's fd overwritten halfway down by the
+    list's first chunk (the list loops without its head), malloc_info's loop would never
+    end: before, the default called it anyway, and the call spun in the target for ever
+    holding main_arena's lock (exit 6). Now `inspect` exits 8 naming that chunk, nothing
+    called. Oracles: the chunk the target itself overwrote (its ready line); after,
+    main_arena's mutex word read from the target's memory is 0, its main thread sleeps in
+    pause() (no call running), and it is untraced."""
+    ready: list[str] = []
+    with _past_the_sweep(release, corrupt, ready) as pid:
+        document, _ = _inspect(pid, exit_code=0 if corrupt == "0" else 8)
+        _assert_running(pid)
+        state = proc_status(pid)["State"]
+        if corrupt == "0":
+            assert document["fallback"]["way"] == "call", document["fallback"]
+            assert "arena 0 (which the read could not follow) proved" in document["safe_point"]
+            return
+        findings = document["corruption"]
+        with open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
+            mem.seek(int(findings[0]["arena_address"], 16))
+            mutex = int.from_bytes(mem.read(4), "little")
+    assert mutex == 0, f"main_arena's lock is held: {mutex:#x}"
+    assert state.startswith("S"), state
+    corrupted = int(ready[0].split("corrupt=")[1].split()[0], 16)
+    assert document["schema"] == "memforensics/heap-corrupt/1"
+    assert int(findings[0]["chunk_address"], 16) == corrupted, findings
+    # Its bin: the unsorted one; from 2.41 glibc bins such a freed chunk at once in its size's
+    # small bin (seeds_heap.c's block sizes: 136 + (i % 9) * 16 bytes asked for block i).
+    block = 2 * (_PAST_THE_SWEEP_BLOCKS // 4) + 1
+    chunk_bytes = (136 + block % 9 * 16 + 8 + 15) & ~15
+    binned = tuple(int(part) for part in release.version.split(".")[:2]) >= (2, 41)
+    expected = (
+        (f"small bin {chunk_bytes // 16}", "smallbin") if binned else ("unsorted", "unsorted")
+    )
+    assert [(f["arena"], f["bin"]) for f in findings] == [(0, expected[0])], findings
+    check = f"malloc(): {expected[1]} double linked list corrupted"
+    assert findings[0]["check"] == check, findings
+
+
+@pytest.mark.slow
+def test_a_bk_overwritten_in_a_list_no_read_could_follow_is_named_before_any_call() -> None:
+    """The same 3.1 million with the bk of that chunk overwritten instead (malloc_info,
+    following fd, would have ended and reported a corrupt heap as if whole: before, the
+    default did so, exit 0): the proof names that chunk, exit 8, nothing called."""
+    ready: list[str] = []
+    with _unsorted_in_cgroup(
+        "proof-bk",
+        str(_PAST_THE_SWEEP_BLOCKS),
+        "scattered",
+        env={"SEEDS_CORRUPT": "1"},
+        limit_bytes=3 << 30,
+        ready=ready,
+    ) as pid:
+        document, _ = _inspect(pid, exit_code=8)
+        _assert_running(pid)
+    corrupted = int(ready[0].split("corrupt=")[1].split()[0], 16)
+    findings = document["corruption"]
+    assert [(f["arena"], f["bin"]) for f in findings] == [(0, "unsorted")], findings
+    assert int(findings[0]["chunk_address"], 16) == corrupted, findings
 
 
 def _small_bins(xml: bytes) -> list[dict[int, tuple[int, int]]]:

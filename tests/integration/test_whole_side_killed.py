@@ -264,3 +264,72 @@ def test_the_integrity_target_is_undisturbed_by_killed_trims_and_reads(tmp_path:
             )
             assert done.returncode == 0, done.stderr
         assert_integrity_intact(target)
+
+
+def _all_traced(pid: int) -> bool:
+    """Every thread of ``pid`` has a tracer now (a hold of every thread)."""
+    tracers = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            tracers.append(proc_status(pid, int(task.name))["TracerPid"])
+    return bool(tracers) and "0" not in tracers
+
+
+def _kill_side_inside_a_hold(argv: list[str], pid: int, held_seconds: float) -> bool:
+    """Run ``argv`` in a process group of its own; SIGKILL the whole group once every thread
+    of ``pid`` has been traced for ``held_seconds`` without a break (a hold that long: the
+    read's own stops last milliseconds). Whether such a hold came before the command ended."""
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        since: float | None = None
+        while proc.poll() is None:
+            now = time.monotonic()
+            since = (since or now) if _all_traced(pid) else None
+            if since is not None and now - since >= held_seconds:
+                os.killpg(proc.pid, signal.SIGKILL)
+                return True
+            time.sleep(0.001)
+        return False
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
+def test_a_kill_inside_the_proof_before_the_stand_in_call_leaves_the_target_whole() -> None:
+    """3.1 million scattered unsorted chunks, more than a sweep keeps: the default's read is
+    refused, and before its stand-in malloc_info call the lists are proved in one hold of
+    every thread (list_proof; about a second here). The whole side SIGKILLed 50, 300 and 700
+    ms into that hold: each time the target lives on, untraced and running, main_arena's lock
+    word (read from its memory) is free, and nothing was called (its maps are as before: the
+    call's region would be new). Then a whole `inspect` proves the lists and makes the call."""
+    from memforensics.sources.glibc.list_sweep import SWEEP_MAX_CHUNKS
+    from tests.support.targets import started_in_cgroup
+
+    blocks = str(2 * (SWEEP_MAX_CHUNKS + 100_000))
+    argv = [str(compile_target("seeds_heap")), "unsorted", blocks, "scattered"]
+    with started_in_cgroup(
+        argv, group_name="memforensics-test-killed-proof", limit_bytes=3 << 30, arena_max=2
+    ) as pid:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+        whole = subprocess.run(
+            [*MEMFORENSICS, "inspect", "--json", str(pid)],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        assert whole.returncode == 0, whole.stderr
+        document = json.loads(whole.stdout)
+        assert "proved to close" in document["safe_point"], document["safe_point"]
+        main_arena = int(document["residency"]["arenas"][0]["address"], 16)
+        for held_seconds in (0.05, 0.3, 0.7):
+            inspect = [*MEMFORENSICS, "inspect", "--json", str(pid)]
+            assert _kill_side_inside_a_hold(inspect, pid, held_seconds), "no hold that long"
+            _left_running(pid, f"inspect killed {held_seconds} s into the proof")
+            with open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
+                mem.seek(main_arena)
+                assert int.from_bytes(mem.read(4), "little") == 0, "main_arena's lock is held"
+            assert Path(f"/proc/{pid}/maps").read_text() == maps

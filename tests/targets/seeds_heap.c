@@ -46,6 +46,8 @@
  * page); XML_PATH: malloc_info(0) written there once the bin is built, as above. With
  * SEEDS_CORRUPT=1 in the environment, the bk of the chunk halfway down the list is then
  * overwritten (printed on the ready line as corrupt=ADDRESS): the list is corrupt there.
+ * With SEEDS_CORRUPT=3, that chunk's fd is overwritten with the list's first chunk instead:
+ * the list loops without its head (malloc_info's loop over it would never end).
  * With SEEDS_CORRUPT=2, the size word of the live block halfway up the heap is overwritten
  * instead (as a buffer overrun before it would): no list is broken, but a walk of the heap's
  * headers cannot pass that chunk.
@@ -302,6 +304,11 @@ static void build_unsorted(long blocks, int ordered) {
     if (corrupt != NULL && atoi(corrupt) == 1) {
         uintptr_t *user = block[2 * (odd / 2) + 1]; /* freed: fd and bk are its first words */
         user[1] = (uintptr_t)0x5a5a5a5a5a50;
+        corrupted_chunk = (uintptr_t)user - 16;
+    } else if (corrupt != NULL && atoi(corrupt) == 3) {
+        uintptr_t *user = block[2 * (odd / 2) + 1];
+        /* The list's first chunk (the last one freed): following fd now loops back to it. */
+        user[0] = (uintptr_t)block[2 * (((odd - 1) * stride) % odd) + 1] - 16;
         corrupted_chunk = (uintptr_t)user - 16;
     } else if (corrupt != NULL && atoi(corrupt) == 2) {
         uintptr_t *user = block[2 * (odd / 2)]; /* live: its chunk's size word precedes it */

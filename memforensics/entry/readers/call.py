@@ -5,7 +5,10 @@ default uses it where the read from memory was refused (entry.inspect decides).
 The moment is chosen as the direct malloc_trim chooses its own (entry.trimmers.direct):
 every thread held, no thread inside the allocator's code nor in a system call it makes, no
 arena's mutex held; else the target runs a while and another moment is tried, until the
-deadline (DeadlineError, exit 6: nothing was called). The calls run on one thread while the
+deadline (DeadlineError, exit 6: nothing was called). In that moment's hold, before any
+call, the arenas the refused read left unread are proved to let malloc_info's loops end
+(sources.glibc.list_proof; rule 8): a heap found corrupt there is reported (exit 8) and one
+that cannot be proved is refused, nothing called. The calls run on one thread while the
 others stay held until malloc_info starts (they run during it); each restores the thread by
 itself when it returns, so a SIGKILL of our
 whole side at any moment leaves the target alive and running, at worst with the call's
@@ -21,9 +24,11 @@ from memforensics.entry.common import exited_error
 from memforensics.errors import (
     DeadlineError,
     GdbMayHelpError,
+    HeapCorruptionError,
     MemforensicsError,
     NoSuchProcessError,
     NotGlibcMallocError,
+    TargetError,
 )
 from memforensics.model.capture import Capture
 from memforensics.model.heap import process_source
@@ -40,14 +45,18 @@ from memforensics.sources.glibc.called_malloc_info import (
     kernel_refusal,
     libc_refusal,
 )
+from memforensics.sources.glibc.glibc_arenas import brk_extent
 from memforensics.sources.glibc.heapmaps import scan_heap
 from memforensics.sources.glibc.libc_elf import LibcImage, load_libc_image
+from memforensics.sources.glibc.list_proof import Proof, ProofTarget, prove_arenas
 from memforensics.sources.proc import memory_figures, process_facts, procfs
 from memforensics.sources.proc.procfs import pid_alive
+from memforensics.sources.proc.procmaps import read_maps
 from memforensics.sources.proc.procmem import ProcessMemoryReader
 from memforensics.sources.proc.ptrace_call import caller_thread
 from memforensics.sources.proc.ptrace_hold import ThreadHold
 from memforensics.sources.proc.ptrace_probe import call_chain
+from memforensics.units import format_bytes
 
 _RETRY_FIRST_SECONDS = 0.002
 _RETRY_MAX_SECONDS = 0.05
@@ -64,6 +73,16 @@ class CalledDocument:
     xml: bytes
     pause_seconds: float  # the hold in which the calls were made
     holds: int  # holds taken until a safe moment came
+    proof: Proof | None = None  # the unread arenas' lists proved in that hold, where asked
+
+
+@dataclass(frozen=True)
+class Unproved:
+    """Arenas the refused read left unread, to be proved in the call's hold before any call
+    (list_proof): rule 8 holds for lists no read could follow."""
+
+    targets: tuple[ProofTarget, ...] = ()
+    sbrk_base: int | None = None
 
 
 def _usable_libc(pid: int, facts: ProcessFacts) -> LibcImage:
@@ -81,10 +100,15 @@ def _usable_libc(pid: int, facts: ProcessFacts) -> LibcImage:
     return libc
 
 
-def call_malloc_info(pid: int, facts: ProcessFacts, timeout_seconds: float) -> CalledDocument:
+def call_malloc_info(
+    pid: int, facts: ProcessFacts, timeout_seconds: float, unproved: Unproved = Unproved()
+) -> CalledDocument:
     """malloc_info(0) of ``pid`` through the self-restoring call, at a safe moment (see the
-    module). GdbMayHelpError when this target or kernel cannot take the call; DeadlineError
-    when no safe moment came in time, or the calls did not end (what they left is said)."""
+    module), the lists of ``unproved``'s arenas proved first in that moment's hold.
+    GdbMayHelpError when this target or kernel cannot take the call; DeadlineError when no
+    safe moment came in time, or the calls did not end (what they left is said);
+    HeapCorruptionError (nothing called) when a proof finds the heap corrupt, TargetError
+    when it cannot be made."""
     libc = _usable_libc(pid, facts)
     assert libc.restore_rt is not None  # libc_refusal checked it
     mutexes = arena_mutexes(pid, libc.path)
@@ -102,10 +126,13 @@ def call_malloc_info(pid: int, facts: ProcessFacts, timeout_seconds: float) -> C
                 )
             chain: MallocInfoChain | None = None
             document: bytes | None = None
+            proof: Proof | None = None
             try:
                 with ThreadHold(pid, timeout_seconds=min(remaining, 1.0), registers=True) as hold:
                     caller = caller_thread(hold, pid)
                     if caller is not None and not unsafe_moment(hold, libc, mutexes, mem):
+                        if unproved.targets:
+                            proof = _proved(pid, mem, unproved, deadline)
                         chain = MallocInfoChain(pid, libc)
                         document = call_chain(
                             hold,
@@ -132,9 +159,46 @@ def call_malloc_info(pid: int, facts: ProcessFacts, timeout_seconds: float) -> C
                 exc.args = (exc.message,)
                 raise
             if document is not None:
-                return CalledDocument(document, hold.stop_seconds, holds)
+                return CalledDocument(document, hold.stop_seconds, holds, proof)
             time.sleep(min(wait, max(deadline - time.monotonic(), 0)))
             wait = min(wait * 2, _RETRY_MAX_SECONDS)
+
+
+def _proved(pid: int, mem: ProcessMemoryReader, unproved: Unproved, deadline: float) -> Proof:
+    """In the call's hold: ``unproved``'s arenas proved (list_proof); raises, so that
+    nothing is called, where one is corrupt or could not be proved."""
+    proof = prove_arenas(
+        mem,
+        unproved.targets,
+        brk=brk_extent(read_maps(pid)),
+        sbrk_base=unproved.sbrk_base,
+        deadline=deadline,
+    )
+    numbers = {t.address: t.number for t in unproved.targets}
+    if proof.corruption is not None:
+        found = proof.corruption.numbered(numbers.get(proof.corruption.arena_address, 0))
+        raise HeapCorruptionError(
+            f"the heap is corrupt: arena {found.arena}, {found.bin}, chunk "
+            f"{found.chunk_address:#x}: {found.check} (found proving the lists the read "
+            "could not follow, every thread held); no call is made into a corrupt heap",
+            (found,),
+            pid=pid,
+        )
+    if proof.out_of_time:
+        raise DeadlineError(
+            f"PID {pid}: malloc_info was not called: the lists the read could not follow were "
+            f"not proved whole in the time left ({proof.unproved}, after {proof.seconds:.1f} s "
+            "with every thread held)",
+            pid=pid,
+        )
+    if proof.unproved is not None:
+        raise TargetError(
+            f"PID {pid}: malloc_info was not called: the lists the read could not follow "
+            f"could not be proved whole while every thread was held ({proof.unproved})",
+            hint="the gdb path calls malloc_info without that proof",
+            pid=pid,
+        )
+    return proof
 
 
 def inspect_by_call(
@@ -144,14 +208,16 @@ def inspect_by_call(
     timeout_seconds: float,
     fallback: Fallback | None = None,
     unwalked: tuple[int, ...] = (),
+    unproved: Unproved = Unproved(),
 ) -> Inspection:
     """The heap report of ``pid`` from its own malloc_info, called with no gdb (see the
     module), with the residency read from memory right after; ``fallback``: why this way
     stood in; ``unwalked``: the arenas (malloc_state addresses) whose lists the refused read
     found too long to follow, whose lists the residency read does not walk again (their free
-    bytes are then estimated). A process that exits meanwhile gives TargetExitedError."""
+    bytes are then estimated); ``unproved``: the arenas that read left unread, proved before
+    the call. A process that exits meanwhile gives TargetExitedError."""
     try:
-        return _inspect(pid, facts, timeout_seconds, fallback, unwalked)
+        return _inspect(pid, facts, timeout_seconds, fallback, unwalked, unproved)
     except MemforensicsError as exc:
         if isinstance(exc, NoSuchProcessError) or not pid_alive(pid):
             raise exited_error(pid, exc) from exc
@@ -164,11 +230,12 @@ def _inspect(
     timeout_seconds: float,
     fallback: Fallback | None,
     unwalked: tuple[int, ...],
+    unproved: Unproved,
 ) -> Inspection:
     from memforensics.entry.readers.memory import report_parts
     from memforensics.sources.malloc_info.malloc_xml import parse_dump
 
-    called = call_malloc_info(pid, facts, timeout_seconds)
+    called = call_malloc_info(pid, facts, timeout_seconds, unproved)
     dump = parse_dump(called.xml, name=process_source(pid))
     status = procfs.read_text(pid, "status")
     memory = memory_figures.read_memory(pid, status=status)
@@ -190,6 +257,7 @@ def _inspect(
         safe_point=(
             "called without gdb: malloc_info in a self-restoring call, at a moment every "
             "thread was held, none inside the allocator, no arena locked"
+            + _proved_text(called.proof, unproved)
         ),
     )
     return Inspection(
@@ -203,4 +271,16 @@ def _inspect(
         residency_error=residency_error,
         fallback=fallback,
         pins_error="not read: malloc_info was called, the read from memory having been refused",
+    )
+
+
+def _proved_text(proof: Proof | None, unproved: Unproved) -> str:
+    """What the safe point says of the proof made before the call (none: nothing)."""
+    if proof is None:
+        return ""
+    arenas = ", ".join(str(t.number) for t in unproved.targets)
+    return (
+        f"; first, in that hold, the lists of arena{'s' if len(unproved.targets) > 1 else ''} "
+        f"{arenas} (which the read could not follow) proved to close "
+        f"({format_bytes(proof.heap_bytes)} of heap walked in {proof.seconds * 1000:.0f} ms)"
     )

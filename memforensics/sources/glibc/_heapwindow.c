@@ -151,7 +151,86 @@ static PyObject *first_words(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* splitmix64's finaliser (list_proof._mixed: the two must agree bit for bit). */
+static uint64_t mixed(uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xBF58476D1CE4E5B9ULL;
+    x ^= x >> 27;
+    x *= 0x94D049BB133111EBULL;
+    return x ^ (x >> 31);
+}
+
+/* The stretch of address v (list_proof._Sums.stretch): heaps [starts[i], ends[i]), sorted. */
+static int64_t stretch_of(uint64_t v, const uint64_t *starts, const uint64_t *ends,
+                          const int64_t *firsts, Py_ssize_t heaps, int shift, int64_t outside) {
+    Py_ssize_t low = 0, high = heaps;
+    while (low < high) {
+        Py_ssize_t middle = (low + high) / 2;
+        if (starts[middle] <= v) low = middle + 1; else high = middle;
+    }
+    if (low == 0 || v >= ends[low - 1]) return outside;
+    return firsts[low - 1] + (int64_t)((v - starts[low - 1]) >> shift);
+}
+
+/* link_sums(window, base, addresses, states, free_state, starts, ends, firsts, shift,
+ *           k0, k1, left, right) -> skipped
+ * For each chunk of `addresses` whose state is free_state and whose fd and bk lie in the
+ * window copy: left[stretch(at)] += mixed(mixed(at ^ k0) + (fd ^ k1)), right[stretch(bk)] +=
+ * mixed(mixed(bk ^ k0) + (at ^ k1)) (mod 2**64; stretches as list_proof._Sums). skipped: the
+ * free chunks whose links lie past the copy (the caller reads them). Indexes are bounded by
+ * the arrays' lengths, never by a value read from the target. */
+static PyObject *link_sums(PyObject *self, PyObject *args) {
+    Py_buffer window, in_addresses, in_states, in_starts, in_ends, in_firsts, out_left, out_right;
+    unsigned long long base, k0, k1;
+    int free_state, shift;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*Ky*y*iy*y*y*iKKw*w*", &window, &base, &in_addresses,
+                          &in_states, &free_state, &in_starts, &in_ends, &in_firsts, &shift,
+                          &k0, &k1, &out_left, &out_right))
+        return NULL;
+    const uint64_t *addresses = in_addresses.buf, *starts = in_starts.buf, *ends = in_ends.buf;
+    const unsigned char *states = in_states.buf, *bytes = window.buf;
+    const int64_t *firsts = in_firsts.buf;
+    uint64_t *left = out_left.buf, *right = out_right.buf;
+    Py_ssize_t count = in_addresses.len / 8, heaps = in_starts.len / 8;
+    Py_ssize_t sums = out_left.len / 8;
+    if (in_states.len < count) count = in_states.len;
+    if (in_ends.len / 8 < heaps) heaps = in_ends.len / 8;
+    if (in_firsts.len / 8 < heaps) heaps = in_firsts.len / 8;
+    if (out_right.len / 8 < sums) sums = out_right.len / 8;
+    int64_t outside = (int64_t)sums - 1;
+    uint64_t length = (uint64_t)window.len;
+    long skipped = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (states[i] != free_state) continue;
+        uint64_t at = addresses[i], offset = at - base, fd, bk;
+        if (at < base || offset + 32 > length) {
+            skipped++;
+            continue;
+        }
+        memcpy(&fd, bytes + offset + 16, 8);
+        memcpy(&bk, bytes + offset + 24, 8);
+        int64_t here = stretch_of(at, starts, ends, firsts, heaps, shift, outside);
+        int64_t back = stretch_of(bk, starts, ends, firsts, heaps, shift, outside);
+        if (here < 0 || here > outside) here = outside;
+        if (back < 0 || back > outside) back = outside;
+        left[here] += mixed(mixed(at ^ k0) + (fd ^ k1));
+        right[back] += mixed(mixed(bk ^ k0) + (at ^ k1));
+    }
+    PyBuffer_Release(&window);
+    PyBuffer_Release(&in_addresses);
+    PyBuffer_Release(&in_states);
+    PyBuffer_Release(&in_starts);
+    PyBuffer_Release(&in_ends);
+    PyBuffer_Release(&in_firsts);
+    PyBuffer_Release(&out_left);
+    PyBuffer_Release(&out_right);
+    return PyLong_FromLong(skipped);
+}
+
 static PyMethodDef methods[] = {
+    {"link_sums", link_sums, METH_VARARGS,
+     "A window's free chunks' keyed link sums, per stretch (list_proof); see the function."},
     {"headers", headers, METH_VARARGS,
      "Walk one window's chunk headers: (at, count, stop); see the module."},
     {"first_words", first_words, METH_VARARGS,

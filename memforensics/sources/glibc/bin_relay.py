@@ -206,7 +206,7 @@ def sweep_still_arena(
 
     read = RelayRead()
     read.state, read.heaps = state, heaps
-    walk = _fastbins_and_top(mem, heaps, state, is_main, deadline.at(), copy_max_bytes)
+    walk = fastbins_and_top(mem, heaps, state, is_main, deadline.at(), copy_max_bytes)
     walk.part = None
     bins = nonempty_bins(state, 1)
     swept = sweep_lists(
@@ -375,7 +375,7 @@ class _Relay:
         self.read.heaps = heaps
         first, last = self.part or (0, glibc.NBINS - 1)
         if first == 0:
-            walk = _fastbins_and_top(
+            walk = fastbins_and_top(
                 self.mem, heaps, state, self.is_main, self.deadline.at(), self.copy_max_bytes
             )
         else:  # (a part without the fastbins has none: the first part's are the arena's)
@@ -408,7 +408,7 @@ class _Relay:
         return pages > _SCATTERED_MIN_PAGES and pages > RELAY_MAX_PAGES_PER_CHUNK * followed
 
 
-def _fastbins_and_top(
+def fastbins_and_top(
     mem: MemoryReader,
     heaps: Sequence[Heap],
     state: ArenaState,
@@ -416,8 +416,8 @@ def _fastbins_and_top(
     deadline: float,
     copy_max_bytes: int | None,
 ) -> ArenaWalk:
-    """In the first stop (or from a core): the fastbins and the top, read as any arena's
-    walk reads them."""
+    """In the first stop (or from a core, or in the stand-in call's hold: list_proof): the
+    fastbins and the top, read as any arena's walk reads them."""
     pool = FreshBuffers(copy_max_bytes)
     held = isinstance(mem, ProcessMemoryReader)
     walker = ArenaWalker(mem, heaps, is_main=is_main, pool=pool, held=held)

@@ -182,6 +182,21 @@ def heaps_from_top(mem: MemoryReader, state: ArenaState) -> list[Heap]:
     return heaps[::-1]
 
 
+def brk_extent(mappings: Sequence[Mapping]) -> tuple[int, int] | None:
+    """[start, end) of the main arena's brk heap. The kernel may show it as several adjacent
+    [heap] mappings (a forked child's inherited part and what it grew since, as in every
+    PostgreSQL backend): one heap for the walk, whose chunks cross that boundary."""
+    parts = [m for m in mappings if m.path == "[heap]"]
+    if not parts:
+        return None
+    end = parts[0].end_address
+    for part in parts[1:]:
+        if part.start_address != end:
+            break
+        end = part.end_address
+    return parts[0].start_address, end
+
+
 def libc_data_regions(mappings: Sequence[Mapping], libc_path: str | None) -> list[Mapping]:
     """libc's writable data: its read-write file mapping (.data) and the anonymous mapping
     right after it (.bss), where main_arena and mp_ live."""

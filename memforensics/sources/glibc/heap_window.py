@@ -143,8 +143,13 @@ class HeapWalk:
         retry: bool = False,
         buffer: bytearray | None = None,
         window_max_bytes: int = WINDOW_MAX_BYTES,
+        held: bool = False,
     ) -> None:
         self.mem, self.ref, self.start, self.limit = mem, ref, start, limit
+        # ``held``: the caller holds every thread of the target for the whole walk (one
+        # moment, not a stop per window): each window is read whole, by two threads of ours
+        # (its CPUs are idle), through process_vm_readv where the target alone maps a page.
+        self.held = held
         self.window_max_bytes = window_max_bytes  # what one window reads at most
         self.top, self.fast, self.tcache, self.visit, self.keep = top, fast, tcache, visit, keep
         self.addresses: array[int] = array("Q")
@@ -196,6 +201,10 @@ class HeapWalk:
         mem = self.mem
         native = native_loop()
         if native is not None and isinstance(mem, ProcessMemoryReader) and base % page == 0:
+            if self.held:
+                held = (2, True, mem.pagemap_fd, False, mem.pid)
+                native.copy(mem.mem_fd, into, base, memoryview(present), page, True, *held)
+                return
             native.copy(mem.mem_fd, into, base, memoryview(present), page, True, 1)
             return
         into[:] = mem.read_present(base, end - base, present)
@@ -213,6 +222,8 @@ class HeapWalk:
         floor = self.ref.pages.start if self.ref.pages is not None else self.start
         base = max(self.at // page * page, floor)
         end = min(self.limit, base + WINDOW_BYTES)
+        if self.held:
+            end = self._held_end(base, end)
         if self.resync is not None:
             base = max(self.resync[0] // page * page, floor)
             end = min(self.limit, self.resync[1] + WINDOW_BYTES)
@@ -235,6 +246,24 @@ class HeapWalk:
         if tail > end:
             self._read(view[end - base : tail - base], end, tail)
         return base, view[: tail - base], self.top()
+
+    def _held_end(self, base: int, end: int) -> int:
+        """A held walk's window end: grown from ``end`` a WINDOW_BYTES piece at a time, up to
+        window_max_bytes, while the window's pages are all in RAM (a window with a page not
+        in RAM is walked by the Python loop: it is kept to one piece)."""
+        pages = self.ref.pages
+
+        def whole(low: int, high: int) -> bool:
+            return pages is None or pages.resident_bytes(low, high) == high - low
+
+        if not whole(base, end):
+            return end
+        while end < self.limit and end - base < self.window_max_bytes:
+            more = min(self.limit, end + WINDOW_BYTES)
+            if not whole(end, more):
+                break
+            end = more
+        return end
 
     def _present(self, address: int) -> bool:
         pages = self.ref.pages

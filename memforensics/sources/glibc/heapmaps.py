@@ -29,6 +29,7 @@ from memforensics.sources.glibc.arena_read import Finish, merge_parts, read_aren
 from memforensics.sources.glibc.glibc_arenas import (
     ArenaState,
     Heap,
+    brk_extent,
     find_heaps,
     find_main_arena,
     heaps_from_top,
@@ -192,21 +193,6 @@ def _settle_layout(
         state = fresh_state
         heaps = heaps_from_top(mem, state) or reread_heaps(mem, heaps)
     return state, heaps, bool(heaps) and state.system_bytes == sum(h.size_bytes for h in heaps)
-
-
-def _brk_extent(mappings: Sequence[Mapping]) -> tuple[int, int] | None:
-    """[start, end) of the main arena's brk heap. The kernel may show it as several adjacent
-    [heap] mappings (a forked child's inherited part and what it grew since, as in every
-    PostgreSQL backend): one heap for the walk, whose chunks cross that boundary."""
-    parts = [m for m in mappings if m.path == "[heap]"]
-    if not parts:
-        return None
-    end = parts[0].end_address
-    for part in parts[1:]:
-        if part.start_address != end:
-            break
-        end = part.end_address
-    return parts[0].start_address, end
 
 
 def _top_at_brk(
@@ -650,7 +636,7 @@ class _HeapRead:
         self.chained = self.main_state is not None and order is not None
         self.order = order if order is not None else list(self.states)
         self.chained = self.chained and len(self.order) == len(self.states)
-        self.brk = _brk_extent(self.mappings)
+        self.brk = brk_extent(self.mappings)
 
     def search_anonymous(self) -> None:
         """Before any arena is walked: the anonymous memory no sub-heap holds, searched for

@@ -193,6 +193,7 @@ def malloc_info_xml(scan: HeapScan, release: str | None) -> bytes:
                 for a in scan.arenas
                 if a.figures is None and a.lists_too_long and a.address is not None
             ),
+            partial=scan,
         )
     if params is None:
         raise ReadOnlyRefusedError(
