@@ -168,4 +168,6 @@ class ReadOnlyRead:
     # stops their relays took in all.
     relayed_arenas: int = 0
     relay_stops: int = 0
-    swept_arenas: int = 0  # of those, arenas whose lists were swept (ArenaScan.swept)
+    # Arenas whose lists were swept (ArenaScan.swept): live, of the relayed ones; a core's
+    # lists past what its walk keeps are swept with no relay.
+    swept_arenas: int = 0

@@ -544,27 +544,44 @@ def test_a_thread_arena_list_past_the_budget_is_swept_as_gdbs_malloc_info_reads_
     blocks of 24-88 bytes, every other one freed): its lists lead past the copies' budget
     and their chunks lie apart, so they are swept, across sub-heaps and their fenceposts.
     Oracle: the gdb path's malloc_info document (gdb's own allocation lands in the main
-    arena, the calling thread's): the thread arena's <heap> is the same, byte for byte."""
+    arena, the calling thread's): the thread arena's <heap> is the same, byte for byte. The
+    same heap saved by gcore (before gdb's call) and read with `--core`: the thread arena,
+    past what a core's walk keeps, is swept from the core (no stops), its <heap> the same
+    again, within our memory bound."""
     from tests.support.gdb_binary import use_test_gdb
     from tests.support.targets import compile_target, started_in_cgroup
 
     use_test_gdb()
     binary = compile_target("many_arenas")
     rebuilt, by_gdb = tmp_path / "read.xml", tmp_path / "gdb.xml"
-    with started_in_cgroup(
-        [str(binary), "1", "4000000", "88"],
-        group_name="memforensics-test-seeds-sweep-thread",
-        limit_bytes=2 << 30,
-        arena_max=2,
-    ) as pid:
-        document, _ = _inspect(pid, "--read-only", "--save-xml", str(rebuilt))
-        _inspect(pid, "--gdb", "gdb", "--save-xml", str(by_gdb))
-        _assert_running(pid)
+    core, from_core = tmp_path / "thread.core", tmp_path / "core.xml"
+    try:
+        with started_in_cgroup(
+            [str(binary), "1", "4000000", "88"],
+            group_name="memforensics-test-seeds-sweep-thread",
+            limit_bytes=2 << 30,
+            arena_max=2,
+        ) as pid:
+            document, _ = _inspect(pid, "--read-only", "--save-xml", str(rebuilt))
+            gcore(pid, core)
+            _inspect(pid, "--gdb", "gdb", "--save-xml", str(by_gdb))
+            _assert_running(pid)
+        core_run = run_measured(
+            ["inspect", "--json", "--save-xml", str(from_core), "--core", str(core)],
+            timeout_seconds=180,
+        )
+    finally:
+        core.unlink(missing_ok=True)  # (~400 MiB: not left to pytest's kept folders)
     read = document["read_only"]
     assert read["swept_arenas"] == 1, read
     thread_arena = next(arena for arena in document["arenas"] if arena["index"] == 1)
     assert thread_arena["system_bytes"] > copy_budget_bytes(), thread_arena
     assert _heap_element(rebuilt.read_bytes(), 1) == _heap_element(by_gdb.read_bytes(), 1)
+    assert core_run.exit_code == 0, core_run.stderr
+    core_read = json.loads(core_run.stdout)["read_only"]
+    assert core_read["swept_arenas"] == 1, core_read
+    assert _heap_element(from_core.read_bytes(), 1) == _heap_element(by_gdb.read_bytes(), 1)
+    assert core_run.peak_rss_kib << 10 <= RSS_BOUND_BYTES, core_run.peak_rss_kib
 
 
 @pytest.mark.slow

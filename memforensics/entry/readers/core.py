@@ -101,6 +101,7 @@ def inspect_core(
         heap_info_bytes=heap_info,
         tcache_chunk_bytes=tcache,
         read_seconds=time.monotonic() - started,
+        swept_arenas=sum(arena.swept for arena in scan.arenas),
     )
     unknown = ProcessMemory(None, None, None, None, None, None, None)
     picture: HeapPicture | None = None
