@@ -309,6 +309,28 @@ def test_arenas_too_long_to_follow_are_told_apart_from_a_read_out_of_time() -> N
     assert info.value.too_long == (long.address,)
 
 
+def test_a_refusal_names_why_in_the_words_it_is_given() -> None:
+    """A core's read has no stops: the refusal says why in its words (entry.readers.core),
+    the scan's own reasons unchanged; and it carries the scan, whose unread arenas the
+    stand-in call proves before calling."""
+    from memforensics.sources.glibc.malloc_info_image import RefusalWords
+
+    scan = _scan(MAIN, None, None, None)
+    rows = (
+        scan.arenas[0],
+        replace(scan.arenas[1], lock_retries=0, budget_reached=True, lists_too_long=True),
+        scan.arenas[2],
+        scan.arenas[3],  # locked
+    )
+    words = RefusalWords(locked="LOCKED", too_long="TOO LONG", gave_up="GAVE UP")
+    with pytest.raises(ReadOnlyRefusedError) as info:
+        malloc_info_xml(replace(scan, arenas=rows), "2.36", words)
+    message = info.value.message
+    assert "(LOCKED: arenas 2, 3)" in message and "(TOO LONG: arena 1)" in message, message
+    assert "stop" not in message, message
+    assert info.value.partial is not None and info.value.partial.arenas == rows
+
+
 def test_a_read_out_of_time_names_its_arenas_in_ranges_and_is_no_refusal() -> None:
     """1,500 arenas, the read's time out from the 1,063rd on (one locked at every stop): one
     line, not 437 numbers; and a deadline (exit 6), not a refusal of the read, which the

@@ -42,7 +42,7 @@ def inspect_core(
     from memforensics.sources.core.corefile import CoreFile
     from memforensics.sources.glibc.heap_chunks import libc_of
     from memforensics.sources.glibc.heapmaps import CORE_COPY_MAX_BYTES, scan_memory
-    from memforensics.sources.glibc.malloc_info_image import LISTS_TOO_LONG, RELAYS_GAVE_UP
+    from memforensics.sources.glibc.malloc_info_image import RefusalWords
 
     started = time.monotonic()
     with CoreFile(path) as core:
@@ -59,17 +59,21 @@ def inspect_core(
             version = glibc_banner_version(libc_file) if libc_file is not None else None
             pid = core.pid or 0
             scan = scan_memory(mappings, mem, pid=pid, libc_path=libc_path)
+            # (No stops in a core: what a list too long outgrew is the read's memory.)
+            words = RefusalWords(
+                locked="locked",  # (a core's arenas are read locked or not: never said)
+                too_long=(
+                    f"lists leading to more than the {CORE_COPY_MAX_BYTES >> 20} MiB of pages "
+                    "a core's read keeps"
+                ),
+                gave_up="read by a sweep instead, given up",
+            )
             try:
-                xml, dump = dump_and_residency(scan, version, f"core {path}")
+                xml, dump = dump_and_residency(scan, version, f"core {path}", words)
                 heap_info, tcache = layout_evidence(scan, mem)
             except (ReadOnlyRefusedError, ReadTimeRanOutError) as exc:
-                # (No stops in a core: what a list too long outgrew is the read's memory.)
-                kept = f"lists leading to more than the {CORE_COPY_MAX_BYTES >> 20} MiB of pages"
-                message = exc.message.replace(
-                    LISTS_TOO_LONG, f"{kept} a core's read keeps"
-                ).replace(RELAYS_GAVE_UP, "read by a sweep instead, given up")
                 raise TargetError(
-                    f"{path}: {message}",
+                    f"{path}: {exc.message}",
                     hint="a core is read from its memory only; gdb's call needs a live process",
                 ) from exc
         finally:

@@ -40,7 +40,7 @@ from memforensics.model.process import (
 from memforensics.sources.glibc.arena_hold import StopBatches
 from memforensics.sources.glibc.heapmaps import WALK_BUDGET_SECONDS, scan_heap
 from memforensics.sources.glibc.libc_elf import load_libc_image
-from memforensics.sources.glibc.malloc_info_image import malloc_info_xml
+from memforensics.sources.glibc.malloc_info_image import LIVE_WORDS, RefusalWords, malloc_info_xml
 from memforensics.sources.proc import memory_figures, process_facts, procfs, target_check
 from memforensics.sources.proc.binaries import glibc_banner_version
 from memforensics.sources.proc.procfs import pid_alive
@@ -88,11 +88,14 @@ def layout_evidence(scan: HeapScan, mem: MemoryReader) -> tuple[int | None, int 
     return heap_info, tcache
 
 
-def dump_and_residency(scan: HeapScan, version: str | None, source: str) -> tuple[bytes, HeapDump]:
-    """malloc_info's document rebuilt from ``scan`` (heapmaps with ``figures``) and its parse."""
+def dump_and_residency(
+    scan: HeapScan, version: str | None, source: str, words: RefusalWords = LIVE_WORDS
+) -> tuple[bytes, HeapDump]:
+    """malloc_info's document rebuilt from ``scan`` (heapmaps with ``figures``) and its parse;
+    ``words``: how a refusal names why an arena was not read (malloc_info_xml)."""
     from memforensics.sources.malloc_info.malloc_xml import parse_dump
 
-    xml = malloc_info_xml(scan, version)
+    xml = malloc_info_xml(scan, version, words)
     return xml, parse_dump(xml, name=source)
 
 

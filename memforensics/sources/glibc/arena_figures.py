@@ -62,7 +62,8 @@ class ArenaHold(Protocol):
 
 class StillMemory:
     """The ArenaHold of a memory that does not move (a core file's): nothing to stop, no
-    thread to let run (an arena whose lock the core caught held stays so)."""
+    thread to let run; an arena whose lock the core caught held is read all the same (its
+    lists cannot change)."""
 
     @contextlib.contextmanager
     def arena(self, weight_bytes: int = 0) -> Iterator[None]:

@@ -42,7 +42,7 @@ from memforensics.model import corruption as words
 from memforensics.model import glibc
 from memforensics.model.chunks import ChunkState
 from memforensics.model.corruption import HeapCorruption, bin_name
-from memforensics.sources.glibc.arena_figures import LOCK_RETRIES, ArenaHold
+from memforensics.sources.glibc.arena_figures import LOCK_RETRIES, ArenaHold, StillMemory
 from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap, parse_state, read_state
 from memforensics.sources.glibc.heap_checks import bin_head, list_check
 from memforensics.sources.glibc.heap_chunks import main_first_chunk, subheap_first_chunk
@@ -224,6 +224,8 @@ def sweep_lists(
 
 _LOCKED = object()
 _LOCKED_WHY = "the arena was locked at every try"
+
+
 _MOVED_WHY = "its lists changed between the sweep's stops (threads busy in it)"
 # A header that failed was read, in its last stop, from a chunk boundary the walk trusted
 # since at most the three stops before: where the arena's malloc_state read the same in all
@@ -306,10 +308,14 @@ def _in_a_stop(hold: ArenaHold, mem: MemoryReader, address: int, read: object) -
     """``read()`` inside a stop at a moment the arena is unlocked (no single thread inside
     the allocator); _LOCKED when it was locked at every try."""
     assert callable(read)
+    # A core's arena is swept as its walk reads it, its lock held or not: a core saved by an
+    # abort inside the allocator (glibc's malloc_printerr) has the lock held, and its heap is
+    # the one wanted.
+    still = isinstance(hold, StillMemory)
     for attempt in range(LOCK_RETRIES + 1):
         with hold.arena(WINDOW_BYTES):
             state = read_state(mem, address)
-            if state is not None and state.mutex == 0 and not hold.in_allocator():
+            if state is not None and (state.mutex == 0 or still) and not hold.in_allocator():
                 return read()
         if not hold.let_run(attempt):
             break

@@ -30,9 +30,22 @@ FIRST_RELEASE_WITH_TOP = (2, 31)  # "rest" includes the top chunk, clean indenta
 # The indentation of a <size> line before 2.31: the string literal's continuation kept
 # seven tabs and six spaces of source indentation in front of its own two.
 _OLD_SIZE_INDENT = "\t" * 7 + " " * 6
-# Why an arena refused as too long was not read (a core's read says its own: entry.readers.core).
-LISTS_TOO_LONG = "lists too long to follow within a stop"
-RELAYS_GAVE_UP = "read in relays, given up"
+
+
+@dataclass(frozen=True)
+class RefusalWords:
+    """How a refusal names why an arena was not read: a live read's stops, or a core's."""
+
+    locked: str  # its lock was held
+    too_long: str  # its lists led further than the read can follow at once
+    gave_up: str  # then read another way (relays, a sweep), which gave up too
+
+
+LIVE_WORDS = RefusalWords(
+    locked="locked at every stop",
+    too_long="lists too long to follow within a stop",
+    gave_up="read in relays, given up",
+)
 
 
 @dataclass(frozen=True)
@@ -146,13 +159,14 @@ def _arenas(positions: list[int]) -> str:
     return f"arena{'s' if len(positions) > 1 else ''} {_positions(positions)}"
 
 
-def malloc_info_xml(scan: HeapScan, release: str | None) -> bytes:
+def malloc_info_xml(scan: HeapScan, release: str | None, words: RefusalWords = LIVE_WORDS) -> bytes:
     """The malloc_info(0) document of the heap ``scan`` read (with ``figures``), as glibc
     ``release`` ("2.36") prints it. ReadOnlyRefusedError when any arena's figures or the
     ``mp_`` counters are missing, or the arenas are not in malloc_info's order: a document
     with a part guessed would not be malloc_info's; ReadTimeRanOutError instead where the
     arenas missing were only not reached in the read's time (or locked), none of them
-    refused as too long to follow: that read is possible, only slower than its budget."""
+    refused as too long to follow: that read is possible, only slower than its budget.
+    ``words``: how the refusal names why (a core's read has no stops)."""
     params: MallocParams | None = scan.malloc_params
     raise_if_corrupt(scan)
     missing = [str(position) for position, arena in enumerate(scan.arenas) if arena.figures is None]
@@ -166,16 +180,16 @@ def malloc_info_xml(scan: HeapScan, release: str | None) -> bytes:
         locked = [p for p, a in unread if a.lock_retries]
         long = [p for p, a in unread if a.lists_too_long]
         late = [p for p, a in unread if a.budget_reached and not a.lists_too_long]
-        why = f" (locked at every stop: {_arenas(locked)})" if locked else ""
+        why = f" ({words.locked}: {_arenas(locked)})" if locked else ""
         if long:
-            why += f" ({LISTS_TOO_LONG}: {_arenas(long)})"
+            why += f" ({words.too_long}: {_arenas(long)})"
             relayed = sorted({a.relay_gave_up for _, a in unread if a.relay_gave_up})
             if relayed:
-                why += f"; {RELAYS_GAVE_UP}: {'; '.join(relayed)}"
+                why += f"; {words.gave_up}: {'; '.join(relayed)}"
         if late and len({*late, *locked}) == len(unread):
             # Only slow (or locked too): not a refusal of the read, so no call stands in.
             were = "were" if len(late) > 1 else "was"
-            locked_too = f"; locked at every stop: {_arenas(locked)}" if locked else ""
+            locked_too = f"; {words.locked}: {_arenas(locked)}" if locked else ""
             raise ReadTimeRanOutError(
                 f"the read's time ({scan.walk_budget_seconds:.1f} s) ran out before "
                 f"{_arenas(late)} {were} read{locked_too}",
