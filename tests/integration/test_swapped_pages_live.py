@@ -164,3 +164,33 @@ def test_the_kernels_page_table_scan_says_what_the_entries_say() -> None:
         flags = zip(pages.present, pages.swapped, strict=True)
         assert [(bool(present), bool(swapped)) for present, swapped in flags] == expected
         assert pages.resident_pages == sum(p for p, _ in expected)
+
+
+def test_no_call_is_made_through_a_list_the_proof_cannot_read() -> None:
+    """The same heap under `inspect`: its read is refused (the unsorted list runs through a
+    swapped chunk header, which reads as zeros), not taken for corruption: before, the held
+    read named the list corrupt there (exit 8) on this healthy heap. The default's stand-in
+    malloc_info call is made only once the lists the read could not follow are proved in the
+    call's hold; that proof cannot read the swapped header either, so nothing is called:
+    exit 3, saying so, with the gdb path named. The swapped pages stay in swap (the pagemap
+    reader above)."""
+    import sys
+
+    with _swap_available(), c_target("swapped_free") as target:
+        words = target.ready_line.split()
+        if words[1] != "OK":
+            pytest.skip("the kernel would not page the target's memory out (MADV_PAGEOUT)")
+        a3_from, a3_to = (int(w, 16) for w in words[2:4])
+        inspect = [sys.executable, "-m", "memforensics", "inspect", str(target.pid)]
+        read_only = subprocess.run(
+            [*inspect, "--read-only"], capture_output=True, text=True, timeout=120, check=False
+        )
+        assert read_only.returncode == 3, read_only.stderr
+        assert "could not be read consistently" in read_only.stderr, read_only.stderr
+        done = subprocess.run(inspect, capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 3, done.stderr
+        assert "malloc_info was not called" in done.stderr, done.stderr
+        assert "not in RAM" in done.stderr or "not in memory" in done.stderr, done.stderr
+        assert "--gdb" in done.stderr, done.stderr
+        flags = _pagemap_flags(target.pid, a3_from, a3_to)
+        assert all(swapped and not present for present, swapped in flags), flags

@@ -28,7 +28,6 @@ from memforensics.errors import (
     MemforensicsError,
     NoSuchProcessError,
     NotGlibcMallocError,
-    TargetError,
 )
 from memforensics.model.capture import Capture
 from memforensics.model.heap import process_source
@@ -192,10 +191,10 @@ def _proved(pid: int, mem: ProcessMemoryReader, unproved: Unproved, deadline: fl
             pid=pid,
         )
     if proof.unproved is not None:
-        raise TargetError(
+        raise GdbMayHelpError(
             f"PID {pid}: malloc_info was not called: the lists the read could not follow "
             f"could not be proved whole while every thread was held ({proof.unproved})",
-            hint="the gdb path calls malloc_info without that proof",
+            hint="gdb's way calls malloc_info without that proof",
             pid=pid,
         )
     return proof

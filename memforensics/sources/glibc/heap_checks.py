@@ -95,6 +95,11 @@ class _Copy:
         pages = segment.pages
         return pages.all_resident or bool(pages.present[(address - segment.start) >> self._shift])
 
+    def words_in_ram(self, chunk: int) -> bool:
+        """The size word, fd and bk of ``chunk`` were read from RAM: a chunk on a page that
+        was not (swapped out) reads as zeros, which no check may take for its words."""
+        return self.in_ram(chunk + 8) and self.in_ram(chunk + 31)
+
     def end_of(self, address: int) -> int:
         """The end of the segment holding ``address`` (0 when none does)."""
         segment = self._segment(address, 1)
@@ -155,6 +160,8 @@ def diagnose_list(
             )
         if chunk & 15:
             return found(previous, words.DOUBLE_LINKED, f"{whose} is {chunk:#x}, not aligned")
+        if not copy.words_in_ram(chunk):
+            return None  # (its words were never read: the bin is unmeasured, not corrupt)
         back = copy.word(chunk + 24)
         if back != previous:
             if _reached_before(copy, head, fd, chunk, count):
@@ -310,6 +317,8 @@ def diagnose_fastbin(
         steps += 1
         if steps == power:
             tortoise, power, steps = chunk, power * 2, 0
+        if not copy.words_in_ram(chunk):
+            return count, None  # (its words were never read: unmeasured, not corrupt)
         raw = copy.word(chunk + 8)
         if raw & ~glibc.SIZE_FLAGS != size_bytes:
             return count, HeapCorruption(
