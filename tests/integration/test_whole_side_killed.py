@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -301,10 +302,10 @@ def _kill_side_inside_a_hold(argv: list[str], pid: int, held_seconds: float) -> 
 def test_a_kill_inside_the_proof_before_the_stand_in_call_leaves_the_target_whole() -> None:
     """3.1 million scattered unsorted chunks, more than a sweep keeps: the default's read is
     refused, and before its stand-in malloc_info call the lists are proved in one hold of
-    every thread (list_proof; about a second here). The whole side SIGKILLed 50, 300 and 700
-    ms into that hold: each time the target lives on, untraced and running, main_arena's lock
-    word (read from its memory) is free, and nothing was called (its maps are as before: the
-    call's region would be new). Then a whole `inspect` proves the lists and makes the call."""
+    every thread (list_proof; about half a second here). The whole side SIGKILLed 10, 35 and
+    60 % of the way into that hold (by its length in a whole run): each time the target
+    lives on, untraced and running, main_arena's lock word (read from its memory) is free,
+    and nothing was called (its maps are as before: the call's region would be new)."""
     from memforensics.sources.glibc.list_sweep import SWEEP_MAX_CHUNKS
     from tests.support.targets import started_in_cgroup
 
@@ -325,7 +326,9 @@ def test_a_kill_inside_the_proof_before_the_stand_in_call_leaves_the_target_whol
         document = json.loads(whole.stdout)
         assert "proved to close" in document["safe_point"], document["safe_point"]
         main_arena = int(document["residency"]["arenas"][0]["address"], 16)
-        for held_seconds in (0.05, 0.3, 0.7):
+        # Its length in that whole run (its safe point says it); past the read's own stops.
+        proof_ms = int(re.search(r"walked in (\d+) ms", document["safe_point"]).group(1))  # type: ignore[union-attr]
+        for held_seconds in (max(0.03, share * proof_ms / 1000) for share in (0.1, 0.35, 0.6)):
             inspect = [*MEMFORENSICS, "inspect", "--json", str(pid)]
             assert _kill_side_inside_a_hold(inspect, pid, held_seconds), "no hold that long"
             _left_running(pid, f"inspect killed {held_seconds} s into the proof")

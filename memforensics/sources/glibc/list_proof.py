@@ -66,7 +66,7 @@ _FREE = int(ChunkState.FREE)
 _native = optional_native("memforensics.sources.glibc._heapwindow")
 _NBINS = 128
 # A window of the proof's walk: copied (by two threads), walked and summed while it is in the
-# CPU's cache; bigger ones were slower (each chunk's words fetched from RAM twice).
+# CPU's cache (windows of 16 MiB were slower: each chunk's words fetched from RAM twice).
 HELD_WINDOW_BYTES = 4 << 20
 # Stretches the sums are kept for: two arrays of 8 bytes each, 256 KiB at most (they stay in
 # the CPU's cache: each free chunk adds to one at a random place).
