@@ -105,9 +105,9 @@ def call_malloc_info(
     """malloc_info(0) of ``pid`` through the self-restoring call, at a safe moment (see the
     module), the lists of ``unproved``'s arenas proved first in that moment's hold.
     GdbMayHelpError when this target or kernel cannot take the call; DeadlineError when no
-    safe moment came in time, or the calls did not end (what they left is said);
-    HeapCorruptionError (nothing called) when a proof finds the heap corrupt, TargetError
-    when it cannot be made."""
+    safe moment came in time, the calls did not end (what they left is said), or the proof
+    did not; HeapCorruptionError when the proof finds the heap corrupt, GdbMayHelpError when
+    it cannot be made (nothing called in any of these three)."""
     libc = _usable_libc(pid, facts)
     assert libc.restore_rt is not None  # libc_refusal checked it
     mutexes = arena_mutexes(pid, libc.path)
