@@ -235,7 +235,8 @@ class HeapWalk:
         view = memoryview(self._buffer)
         self._read(view[: end - base], base, end)
         while (
-            end < self.limit
+            not self.held  # (its window's end is _held_end's: all in RAM, or one piece)
+            and end < self.limit
             and end - base < self.window_max_bytes
             and time.monotonic() - began < stop_reading_seconds(WINDOW_SECONDS)
         ):
