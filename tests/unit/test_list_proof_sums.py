@@ -122,6 +122,7 @@ def test_the_c_sums_of_a_window_equal_numpys(monkeypatch: pytest.MonkeyPatch) ->
     from array import array
 
     from memforensics.sources.glibc import list_proof
+    from memforensics.sources.glibc.heap_window import ChunkRef
 
     if list_proof._native is None:
         pytest.fail("the C module (_heapwindow) is not built: setup.py build_ext")
@@ -148,8 +149,38 @@ def test_the_c_sums_of_a_window_equal_numpys(monkeypatch: pytest.MonkeyPatch) ->
         each = _Sums(HEAPS)
         each.keys = np.array([0x1234, 0x5678], dtype=np.uint64)
         links = list_proof._FreeLinks(_Words(past), each)  # type: ignore[arg-type]
-        links.visit(None, memoryview(window), base, addresses, [0] * len(addresses), states)  # type: ignore[arg-type]
+        links.visit(
+            ChunkRef(0, 0, None), memoryview(window), base, addresses, [0] * len(addresses), states
+        )
         sums[native is None] = (each.left.copy(), each.right.copy())
     assert sums[False][0].any() and sums[False][1].any()
     assert np.array_equal(sums[False][0], sums[True][0])
     assert np.array_equal(sums[False][1], sums[True][1])
+
+
+def test_a_free_chunk_whose_links_lie_on_a_page_not_in_ram_leaves_its_arena_unproved() -> None:
+    """A free chunk whose header ends a page in RAM and whose fd and bk begin the next page,
+    swapped out: the copy holds zeros there, which must not be summed as its links (they
+    would differ, and a healthy heap be named corrupt). The visitor keeps the chunk as unread
+    instead, in C and numpy alike; with every page in RAM it sums it."""
+    from array import array
+
+    from memforensics.sources.glibc import list_proof
+    from memforensics.sources.glibc.heap_window import ChunkRef
+    from memforensics.sources.proc.procmem import PageMap
+
+    base = HEAPS[0].start
+    window = bytearray(3 * 4096)
+    chunk = base + 4096 - 16  # its header ends page 0, its fd and bk begin page 1
+    window[4096 : 4096 + 16] = (base + 64).to_bytes(8, "little") + (base + 96).to_bytes(8, "little")
+    addresses, states = array("Q", [base + 32, chunk]), bytes([0, 1])
+    for present in (b"\x01\x00\x01", b"\x01\x01\x01"):
+        pages = PageMap.from_flags(base, base + len(window), 4096, present, bytes(3))
+        links = list_proof._FreeLinks(None, _Sums(HEAPS))  # type: ignore[arg-type]
+        ref = ChunkRef(0, 0, pages)
+        links.visit(ref, memoryview(window), base, addresses, [0, 0], states)
+        if present[1]:
+            assert links.unread is None and links.sums.left.any()
+        else:
+            assert links.unread == chunk
+            assert not links.sums.left.any() and not links.sums.right.any()

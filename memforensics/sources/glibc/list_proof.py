@@ -23,8 +23,10 @@ Contract:
   misaligned chunk) and the top are read by the ordinary walk of an arena, with its checks.
 - A thread arena's heaps are found from its top through heap_info's prev links, as
   malloc_info sums them; a chain that comes back to a heap, or leaves the arena, is corrupt.
-- What the proof cannot look at (a header on a page not in RAM, a main arena that fell back
-  to mmap, its time run out) leaves the arena unproved (``Proof.unproved``): no call.
+- What the proof cannot look at (a header, or a free chunk's links, on a page not in RAM; a
+  main arena that fell back to mmap; its time run out) leaves the arena unproved
+  (``Proof.unproved``): no call. A page not in RAM is never read (it would be brought back
+  from swap), and its zeros are never taken for words.
 - Our memory: the window buffer and 16 bytes per stretch (at most _MAX_STRETCHES); time:
   one read of the arena's heaps (a second one only on a heap found corrupt).
 """
@@ -59,7 +61,7 @@ from memforensics.sources.glibc.heap_window import (
     window_bytes_within,
 )
 from memforensics.sources.proc.own_cgroup import memory_headroom_bytes
-from memforensics.sources.proc.procmem import MemoryReader
+from memforensics.sources.proc.procmem import MemoryReader, PageMap
 
 _FREE = int(ChunkState.FREE)
 # Optional C (the numpy below the fallback, tested against it): a window's link sums.
@@ -180,6 +182,9 @@ class _FreeLinks:
     def __init__(self, mem: MemoryReader, sums: _Sums, keep: tuple[int, int] | None = None):
         self.mem, self.sums, self.keep = mem, sums, keep
         self.kept: list[int] = []
+        # A free chunk whose fd or bk lies on a page not in RAM (swapped out): its links were
+        # not read (they read as zeros), so its arena cannot be proved. The first one.
+        self.unread: int | None = None
 
     def visit(
         self,
@@ -191,7 +196,9 @@ class _FreeLinks:
         states: bytes | bytearray,
     ) -> None:
         sums = self.sums
-        if _native is not None and self.keep is None:  # (the window's chunks in C)
+        pages = ref.pages
+        whole = pages is None or pages.resident_bytes(base, base + len(view)) == len(view)
+        if _native is not None and self.keep is None and whole:  # (the window's chunks in C)
             wanted = addresses if isinstance(addresses, array) else array("Q", addresses)
             keys = (int(sums.keys[0]), int(sums.keys[1]))
             fields = (sums.starts, sums.ends, sums.first, sums.shift, *keys)
@@ -205,8 +212,13 @@ class _FreeLinks:
             low, high = self.keep
             self.kept += [int(a) for a in at if low <= int(a) < high]
             return
+        if not whole and pages is not None:
+            unread = _links_not_in_ram(at, pages)
+            if len(unread):
+                self.unread = int(unread[0]) if self.unread is None else self.unread
+                return
         inside = (at >= np.uint64(base)) & (at - np.uint64(base) + np.uint64(32) <= len(view))
-        if _native is not None:
+        if _native is not None and whole:
             at, inside = at[~inside], inside[~inside]
         memory = np.frombuffer(view[: len(view) // 8 * 8], dtype=np.uint64)
         slot = ((at[inside] - np.uint64(base)) // np.uint64(8)).astype(np.int64)
@@ -353,8 +365,11 @@ def _prove(
     head_bk = np.array(state.bins[1::2], dtype=np.uint64)
     sums.add(heads, head_fd, sums.left, heads)
     sums.add(head_bk, heads, sums.right, head_bk)
-    walked = _walks(mem, state, heaps, target, sbrk_base, _FreeLinks(mem, sums), buffer, deadline)
+    links = _FreeLinks(mem, sums)
+    walked = _walks(mem, state, heaps, target, sbrk_base, links, buffer, deadline)
     proof.heap_bytes += sum(h.size_bytes for h in heaps)
+    if walked is None and links.unread is not None:
+        walked = f"the links of the free chunk at {links.unread:#x} lie on a page not in RAM"
     if isinstance(walked, str):
         proof.unproved = f"arena {target.number}: {walked}"
         proof.out_of_time = walked is _OUT_OF_TIME
@@ -439,6 +454,18 @@ def _bin_of(mem: MemoryReader, chunk: int, heads: list[int], empty: set[int]) ->
     own = bin_index(int.from_bytes(data, "little") & ~SIZE_FLAGS)
     possible = [i for i in (1, own) if 1 <= i < _NBINS and i not in empty]
     return possible[0] if len(possible) == 1 else 0
+
+
+def _links_not_in_ram(at: np.ndarray, pages: PageMap) -> np.ndarray:
+    """The free chunks of ``at`` whose fd or bk lies on a page ``pages`` has not in RAM."""
+    present = np.frombuffer(pages.present, dtype=np.uint8)
+    start, page = np.uint64(pages.start), np.uint64(pages.page_bytes)
+    unread = np.zeros(len(at), dtype=bool)
+    for offset in (16, 31):
+        index = ((at + np.uint64(offset) - start) // page).astype(np.int64)
+        known = (index >= 0) & (index < len(present))
+        unread[known] |= present[index[known]] == 0
+    return at[unread]
 
 
 def _linked(mem: MemoryReader, chunk: int | None) -> tuple[int, int] | None:
