@@ -585,6 +585,35 @@ def test_a_thread_arena_list_past_the_budget_is_swept_as_gdbs_malloc_info_reads_
 
 
 @pytest.mark.slow
+def test_a_thread_arena_past_what_a_sweep_keeps_is_proved_then_called(tmp_path: Path) -> None:
+    """many_arenas: one thread arena of ~490 MiB in 64 MiB sub-heaps, 4 million blocks freed:
+    more free chunks than a sweep keeps, so the read is refused, and the stand-in call proves
+    that arena's lists first, across its sub-heaps (found from its top through heap_info's
+    prev links, as malloc_info sums them), then is made. Oracle: the gdb path's malloc_info:
+    the thread arena's <heap> the same, byte for byte (the call's own FILE lands in the main
+    arena, the calling thread's)."""
+    from tests.support.gdb_binary import use_test_gdb
+    from tests.support.targets import compile_target, started_in_cgroup
+
+    use_test_gdb()
+    called, by_gdb = tmp_path / "called.xml", tmp_path / "gdb.xml"
+    with started_in_cgroup(
+        [str(compile_target("many_arenas")), "1", "8000000", "88"],
+        group_name="memforensics-test-seeds-proof-thread",
+        limit_bytes=3 << 30,
+        arena_max=2,
+    ) as pid:
+        document, _ = _inspect(pid, "--save-xml", str(called))
+        _inspect(pid, "--gdb", "gdb", "--save-xml", str(by_gdb))
+        _assert_running(pid)
+    assert document["fallback"]["way"] == "call", document["fallback"]
+    assert "arena 1 (which the read could not follow) proved" in document["safe_point"]
+    thread_arena = next(arena for arena in document["arenas"] if arena["index"] == 1)
+    assert thread_arena["system_bytes"] > 4 * glibc.HEAP_MAX_BYTES, thread_arena
+    assert _heap_element(called.read_bytes(), 1) == _heap_element(by_gdb.read_bytes(), 1)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("order", ["ordered", "scattered"])
 def test_a_corrupt_long_list_is_reported_never_called_into(order: str) -> None:
     """The same list of 2 million with one chunk's bk overwritten halfway down: in address
