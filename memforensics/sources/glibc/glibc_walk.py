@@ -18,6 +18,7 @@ import contextlib
 import math
 import mmap
 import os
+import re
 import struct
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -698,7 +699,22 @@ class ArenaWalker:
 
     def _zero(self, segment: Segment, flags: bytes | bytearray) -> None:
         """Zeros on the pages of ``segment``'s copy flagged in ``flags`` (a split walker's:
-        its scout kept bin tags, so the C scout is built)."""
+        its scout kept bin tags, so the C scout is built): the pages given back to the
+        kernel (MADV_DONTNEED on the copy's private anonymous mapping: they read as zeros
+        and cost no memory until written again), not written with zeros, which kept every
+        page the scout had copied in our memory through the parts' stops and could fault in
+        flagged pages the copy never wrote (our peak 296 MiB against 256 on a dense arena
+        of 150 MiB read before a spread one, one read in three)."""
+        buffer = segment.buffer
+        if isinstance(buffer, mmap.mmap):
+            page = self._page
+            limit = len(segment.view)
+            for run in re.finditer(rb"[^\x00]+", bytes(flags)):
+                start = run.start() * page
+                end = min(run.end() * page, glibc.page_ceil(limit, page))
+                if end > start:
+                    buffer.madvise(mmap.MADV_DONTNEED, start, end - start)
+            return
         assert _scout_native is not None
         _scout_native.zero(segment.view, bytes(flags), self._page)
 
