@@ -50,7 +50,6 @@ from memforensics.sources import optional_native
 from memforensics.sources.glibc.bin_relay import fastbins_and_top
 from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap, heaps_from_top, read_state
 from memforensics.sources.glibc.heap_checks import bin_head, list_check
-from memforensics.sources.glibc.heap_chunks import main_first_chunk, subheap_first_chunk
 from memforensics.sources.glibc.heap_lists import Tcache
 from memforensics.sources.glibc.heap_window import (
     WINDOW_BYTES,
@@ -60,6 +59,7 @@ from memforensics.sources.glibc.heap_window import (
     window_buffer,
     window_bytes_within,
 )
+from memforensics.sources.glibc.list_sweep import first_chunk
 from memforensics.sources.proc.own_cgroup import memory_headroom_bytes
 from memforensics.sources.proc.procmem import MemoryReader, PageMap
 
@@ -304,16 +304,9 @@ def _walks(
 ) -> HeapWalk | str | None:
     """Every heap of the arena walked with ``visitor``: None when each walk was complete, the
     walk that failed a header, or why one could not go on (its time, a page not in RAM)."""
-    first_heap = next(
-        (h for h in heaps if h.start < state.address < h.start + h.size_bytes), heaps[0]
-    )
     for index, heap in enumerate(sorted(heaps, key=lambda h: h.start)):
-        if target.is_main:
-            start = main_first_chunk(heap.start, heap.start + heap.size_bytes, sbrk_base)
-            limit = heap.start + heap.size_bytes
-        else:
-            start = subheap_first_chunk(state.address, heap, first_heap)
-            limit = heap.start + heap.mprotect_bytes
+        start = first_chunk(state, heap, heaps, target.is_main, sbrk_base)
+        limit = heap.start + (heap.size_bytes if target.is_main else heap.mprotect_bytes)
         walk = HeapWalk(
             mem,
             ChunkRef(target.number, index, heap.pages),

@@ -161,7 +161,7 @@ def sweep_lists(
     for index, heap in enumerate(sorted(heaps, key=lambda h: h.start)):
         if heap.pages is None:
             return "a heap's residency could not be read"
-        start = _first_chunk(state, heap, heaps, is_main, sbrk_base)
+        start = first_chunk(state, heap, heaps, is_main, sbrk_base)
         limit = heap.start + (heap.size_bytes if is_main else heap.mprotect_bytes)
         at = start
         walk = HeapWalk(
@@ -327,7 +327,7 @@ def _top(mem: MemoryReader, address: int) -> int | None:
     return state.top if state is not None else None
 
 
-def _first_chunk(
+def first_chunk(
     state: ArenaState, heap: Heap, heaps: Sequence[Heap], is_main: bool, sbrk_base: int | None
 ) -> int:
     """Where the chunks of ``heap`` begin: in the main heap, at ``sbrk_base`` where it lies
