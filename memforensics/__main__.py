@@ -7,7 +7,14 @@ methods' code taken from this user's cache (sources/files/code_cache.py), and wh
 out from a file's bytes (a libc's symbols) kept there too (sources/files/digest_cache.py).
 """
 
+import os
 import sys
+
+# numpy (imported by the reads of long lists, the proof and the pins) loads OpenBLAS, whose
+# worker threads spin for ~0.1 s of CPU after loading; memforensics makes no BLAS call, and
+# on a small machine that spin takes a CPU from the read's copies and the target's threads.
+# Set before anything imports numpy; a value the user set is kept.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from memforensics.entry import early
 
