@@ -42,12 +42,15 @@ Examples:
   memforensics inspect --core core.4242       the same report from a core file
 \b
 By default no gdb is used and no code runs in the target: malloc_info's document
-is rebuilt from the target's memory, each arena read in a stop of a few ms
+is rebuilt from the target's memory, each arena read in stops of a few ms
 (ptrace seize and interrupt; nothing is written), as the target's glibc prints
-it, and the residency is that same read. Where the read is refused (a glibc it
-does not know, an arena locked at every stop), gdb calls malloc_info at a safe
-point (a thread outside malloc/free) and stderr says so. The report says how
-long the target was stopped ("paused 14 ms").
+it, and the residency is that same read. Only where that read is impossible (a
+glibc it does not know, more free chunks than it keeps, an arena locked at every
+stop) is the target's own malloc_info called, without gdb, through a frame that
+restores the thread by itself, at a moment no thread is in the allocator, and
+only once the lists no read could follow are proved to close (a corrupt heap:
+exit 8, nothing called); stderr and --json's "fallback" say so (--read-only:
+never). The report says how long the target was stopped ("paused 14 ms").
 """
 
 SAVE_XML_HINT = "choose a writable --save-xml path"
