@@ -105,6 +105,10 @@ class ArenaScan:
     # Of a relayed arena: lists whose chunks lay too far apart to follow were read by a sweep
     # of its heaps (list_sweep), their links checked in our memory.
     swept: bool = False
+    # Of a swept arena: its lists moved between the sweep's stops (threads busy in it), and
+    # it was swept again in one stop of every thread (its figures that one moment's; that
+    # stop as long as the walk of its heaps).
+    swept_in_one_stop: bool = False
     # Of an arena refused as lists too long: why its read in relays (or its sweep) gave up,
     # in a few words; None where it was not tried.
     relay_gave_up: str | None = None
@@ -171,3 +175,4 @@ class ReadOnlyRead:
     # Arenas whose lists were swept (ArenaScan.swept): live, of the relayed ones; a core's
     # lists past what its walk keeps are swept with no relay.
     swept_arenas: int = 0
+    swept_in_one_stop_arenas: int = 0  # of those, swept in one stop (ArenaScan's)

@@ -63,6 +63,7 @@ def inspection_document(result: Inspection) -> dict[str, Any]:
             "relayed_arenas": read.relayed_arenas,
             "relay_stops": read.relay_stops,
             "swept_arenas": read.swept_arenas,
+            "swept_in_one_stop_arenas": read.swept_in_one_stop_arenas,
         }
     )
     return document

@@ -882,25 +882,60 @@ def test_a_list_read_in_relays_or_swept_forecasts_what_trim_releases(order: str)
 
 
 @pytest.mark.slow
-def test_a_busy_arena_of_two_million_free_chunks_is_never_called_corrupt() -> None:
+def test_a_busy_arena_of_two_million_free_chunks_is_read_in_one_stop_never_called() -> None:
     """The 2-million-chunk list with a thread churning small blocks in the same arena
     (arena_max=1): its first mallocs sort the list into the small bins, then it takes from
     them and gives back. The lists change between any two stops: the relay restarts, and the
-    sweep finds links that disagree and looks at them again in a stop; a chunk whose links
-    agree there, or that is in use now, is the heap moving, not a corruption (before, a read
-    of this target reported "free list inconsistent while held" and exited 8). No figure
-    is then to be had from memory: the default stands in with the self-restoring malloc_info
-    call and says why (the relay's and the sweep's reasons, or the arena's lock, which the
-    churning thread often holds). The target runs on untraced."""
+    sweep sees the bins' heads move at its first windows (before, a read of this target
+    reported "free list inconsistent while held" and exited 8, and later the default stood
+    in with the malloc_info call). The arena is then swept in one stop of every thread: its
+    figures are read from memory, with no call (`--read-only` too), the free chunks those
+    the target freed (2,000,000 of 144-272 bytes, give or take what the churning thread
+    holds: its ring of 512), and the stop the read names as its longest is that sweep's.
+    The target runs on untraced."""
     with _unsorted_in_cgroup(
         "busy-2m", "4000000", env={"SEEDS_UNSORTED_BUSY": "1"}, arena_max=1
     ) as pid:
-        for _ in range(2):
-            document, stderr = _inspect(pid)
-            assert document["schema"] == "memforensics/heap/1", stderr
-            stood_in = document["fallback"]
-            if stood_in is not None:  # (its reason: the relay's and the sweep's, or a lock)
-                reason = stood_in["reason"]
-                assert "read in relays, given up" in reason or "locked" in reason, stood_in
-                assert "by calling its malloc_info" in stderr, stderr
+        for extra in ((), ("--read-only",)):
+            document, stderr = _inspect(pid, *extra)
+            assert document["fallback"] is None, (document["fallback"], stderr)
+            read = document["read_only"]
+            assert read["swept_in_one_stop_arenas"] == 1, read
+            assert read["swept_arenas"] == 1, read
+            assert "swept in one stop" in document["safe_point"], document["safe_point"]
+            totals = document["totals"]
+            assert abs(totals["rest_chunks"] - 2_000_000) <= 2 * 512, totals
+            assert 2_000_000 * 144 <= totals["rest_bytes"] <= 2_000_000 * 272, totals
         _assert_running(pid)
+
+
+@pytest.mark.slow
+def test_lists_seen_moving_are_swept_in_one_stop_as_the_targets_own_malloc_info(
+    release: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one-stop sweep's figures, against the target's own malloc_info: the scattered
+    2-million-chunk list of an idle target, its sweep in several stops made to say the lists
+    moved (as a busy arena's does), so that the arena is swept again in one stop of every
+    thread. The document equals the target's own malloc_info byte for byte, on each glibc."""
+    from memforensics.entry.readers.memory import inspect_read_only
+    from memforensics.sources.glibc import list_sweep
+    from tests.support.targets import started_in_cgroup
+
+    seen: list[int] = []
+
+    def moved(*args: object, **kwargs: object) -> str:
+        seen.append(1)
+        return list_sweep.MOVED_WHY
+
+    monkeypatch.setattr(list_sweep, "sweep_lists", moved)
+    binary = build_target(release, "seeds_heap")
+    own = tmp_path / "own.xml"
+    argv = command(release, binary, ["unsorted", "4000000", "scattered", str(own)])
+    with started_in_cgroup(
+        argv, group_name="memforensics-test-one-stop", limit_bytes=2 << 30, arena_max=2
+    ) as pid:
+        inspection = inspect_read_only(pid, timeout_seconds=60)
+        _assert_running(pid)
+    assert seen, "the sweep in several stops was not reached"
+    assert inspection.capture.xml == own.read_bytes()
+    assert "swept in one stop" in inspection.capture.safe_point

@@ -331,13 +331,51 @@ def test_a_kill_inside_the_proof_before_the_stand_in_call_leaves_the_target_whol
         # found no hold that long is tried again at half the time.
         proof_ms = int(re.search(r"walked in (\d+) ms", document["safe_point"]).group(1))  # type: ignore[union-attr]
         inspect = [*MEMFORENSICS, "inspect", "--json", str(pid)]
-        for share in (0.1, 0.35, 0.6):
-            held_seconds = max(0.03, share * proof_ms / 1000)
-            while not _kill_side_inside_a_hold(inspect, pid, held_seconds):
-                assert held_seconds > 0.03, "no hold of every thread as long as the read's stops"
-                held_seconds = max(0.03, held_seconds / 2)
+        for held_seconds in _kills_inside_a_hold(inspect, pid, proof_ms / 1000):
             _left_running(pid, f"inspect killed {held_seconds} s into the proof")
             with open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
                 mem.seek(main_arena)
                 assert int.from_bytes(mem.read(4), "little") == 0, "main_arena's lock is held"
             assert Path(f"/proc/{pid}/maps").read_text() == maps
+
+
+def _kills_inside_a_hold(argv: list[str], pid: int, hold_seconds: float) -> Iterator[float]:
+    """``argv``'s whole side SIGKILLed 10, 35 and 60 % of the way into a hold of every thread
+    of ``pid`` that lasts ``hold_seconds`` in a whole run; yields how far in each kill came,
+    once it has. A hold's length varies with the machine's load: a kill that found no hold
+    that long is tried again at half the time (never under 30 ms: the read's own stops)."""
+    for share in (0.1, 0.35, 0.6):
+        held_seconds = max(0.03, share * hold_seconds)
+        while not _kill_side_inside_a_hold(argv, pid, held_seconds):
+            assert held_seconds > 0.03, "no hold of every thread as long as the read's stops"
+            held_seconds = max(0.03, held_seconds / 2)
+        yield held_seconds
+
+
+def test_a_kill_inside_a_sweep_in_one_stop_leaves_the_busy_target_running() -> None:
+    """2 million scattered unsorted chunks and a thread churning in the same arena: its lists
+    move between the sweep's stops, and the read sweeps the arena in one stop of every thread
+    (a few hundred ms here). The whole side SIGKILLed 10, 35 and 60 % of the way into that
+    stop (by its length in a whole run): each time the target lives on, untraced and running,
+    and a read after the kills is whole (from memory, no call)."""
+    from tests.support.targets import started_in_cgroup
+
+    argv = [str(compile_target("seeds_heap")), "unsorted", "4000000"]
+    with started_in_cgroup(
+        argv,
+        group_name="memforensics-test-killed-one-stop",
+        limit_bytes=2 << 30,
+        arena_max=1,
+        env={"SEEDS_UNSORTED_BUSY": "1"},
+    ) as pid:
+        inspect = [*MEMFORENSICS, "inspect", "--json", str(pid)]
+        whole = subprocess.run(inspect, capture_output=True, text=True, timeout=180, check=False)
+        assert whole.returncode == 0, whole.stderr
+        read = json.loads(whole.stdout)["read_only"]
+        assert read["swept_in_one_stop_arenas"] == 1, read
+        for held_seconds in _kills_inside_a_hold(inspect, pid, read["longest_stop_seconds"]):
+            _left_running(pid, f"inspect killed {held_seconds} s into the sweep's one stop")
+        again = subprocess.run(inspect, capture_output=True, text=True, timeout=180, check=False)
+        assert again.returncode == 0, again.stderr
+        assert json.loads(again.stdout)["fallback"] is None
+        _left_running(pid, "a whole inspect after the kills")

@@ -247,6 +247,7 @@ def _inspect(
         relayed_arenas=sum(bool(arena.relay_stops) for arena in scan.arenas),
         relay_stops=sum(arena.relay_stops for arena in scan.arenas),
         swept_arenas=sum(arena.swept for arena in scan.arenas),
+        swept_in_one_stop_arenas=sum(arena.swept_in_one_stop for arena in scan.arenas),
     )
     capture = Capture(
         xml=xml,
@@ -254,7 +255,8 @@ def _inspect(
         safe_point=(
             f"read-only: {read.stops} stop{'s' if read.stops != 1 else ''} of every thread, "
             f"longest "
-            f"{read.longest_stop_seconds * 1000:.1f} ms; no gdb, nothing run in the target"
+            f"{read.longest_stop_seconds * 1000:.1f} ms{_one_stop_words(read)}; no gdb, "
+            "nothing run in the target"
         ),
     )
     return Inspection(
@@ -270,3 +272,14 @@ def _inspect(
         picture=picture,
         pins_error=pins_error,
     )
+
+
+def _one_stop_words(read: ReadOnlyRead) -> str:
+    """What the safe point says of the arenas swept in one stop (none: nothing): the long
+    stops, and why they were taken."""
+    count = read.swept_in_one_stop_arenas
+    if not count:
+        return ""
+    if count == 1:
+        return " (an arena swept in one stop: its lists moved between shorter stops)"
+    return f" ({count} arenas swept in one stop each: their lists moved between shorter stops)"

@@ -228,11 +228,224 @@ static PyObject *link_sums(PyObject *self, PyObject *args) {
     return PyLong_FromLong(skipped);
 }
 
+/* chunk_index(at, values, out) -> None: out[i] = the j with at[j] == values[i], -1 where
+ * none (list_sweep._count's node lookup). ``at`` is sorted ascending (the sweep's free
+ * chunks, walked in address order). A table of buckets over [at[0], at[n-1]], about one
+ * chunk a bucket (4 bytes each, ours, sized by n, never by a value read), gives each value
+ * the few entries of ``at`` to look at; the values are taken in batches whose table entries,
+ * then whose entries of ``at``, are prefetched before they are read (a random lookup in a
+ * sorted array of millions is a cache miss at every level otherwise). */
+#define INDEX_BATCH 64
+static PyObject *chunk_index(PyObject *self, PyObject *args) {
+    Py_buffer in_at, in_values, out_index;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*y*w*", &in_at, &in_values, &out_index)) return NULL;
+    const uint64_t *at = in_at.buf, *values = in_values.buf;
+    int32_t *out = out_index.buf;
+    Py_ssize_t n = in_at.len / 8, m = in_values.len / 8;
+    if (out_index.len / 4 < m) m = out_index.len / 4;
+    PyObject *result = NULL;
+    uint32_t *first = NULL;
+    if (n == 0 || n > INT32_MAX) {
+        for (Py_ssize_t i = 0; i < m; i++) out[i] = -1;
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    uint64_t low = at[0], span = at[n - 1] - low;
+    int shift = 0;
+    while (shift < 63 && (span >> shift) >= (uint64_t)n) shift++;
+    uint64_t buckets = (span >> shift) + 1; /* <= n + 1 */
+    first = PyMem_Malloc((size_t)(buckets + 1) * sizeof *first);
+    if (first == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    /* first[b]: the index of the first chunk at or past bucket b's start. */
+    Py_ssize_t j = 0;
+    for (uint64_t b = 0; b < buckets; b++) {
+        uint64_t start = low + (b << shift);
+        while (j < n && at[j] < start) j++;
+        first[b] = (uint32_t)j;
+    }
+    first[buckets] = (uint32_t)n;
+    uint64_t bucket_of[INDEX_BATCH];
+    for (Py_ssize_t base = 0; base < m; base += INDEX_BATCH) {
+        Py_ssize_t count = m - base < INDEX_BATCH ? m - base : INDEX_BATCH;
+        for (Py_ssize_t k = 0; k < count; k++) {
+            uint64_t v = values[base + k];
+            uint64_t b = v >= low && v - low <= span ? (v - low) >> shift : UINT64_MAX;
+            bucket_of[k] = b;
+            if (b != UINT64_MAX) __builtin_prefetch(&first[b]);
+        }
+        for (Py_ssize_t k = 0; k < count; k++) {
+            if (bucket_of[k] != UINT64_MAX) __builtin_prefetch(&at[first[bucket_of[k]]]);
+        }
+        for (Py_ssize_t k = 0; k < count; k++) {
+            uint64_t b = bucket_of[k], v = values[base + k];
+            int32_t found = -1;
+            if (b != UINT64_MAX) {
+                uint32_t lo = first[b], hi = first[b + 1];
+                while (lo < hi) { /* (a bucket holds one chunk or a few: binary all the same) */
+                    uint32_t middle = lo + (hi - lo) / 2;
+                    if (at[middle] < v) lo = middle + 1; else hi = middle;
+                }
+                if (lo < (uint32_t)n && at[lo] == v) found = (int32_t)lo;
+            }
+            out[base + k] = found;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyMem_Free(first);
+    PyBuffer_Release(&in_at);
+    PyBuffer_Release(&in_values);
+    PyBuffer_Release(&out_index);
+    return result;
+}
+
+/* list_bins(nexts, n, out) -> None: over the nodes 0 … total-1 (``n`` free chunks, then the
+ * bin heads) and each node's fd as a node number (nexts, int32; -1: neither), out[i] (int32,
+ * i < n) = the bin (1 + the head's number past n) that following fd from chunk i reaches,
+ * 0 where it reaches none (a link to no node, or a loop that misses every head):
+ * list_sweep._lists' bins. Each node is followed once: a walk marks the nodes it passes,
+ * then gives them all the outcome it came to (a head, a node given one before, a loop back
+ * to its own marks, or a link to no node). Our memory: one int32 a node. */
+static PyObject *list_bins(PyObject *self, PyObject *args) {
+    Py_buffer in_nexts, out_bins;
+    Py_ssize_t n;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*nw*", &in_nexts, &n, &out_bins)) return NULL;
+    const int32_t *nexts = in_nexts.buf;
+    int32_t *out = out_bins.buf;
+    Py_ssize_t total = in_nexts.len / 4;
+    PyObject *result = NULL;
+    int32_t *state = NULL;
+    if (n < 0 || n > total || total >= INT32_MAX / 2 || out_bins.len / 4 < n) {
+        PyErr_SetString(PyExc_ValueError, "list_bins: n, nexts and out do not agree");
+        goto done;
+    }
+    state = PyMem_Malloc((size_t)(total ? total : 1) * sizeof *state);
+    if (state == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    /* state: -1 not followed yet; >= 0 its outcome; -(i + 2) marked by the walk from i. */
+    for (Py_ssize_t v = 0; v < total; v++) state[v] = v < n ? -1 : (int32_t)(v - n + 1);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (state[i] != -1) continue;
+        int32_t mark = (int32_t)(-(i + 2)), outcome = 0;
+        Py_ssize_t v = i;
+        for (;;) {
+            int32_t seen = state[v];
+            if (seen >= 0) {
+                outcome = seen;
+                break;
+            }
+            if (seen == mark) break; /* a loop through no head: 0 */
+            state[v] = mark;
+            int32_t next = nexts[v];
+            if (next < 0 || next >= total) break; /* a link to no node: 0 */
+            v = next;
+        }
+        for (v = i; v >= 0 && v < total && state[v] == mark; v = nexts[v]) state[v] = outcome;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) out[i] = state[i];
+    Py_END_ALLOW_THREADS
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyMem_Free(state);
+    PyBuffer_Release(&in_nexts);
+    PyBuffer_Release(&out_bins);
+    return result;
+}
+
+/* free_columns(window, base, addresses, sizes, states, free_state,
+ *              at, raw, fd, bk, foot_ok) -> count
+ * The sweep's columns (list_sweep._Free) of each chunk whose state is free_state, in order:
+ * its address, its size word as stored (flags and all), fd, bk, and whether the word at
+ * address + size (the next chunk's prev_size) repeats its size where the window holds that
+ * word (1 where it does not). The five outputs hold at least as many entries as there are
+ * such chunks (the caller counts them); ValueError where a chunk's first 32 bytes lie outside
+ * the window (the walk emits none such). */
+static PyObject *free_columns(PyObject *self, PyObject *args) {
+    Py_buffer window, in_addresses, in_sizes, in_states, o_at, o_raw, o_fd, o_bk, o_foot;
+    unsigned long long base;
+    int free_state;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*Ky*y*y*iw*w*w*w*w*", &window, &base, &in_addresses,
+                          &in_sizes, &in_states, &free_state, &o_at, &o_raw, &o_fd, &o_bk,
+                          &o_foot))
+        return NULL;
+    const uint64_t *addresses = in_addresses.buf, *sizes = in_sizes.buf;
+    const unsigned char *states = in_states.buf, *bytes = window.buf;
+    uint64_t *at = o_at.buf, *raw = o_raw.buf, *fd = o_fd.buf, *bk = o_bk.buf;
+    unsigned char *foot = o_foot.buf;
+    Py_ssize_t count = in_addresses.len / 8, room = o_at.len / 8;
+    if (in_sizes.len / 8 < count) count = in_sizes.len / 8;
+    if (in_states.len < count) count = in_states.len;
+    if (o_raw.len / 8 < room) room = o_raw.len / 8;
+    if (o_fd.len / 8 < room) room = o_fd.len / 8;
+    if (o_bk.len / 8 < room) room = o_bk.len / 8;
+    if (o_foot.len < room) room = o_foot.len;
+    uint64_t usable = (uint64_t)window.len / 8 * 8;
+    Py_ssize_t kept = 0;
+    const char *error = NULL;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (states[i] != free_state) continue;
+        uint64_t address = addresses[i], offset = address - base, size = sizes[i];
+        if (kept >= room) {
+            error = "free_columns: more free chunks than the outputs hold";
+            break;
+        }
+        if (address < base || offset > usable || usable - offset < 32 || (offset & 7)) {
+            error = "free_columns: a free chunk outside the window";
+            break;
+        }
+        at[kept] = address;
+        memcpy(&raw[kept], bytes + offset + 8, 8);
+        memcpy(&fd[kept], bytes + offset + 16, 8);
+        memcpy(&bk[kept], bytes + offset + 24, 8);
+        uint64_t foot_offset = offset + (size & ~(uint64_t)7), word;
+        foot[kept] = 1;
+        if (foot_offset >= offset && foot_offset <= usable - 8) {
+            memcpy(&word, bytes + foot_offset, 8);
+            foot[kept] = word == size;
+        }
+        kept++;
+    }
+    PyBuffer_Release(&window);
+    PyBuffer_Release(&in_addresses);
+    PyBuffer_Release(&in_sizes);
+    PyBuffer_Release(&in_states);
+    PyBuffer_Release(&o_at);
+    PyBuffer_Release(&o_raw);
+    PyBuffer_Release(&o_fd);
+    PyBuffer_Release(&o_bk);
+    PyBuffer_Release(&o_foot);
+    if (error != NULL) {
+        PyErr_SetString(PyExc_ValueError, error);
+        return NULL;
+    }
+    return PyLong_FromSsize_t(kept);
+}
+
 static PyMethodDef methods[] = {
     {"link_sums", link_sums, METH_VARARGS,
      "A window's free chunks' keyed link sums, per stretch (list_proof); see the function."},
     {"headers", headers, METH_VARARGS,
      "Walk one window's chunk headers: (at, count, stop); see the module."},
+    {"chunk_index", chunk_index, METH_VARARGS,
+     "Each value's index in a sorted array of chunk addresses (-1: none); see the function."},
+    {"list_bins", list_bins, METH_VARARGS,
+     "Each free chunk's bin, as following fd from it reaches a head (0: none); see it."},
+    {"free_columns", free_columns, METH_VARARGS,
+     "A window's free chunks' address, size word, fd, bk and footer check; see it."},
     {"first_words", first_words, METH_VARARGS,
      "Each chunk's first data word out of a window copy (0 outside it)."},
     {NULL, NULL, 0, NULL},

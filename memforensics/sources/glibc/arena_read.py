@@ -202,7 +202,12 @@ def relayed_scan(
         relayed.pages_read * mem.page_bytes,
         scouted,
     )
-    return replace(scan, relay_stops=relayed.stops, swept=relayed.swept)
+    return replace(
+        scan,
+        relay_stops=relayed.stops,
+        swept=relayed.swept,
+        swept_in_one_stop=relayed.one_stop,
+    )
 
 
 def merge_parts(scans: Sequence[ArenaScan]) -> ArenaScan:

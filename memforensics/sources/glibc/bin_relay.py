@@ -58,7 +58,7 @@ from memforensics.sources.proc.cpu_quota import WorkDeadline, stop_reading_secon
 from memforensics.sources.proc.procmem import MemoryReader, PageMap, ProcessMemoryReader
 
 if TYPE_CHECKING:  # (list_sweep imports numpy: imported where a sweep runs)
-    from memforensics.sources.glibc.list_sweep import SweepResult
+    from memforensics.sources.glibc.list_sweep import SweepResult, WalkedLists
 
 _native = optional_native("memforensics.sources.glibc._chunkwalk")
 
@@ -129,6 +129,7 @@ class RelayRead:
         self.stops = 0
         self.pages_read = 0
         self.swept = False  # its lists were read by a sweep of its heaps (list_sweep)
+        self.one_stop = False  # ... in one stop of every thread (its lists moved between stops)
         self.gave_up: str | None = None  # with no walk: why the relay (or sweep) gave up
 
 
@@ -178,6 +179,9 @@ def relay_arena(
         if relay.scattered:
             read_progress.detail(mem.pid, "long lists: sweeping the heaps")
             relay.sweep(hold)
+        if relay.read.walk is None and relay.moved and not deadline.passed():
+            read_progress.detail(mem.pid, "long lists, moving: sweeping the heaps in one stop")
+            relay.sweep_in_one_stop(hold)
         read_progress.detail(mem.pid, "")
         read = relay.read
         if read.walk is None and read.gave_up is None:
@@ -202,14 +206,44 @@ def sweep_still_arena(
     more pages than its walk keeps: its fastbins and top read by the ordinary walk, every
     list bin by a sweep of ``heaps`` (with their pages; list_sweep, with no stop to make). Its
     ``walk`` is None where the sweep could not read them (``gave_up`` says why)."""
-    from memforensics.sources.glibc.list_sweep import sweep_lists  # (numpy: see _Relay.sweep)
+    from memforensics.sources.glibc.list_sweep import count_lists  # (numpy: see _Relay.sweep)
 
     read = RelayRead()
     read.state, read.heaps = state, heaps
-    walk = fastbins_and_top(mem, heaps, state, is_main, deadline.at(), copy_max_bytes)
-    walk.part = None
-    bins = nonempty_bins(state, 1)
-    swept = sweep_lists(
+    walk, bins, walked = _swept_whole(
+        mem, state, heaps, None, is_main, deadline, sbrk_base, copy_max_bytes, held=False
+    )
+    swept = walked if isinstance(walked, str) else count_lists(mem, StillMemory(), walked)
+    _take_sweep(read, walk, state, bins, swept)
+    return read
+
+
+def _swept_whole(
+    mem: MemoryReader,
+    state: ArenaState,
+    heaps: list[Heap],
+    part: tuple[int, int] | None,
+    is_main: bool,
+    deadline: WorkDeadline,
+    sbrk_base: int | None,
+    copy_max_bytes: int | None,
+    *,
+    held: bool,
+) -> tuple[ArenaWalk, list[int], WalkedLists | str]:
+    """In memory that does not move while this runs (a core's; every thread held, with
+    ``held``): the fastbins and the top by the ordinary walk (where ``part``, bins [first,
+    last], has them: first 0; None: the whole arena), and the walk of a sweep of the part's
+    non-empty list bins (list_sweep.walk_lists), to be counted."""
+    from memforensics.sources.glibc.list_sweep import walk_lists
+
+    first, last = part or (0, glibc.NBINS - 1)
+    if first == 0:
+        walk = fastbins_and_top(mem, heaps, state, is_main, deadline.at(), copy_max_bytes)
+    else:  # (a part without the fastbins has none: the first part's are the arena's)
+        walk = ArenaWalk(fastbin_chunks=())
+    walk.part = part
+    bins = [i for i in nonempty_bins(state, max(first, 1)) if i <= last]
+    walked = walk_lists(
         mem,
         StillMemory(),
         state,
@@ -218,14 +252,26 @@ def sweep_still_arena(
         is_main=is_main,
         deadline=deadline,
         sbrk_base=sbrk_base,
+        held=held,
     )
+    return walk, bins, walked
+
+
+def _take_sweep(
+    read: RelayRead,
+    walk: ArenaWalk,
+    state: ArenaState,
+    bins: list[int],
+    swept: SweepResult | str,
+) -> None:
+    """A whole sweep's outcome into ``read``: its walk (the fastbins and top with the swept
+    bins), or why it gave up."""
     if isinstance(swept, str):
         read.gave_up = f"swept, but {swept}"
-        return read
+        return
     _merge_swept(walk, {i: _List(i, bin_head(state, i)) for i in bins}, swept)
     walk.unmeasured_bins.sort()
     read.walk, read.swept = walk, True
-    return read
 
 
 class _Relay:
@@ -264,6 +310,9 @@ class _Relay:
         self.read = RelayRead()
         self.over = False  # read (``read.walk``), or given up
         self.scattered = False  # given up on as scattered: to be swept (list_sweep)
+        # Given up because the lists moved between stops (threads busy in the arena): to be
+        # swept in one stop (sweep_in_one_stop).
+        self.moved = False
         # (Chunks followed, pages read) by the end of the first stop, where that stop did not
         # find the lists scattered: _scattered judges the stops after it.
         self.after_first: tuple[int, int] | None = None
@@ -321,7 +370,7 @@ class _Relay:
             if outcome is not None:  # (None: its slice of this stop ran out)
                 del self.lists[each.index]
                 if outcome == "gave up":
-                    self.over = True
+                    self.over = self.moved = True
                     read.gave_up = (
                         f"a list changed under its relay {RELAY_RESTARTS + 1} times "
                         "(threads busy in the arena)"
@@ -346,7 +395,7 @@ class _Relay:
         if walk is None or state is None:
             return
         # (Imported here: numpy costs every inspect ~45 ms of start-up, a sweep is rare.)
-        from memforensics.sources.glibc.list_sweep import sweep_lists
+        from memforensics.sources.glibc.list_sweep import MOVED_WHY, sweep_lists
 
         swept = sweep_lists(
             self.mem,
@@ -360,10 +409,64 @@ class _Relay:
         )
         if isinstance(swept, str):
             read.gave_up = f"swept, but {swept}"
+            self.moved = swept == MOVED_WHY
             return
         _merge_swept(walk, self.lists, swept)
         read.walk, read.state, read.swept = walk, state, True
         read.stops += swept.stops
+
+    def sweep_in_one_stop(self, hold: ArenaHold) -> None:
+        """The arena (or part), whose lists moved between stops (threads busy in it), swept
+        in one stop of every thread at a moment it is unlocked (a single-threaded target's
+        thread outside the allocator): its fastbins, top and list bins all read at that one
+        moment, from heaps and residency read in that stop, and counted once the target
+        runs again (a disagreement looked at again in a stop, as any sweep's). That stop
+        lasts the walk of the heaps: the price of reading a busy arena's lists at all
+        rather than calling into them unread. The read stays empty where it cannot be
+        made (``gave_up`` says why)."""
+        from memforensics.sources.glibc.list_sweep import count_lists
+
+        read, mem = self.read, self.mem
+        found: tuple[ArenaState, list[Heap], tuple[ArenaWalk, list[int], WalkedLists | str]]
+        for attempt in range(LOCK_RETRIES + 1):
+            if self.deadline.passed():
+                read.gave_up = "swept in one stop, but the read's time ran out"
+                return
+            with hold.arena(0):
+                state = read_state(mem, self.address)
+                if state is not None and state.mutex == 0 and not hold.in_allocator():
+                    heaps = self.heaps_now(state, True)
+                    found = (
+                        state,
+                        heaps,
+                        _swept_whole(
+                            mem,
+                            state,
+                            heaps,
+                            self.part,
+                            self.is_main,
+                            self.deadline,
+                            self.sbrk_base,
+                            self.copy_max_bytes,
+                            held=True,
+                        ),
+                    )
+                    break
+            if not hold.let_run(attempt):
+                read.gave_up = "swept in one stop, but the arena was locked at every try"
+                return
+        else:
+            read.gave_up = "swept in one stop, but the arena was locked at every try"
+            return
+        hold.release()
+        state, heaps, (walk, bins, walked) = found
+        read.stops += 1
+        read.heaps, read.state = heaps, state
+        swept = walked if isinstance(walked, str) else count_lists(mem, hold, walked)
+        if isinstance(swept, str):
+            swept = f"in one stop, {swept}"
+        _take_sweep(read, walk, state, bins, swept)
+        read.one_stop = read.walk is not None
 
     def _begin(self, state: ArenaState, heaps: list[Heap]) -> ArenaWalk:
         """In the first stop: the heaps' residency (as read before it where they did not

@@ -25,6 +25,10 @@ WINDOW_BYTES = 1 << 20  # one stop reads this much of a heap (plus the tail): ~1
 WINDOW_MAX_BYTES = 16 << 20  # a stop reads at most this much (memforensics' memory bound)
 WINDOW_SECONDS = 0.003  # a stop reads more pieces while it has lasted less than this
 WINDOW_TAIL_BYTES = 4096  # read past a window's end, so a chunk near it shows its first bytes
+# A held walk's window (every thread held for the whole walk: the proof's, a sweep in one
+# stop): copied by two threads, walked and summed while it is in the CPU's cache (windows of
+# 16 MiB were slower: each chunk's words fetched from RAM twice).
+HELD_WINDOW_BYTES = 4 << 20
 _PREV_INUSE = 0x1
 _FENCEPOST_BYTES = 16  # CHUNK_HDR_SZ: sysmalloc closes a sub-heap it leaves with two
 _TCACHE_MAX_CHUNK = 0x410  # the largest chunk tcache holds (64 bins of 16 bytes from 32)

@@ -52,6 +52,7 @@ from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap, heaps_from
 from memforensics.sources.glibc.heap_checks import bin_head, list_check
 from memforensics.sources.glibc.heap_lists import Tcache
 from memforensics.sources.glibc.heap_window import (
+    HELD_WINDOW_BYTES,
     WINDOW_BYTES,
     WINDOW_TAIL_BYTES,
     ChunkRef,
@@ -67,9 +68,6 @@ _FREE = int(ChunkState.FREE)
 # Optional C (the numpy below the fallback, tested against it): a window's link sums.
 _native = optional_native("memforensics.sources.glibc._heapwindow")
 _NBINS = 128
-# A window of the proof's walk: copied (by two threads), walked and summed while it is in the
-# CPU's cache (windows of 16 MiB were slower: each chunk's words fetched from RAM twice).
-HELD_WINDOW_BYTES = 4 << 20
 # Stretches the sums are kept for: two arrays of 8 bytes each, 256 KiB at most (they stay in
 # the CPU's cache: each free chunk adds to one at a random place).
 _MAX_STRETCHES = 1 << 14

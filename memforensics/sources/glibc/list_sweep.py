@@ -33,7 +33,9 @@ Contract:
 from __future__ import annotations
 
 import functools
+from array import array
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
@@ -42,12 +44,14 @@ from memforensics.model import corruption as words
 from memforensics.model import glibc
 from memforensics.model.chunks import ChunkState
 from memforensics.model.corruption import HeapCorruption, bin_name
+from memforensics.sources import optional_native
 from memforensics.sources.glibc.arena_figures import LOCK_RETRIES, ArenaHold, StillMemory
 from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap, parse_state, read_state
 from memforensics.sources.glibc.heap_checks import bin_head, list_check
 from memforensics.sources.glibc.heap_chunks import main_first_chunk, subheap_first_chunk
 from memforensics.sources.glibc.heap_lists import Tcache
 from memforensics.sources.glibc.heap_window import (
+    HELD_WINDOW_BYTES,
     WINDOW_BYTES,
     ChunkRef,
     HeapWalk,
@@ -59,6 +63,7 @@ from memforensics.sources.proc.own_cgroup import memory_headroom_bytes
 from memforensics.sources.proc.procmem import MemoryReader
 
 _FREE = int(ChunkState.FREE)
+_native = optional_native("memforensics.sources.glibc._heapwindow")  # (numpy the fallback)
 # The most free chunks a sweep keeps (33 bytes each, and a few arrays of 4 bytes each while
 # counting): past it the sweep gives up (our memory, issue 31: 256 MiB at any heap size).
 SWEEP_MAX_CHUNKS = 3_000_000
@@ -87,6 +92,19 @@ class _Free:
         sizes: Sequence[int],
         states: bytes | bytearray,
     ) -> None:
+        if _native is not None:  # (the columns in C; numpy below, the fallback)
+            kept = states.count(_FREE)
+            if not kept:
+                return
+            columns = [np.empty(kept, dtype=np.uint64) for _ in range(4)]
+            foot = np.empty(kept, dtype=bool)
+            wanted = addresses if isinstance(addresses, array) else array("Q", addresses)
+            lengths = sizes if isinstance(sizes, array) else array("Q", sizes)
+            kept = _native.free_columns(view, base, wanted, lengths, states, _FREE, *columns, foot)
+            for column, values in zip(self.columns, (*columns, foot), strict=True):
+                column.append(values[:kept])
+            self.count += kept
+            return
         free = np.frombuffer(bytes(states), dtype=np.uint8) == _FREE
         if not free.any():
             return
@@ -144,18 +162,54 @@ def sweep_lists(
     sbrk_base: int | None = None,
 ) -> SweepResult | str:
     """The list bins ``bins`` of the arena of ``state`` (its heaps ``heaps``, as read in a
-    stop, with their residency), read by a sweep (see the module); the bins' heads are read
-    again in a stop once the heaps are walked. Where the sweep could not read them, why, in a
-    few words: a heap walk cut short (a page not in RAM, the read's time, more free chunks
-    than it keeps), the arena locked at every try, or a heap that moved under it.
+    stop, with their residency), read by a sweep (see the module): walk_lists, then
+    count_lists. Where the sweep could not read them, why, in a few words: a heap walk cut
+    short (a page not in RAM, the read's time, more free chunks than it keeps), the arena
+    locked at every try, or a heap that moved under it (MOVED_WHY).
     ``sbrk_base``: where the main arena's first sbrk began (mp_'s; a program run through
     ld.so finds its break moved by the loader's own sbrk)."""
+    walked = walk_lists(
+        mem, hold, state, heaps, bins, is_main=is_main, deadline=deadline, sbrk_base=sbrk_base
+    )
+    return walked if isinstance(walked, str) else count_lists(mem, hold, walked)
+
+
+@dataclass
+class WalkedLists:
+    """What a sweep's walk of the heaps kept, for count_lists: the free chunks' columns, the
+    arena's bin heads as read once the heaps were walked, and the stops so far."""
+
+    state: ArenaState
+    heaps: Sequence[Heap]
+    bins: Sequence[int]
+    free: tuple[np.ndarray, ...]
+    result: SweepResult
+
+
+def walk_lists(
+    mem: MemoryReader,
+    hold: ArenaHold,
+    state: ArenaState,
+    heaps: Sequence[Heap],
+    bins: Sequence[int],
+    *,
+    is_main: bool,
+    deadline: WorkDeadline,
+    sbrk_base: int | None = None,
+    held: bool = False,
+) -> WalkedLists | str:
+    """The sweep's walk of the heaps (sweep_lists' arguments and refusals), each window in a
+    stop of ``hold``, the bins' heads read again in a stop after the last. ``held``: every
+    thread is held for the whole walk by the caller (``hold`` a StillMemory then): its
+    windows are HeapWalk's held ones, and a header that fails is not read again (nothing
+    moved)."""
     free = _Free()
     result = SweepResult()
     headroom_bytes = memory_headroom_bytes()
     max_chunks = sweep_max_chunks(headroom_bytes)
     list_heads = _heads(state, bins)
     window_max_bytes = window_bytes_within(headroom_bytes)
+    window_max_bytes = min(window_max_bytes, HELD_WINDOW_BYTES) if held else window_max_bytes
     buffer = window_buffer(window_max_bytes)
     walked, total_bytes = 0, sum(h.size_bytes for h in heaps)
     for index, heap in enumerate(sorted(heaps, key=lambda h: h.start)):
@@ -174,9 +228,10 @@ def sweep_lists(
             Tcache(keys=set(), structs=set()),
             free.visit,
             keep=False,
-            retry=True,
+            retry=not held,
             buffer=buffer,
             window_max_bytes=window_max_bytes,
+            held=held,
         )
         arena_words: list[bytes | None] = []  # the malloc_state as each window's stop read it
         while not walk.done:
@@ -201,7 +256,7 @@ def sweep_lists(
                 # A list it sweeps gained or lost a chunk at an end: the chunks read in
                 # other windows then disagree with it, and a disagreement not found again
                 # in a stop ends the sweep anyway (after the whole heap).
-                return _MOVED_WHY
+                return MOVED_WHY
             if window is None:
                 break
             walk.walk_window(*window)
@@ -209,8 +264,8 @@ def sweep_lists(
             if walk.stop_check is None:  # a header on a page not in RAM when the heap was read
                 return _absent_why(mem, walk)
             if not _still(arena_words):
-                return _MOVED_WHY
-            return _broken_header(state, walk, result)
+                return MOVED_WHY
+            return WalkedLists(state, heaps, bins, (), _broken_header(state, walk, result))
     state_words = _in_a_stop(
         hold, mem, state.address, lambda: mem.read(state.address, glibc.STATE_BYTES)
     )
@@ -219,14 +274,23 @@ def sweep_lists(
         return _LOCKED_WHY
     result.arena_words.add(state_words)
     heads = parse_state(state.address, state_words)
-    return _count(mem, hold, heads, heaps, bins, free.arrays(), result)
+    return WalkedLists(heads, heaps, bins, free.arrays(), result)
+
+
+def count_lists(mem: MemoryReader, hold: ArenaHold, walked: WalkedLists) -> SweepResult | str:
+    """The lists of ``walked`` checked and counted (the module's contract); a disagreement
+    is looked at again in a stop of ``hold`` (a corruption where it holds there, else
+    MOVED_WHY)."""
+    if walked.result.corruption:  # (a header that failed on a heap that did not move)
+        return walked.result
+    return _count(mem, hold, walked.state, walked.heaps, walked.bins, walked.free, walked.result)
 
 
 _LOCKED = object()
 _LOCKED_WHY = "the arena was locked at every try"
 
 
-_MOVED_WHY = "its lists changed between the sweep's stops (threads busy in it)"
+MOVED_WHY = "its lists changed between the sweep's stops (threads busy in it)"
 # A header that failed was read, in its last stop, from a chunk boundary the walk trusted
 # since at most the three stops before: where the arena's malloc_state read the same in all
 # of them, the header failed on one heap, not on one caught moving. (A malloc or free that
@@ -265,7 +329,7 @@ def _absent_why(mem: MemoryReader, walk: HeapWalk) -> str:
     page = mem.page_bytes
     at = walk.stopped_at if walk.stopped_at is not None else walk.at
     if mem.pagemap(at // page * page, at // page * page + page).present[:1] == b"\x01":
-        return _MOVED_WHY
+        return MOVED_WHY
     return walk.stop_reason or "its heap's walk stopped"
 
 
@@ -365,12 +429,7 @@ def _count(
     # Nodes: the free chunks 0 … n-1, then the bin heads n … n+126 (int32: n < 2**31).
 
     def node_of(values: np.ndarray) -> np.ndarray:
-        found = np.full(len(values), -1, dtype=np.int32)
-        if n:
-            position = np.minimum(np.searchsorted(at, values), n - 1)
-            hit = at[position] == values
-            found[hit] = position[hit]
-            del position, hit
+        found = _chunk_index(at, values)
         position = np.minimum(np.searchsorted(sorted_heads, values), len(heads) - 1)
         hit = sorted_heads[position] == values
         found[hit] = n + head_order[position[hit]]
@@ -416,6 +475,21 @@ def _count(
 
 
 _BLOCK = 1 << 18  # chunks a temporary array covers at most
+
+
+def _chunk_index(at: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Each value's index in ``at`` (sorted), -1 where it is none of them (int32): in C
+    where built (a bucket table and prefetching: a lookup per value in millions of chunks
+    is otherwise a cache miss at each level of a binary search), else numpy's search."""
+    found = np.full(len(values), -1, dtype=np.int32)
+    if _native is not None:
+        _native.chunk_index(np.ascontiguousarray(at), np.ascontiguousarray(values), found)
+        return found
+    if len(at):
+        position = np.minimum(np.searchsorted(at, values), len(at) - 1)
+        hit = at[position] == values
+        found[hit] = position[hit]
+    return found
 
 
 def _bin_figures(
@@ -505,8 +579,13 @@ def _lists(nexts: np.ndarray, prevs: np.ndarray, n: int) -> tuple[np.ndarray, np
     both = np.flatnonzero(linked).astype(np.int32)
     linked[both] = (prevs[nexts[both]] == both) & (nexts[prevs[both]] == both)
     del both, prevs
-    # Each node's list: follow fd until a head (heads stay put), doubling the stride. (By fd
-    # alone: a chunk whose bk is wrong still names the bin its list leads to.)
+    # Each node's list: follow fd until a head (by fd alone: a chunk whose bk is wrong still
+    # names the bin its list leads to). In C, each node once; else numpy, doubling the
+    # stride (heads stay put).
+    if _native is not None:
+        bins = np.zeros(n, dtype=np.int32)
+        _native.list_bins(np.ascontiguousarray(nexts, dtype=np.int32), n, bins)
+        return linked, bins
     reach = np.where(nexts >= 0, nexts, np.arange(total, dtype=np.int32)).astype(np.int32)
     del nexts
     reach[n:] = np.arange(n, total, dtype=np.int32)
@@ -530,7 +609,7 @@ def _confirm(
 ) -> SweepResult | str:
     """A chunk (or bin head) the sweep found inconsistent, looked at again in one stop with
     the arena unlocked: still so there, a corruption (the heap's words, in glibc's terms);
-    else the heap moved between the windows (why, _MOVED_WHY)."""
+    else the heap moved between the windows (why, MOVED_WHY)."""
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         chunk, was = int(at[i]), (int(raw[i]), int(fd[i]), int(bk[i]))
@@ -553,7 +632,7 @@ def _confirm(
     if found is _LOCKED:
         return _LOCKED_WHY
     if not isinstance(found, HeapCorruption):
-        return _MOVED_WHY
+        return MOVED_WHY
     result.corruption.append(
         HeapCorruption(state.address, found.bin, found.chunk_address, found.check, found.detail)
     )
