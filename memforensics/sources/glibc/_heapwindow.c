@@ -311,9 +311,79 @@ done:
  * bin heads) and each node's fd as a node number (nexts, int32; -1: neither), out[i] (int32,
  * i < n) = the bin (1 + the head's number past n) that following fd from chunk i reaches,
  * 0 where it reaches none (a link to no node, or a loop that misses every head):
- * list_sweep._lists' bins. Each node is followed once: a walk marks the nodes it passes,
- * then gives them all the outcome it came to (a head, a node given one before, a loop back
- * to its own marks, or a link to no node). Our memory: one int32 a node. */
+ * list_sweep._lists' bins. Our memory: one int32 a node, and a few per walker.
+ *
+ * Following a list is a chain of cache misses (each fd a random place in millions of
+ * nodes), and one list may hold them all. So the lists are cut at up to SPLITTERS chunks
+ * spread over the index range, and a walker follows each piece at once, round by round,
+ * the next node of each prefetched a round ahead: a walker marks the nodes it passes and
+ * stops where it meets a head, a node marked by a walker (its own: a loop), or a link to no
+ * node. What each piece leads to is then resolved over the walkers alone, and every marked
+ * node given its piece's bin. The chunks no walker passed (lists holding no splitter, and
+ * chunks leading into a list from outside it) are followed one by one, each walk stopping
+ * at the first node whose bin is known. */
+#define SPLITTERS 1024
+enum { UNSEEN = -1 };
+#define MARK(k) ((int32_t)(-(k) - 2)) /* a node passed by walker k (k >= 0) */
+#define MARKER(state) ((Py_ssize_t)(-(state) - 2))
+static void follow_pieces(const int32_t *nexts, int32_t *state, Py_ssize_t n, Py_ssize_t total) {
+    Py_ssize_t walkers = n < SPLITTERS ? n : SPLITTERS;
+    if (walkers == 0) return;
+    int32_t cursor[SPLITTERS], leads[SPLITTERS], bins[SPLITTERS];
+    Py_ssize_t active[SPLITTERS], live = 0;
+    /* leads[k] >= 0: the bin piece k reaches (0: none); <= -2: MARK(j), it runs into piece
+     * j. */
+    for (Py_ssize_t k = 0; k < walkers; k++) {
+        Py_ssize_t start = (Py_ssize_t)((int64_t)k * n / walkers);
+        state[start] = MARK(k);
+        int32_t next = nexts[start];
+        cursor[k] = next;
+        leads[k] = 0;
+        if (next >= 0 && next < total) {
+            __builtin_prefetch(&state[next]);
+            __builtin_prefetch(&nexts[next]);
+            active[live++] = k;
+        }
+    }
+    while (live > 0) {
+        Py_ssize_t still = 0;
+        for (Py_ssize_t a = 0; a < live; a++) {
+            Py_ssize_t k = active[a];
+            int32_t v = cursor[k], seen = state[v];
+            if (seen >= 0) {
+                leads[k] = seen; /* a head's bin, or a node given its bin */
+                continue;
+            }
+            if (seen != UNSEEN) {
+                leads[k] = MARKER(seen) == k ? 0 : seen; /* its own mark: a loop, no head */
+                continue;
+            }
+            state[v] = MARK(k);
+            int32_t next = nexts[v];
+            if (next < 0 || next >= total) continue; /* a link to no node: 0 */
+            cursor[k] = next;
+            __builtin_prefetch(&state[next]);
+            __builtin_prefetch(&nexts[next]);
+            active[still++] = k;
+        }
+        live = still;
+    }
+    /* Each piece's bin: follow leads from piece to piece (a cycle of pieces: 0). */
+    for (Py_ssize_t k = 0; k < walkers; k++) bins[k] = UNSEEN;
+    for (Py_ssize_t k = 0; k < walkers; k++) {
+        Py_ssize_t j = k, steps = 0;
+        while (leads[j] < 0 && bins[j] == UNSEEN && steps++ <= walkers) j = MARKER(leads[j]);
+        int32_t bin = bins[j] != UNSEEN ? bins[j] : leads[j] >= 0 ? leads[j] : 0;
+        for (j = k, steps = 0; bins[j] == UNSEEN && steps++ <= walkers;) {
+            bins[j] = bin;
+            if (leads[j] >= 0) break;
+            j = MARKER(leads[j]);
+        }
+    }
+    for (Py_ssize_t v = 0; v < n; v++)
+        if (state[v] <= -2) state[v] = bins[MARKER(state[v])];
+}
+
 static PyObject *list_bins(PyObject *self, PyObject *args) {
     Py_buffer in_nexts, out_bins;
     Py_ssize_t n;
@@ -334,11 +404,13 @@ static PyObject *list_bins(PyObject *self, PyObject *args) {
         goto done;
     }
     Py_BEGIN_ALLOW_THREADS
-    /* state: -1 not followed yet; >= 0 its outcome; -(i + 2) marked by the walk from i. */
-    for (Py_ssize_t v = 0; v < total; v++) state[v] = v < n ? -1 : (int32_t)(v - n + 1);
+    /* state: UNSEEN not followed yet; >= 0 its bin (0: none); MARK(i) passed by a walk. */
+    for (Py_ssize_t v = 0; v < total; v++) state[v] = v < n ? UNSEEN : (int32_t)(v - n + 1);
+    follow_pieces(nexts, state, n, total);
+    /* The rest one by one (walker marks reused: MARK(i) of chunk i's own walk). */
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (state[i] != -1) continue;
-        int32_t mark = (int32_t)(-(i + 2)), outcome = 0;
+        if (state[i] != UNSEEN) continue;
+        int32_t mark = MARK(i), outcome = 0;
         Py_ssize_t v = i;
         for (;;) {
             int32_t seen = state[v];
