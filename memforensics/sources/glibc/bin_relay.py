@@ -75,6 +75,7 @@ RELAY_CACHE_BLOCKS = 64  # 4 MiB of pages read in one stop, forgotten at the nex
 # One budget for all the relays of a read: a target of many such arenas waits no longer.
 RELAY_BUDGET_SECONDS = 15.0
 _MADV_POPULATE_WRITE = 23  # linux/mman.h (5.14+)
+_LOCKED_WHY = "the arena was locked at every try"
 # A relay reading more than this many pages per chunk followed (past _SCATTERED_MIN_PAGES)
 # follows a list whose chunks lie apart (a block read for each): it stops, and the lists not
 # finished are swept (list_sweep). A list in address order reads ~0.1 page a chunk; one
@@ -170,7 +171,7 @@ def relay_arena(
             read_progress.detail(mem.pid, relay.progress())
             if busy:
                 if locked >= LOCK_RETRIES or not hold.let_run(locked):
-                    relay.read.gave_up = "the arena was locked at every try"
+                    relay.read.gave_up = _LOCKED_WHY
                     break
                 locked += 1
             elif not relay.over:
@@ -263,11 +264,12 @@ def _take_sweep(
     state: ArenaState,
     bins: list[int],
     swept: SweepResult | str,
+    how: str = "swept",
 ) -> None:
     """A whole sweep's outcome into ``read``: its walk (the fastbins and top with the swept
-    bins), or why it gave up."""
+    bins), or why it gave up (``how`` it was swept, then why)."""
     if isinstance(swept, str):
-        read.gave_up = f"swept, but {swept}"
+        read.gave_up = f"{how}, but {swept}"
         return
     _merge_swept(walk, {i: _List(i, bin_head(state, i)) for i in bins}, swept)
     walk.unmeasured_bins.sort()
@@ -426,47 +428,48 @@ class _Relay:
         made (``gave_up`` says why)."""
         from memforensics.sources.glibc.list_sweep import count_lists
 
-        read, mem = self.read, self.mem
-        found: tuple[ArenaState, list[Heap], tuple[ArenaWalk, list[int], WalkedLists | str]]
-        for attempt in range(LOCK_RETRIES + 1):
-            if self.deadline.passed():
-                read.gave_up = "swept in one stop, but the read's time ran out"
-                return
-            with hold.arena(0):
-                state = read_state(mem, self.address)
-                if state is not None and state.mutex == 0 and not hold.in_allocator():
-                    heaps = self.heaps_now(state, True)
-                    found = (
-                        state,
-                        heaps,
-                        _swept_whole(
-                            mem,
-                            state,
-                            heaps,
-                            self.part,
-                            self.is_main,
-                            self.deadline,
-                            self.sbrk_base,
-                            self.copy_max_bytes,
-                            held=True,
-                        ),
-                    )
-                    break
-            if not hold.let_run(attempt):
-                read.gave_up = "swept in one stop, but the arena was locked at every try"
-                return
-        else:
-            read.gave_up = "swept in one stop, but the arena was locked at every try"
+        read = self.read
+        found = self._held_sweep(hold)
+        if found is None:
+            why = "the read's time ran out" if self.deadline.passed() else _LOCKED_WHY
+            read.gave_up = f"swept in one stop, but {why}"
             return
         hold.release()
         state, heaps, (walk, bins, walked) = found
         read.stops += 1
         read.heaps, read.state = heaps, state
-        swept = walked if isinstance(walked, str) else count_lists(mem, hold, walked)
-        if isinstance(swept, str):
-            swept = f"in one stop, {swept}"
-        _take_sweep(read, walk, state, bins, swept)
+        swept = walked if isinstance(walked, str) else count_lists(self.mem, hold, walked)
+        _take_sweep(read, walk, state, bins, swept, how="swept in one stop")
         read.one_stop = read.walk is not None
+
+    def _held_sweep(
+        self, hold: ArenaHold
+    ) -> tuple[ArenaState, list[Heap], tuple[ArenaWalk, list[int], WalkedLists | str]] | None:
+        """sweep_in_one_stop's stop: at a moment the arena is unlocked, its state, its heaps
+        (with their residency) and _swept_whole of them, all read in that stop; None when it
+        was locked at every try, or the read's time ran out first."""
+        for attempt in range(LOCK_RETRIES + 1):
+            if self.deadline.passed():
+                return None
+            with hold.arena(0):
+                state = read_state(self.mem, self.address)
+                if state is not None and state.mutex == 0 and not hold.in_allocator():
+                    heaps = self.heaps_now(state, True)
+                    whole = _swept_whole(
+                        self.mem,
+                        state,
+                        heaps,
+                        self.part,
+                        self.is_main,
+                        self.deadline,
+                        self.sbrk_base,
+                        self.copy_max_bytes,
+                        held=True,
+                    )
+                    return state, heaps, whole
+            if not hold.let_run(attempt):
+                return None
+        return None
 
     def _begin(self, state: ArenaState, heaps: list[Heap]) -> ArenaWalk:
         """In the first stop: the heaps' residency (as read before it where they did not
