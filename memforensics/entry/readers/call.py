@@ -47,7 +47,12 @@ from memforensics.sources.glibc.called_malloc_info import (
 from memforensics.sources.glibc.glibc_arenas import brk_extent
 from memforensics.sources.glibc.heapmaps import scan_heap
 from memforensics.sources.glibc.libc_elf import LibcImage, load_libc_image
-from memforensics.sources.glibc.list_proof import Proof, ProofTarget, prove_arenas
+from memforensics.sources.glibc.list_proof import (
+    Proof,
+    ProofTarget,
+    proof_buffer,
+    prove_arenas,
+)
 from memforensics.sources.proc import memory_figures, process_facts, procfs
 from memforensics.sources.proc.procfs import pid_alive
 from memforensics.sources.proc.procmaps import read_maps
@@ -114,6 +119,7 @@ def call_malloc_info(
     deadline = time.monotonic() + timeout_seconds
     wait = _RETRY_FIRST_SECONDS
     holds = 0
+    buffer = proof_buffer() if unproved.targets else None  # (made before any hold)
     with ProcessMemoryReader(pid) as mem:
         while True:
             remaining = deadline - time.monotonic()
@@ -131,7 +137,7 @@ def call_malloc_info(
                     caller = caller_thread(hold, pid)
                     if caller is not None and not unsafe_moment(hold, libc, mutexes, mem):
                         if unproved.targets:
-                            proof = _proved(pid, mem, unproved, deadline)
+                            proof = _proved(pid, mem, unproved, deadline, buffer)
                         chain = MallocInfoChain(pid, libc)
                         document = call_chain(
                             hold,
@@ -163,15 +169,23 @@ def call_malloc_info(
             wait = min(wait * 2, _RETRY_MAX_SECONDS)
 
 
-def _proved(pid: int, mem: ProcessMemoryReader, unproved: Unproved, deadline: float) -> Proof:
-    """In the call's hold: ``unproved``'s arenas proved (list_proof); raises, so that
-    nothing is called, where one is corrupt or could not be proved."""
+def _proved(
+    pid: int,
+    mem: ProcessMemoryReader,
+    unproved: Unproved,
+    deadline: float,
+    buffer: bytearray | None = None,
+) -> Proof:
+    """In the call's hold: ``unproved``'s arenas proved (list_proof, in ``buffer``: its
+    proof_buffer); raises, so that nothing is called, where one is corrupt or could not be
+    proved."""
     proof = prove_arenas(
         mem,
         unproved.targets,
         brk=brk_extent(read_maps(pid)),
         sbrk_base=unproved.sbrk_base,
         deadline=deadline,
+        buffer=buffer,
     )
     numbers = {t.address: t.number for t in unproved.targets}
     if proof.corruption is not None:

@@ -58,7 +58,7 @@ from memforensics.sources.proc.cpu_quota import WorkDeadline, stop_reading_secon
 from memforensics.sources.proc.procmem import MemoryReader, PageMap, ProcessMemoryReader
 
 if TYPE_CHECKING:  # (list_sweep imports numpy: imported where a sweep runs)
-    from memforensics.sources.glibc.list_sweep import SweepResult, WalkedLists
+    from memforensics.sources.glibc.list_sweep import SweepResult, SweepRoom, WalkedLists
 
 _native = optional_native("memforensics.sources.glibc._chunkwalk")
 
@@ -230,11 +230,12 @@ def _swept_whole(
     copy_max_bytes: int | None,
     *,
     held: bool,
+    room: SweepRoom | None = None,
 ) -> tuple[ArenaWalk, list[int], WalkedLists | str]:
     """In memory that does not move while this runs (a core's; every thread held, with
     ``held``): the fastbins and the top by the ordinary walk (where ``part``, bins [first,
     last], has them: first 0; None: the whole arena), and the walk of a sweep of the part's
-    non-empty list bins (list_sweep.walk_lists), to be counted."""
+    non-empty list bins (list_sweep.walk_lists, in ``room``), to be counted."""
     from memforensics.sources.glibc.list_sweep import walk_lists
 
     first, last = part or (0, glibc.NBINS - 1)
@@ -254,6 +255,7 @@ def _swept_whole(
         deadline=deadline,
         sbrk_base=sbrk_base,
         held=held,
+        room=room,
     )
     return walk, bins, walked
 
@@ -448,6 +450,9 @@ class _Relay:
         """sweep_in_one_stop's stop: at a moment the arena is unlocked, its state, its heaps
         (with their residency) and _swept_whole of them, all read in that stop; None when it
         was locked at every try, or the read's time ran out first."""
+        from memforensics.sources.glibc.list_sweep import sweep_room
+
+        room = sweep_room(held=True)  # (before the stop: our limits read, the buffer faulted)
         for attempt in range(LOCK_RETRIES + 1):
             if self.deadline.passed():
                 return None
@@ -465,6 +470,7 @@ class _Relay:
                         self.sbrk_base,
                         self.copy_max_bytes,
                         held=True,
+                        room=room,
                     )
                     return state, heaps, whole
             if not hold.let_run(attempt):

@@ -197,20 +197,18 @@ def walk_lists(
     deadline: WorkDeadline,
     sbrk_base: int | None = None,
     held: bool = False,
+    room: SweepRoom | None = None,
 ) -> WalkedLists | str:
     """The sweep's walk of the heaps (sweep_lists' arguments and refusals), each window in a
     stop of ``hold``, the bins' heads read again in a stop after the last. ``held``: every
     thread is held for the whole walk by the caller (``hold`` a StillMemory then): its
     windows are HeapWalk's held ones, and a header that fails is not read again (nothing
-    moved)."""
+    moved). ``room``: sweep_room(held), made before the caller's stop (None: made now)."""
     free = _Free()
     result = SweepResult()
-    headroom_bytes = memory_headroom_bytes()
-    max_chunks = sweep_max_chunks(headroom_bytes)
+    room = room if room is not None else sweep_room(held)
+    max_chunks, buffer, window_max_bytes = room.max_chunks, room.buffer, room.window_max_bytes
     list_heads = _heads(state, bins)
-    window_max_bytes = window_bytes_within(headroom_bytes)
-    window_max_bytes = min(window_max_bytes, HELD_WINDOW_BYTES) if held else window_max_bytes
-    buffer = window_buffer(window_max_bytes)
     walked, total_bytes = 0, sum(h.size_bytes for h in heaps)
     for index, heap in enumerate(sorted(heaps, key=lambda h: h.start)):
         if heap.pages is None:
@@ -275,6 +273,28 @@ def walk_lists(
     result.arena_words.add(state_words)
     heads = parse_state(state.address, state_words)
     return WalkedLists(heads, heaps, bins, free.arrays(), result)
+
+
+@dataclass(frozen=True)
+class SweepRoom:
+    """What a sweep's walk may take of our memory, worked out from our cgroup's limits: the
+    free chunks it keeps at most, and its window buffer with the most one window reads."""
+
+    max_chunks: int
+    buffer: bytearray
+    window_max_bytes: int
+
+
+def sweep_room(held: bool) -> SweepRoom:
+    """The room of a sweep's walk (``held``: HeapWalk's held windows), its buffer's pages
+    faulted in now: to be made outside any stop (the limits' files read and a fresh 5 MiB
+    buffer faulted in cost a stop ~1-10 ms)."""
+    headroom_bytes = memory_headroom_bytes()
+    window_max_bytes = window_bytes_within(headroom_bytes)
+    window_max_bytes = min(window_max_bytes, HELD_WINDOW_BYTES) if held else window_max_bytes
+    return SweepRoom(
+        sweep_max_chunks(headroom_bytes), window_buffer(window_max_bytes), window_max_bytes
+    )
 
 
 def count_lists(mem: MemoryReader, hold: ArenaHold, walked: WalkedLists) -> SweepResult | str:
