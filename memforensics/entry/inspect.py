@@ -69,7 +69,9 @@ def inspect_method(*, read_only: bool, gdb_path: str | None) -> InspectMethod:
 def sample_method(*, gdb_path: str | None) -> InspectMethod:
     """The way `watch` and `collect` read each sample: through gdb where asked for, else from
     memory (or a foreign allocator's own statistics) with no fallback: a refused read is a
-    gap in the series, never a gdb session."""
+    gap in the series, never a gdb session. Nor a stop of every thread as long as a walk of
+    an arena's heaps (a busy arena's long lists swept in one stop; inspect_read_only's
+    ``one_stop_sweeps``): at every sample, that would be a gap in the process's service."""
     return "gdb" if gdb_path is not None else "no-gdb"
 
 
@@ -138,6 +140,7 @@ def inspect_live(
                 facts=facts,
                 pins=pins,
                 budget_seconds=read_budget_seconds(timeout_seconds),
+                one_stop_sweeps=method != "no-gdb",
             )
         except ReadOnlyRefusedError as exc:
             if method != "auto":

@@ -892,7 +892,8 @@ def test_a_busy_arena_of_two_million_free_chunks_is_read_in_one_stop_never_calle
     figures are read from memory, with no call (`--read-only` too), the free chunks those
     the target freed (2,000,000 of 144-272 bytes, give or take what the churning thread
     holds: its ring of 512), and the stop the read names as its longest is that sweep's.
-    The target runs on untraced."""
+    A sample of `watch` is refused instead (no stop that long at every sample). The target
+    runs on untraced."""
     with _unsorted_in_cgroup(
         "busy-2m", "4000000", env={"SEEDS_UNSORTED_BUSY": "1"}, arena_max=1
     ) as pid:
@@ -906,6 +907,17 @@ def test_a_busy_arena_of_two_million_free_chunks_is_read_in_one_stop_never_calle
             totals = document["totals"]
             assert abs(totals["rest_chunks"] - 2_000_000) <= 2 * 512, totals
             assert 2_000_000 * 144 <= totals["rest_bytes"] <= 2_000_000 * 272, totals
+        # A sample of `watch` (or `collect`) takes no such stop: at every sample it would
+        # hold the process a third of a second; the sample is refused, saying why.
+        sample = subprocess.run(
+            [sys.executable, "-m", "memforensics", "watch", "--count", "1", "--json", str(pid)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert sample.returncode == 3, sample.stderr
+        assert "changed between the sweep's stops" in sample.stderr, sample.stderr
         _assert_running(pid)
 
 
@@ -939,3 +951,23 @@ def test_lists_seen_moving_are_swept_in_one_stop_as_the_targets_own_malloc_info(
     assert seen, "the sweep in several stops was not reached"
     assert inspection.capture.xml == own.read_bytes()
     assert "swept in one stop" in inspection.capture.safe_point
+
+
+@pytest.mark.slow
+def test_a_one_stop_sweep_is_not_tried_past_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The busy 2-million-chunk arena (~0.8 GiB in RAM) with the one stop's bound set at
+    0.1 s (100 MiB of heap at the rate it is judged by): the read does not hold the target
+    for it, and its refusal says why."""
+    from memforensics.entry.readers.memory import inspect_read_only
+    from memforensics.errors import ReadOnlyRefusedError
+    from memforensics.sources.glibc import bin_relay
+
+    monkeypatch.setattr(bin_relay, "ONE_STOP_MAX_SECONDS", 0.1)
+    with _unsorted_in_cgroup(
+        "busy-2m-bound", "4000000", env={"SEEDS_UNSORTED_BUSY": "1"}, arena_max=1
+    ) as pid:
+        with pytest.raises(ReadOnlyRefusedError) as refused:
+            inspect_read_only(pid, timeout_seconds=60)
+        _assert_running(pid)
+    assert "not swept in one stop" in refused.value.message, refused.value.message
+    assert "would hold every thread past 0.1 s" in refused.value.message

@@ -137,6 +137,7 @@ def inspect_read_only(
     facts: ProcessFacts | None = None,
     pins: bool = False,
     budget_seconds: float = WALK_BUDGET_SECONDS,
+    one_stop_sweeps: bool = True,
 ) -> Inspection:
     """The heap report of ``pid`` read from its memory (see the module). Refuses what the gdb
     path refuses (target_check.check_target), and a heap it cannot read consistently (TargetError,
@@ -146,11 +147,16 @@ def inspect_read_only(
     apply), so that /proc and the executable are not read twice. ``pins``: also walk every
     heap's chunks for its pins and map (entry/pins.py), after the figures' stops.
     ``budget_seconds``: the read's own time (read_budget_seconds); arenas it did not reach
-    end the read in ReadTimeRanOutError, never in a refusal."""
+    end the read in ReadTimeRanOutError, never in a refusal. ``one_stop_sweeps``: an arena
+    whose long lists move between stops is swept in one stop of every thread (scan_heap);
+    else it is refused (a sample of `watch` or `collect`: a stop that long at every sample
+    would be a gap in the process's service, not in the series)."""
     if facts is None or not facts.allocator.is_glibc_malloc:
         facts = target_check.check_target(pid, allow_stopped=allow_stopped)
     try:
-        return _inspect(pid, facts, timeout_seconds, budget_seconds, pad_bytes, pins)
+        return _inspect(
+            pid, facts, timeout_seconds, budget_seconds, pad_bytes, pins, one_stop_sweeps
+        )
     except MemforensicsError as exc:
         if isinstance(exc, NoSuchProcessError) or not pid_alive(pid):
             # One message whichever step noticed (the hold says "while its threads were
@@ -166,6 +172,7 @@ def _inspect(
     budget_seconds: float,
     pad_bytes: int = 0,
     pins: bool = False,
+    one_stop_sweeps: bool = True,
 ) -> Inspection:
     libc_path = facts.libc_path
     libc = load_libc_image(pid, libc_path) if libc_path else None
@@ -186,6 +193,7 @@ def _inspect(
             hold=batches,
             is_64=is_64,
             budget_seconds=budget_seconds,
+            one_stop_sweeps=one_stop_sweeps,
         )
     finally:
         batches.close()

@@ -56,6 +56,7 @@ from memforensics.sources.glibc.heap_checks import bin_head, list_check
 from memforensics.sources.glibc.heapcopy import FreshBuffers
 from memforensics.sources.proc.cpu_quota import WorkDeadline, stop_reading_seconds
 from memforensics.sources.proc.procmem import MemoryReader, PageMap, ProcessMemoryReader
+from memforensics.units import format_bytes
 
 if TYPE_CHECKING:  # (list_sweep imports numpy: imported where a sweep runs)
     from memforensics.sources.glibc.list_sweep import SweepResult, SweepRoom, WalkedLists
@@ -75,6 +76,11 @@ RELAY_CACHE_BLOCKS = 64  # 4 MiB of pages read in one stop, forgotten at the nex
 # One budget for all the relays of a read: a target of many such arenas waits no longer.
 RELAY_BUDGET_SECONDS = 15.0
 _MADV_POPULATE_WRITE = 23  # linux/mman.h (5.14+)
+# A sweep in one stop holds every thread for the walk of the arena's heaps: tried only where
+# their bytes in RAM, at ONE_STOP_BYTES_PER_SECOND (about half what the walk does on a
+# 2-CPU VM), come to at most ONE_STOP_MAX_SECONDS, and cut there whatever they come to.
+ONE_STOP_MAX_SECONDS = 1.5
+ONE_STOP_BYTES_PER_SECOND = 1 << 30
 _LOCKED_WHY = "the arena was locked at every try"
 # A relay reading more than this many pages per chunk followed (past _SCATTERED_MIN_PAGES)
 # follows a list whose chunks lie apart (a block read for each): it stops, and the lists not
@@ -146,6 +152,7 @@ def relay_arena(
     pages: dict[int, bytes] | None = None,
     sbrk_base: int | None = None,
     copy_max_bytes: int | None = None,
+    one_stop: bool = True,
 ) -> RelayRead:
     """Read the arena at ``address`` in relays (the module's contract). ``heaps_now(state,
     pages)``: its heaps as of the stop it is called in (their residency read when
@@ -154,7 +161,9 @@ def relay_arena(
     start, one byte a page, those its lists were scouted on: a block read takes those alone
     (a page the lists lead to since is read alone). ``sbrk_base``: mp_'s, for a sweep of the
     main heap (list_sweep). ``copy_max_bytes``: the read's copies' budget (None: worked out
-    now, heapcopy.copy_budget_bytes). Ends every stop it begins."""
+    now, heapcopy.copy_budget_bytes). ``one_stop``: an arena whose lists moved between
+    stops is swept in one stop (_Relay.sweep_in_one_stop); else it is not read. Ends every
+    stop it begins."""
     hold.release()  # (a stop an earlier arena left open is not made longer by this one)
     relay = _Relay(
         mem, address, heaps_now, is_main, deadline, part, pages or {}, sbrk_base, copy_max_bytes
@@ -180,7 +189,7 @@ def relay_arena(
         if relay.scattered:
             read_progress.detail(mem.pid, "long lists: sweeping the heaps")
             relay.sweep(hold)
-        if relay.read.walk is None and relay.moved and not deadline.passed():
+        if one_stop and relay.read.walk is None and relay.moved and not deadline.passed():
             read_progress.detail(mem.pid, "long lists, moving: sweeping the heaps in one stop")
             relay.sweep_in_one_stop(hold)
         read_progress.detail(mem.pid, "")
@@ -431,6 +440,17 @@ class _Relay:
         from memforensics.sources.glibc.list_sweep import count_lists
 
         read = self.read
+        resident = sum(
+            h.pages.resident_bytes(h.pages.start, h.pages.end)
+            for h in read.heaps
+            if h.pages is not None
+        )
+        if resident > ONE_STOP_MAX_SECONDS * ONE_STOP_BYTES_PER_SECOND:
+            read.gave_up = (
+                f"{read.gave_up}; not swept in one stop: its heaps' {format_bytes(resident)} "
+                f"in RAM would hold every thread past {ONE_STOP_MAX_SECONDS:g} s"
+            )
+            return
         found = self._held_sweep(hold)
         if found is None:
             why = "the read's time ran out" if self.deadline.passed() else _LOCKED_WHY
@@ -456,6 +476,8 @@ class _Relay:
         for attempt in range(LOCK_RETRIES + 1):
             if self.deadline.passed():
                 return None
+            # (The stop's own bound: the read's relays may have seconds left.)
+            deadline = WorkDeadline(min(self.deadline.left_seconds(), ONE_STOP_MAX_SECONDS))
             with hold.arena(0):
                 state = read_state(self.mem, self.address)
                 if state is not None and state.mutex == 0 and not hold.in_allocator():
@@ -466,7 +488,7 @@ class _Relay:
                         heaps,
                         self.part,
                         self.is_main,
-                        self.deadline,
+                        deadline,
                         self.sbrk_base,
                         self.copy_max_bytes,
                         held=True,

@@ -273,6 +273,7 @@ def scan_heap(
     hold: ArenaHold | None = None,
     is_64: bool | None = None,
     unwalked: Collection[int] = (),
+    one_stop_sweeps: bool = True,
 ) -> HeapScan:
     """Read every arena of ``pid``: heaps, residency, free lists (within the time budget).
 
@@ -286,7 +287,8 @@ def scan_heap(
     whether the target is a 64-bit program, where its executable's ELF class was read
     already (check_target's); else read here. ``unwalked``: arenas (malloc_state addresses)
     whose heaps are read but not their lists (``lists_too_long``: a read just before found
-    them too long to follow).
+    them too long to follow). ``one_stop_sweeps``: an arena whose long lists move between
+    stops is swept in one stop of every thread (bin_relay); else it is left unread.
     """
     started = time.monotonic()
     mappings, totals = read_smaps_and_totals(pid)
@@ -307,6 +309,7 @@ def scan_heap(
                 hold=hold,
                 is_64=is_64,
                 unwalked=unwalked,
+                one_stop_sweeps=one_stop_sweeps,
             )
             return replace(scan, arenas_only=arenas_only, smaps_totals=tuple(totals.items()))
     finally:
@@ -575,8 +578,10 @@ class _HeapRead:
         hold: ArenaHold | None,
         is_64: bool,
         unwalked: Collection[int] = (),
+        one_stop_sweeps: bool = True,
     ) -> None:
         self.pid, self.mappings, self.mem, self.pool = pid, mappings, mem, pool
+        self.one_stop_sweeps = one_stop_sweeps  # (scan_heap's)
         # (Grown by the scouts: an arena above the copies' budget whose lists lead to more
         # pages than the budget is refused without being followed again in its stop.)
         self.unwalked = set(unwalked)
@@ -979,6 +984,7 @@ class _HeapRead:
                     pages=pages,
                     sbrk_base=self.params.sbrk_base if self.params is not None else None,
                     copy_max_bytes=self.pool.copy_max_bytes,
+                    one_stop=self.one_stop_sweeps,
                 )
             scan = relayed_scan(
                 mem, relayed, is_main=is_main, figures=self.figures, scouted=part is not None
@@ -1234,6 +1240,7 @@ def _scan(
     hold: ArenaHold | None = None,
     is_64: bool | None = None,
     unwalked: Collection[int] = (),
+    one_stop_sweeps: bool = True,
 ) -> HeapScan:
     read = _HeapRead(
         pid,
@@ -1248,6 +1255,7 @@ def _scan(
         hold=hold,
         is_64=_is_64bit(pid) if is_64 is None else is_64,
         unwalked=unwalked,
+        one_stop_sweeps=one_stop_sweeps,
     )
     read.search_anonymous()
     read.prepare()
