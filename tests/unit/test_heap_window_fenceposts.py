@@ -16,11 +16,20 @@ from memforensics.model.chunks import ChunkState
 from memforensics.sources.glibc import heap_window
 from memforensics.sources.glibc.heap_lists import Tcache
 from memforensics.sources.glibc.heap_window import ChunkRef, HeapWalk
-from tests.support.heap_memory import HeapMemory
 
 START = 0x7F00_4000_0000
 HEAP_BYTES = 64 << 10
 CHUNK_BYTES = 1024
+
+
+class _Memory:
+    page_bytes = 4096
+
+    def __init__(self, heap: bytearray) -> None:
+        self.heap = heap
+
+    def read_present(self, address: int, length: int, present: bytes | None = None) -> bytes:
+        return bytes(self.heap[address - START : address - START + length])
 
 
 def _left_heap(old_top_kept_bytes: int) -> tuple[bytearray, list[int]]:
@@ -64,7 +73,7 @@ def _walk(heap: bytearray) -> tuple[HeapWalk, list[int], bytes]:
         states.extend(kinds)
 
     walk = HeapWalk(
-        HeapMemory(heap, START),  # type: ignore[arg-type]
+        _Memory(heap),  # type: ignore[arg-type]
         ChunkRef(0, 0, None),
         START,
         START + len(heap),

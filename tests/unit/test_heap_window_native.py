@@ -15,13 +15,24 @@ from memforensics.sources.glibc import heap_window
 from memforensics.sources.glibc.heap_lists import Tcache
 from memforensics.sources.glibc.heap_window import ChunkRef, HeapWalk
 from memforensics.sources.proc.procmem import PageMap
-from tests.support.heap_memory import HeapMemory
 
 START = 0x5555_0000_0000
 PAGE = 4096
 CHUNK_BYTES = 1008
 CHUNKS = 3000  # about 2.9 MiB: three windows of 1 MiB
 PRESENT = 1 << 63
+
+
+class _Memory:
+    """The heap's bytes; a page the pagemap says is absent reads as zeros."""
+
+    page_bytes = PAGE
+
+    def __init__(self, heap: bytearray) -> None:
+        self.heap = heap
+
+    def read_present(self, address: int, length: int, present: bytes | None = None) -> bytes:
+        return bytes(self.heap[address - START : address - START + length])
 
 
 def _walk(absent_page: int | None) -> tuple[list[int], list[str]]:
@@ -47,7 +58,7 @@ def _walk(absent_page: int | None) -> tuple[list[int], list[str]]:
         visited.extend(addresses)
 
     walk = HeapWalk(
-        HeapMemory(heap, START),  # type: ignore[arg-type]
+        _Memory(heap),  # type: ignore[arg-type]
         ChunkRef(0, 0, pagemap),
         START,
         START + CHUNKS * CHUNK_BYTES,

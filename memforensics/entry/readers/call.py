@@ -45,7 +45,6 @@ from memforensics.sources.glibc.called_malloc_info import (
     libc_refusal,
 )
 from memforensics.sources.glibc.glibc_arenas import brk_extent
-from memforensics.sources.glibc.heap_window import HeldBuffers
 from memforensics.sources.glibc.heapmaps import scan_heap
 from memforensics.sources.glibc.libc_elf import LibcImage, load_libc_image
 from memforensics.sources.glibc.list_proof import (
@@ -175,10 +174,10 @@ def _proved(
     mem: ProcessMemoryReader,
     unproved: Unproved,
     deadline: float,
-    buffer: HeldBuffers | None = None,
+    buffer: bytearray | None = None,
 ) -> Proof:
     """In the call's hold: ``unproved``'s arenas proved (list_proof, in ``buffer``: its
-    proof_buffer()); raises, so that nothing is called, where one is corrupt or could not be
+    proof_buffer); raises, so that nothing is called, where one is corrupt or could not be
     proved."""
     proof = prove_arenas(
         mem,

@@ -36,7 +36,6 @@ static PyObject *headers(PyObject *self, PyObject *args) {
                           &out_sizes, &out_states))
         return NULL;
     PyObject *result = NULL;
-    PyThreadState *released = NULL; /* the GIL, let go while no Python object is used */
     uint64_t key_values[MAX_KEYS];
     Py_ssize_t key_count = 0;
     if (!PyTuple_Check(keys) || (fast != Py_None && !PyAnySet_Check(fast))) {
@@ -59,9 +58,6 @@ static PyObject *headers(PyObject *self, PyObject *args) {
     Py_ssize_t count = 0;
     int stop = 0;
     int has_fast = fast != Py_None && PySet_GET_SIZE(fast) > 0;
-    /* Without fastbin chunks to look up, the loop touches no Python object: another thread
-     * of ours (a held walk's next window being copied) may run meanwhile. */
-    if (!has_fast) released = PyEval_SaveThread();
     /* Every header read lies inside the window: at + 16 <= base + length. */
     if (length < 64) goto finish;
     if (high > base + length - 15) high = base + length - 15;
@@ -120,7 +116,6 @@ static PyObject *headers(PyObject *self, PyObject *args) {
         at = following;
     }
 finish:
-    if (released != NULL) PyEval_RestoreThread(released);
     result = Py_BuildValue("(Kni)", at, count, stop);
 done:
     PyBuffer_Release(&window);
@@ -206,7 +201,6 @@ static PyObject *link_sums(PyObject *self, PyObject *args) {
     int64_t outside = (int64_t)sums - 1;
     uint64_t length = (uint64_t)window.len;
     long skipped = 0;
-    Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < count; i++) {
         if (states[i] != free_state) continue;
         uint64_t at = addresses[i], offset = at - base, fd, bk;
@@ -223,7 +217,6 @@ static PyObject *link_sums(PyObject *self, PyObject *args) {
         left[here] += mixed(mixed(at ^ k0) + (fd ^ k1));
         right[back] += mixed(mixed(bk ^ k0) + (at ^ k1));
     }
-    Py_END_ALLOW_THREADS
     PyBuffer_Release(&window);
     PyBuffer_Release(&in_addresses);
     PyBuffer_Release(&in_states);
@@ -475,7 +468,6 @@ static PyObject *free_columns(PyObject *self, PyObject *args) {
     uint64_t usable = (uint64_t)window.len / 8 * 8;
     Py_ssize_t kept = 0;
     const char *error = NULL;
-    Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < count; i++) {
         if (states[i] != free_state) continue;
         uint64_t address = addresses[i], offset = address - base, size = sizes[i];
@@ -499,7 +491,6 @@ static PyObject *free_columns(PyObject *self, PyObject *args) {
         }
         kept++;
     }
-    Py_END_ALLOW_THREADS
     PyBuffer_Release(&window);
     PyBuffer_Release(&in_addresses);
     PyBuffer_Release(&in_sizes);

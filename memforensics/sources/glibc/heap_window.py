@@ -6,14 +6,11 @@ drives it; the module there describes the walk).
 
 from __future__ import annotations
 
-import functools
-import queue
-import threading
 import time
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, cast
+from typing import Protocol
 
 from memforensics.model import corruption as words
 from memforensics.model import glibc
@@ -59,25 +56,6 @@ def window_buffer(max_bytes: int = WINDOW_MAX_BYTES) -> bytearray:
     ``max_bytes``) but a walk gone back far: to be made once, before the first stop, and
     handed to every HeapWalk of a read in turn."""
     return bytearray(max_bytes + WINDOW_BYTES + WINDOW_TAIL_BYTES)
-
-
-@dataclass(frozen=True)
-class HeldBuffers:
-    """A held walk's two window buffers (HeapWalk's ``buffer`` and ``ahead``), each of
-    window_buffer's size: made once, outside the hold (their pages faulted in then)."""
-
-    now: bytearray
-    ahead: bytearray
-
-    @property
-    def window_max_bytes(self) -> int:
-        """The most one window of a walk given these may read (window_buffer's)."""
-        return len(self.now) - WINDOW_BYTES - WINDOW_TAIL_BYTES
-
-
-def held_buffers(max_bytes: int) -> HeldBuffers:
-    """HeldBuffers for windows of at most ``max_bytes``."""
-    return HeldBuffers(window_buffer(max_bytes), window_buffer(max_bytes))
 
 
 # Of what our memory cgroup's limit leaves us, the share one window may take: the window's
@@ -152,68 +130,6 @@ class Visit(Protocol):
     ) -> None: ...
 
 
-class _Ahead:
-    """A held walk's windows, each copied while the one before it is walked, by a thread of
-    ours: the copy (C) lets go of the GIL, and so do the walk's C loops, so the two run on
-    two CPUs at once where the walk would otherwise wait for each copy in turn. Two buffers,
-    in turn: the window walked now in one, the next one copied into the other. The next
-    window is guessed to begin a page before this one's tail (HeapWalk._ahead_window); where
-    the walk asks for one from elsewhere, that one is copied then, as without this. Every
-    thread of the target is held for the whole walk, so a window copied ahead is the same
-    bytes as one copied when asked for."""
-
-    def __init__(self, buffers: tuple[bytearray, bytearray]) -> None:
-        self._buffers = buffers
-        self._now = 0  # the buffer of the window walked now
-        self._jobs: queue.SimpleQueue[Callable[[], object] | None] = queue.SimpleQueue()
-        self._done: queue.SimpleQueue[tuple[bool, object]] = queue.SimpleQueue()
-        self._in_flight: int | None = None  # the first address of the window being copied
-        self._thread = threading.Thread(target=self._run, name="memforensics-ahead", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            try:
-                self._done.put((True, job()))
-            except BaseException as exc:  # (raised in the walk's thread, at take)
-                self._done.put((False, exc))
-
-    def start(self, copy: Callable[..., tuple[memoryview, int]], base: int) -> None:
-        """Begin ``copy(buffer)`` (of the window from ``base``) into the buffer not walked
-        now."""
-        other = self._buffers[1 - self._now]
-        self._in_flight = base
-        self._jobs.put(functools.partial(copy, other))
-
-    def take(self, base: int) -> tuple[memoryview, int] | None:
-        """The window copied ahead, once its copy is done, where it begins at ``base`` or
-        before and ``base`` lies in its first half (its view from ``base``, the end of its
-        tail); None where none was copied so (the buffers are then free)."""
-        began, self._in_flight = self._in_flight, None
-        if began is None:
-            return None
-        ok, got = self._done.get()
-        if not ok:
-            raise cast(BaseException, got)
-        self._now = 1 - self._now
-        view, tail = cast(tuple[memoryview, int], got)
-        if not began <= base <= began + (tail - began) // 2:
-            return None
-        return view[base - began :], tail
-
-    def buffer_now(self) -> bytearray:
-        """The buffer for a window copied now (none is copied ahead meanwhile)."""
-        return self._buffers[self._now]
-
-    def close(self) -> None:
-        """Wait for a copy in flight, then end the thread."""
-        if self._in_flight is not None:
-            self._in_flight = None
-            self._done.get()
-        self._jobs.put(None)
-        self._thread.join()
-
-
 class HeapWalk:
     """One heap walked window by window (see the module)."""
 
@@ -232,7 +148,6 @@ class HeapWalk:
         buffer: bytearray | None = None,
         window_max_bytes: int = WINDOW_MAX_BYTES,
         held: bool = False,
-        ahead: bytearray | None = None,
     ) -> None:
         self.mem, self.ref, self.start, self.limit = mem, ref, start, limit
         # ``held``: the caller holds every thread of the target for the whole walk (one
@@ -266,11 +181,6 @@ class HeapWalk:
         # faulted in: a first window that made its own spent ~10 ms of its stop doing so).
         self._buffer = buffer if buffer is not None else bytearray(0)
         self._out: tuple[array[int], array[int], bytearray] | None = None
-        # A held walk's next window copied while this one is walked (``ahead``: a second
-        # buffer as big as ``buffer``, made outside the hold), where the C copy is built.
-        self._ahead: _Ahead | None = None
-        if held and ahead is not None and buffer is not None and native_loop() is not None:
-            self._ahead = _Ahead((buffer, ahead))
 
     @property
     def buffer_bytes(self) -> int:
@@ -321,8 +231,6 @@ class HeapWalk:
         if self.resync is not None:
             base = max(self.resync[0] // page * page, floor)
             end = min(self.limit, self.resync[1] + WINDOW_BYTES)
-        if self._ahead is not None and self.resync is None:
-            return self._ahead_window(self._ahead, base, end)
         # (Every read below ends at or before the heap's limit.)
         need = min(max(end - base, self.window_max_bytes) + WINDOW_BYTES, self.limit - base)
         need += WINDOW_TAIL_BYTES
@@ -343,42 +251,6 @@ class HeapWalk:
         if tail > end:
             self._read(view[end - base : tail - base], end, tail)
         return base, view[: tail - base], self.top()
-
-    def _ahead_window(
-        self, ahead: _Ahead, base: int, end: int
-    ) -> tuple[int, memoryview, int | None]:
-        """A held walk's window from ``base`` (``end``: _held_end's), the copy made while the
-        window before was walked where it holds one from there, else copied now; then the
-        window after this one begun (_Ahead)."""
-        got = ahead.take(base)
-        if got is None:
-            got = self._copied(ahead.buffer_now(), base, end)
-        view, tail = got
-        if tail < self.limit:
-            page = self.mem.page_bytes
-            # (The next window begins at the header this one's last chunk leaves to it: most
-            # often within the last page before its tail.)
-            following = max(base, (tail - WINDOW_TAIL_BYTES) // page * page - page)
-            last = self._held_end(following, min(self.limit, following + WINDOW_BYTES))
-            ahead.start(functools.partial(self._copied, base=following, end=last), following)
-        return base, view, self.top()
-
-    def _copied(self, buffer: bytearray, base: int, end: int) -> tuple[memoryview, int]:
-        """[base, end) and the tail after it copied into ``buffer`` (a held walk's window:
-        read whole): the window's view and the end of its tail."""
-        view = memoryview(buffer)
-        self._read(view[: end - base], base, end)
-        tail = min(self.limit, end + WINDOW_TAIL_BYTES)
-        if tail > end:
-            self._read(view[end - base : tail - base], end, tail)
-        return view[: tail - base], tail
-
-    def close(self) -> None:
-        """Done with this walk (idempotent): a window being copied ahead is waited for, and
-        the thread that copies them ends. To be called before the hold ends."""
-        if self._ahead is not None:
-            self._ahead.close()
-            self._ahead = None
 
     def _held_end(self, base: int, end: int) -> int:
         """A held walk's window end: grown from ``end`` a WINDOW_BYTES piece at a time, up to

@@ -53,10 +53,11 @@ from memforensics.sources.glibc.heap_checks import bin_head, list_check
 from memforensics.sources.glibc.heap_lists import Tcache
 from memforensics.sources.glibc.heap_window import (
     HELD_WINDOW_BYTES,
+    WINDOW_BYTES,
+    WINDOW_TAIL_BYTES,
     ChunkRef,
     HeapWalk,
-    HeldBuffers,
-    held_buffers,
+    window_buffer,
     window_bytes_within,
 )
 from memforensics.sources.glibc.list_sweep import first_chunk
@@ -228,11 +229,10 @@ class _FreeLinks:
         self.sums.add(bk, at, self.sums.right, bk)
 
 
-def proof_buffer() -> HeldBuffers:
-    """The proof's window buffers, within what our cgroup's limit leaves us, their pages
-    faulted in: to be made before the hold (a fresh 5 MiB buffer faulted in costs it ~3-10
-    ms)."""
-    return held_buffers(min(HELD_WINDOW_BYTES, window_bytes_within(memory_headroom_bytes())))
+def proof_buffer() -> bytearray:
+    """The proof's window buffer, within what our cgroup's limit leaves us, its pages faulted
+    in: to be made before the hold (a fresh 5 MiB buffer faulted in costs it ~3-10 ms)."""
+    return window_buffer(min(HELD_WINDOW_BYTES, window_bytes_within(memory_headroom_bytes())))
 
 
 def prove_arenas(
@@ -242,7 +242,7 @@ def prove_arenas(
     brk: tuple[int, int] | None,
     sbrk_base: int | None,
     deadline: float,
-    buffer: HeldBuffers | None = None,
+    buffer: bytearray | None = None,
 ) -> Proof:
     """Each arena of ``targets`` proved (see the module), in memory held still; the first
     corruption found, or the first arena left unproved, ends it. ``brk``: the main heap's
@@ -305,7 +305,7 @@ def _walks(
     target: ProofTarget,
     sbrk_base: int | None,
     visitor: _FreeLinks,
-    buffer: HeldBuffers,
+    buffer: bytearray,
     deadline: float,
 ) -> HeapWalk | str | None:
     """Every heap of the arena walked with ``visitor``: None when each walk was complete, the
@@ -323,21 +323,17 @@ def _walks(
             Tcache(keys=set(), structs=set()),
             visitor.visit,
             keep=False,
-            buffer=buffer.now,
-            window_max_bytes=buffer.window_max_bytes,
+            buffer=buffer,
+            window_max_bytes=len(buffer) - WINDOW_BYTES - WINDOW_TAIL_BYTES,  # (window_buffer's)
             held=True,
-            ahead=buffer.ahead,
         )
-        try:
-            while not walk.done:
-                if time.monotonic() > deadline:
-                    return _OUT_OF_TIME
-                window = walk.read_window()
-                if window is None:
-                    break
-                walk.walk_window(*window)
-        finally:
-            walk.close()
+        while not walk.done:
+            if time.monotonic() > deadline:
+                return _OUT_OF_TIME
+            window = walk.read_window()
+            if window is None:
+                break
+            walk.walk_window(*window)
         if not walk.complete:
             if walk.stop_check is None:
                 return f"its walk stopped: {walk.stop_reason or 'a header on a page not in RAM'}"
@@ -352,7 +348,7 @@ def _prove(
     target: ProofTarget,
     sbrk_base: int | None,
     deadline: float,
-    buffer: HeldBuffers,
+    buffer: bytearray,
     proof: Proof,
 ) -> None:
     fast = _fastbins(mem, state, heaps, target, deadline)
@@ -414,7 +410,7 @@ def _named(
     sbrk_base: int | None,
     sums: _Sums,
     stretch: int,
-    buffer: HeldBuffers,
+    buffer: bytearray,
     deadline: float,
 ) -> HeapCorruption:
     """The finding where the sums differ at ``stretch``: the first free chunk (or bin head)

@@ -55,7 +55,6 @@ from memforensics.sources.glibc.heap_window import (
     WINDOW_BYTES,
     ChunkRef,
     HeapWalk,
-    held_buffers,
     window_buffer,
     window_bytes_within,
 )
@@ -208,33 +207,63 @@ def walk_lists(
     free = _Free()
     result = SweepResult()
     room = room if room is not None else sweep_room(held)
-    swept = _Swept(sum(h.size_bytes for h in heaps), room.max_chunks)
+    max_chunks, buffer, window_max_bytes = room.max_chunks, room.buffer, room.window_max_bytes
+    list_heads = _heads(state, bins)
+    walked, total_bytes = 0, sum(h.size_bytes for h in heaps)
     for index, heap in enumerate(sorted(heaps, key=lambda h: h.start)):
         if heap.pages is None:
             return "a heap's residency could not be read"
         start = first_chunk(state, heap, heaps, is_main, sbrk_base)
+        limit = heap.start + (heap.size_bytes if is_main else heap.mprotect_bytes)
+        at = start
         walk = HeapWalk(
             mem,
             ChunkRef(0, index, heap.pages),
             start,
-            heap.start + (heap.size_bytes if is_main else heap.mprotect_bytes),
+            limit,
             lambda: _top(mem, state.address),
             set(),
             Tcache(keys=set(), structs=set()),
             free.visit,
             keep=False,
             retry=not held,
-            buffer=room.buffer,
-            window_max_bytes=room.window_max_bytes,
+            buffer=buffer,
+            window_max_bytes=window_max_bytes,
             held=held,
-            ahead=room.ahead,
         )
-        try:
-            ended = _walk_heap(mem, hold, walk, state, bins, free, result, swept, deadline)
-        finally:
-            walk.close()  # (a held walk's window copied ahead: waited for)
-        if ended is not None:
-            return ended
+        arena_words: list[bytes | None] = []  # the malloc_state as each window's stop read it
+        while not walk.done:
+            walked += walk.at - at
+            at = walk.at
+            if deadline.passed():
+                return "the read's time ran out"
+            if _too_many(free.count, walked, total_bytes, max_chunks):
+                cut = " within our memory cgroup's limit" if max_chunks < SWEEP_MAX_CHUNKS else ""
+                return f"more free chunks than a sweep keeps{cut} ({max_chunks:,})"
+            read = _in_a_stop(
+                hold, mem, state.address, functools.partial(_window, mem, walk, state)
+            )
+            hold.release()
+            if read is _LOCKED:
+                return _LOCKED_WHY
+            result.stops += 1
+            window, now = cast(_Windowed, read)
+            arena_words = [*arena_words[-(_STILL_STOPS - 1) :], now]
+            result.arena_words.add(now)
+            if now is None or _heads(parse_state(state.address, now), bins) != list_heads:
+                # A list it sweeps gained or lost a chunk at an end: the chunks read in
+                # other windows then disagree with it, and a disagreement not found again
+                # in a stop ends the sweep anyway (after the whole heap).
+                return MOVED_WHY
+            if window is None:
+                break
+            walk.walk_window(*window)
+        if not walk.complete:
+            if walk.stop_check is None:  # a header on a page not in RAM when the heap was read
+                return _absent_why(mem, walk)
+            if not _still(arena_words):
+                return MOVED_WHY
+            return WalkedLists(state, heaps, bins, (), _broken_header(state, walk, result))
     state_words = _in_a_stop(
         hold, mem, state.address, lambda: mem.read(state.address, glibc.STATE_BYTES)
     )
@@ -246,88 +275,26 @@ def walk_lists(
     return WalkedLists(heads, heaps, bins, free.arrays(), result)
 
 
-class _Swept:
-    """How far a sweep's walk got over all its heaps: the bytes walked, of ``total_bytes``."""
-
-    def __init__(self, total_bytes: int, max_chunks: int) -> None:
-        self.total_bytes, self.max_chunks = total_bytes, max_chunks
-        self.walked_bytes = 0
-
-
-def _walk_heap(
-    mem: MemoryReader,
-    hold: ArenaHold,
-    walk: HeapWalk,
-    state: ArenaState,
-    bins: Sequence[int],
-    free: _Free,
-    result: SweepResult,
-    swept: _Swept,
-    deadline: WorkDeadline,
-) -> WalkedLists | str | None:
-    """One heap of walk_lists' walked window by window, each in a stop of ``hold``: None
-    when it was walked whole, else the sweep's refusal (or a header found broken). The heads
-    of ``bins`` must read as in ``state`` at every stop."""
-    list_heads = _heads(state, bins)
-    at = walk.at
-    arena_words: list[bytes | None] = []  # the malloc_state as each window's stop read it
-    while not walk.done:
-        swept.walked_bytes += walk.at - at
-        at = walk.at
-        if deadline.passed():
-            return "the read's time ran out"
-        max_chunks = swept.max_chunks
-        if _too_many(free.count, swept.walked_bytes, swept.total_bytes, max_chunks):
-            cut = " within our memory cgroup's limit" if max_chunks < SWEEP_MAX_CHUNKS else ""
-            return f"more free chunks than a sweep keeps{cut} ({max_chunks:,})"
-        read = _in_a_stop(hold, mem, state.address, functools.partial(_window, mem, walk, state))
-        hold.release()
-        if read is _LOCKED:
-            return _LOCKED_WHY
-        result.stops += 1
-        window, now = cast(_Windowed, read)
-        arena_words = [*arena_words[-(_STILL_STOPS - 1) :], now]
-        result.arena_words.add(now)
-        if now is None or _heads(parse_state(state.address, now), bins) != list_heads:
-            # A list it sweeps gained or lost a chunk at an end: the chunks read in other
-            # windows then disagree with it, and a disagreement not found again in a stop
-            # ends the sweep anyway (after the whole heap).
-            return MOVED_WHY
-        if window is None:
-            break
-        walk.walk_window(*window)
-    if walk.complete:
-        return None
-    if walk.stop_check is None:  # a header on a page not in RAM when the heap was read
-        return _absent_why(mem, walk)
-    if not _still(arena_words):
-        return MOVED_WHY
-    return WalkedLists(state, (), bins, (), _broken_header(state, walk, result))
-
-
 @dataclass(frozen=True)
 class SweepRoom:
     """What a sweep's walk may take of our memory, worked out from our cgroup's limits: the
-    free chunks it keeps at most, and its window buffer (a held walk's: two, HeapWalk's
-    ``buffer`` and ``ahead``) with the most one window reads."""
+    free chunks it keeps at most, and its window buffer with the most one window reads."""
 
     max_chunks: int
     buffer: bytearray
     window_max_bytes: int
-    ahead: bytearray | None = None
 
 
 def sweep_room(held: bool) -> SweepRoom:
-    """The room of a sweep's walk (``held``: HeapWalk's held windows), its buffers' pages
+    """The room of a sweep's walk (``held``: HeapWalk's held windows), its buffer's pages
     faulted in now: to be made outside any stop (the limits' files read and a fresh 5 MiB
     buffer faulted in cost a stop ~1-10 ms)."""
     headroom_bytes = memory_headroom_bytes()
-    max_chunks = sweep_max_chunks(headroom_bytes)
-    if held:
-        both = held_buffers(min(window_bytes_within(headroom_bytes), HELD_WINDOW_BYTES))
-        return SweepRoom(max_chunks, both.now, both.window_max_bytes, both.ahead)
     window_max_bytes = window_bytes_within(headroom_bytes)
-    return SweepRoom(max_chunks, window_buffer(window_max_bytes), window_max_bytes)
+    window_max_bytes = min(window_max_bytes, HELD_WINDOW_BYTES) if held else window_max_bytes
+    return SweepRoom(
+        sweep_max_chunks(headroom_bytes), window_buffer(window_max_bytes), window_max_bytes
+    )
 
 
 def count_lists(mem: MemoryReader, hold: ArenaHold, walked: WalkedLists) -> SweepResult | str:
