@@ -16,7 +16,8 @@ Contract:
   heap; on a busy one a link may disagree because the heap moved between two windows. So a
   disagreement is looked at again in one stop (the arena unlocked): where it still holds
   there, the heap is corrupt (rule 8: named, never called into); where it does not, the heap
-  moved and the sweep gives up (saying why: the arena is refused as before).
+  moved and the sweep gives up (MOVED_WHY: bin_relay may then sweep the arena again in one
+  stop, every window of walk_lists ``held``, the counting after the stop).
 - A chunk header the walk cannot pass (a size that is not one, or runs past the heap) fails
   for good only once read again in one stop from a boundary trusted before (HeapWalk's
   retry). Where the arena's malloc_state read the same in every stop that window rests on,
@@ -26,8 +27,9 @@ Contract:
   a disagreement found again is corruption there at once.
 - Our memory: 33 bytes a free chunk (size word, fd, bk, address, a flag) plus the window
   buffer, at most SWEEP_MAX_CHUNKS chunks, fewer under a memory limit (past them it gives
-  up); the counting is numpy's, over those arrays and a few of 4 bytes a chunk, its other
-  temporaries in blocks of _BLOCK.
+  up); the counting is numpy's over those arrays and a few of 4 bytes a chunk (its other
+  temporaries in blocks of _BLOCK), the lookups of each link's node and each chunk's bin in
+  C where _heapwindow is built.
 """
 
 from __future__ import annotations
