@@ -199,7 +199,7 @@ def relayed_scan(
         is_main,
         True,
         figures,
-        relayed.pages_read * mem.page_bytes,
+        relayed.pages_read * mem.page_bytes + relayed.swept_bytes,
         scouted,
     )
     return replace(

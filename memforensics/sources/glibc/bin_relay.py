@@ -139,6 +139,7 @@ class RelayRead:
         self.heaps: list[Heap] = []  # as of the first stop, with their residency
         self.stops = 0
         self.pages_read = 0
+        self.swept_bytes = 0  # of its heaps, copied in its sweep's stops (list_sweep)
         self.swept = False  # its lists were read by a sweep of its heaps (list_sweep)
         self.one_stop = False  # ... in one stop of every thread (its lists moved between stops)
         self.gave_up: str | None = None  # with no walk: why the relay (or sweep) gave up
@@ -431,6 +432,7 @@ class _Relay:
         _merge_swept(walk, self.lists, swept)
         read.walk, read.state, read.swept = walk, state, True
         read.stops += swept.stops
+        read.swept_bytes += swept.copied_bytes
 
     def sweep_in_one_stop(self, hold: ArenaHold) -> None:
         """The arena (or part), whose lists moved between stops (threads busy in it), swept
@@ -465,6 +467,7 @@ class _Relay:
         read.stops += 1
         read.heaps, read.state = heaps, state
         swept = walked if isinstance(walked, str) else count_lists(self.mem, hold, walked)
+        read.swept_bytes += 0 if isinstance(walked, str) else walked.result.copied_bytes
         _take_sweep(read, walk, state, bins, swept, how="swept in one stop")
         read.one_stop = read.walk is not None
 

@@ -143,6 +143,7 @@ class SweepResult:
         self.corruption: list[HeapCorruption] = []
         self.unmeasured: list[int] = []
         self.stops = 0
+        self.copied_bytes = 0  # of the heaps, copied in the sweep's stops (its windows)
         # The arena's malloc_state words as every stop of the sweep read them: one value
         # where no thread changed the arena's lists, bins or top meanwhile.
         self.arena_words: set[bytes | None] = set()
@@ -250,6 +251,7 @@ def walk_lists(
                 return _LOCKED_WHY
             result.stops += 1
             window, now = cast(_Windowed, read)
+            result.copied_bytes += len(window[1]) if window is not None else 0
             arena_words = [*arena_words[-(_STILL_STOPS - 1) :], now]
             result.arena_words.add(now)
             if now is None or _heads(parse_state(state.address, now), bins) != list_heads:
