@@ -882,9 +882,13 @@ def test_a_list_read_in_relays_or_swept_forecasts_what_trim_releases(order: str)
 
 
 @pytest.mark.slow
-def test_a_busy_arena_of_two_million_free_chunks_is_read_in_one_stop_never_called() -> None:
+@pytest.mark.parametrize("where", ["main-arena", "thread-arena"])
+def test_a_busy_arena_of_two_million_free_chunks_is_read_in_one_stop_never_called(
+    where: str,
+) -> None:
     """The 2-million-chunk list with a thread churning small blocks in the same arena
-    (arena_max=1): its first mallocs sort the list into the small bins, then it takes from
+    (main_arena, arena_max=1; or a thread arena of 64 MiB sub-heaps, where the thread that
+    freed the list churns): its first mallocs sort the list into the small bins, then it takes from
     them and gives back. The lists change between any two stops: the relay restarts, and the
     sweep sees the bins' heads move at its first windows (before, a read of this target
     reported "free list inconsistent while held" and exited 8, and later the default stood
@@ -894,8 +898,10 @@ def test_a_busy_arena_of_two_million_free_chunks_is_read_in_one_stop_never_calle
     holds: its ring of 512), and the stop the read names as its longest is that sweep's.
     A sample of `watch` is refused instead (no stop that long at every sample). The target
     runs on untraced."""
+    in_thread = where == "thread-arena"
+    env = {"SEEDS_UNSORTED_BUSY": "1", **({"SEEDS_UNSORTED_THREAD": "1"} if in_thread else {})}
     with _unsorted_in_cgroup(
-        "busy-2m", "4000000", env={"SEEDS_UNSORTED_BUSY": "1"}, arena_max=1
+        f"busy-2m-{where}", "4000000", env=env, arena_max=2 if in_thread else 1
     ) as pid:
         for extra in ((), ("--read-only",)):
             document, stderr = _inspect(pid, *extra)
@@ -903,8 +909,10 @@ def test_a_busy_arena_of_two_million_free_chunks_is_read_in_one_stop_never_calle
             read = document["read_only"]
             assert read["swept_in_one_stop_arenas"] == 1, read
             assert read["swept_arenas"] == 1, read
+            swept = document["arenas"][int(in_thread)]
+            assert swept["rest_bytes"] > 2_000_000 * 144, swept  # (the list's arena)
             # (That stop copied the whole heap: the arena's system bytes, malloc_info's.)
-            assert read["stop_copy_bytes"] >= document["arenas"][0]["system_bytes"], read
+            assert read["stop_copy_bytes"] >= swept["system_bytes"], read
             assert "swept in one stop" in document["safe_point"], document["safe_point"]
             totals = document["totals"]
             assert abs(totals["rest_chunks"] - 2_000_000) <= 2 * 512, totals

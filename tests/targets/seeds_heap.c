@@ -56,6 +56,9 @@
  * heap, each in address order (glibc 2.41 leaves them so without it).
  * SEEDS_UNSORTED_BUSY=1 (with glibc.malloc.arena_max=1): a thread then churns small blocks
  * in the main arena, its first mallocs sorting the bin into the small bins.
+ * SEEDS_UNSORTED_THREAD=1 (with arena_max 2 or more): the blocks are allocated and freed by a
+ * thread of their own, in a thread arena of sub-heaps, which with SEEDS_UNSORTED_BUSY=1 then
+ * churns in that arena itself.
  * SEEDS_BLOCK_BYTES=N (at least 136): the blocks are N..N+128 bytes instead (N of a page or
  * more: free chunks with whole pages inside, what malloc_trim gives back).
  *
@@ -317,6 +320,24 @@ static void build_unsorted(long blocks, int ordered) {
     }
 }
 
+/* SEEDS_UNSORTED_THREAD=1 (with glibc.malloc.arena_max of 2 or more): the unsorted bin built
+ * by a thread of its own, in a thread arena, which then churns there itself when
+ * SEEDS_UNSORTED_BUSY=1 (else sleeps): the same shape away from main_arena. */
+struct unsorted_job {
+    long blocks;
+    int ordered, busy;
+    pthread_barrier_t built;
+};
+
+static void *unsorted_thread(void *arg) {
+    struct unsorted_job *job = arg;
+    build_unsorted(job->blocks, job->ordered);
+    pthread_barrier_wait(&job->built);
+    if (job->busy) unsorted_churner(NULL);
+    for (;;) pause();
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     /* Unbuffered: a stdio buffer would be malloc'ed at the first fgets or printf, after the
      * heap is built (and in the unsorted shape, sort part of the bin). */
@@ -339,16 +360,27 @@ int main(int argc, char **argv) {
         }
         long blocks = atol(argv[2]);
         if (blocks < 2) return 2;
-        build_unsorted(blocks, argc >= 4 && strcmp(argv[3], "ordered") == 0);
+        int ordered = argc >= 4 && strcmp(argv[3], "ordered") == 0;
+        const char *churning = getenv("SEEDS_UNSORTED_BUSY");
+        int busy_bin = churning != NULL && atoi(churning) == 1;
+        const char *in_thread = getenv("SEEDS_UNSORTED_THREAD");
+        static struct unsorted_job job;
+        pthread_t builder, churner;
+        if (in_thread != NULL && atoi(in_thread) == 1) {
+            job.blocks = blocks, job.ordered = ordered, job.busy = busy_bin;
+            if (pthread_barrier_init(&job.built, NULL, 2) != 0 ||
+                pthread_create(&builder, &attr, unsorted_thread, &job) != 0)
+                return 1;
+            pthread_barrier_wait(&job.built);
+            busy_bin = 0; /* (it churns itself) */
+        } else {
+            build_unsorted(blocks, ordered);
+        }
         if (xml != NULL && (malloc_info(0, xml) != 0 || fflush(xml) != 0)) {
             perror("malloc_info");
             return 1;
         }
-        const char *churning = getenv("SEEDS_UNSORTED_BUSY");
-        pthread_t churner;
-        if (churning != NULL && atoi(churning) == 1 &&
-            pthread_create(&churner, &attr, unsorted_churner, NULL) != 0)
-            return 1;
+        if (busy_bin && pthread_create(&churner, &attr, unsorted_churner, NULL) != 0) return 1;
         printf("ready unsorted=%ld corrupt=%#lx\n", blocks / 2, (unsigned long)corrupted_chunk);
     } else if (argc == 4 || argc == 5) {
         static char xml_buffer[1 << 20];
