@@ -132,6 +132,22 @@ def _group_members(pgid: int) -> list[int]:
     return members
 
 
+# As long as the watchdog waits to call a target left alone (watchdog._CALM_SECONDS).
+_CALM_SECONDS = 0.5
+
+
+def _untraced_for(target: StallTarget, seconds: float, timeout_seconds: float = 150.0) -> None:
+    """The target is untraced for ``seconds`` on end (a watchdog's rescue, up to its 120 s,
+    is over)."""
+    deadline = time.monotonic() + timeout_seconds
+    calm_since = time.monotonic()
+    while time.monotonic() - calm_since < seconds:
+        assert time.monotonic() < deadline, f"still traced: {target.status()['TracerPid']}"
+        if target.status()["TracerPid"] != "0":
+            calm_since = time.monotonic()
+        time.sleep(0.01)
+
+
 def _wait_gone(gdb_pid: int, timeout_seconds: float = 10.0) -> None:
     """gdb's process group (gdb and anything it forked) is empty within the deadline."""
     deadline = time.monotonic() + timeout_seconds
@@ -177,6 +193,11 @@ def test_gdb_killed_at_a_moment_leaves_the_target_running(moment: str, nth: int)
         # itself it forks to probe ptrace stopped for ever; the watchdog ends gdb's group.
         assert session._mi is not None
         _wait_gone(session._mi.pid)
+        # The watchdog, told gdb died, may still be rescuing a call it believed in flight (a
+        # kill just as a call's result came back): it traces the calling thread until it is
+        # done, and a session started meanwhile is refused as "already traced". Its
+        # rescue ends first.
+        _untraced_for(target, _CALM_SECONDS)
         # And the target can be inspected again: nothing was left behind in its code.
         with GdbSession(target.pid, timeout_seconds=10) as again:
             assert again.malloc_info().startswith(b"<malloc")
