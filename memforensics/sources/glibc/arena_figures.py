@@ -22,6 +22,7 @@ from memforensics.sources.proc.procmem import MemoryReader
 # the target ran a while (ArenaHold.let_run: longer each time), at most this many times, and
 # for no longer than the caller's timeout.
 LOCK_RETRIES = 60
+LOCKED_EVERY_TRY = "the arena was locked at every try"  # why a read that found that gave up
 
 
 class ArenaHold(Protocol):

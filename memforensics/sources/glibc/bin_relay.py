@@ -53,7 +53,12 @@ from memforensics.model import glibc
 from memforensics.model.corruption import HeapCorruption, bin_name
 from memforensics.sources import optional_native
 from memforensics.sources.glibc import read_progress
-from memforensics.sources.glibc.arena_figures import LOCK_RETRIES, ArenaHold, StillMemory
+from memforensics.sources.glibc.arena_figures import (
+    LOCK_RETRIES,
+    LOCKED_EVERY_TRY,
+    ArenaHold,
+    StillMemory,
+)
 from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap, read_state
 from memforensics.sources.glibc.glibc_walk import ArenaWalk, ArenaWalker, nonempty_bins
 from memforensics.sources.glibc.heap_checks import bin_head, list_check
@@ -85,7 +90,6 @@ _MADV_POPULATE_WRITE = 23  # linux/mman.h (5.14+)
 # 2-CPU VM), come to at most ONE_STOP_MAX_SECONDS, and cut there whatever they come to.
 ONE_STOP_MAX_SECONDS = 1.5
 ONE_STOP_BYTES_PER_SECOND = 1 << 30
-_LOCKED_WHY = "the arena was locked at every try"
 # A relay reading more than this many pages per chunk followed (past _SCATTERED_MIN_PAGES)
 # follows a list whose chunks lie apart (a block read for each): it stops, and the lists not
 # finished are swept (list_sweep). A list in address order reads ~0.1 page a chunk; one
@@ -185,7 +189,7 @@ def relay_arena(
             read_progress.detail(mem.pid, relay.progress())
             if busy:
                 if locked >= LOCK_RETRIES or not hold.let_run(locked):
-                    relay.read.gave_up = _LOCKED_WHY
+                    relay.read.gave_up = LOCKED_EVERY_TRY
                     break
                 locked += 1
             elif not relay.over:
@@ -459,7 +463,7 @@ class _Relay:
             return
         found = self._held_sweep(hold)
         if found is None:
-            why = "the read's time ran out" if self.deadline.passed() else _LOCKED_WHY
+            why = "the read's time ran out" if self.deadline.passed() else LOCKED_EVERY_TRY
             read.gave_up = f"swept in one stop, but {why}"
             return
         hold.release()

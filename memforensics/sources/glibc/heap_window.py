@@ -58,6 +58,17 @@ def window_buffer(max_bytes: int = WINDOW_MAX_BYTES) -> bytearray:
     return bytearray(max_bytes + WINDOW_BYTES + WINDOW_TAIL_BYTES)
 
 
+def held_window_buffer(headroom_bytes: int | None) -> bytearray:
+    """A held walk's window buffer (windows of HELD_WINDOW_BYTES, fewer within
+    ``headroom_bytes``: window_bytes_within), to be made before the hold."""
+    return window_buffer(min(HELD_WINDOW_BYTES, window_bytes_within(headroom_bytes)))
+
+
+def window_max_bytes_of(buffer: bytearray) -> int:
+    """The most one window of a walk given window_buffer()'s ``buffer`` may read."""
+    return len(buffer) - WINDOW_BYTES - WINDOW_TAIL_BYTES
+
+
 # Of what our memory cgroup's limit leaves us, the share one window may take: the window's
 # buffer, the small heaps' copies waiting for their walk (as much again) and the walk's
 # arrays and picture must fit in it with room to spare.

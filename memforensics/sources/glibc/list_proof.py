@@ -52,13 +52,10 @@ from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap, heaps_from
 from memforensics.sources.glibc.heap_checks import bin_head, list_check
 from memforensics.sources.glibc.heap_lists import Tcache
 from memforensics.sources.glibc.heap_window import (
-    HELD_WINDOW_BYTES,
-    WINDOW_BYTES,
-    WINDOW_TAIL_BYTES,
     ChunkRef,
     HeapWalk,
-    window_buffer,
-    window_bytes_within,
+    held_window_buffer,
+    window_max_bytes_of,
 )
 from memforensics.sources.glibc.list_sweep import first_chunk
 from memforensics.sources.proc.own_cgroup import memory_headroom_bytes
@@ -232,7 +229,7 @@ class _FreeLinks:
 def proof_buffer() -> bytearray:
     """The proof's window buffer, within what our cgroup's limit leaves us, its pages faulted
     in: to be made before the hold (a fresh 5 MiB buffer faulted in costs it ~3-10 ms)."""
-    return window_buffer(min(HELD_WINDOW_BYTES, window_bytes_within(memory_headroom_bytes())))
+    return held_window_buffer(memory_headroom_bytes())
 
 
 def prove_arenas(
@@ -324,7 +321,7 @@ def _walks(
             visitor.visit,
             keep=False,
             buffer=buffer,
-            window_max_bytes=len(buffer) - WINDOW_BYTES - WINDOW_TAIL_BYTES,  # (window_buffer's)
+            window_max_bytes=window_max_bytes_of(buffer),
             held=True,
         )
         while not walk.done:

@@ -47,18 +47,24 @@ from memforensics.model import glibc
 from memforensics.model.chunks import ChunkState
 from memforensics.model.corruption import HeapCorruption, bin_name
 from memforensics.sources import optional_native
-from memforensics.sources.glibc.arena_figures import LOCK_RETRIES, ArenaHold, StillMemory
+from memforensics.sources.glibc.arena_figures import (
+    LOCK_RETRIES,
+    LOCKED_EVERY_TRY,
+    ArenaHold,
+    StillMemory,
+)
 from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap, parse_state, read_state
 from memforensics.sources.glibc.heap_checks import bin_head, list_check
 from memforensics.sources.glibc.heap_chunks import main_first_chunk, subheap_first_chunk
 from memforensics.sources.glibc.heap_lists import Tcache
 from memforensics.sources.glibc.heap_window import (
-    HELD_WINDOW_BYTES,
     WINDOW_BYTES,
     ChunkRef,
     HeapWalk,
+    held_window_buffer,
     window_buffer,
     window_bytes_within,
+    window_max_bytes_of,
 )
 from memforensics.sources.proc.cpu_quota import WorkDeadline
 from memforensics.sources.proc.own_cgroup import memory_headroom_bytes
@@ -248,7 +254,7 @@ def walk_lists(
             )
             hold.release()
             if read is _LOCKED:
-                return _LOCKED_WHY
+                return LOCKED_EVERY_TRY
             result.stops += 1
             window, now = cast(_Windowed, read)
             result.copied_bytes += len(window[1]) if window is not None else 0
@@ -273,7 +279,7 @@ def walk_lists(
     )
     hold.release()
     if not isinstance(state_words, bytes):
-        return _LOCKED_WHY
+        return LOCKED_EVERY_TRY
     result.arena_words.add(state_words)
     heads = parse_state(state.address, state_words)
     return WalkedLists(heads, heaps, bins, free.arrays(), result)
@@ -294,8 +300,10 @@ def sweep_room(held: bool) -> SweepRoom:
     faulted in now: to be made outside any stop (the limits' files read and a fresh 5 MiB
     buffer faulted in cost a stop ~1-10 ms)."""
     headroom_bytes = memory_headroom_bytes()
+    if held:
+        buffer = held_window_buffer(headroom_bytes)
+        return SweepRoom(sweep_max_chunks(headroom_bytes), buffer, window_max_bytes_of(buffer))
     window_max_bytes = window_bytes_within(headroom_bytes)
-    window_max_bytes = min(window_max_bytes, HELD_WINDOW_BYTES) if held else window_max_bytes
     return SweepRoom(
         sweep_max_chunks(headroom_bytes), window_buffer(window_max_bytes), window_max_bytes
     )
@@ -311,7 +319,6 @@ def count_lists(mem: MemoryReader, hold: ArenaHold, walked: WalkedLists) -> Swee
 
 
 _LOCKED = object()
-_LOCKED_WHY = "the arena was locked at every try"
 
 
 MOVED_WHY = "its lists changed between the sweep's stops (threads busy in it)"
@@ -654,7 +661,7 @@ def _confirm(
     found = _in_a_stop(hold, mem, state.address, look)
     hold.release()
     if found is _LOCKED:
-        return _LOCKED_WHY
+        return LOCKED_EVERY_TRY
     if not isinstance(found, HeapCorruption):
         return MOVED_WHY
     result.corruption.append(
