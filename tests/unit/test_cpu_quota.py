@@ -545,3 +545,22 @@ def test_the_stop_of_scouted_arenas_teaches_the_pacer_their_cost_per_scouted_pag
     assert pacer.copy_cpu_seconds_per_page == pytest.approx(
         (0.03 - cq.READING_SETUP_CPU_SECONDS) / 1000
     )
+
+
+@pytest.mark.parametrize("quota", [None, CpuQuota(0.01, 0.1, "/x")])
+def test_a_sweep_in_one_stop_is_bounded_by_what_one_stop_may_read_in_the_quota(
+    monkeypatch: pytest.MonkeyPatch, quota: CpuQuota | None
+) -> None:
+    """The one stop of a busy arena's sweep (bin_relay) is a stop like any other: under a
+    quota of a tenth of a CPU it may read no longer than the quota leaves room for (its two
+    readers and the hold within MARGIN of the quota), not its usual 1.5 s; without one, 1.5 s."""
+    from memforensics.sources.glibc import bin_relay
+
+    pacer = _pacer(_Clock(), quota)
+    pacer.hold_cpu_seconds = 0.0015
+    monkeypatch.setattr(cq, "_pacer", pacer)
+    seconds = bin_relay._one_stop_seconds()
+    if quota is None:
+        assert seconds == bin_relay.ONE_STOP_MAX_SECONDS
+        return
+    assert 2 * seconds + pacer.hold_cpu_seconds <= cq.MARGIN * quota.quota_seconds + 1e-9

@@ -63,7 +63,11 @@ from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap, read_state
 from memforensics.sources.glibc.glibc_walk import ArenaWalk, ArenaWalker, nonempty_bins
 from memforensics.sources.glibc.heap_checks import bin_head, list_check
 from memforensics.sources.glibc.heapcopy import FreshBuffers
-from memforensics.sources.proc.cpu_quota import WorkDeadline, stop_reading_seconds
+from memforensics.sources.proc.cpu_quota import (
+    WorkDeadline,
+    stop_reading_seconds,
+    wall_per_cpu_second,
+)
 from memforensics.sources.proc.procmem import MemoryReader, PageMap, ProcessMemoryReader
 from memforensics.units import format_bytes
 
@@ -87,7 +91,8 @@ RELAY_BUDGET_SECONDS = 15.0
 _MADV_POPULATE_WRITE = 23  # linux/mman.h (5.14+)
 # A sweep in one stop holds every thread for the walk of the arena's heaps: tried only where
 # their bytes in RAM, at ONE_STOP_BYTES_PER_SECOND (about half what the walk does on a
-# 2-CPU VM), come to at most ONE_STOP_MAX_SECONDS, and cut there whatever they come to.
+# 2-CPU VM), come to at most ONE_STOP_MAX_SECONDS (less under a CPU quota: what one stop may
+# read within it, _one_stop_seconds), and cut there whatever they come to.
 ONE_STOP_MAX_SECONDS = 1.5
 ONE_STOP_BYTES_PER_SECOND = 1 << 30
 # A relay reading more than this many pages per chunk followed (past _SCATTERED_MIN_PAGES)
@@ -455,10 +460,11 @@ class _Relay:
             for h in read.heaps
             if h.pages is not None
         )
-        if resident > ONE_STOP_MAX_SECONDS * ONE_STOP_BYTES_PER_SECOND:
+        bound = _one_stop_seconds()
+        if resident > bound * ONE_STOP_BYTES_PER_SECOND:
             read.gave_up = (
                 f"{read.gave_up}; not swept in one stop: its heaps' {format_bytes(resident)} "
-                f"in RAM would hold every thread past {ONE_STOP_MAX_SECONDS:g} s"
+                f"in RAM would hold every thread past {bound:g} s"
             )
             return
         found = self._held_sweep(hold)
@@ -487,8 +493,9 @@ class _Relay:
         for attempt in range(LOCK_RETRIES + 1):
             if self.deadline.passed():
                 return None
-            # (The stop's own bound: the read's relays may have seconds left.)
-            deadline = WorkDeadline(min(self.deadline.left_seconds(), ONE_STOP_MAX_SECONDS))
+            # (The stop's own bound, in wall time: the read's relays may have seconds left.)
+            bound = min(self.deadline.left_seconds(), _one_stop_seconds())
+            deadline = WorkDeadline(bound / wall_per_cpu_second())
             with hold.arena(0):
                 state = read_state(self.mem, self.address)
                 if state is not None and state.mutex == 0 and not hold.in_allocator():
@@ -551,6 +558,14 @@ class _Relay:
         followed -= self.after_first[0]
         pages -= self.after_first[1]
         return pages > _SCATTERED_MIN_PAGES and pages > RELAY_MAX_PAGES_PER_CHUNK * followed
+
+
+def _one_stop_seconds() -> float:
+    """How long a sweep in one stop may hold the target: ONE_STOP_MAX_SECONDS, under a CPU
+    quota at most what one stop may read within it by the held copy's two threads
+    (cpu_quota.stop_reading_seconds: every stop is sized by it, so that the kernel never
+    throttles us while the target is held)."""
+    return stop_reading_seconds(ONE_STOP_MAX_SECONDS, readers=2)
 
 
 def fastbins_and_top(
