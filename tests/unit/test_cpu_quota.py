@@ -559,7 +559,7 @@ def test_a_sweep_in_one_stop_is_bounded_by_what_one_stop_may_read_in_the_quota(
     pacer = _pacer(_Clock(), quota)
     pacer.hold_cpu_seconds = 0.0015
     monkeypatch.setattr(cq, "_pacer", pacer)
-    seconds = bin_relay._one_stop_seconds()
+    seconds = bin_relay.one_stop_seconds()
     if quota is None:
         assert seconds == bin_relay.ONE_STOP_MAX_SECONDS
         return

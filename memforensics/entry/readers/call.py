@@ -8,11 +8,12 @@ arena's mutex held; else the target runs a while and another moment is tried, un
 deadline (DeadlineError, exit 6: nothing was called). In that moment's hold, before any
 call, the arenas the refused read left unread are proved to let malloc_info's loops end
 (sources.glibc.list_proof; rule 8): a heap found corrupt there is reported (exit 8) and one
-that cannot be proved is refused, nothing called. The calls run on one thread while the
-others stay held until malloc_info starts (they run during it); each restores the thread by
-itself when it returns, so a SIGKILL of our
-whole side at any moment leaves the target alive and running, at worst with the call's
-region and FILE leaked (see that module). The residency is read from memory right after.
+that cannot be proved is refused, nothing called; so are arenas too big to prove within the
+hold's bound (list_proof's: told before any hold, and again in it). The calls run on one
+thread while the others stay held until malloc_info starts (they run during it); each
+restores the thread by itself when it returns, so a SIGKILL of our whole side at any moment
+leaves the target alive and running, at worst with the call's region and FILE leaked (see
+that module). The residency is read from memory right after.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from memforensics.sources.glibc.libc_elf import LibcImage, load_libc_image
 from memforensics.sources.glibc.list_proof import (
     Proof,
     ProofTarget,
+    hold_refusal,
     proof_buffer,
     prove_arenas,
 )
@@ -121,6 +123,10 @@ def call_malloc_info(
     holds = 0
     buffer = proof_buffer() if unproved.targets else None  # (made before any hold)
     with ProcessMemoryReader(pid) as mem:
+        if unproved.targets:
+            why = hold_refusal(mem, unproved.targets, brk_extent(read_maps(pid)))
+            if why is not None:
+                raise _past_bound_error(pid, why)
         while True:
             remaining = deadline - time.monotonic()
             if remaining < _HOLD_MIN_SECONDS:
@@ -204,6 +210,8 @@ def _proved(
             "with every thread held)",
             pid=pid,
         )
+    if proof.past_bound:
+        raise _past_bound_error(pid, proof.unproved)
     if proof.unproved is not None:
         raise GdbMayHelpError(
             f"PID {pid}: malloc_info was not called: the lists the read could not follow "
@@ -212,6 +220,16 @@ def _proved(
             pid=pid,
         )
     return proof
+
+
+def _past_bound_error(pid: int, why: str | None) -> GdbMayHelpError:
+    """The refusal of a proof past its hold's bound (list_proof): nothing was called."""
+    return GdbMayHelpError(
+        f"PID {pid}: malloc_info was not called: the lists the read could not follow are "
+        f"proved first with every thread held, and {why}",
+        hint="gdb's way calls malloc_info without that proof",
+        pid=pid,
+    )
 
 
 def inspect_by_call(

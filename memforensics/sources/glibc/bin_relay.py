@@ -92,7 +92,7 @@ _MADV_POPULATE_WRITE = 23  # linux/mman.h (5.14+)
 # A sweep in one stop holds every thread for the walk of the arena's heaps: tried only where
 # their bytes in RAM, at ONE_STOP_BYTES_PER_SECOND (about half what the walk does on a
 # 2-CPU VM), come to at most ONE_STOP_MAX_SECONDS (less under a CPU quota: what one stop may
-# read within it, _one_stop_seconds), and cut there whatever they come to.
+# read within it, one_stop_seconds), and cut there whatever they come to.
 ONE_STOP_MAX_SECONDS = 1.5
 ONE_STOP_BYTES_PER_SECOND = 1 << 30
 # A relay reading more than this many pages per chunk followed (past _SCATTERED_MIN_PAGES)
@@ -460,7 +460,7 @@ class _Relay:
             for h in read.heaps
             if h.pages is not None
         )
-        bound = _one_stop_seconds()
+        bound = one_stop_seconds()
         if resident > bound * ONE_STOP_BYTES_PER_SECOND:
             read.gave_up = (
                 f"{read.gave_up}; not swept in one stop: its heaps' {format_bytes(resident)} "
@@ -494,7 +494,7 @@ class _Relay:
             if self.deadline.passed():
                 return None
             # (The stop's own bound, in wall time: the read's relays may have seconds left.)
-            bound = min(self.deadline.left_seconds(), _one_stop_seconds())
+            bound = min(self.deadline.left_seconds(), one_stop_seconds())
             deadline = WorkDeadline(bound / wall_per_cpu_second())
             with hold.arena(0):
                 state = read_state(self.mem, self.address)
@@ -560,7 +560,7 @@ class _Relay:
         return pages > _SCATTERED_MIN_PAGES and pages > RELAY_MAX_PAGES_PER_CHUNK * followed
 
 
-def _one_stop_seconds() -> float:
+def one_stop_seconds() -> float:
     """How long a sweep in one stop may hold the target: ONE_STOP_MAX_SECONDS, under a CPU
     quota at most what one stop may read within it by the held copy's two threads
     (cpu_quota.stop_reading_seconds: every stop is sized by it, so that the kernel never

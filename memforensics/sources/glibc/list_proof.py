@@ -29,6 +29,11 @@ Contract:
   from swap), and its zeros are never taken for words.
 - Our memory: the window buffer and 16 bytes per stretch (at most _MAX_STRETCHES); time:
   one read of the arena's heaps (a second one only on a heap found corrupt).
+- The hold is bounded as a sweep in one stop is (bin_relay.one_stop_seconds: at most
+  ONE_STOP_MAX_SECONDS, less under a CPU quota): arenas whose heaps' bytes in RAM, at
+  PROOF_BYTES_PER_SECOND, come to more are not walked (``hold_refusal``, before the hold
+  and again in it), and a walk that runs past the bound is cut there; either leaves them
+  unproved, and nothing is called.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ from memforensics.model.corruption import HeapCorruption, bin_name
 from memforensics.model.glibc import SIZE_FLAGS, bin_index
 from memforensics.model.heapscan import HeapScan
 from memforensics.sources import optional_native
-from memforensics.sources.glibc.bin_relay import fastbins_and_top
+from memforensics.sources.glibc.bin_relay import fastbins_and_top, one_stop_seconds
 from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap, heaps_from_top, read_state
 from memforensics.sources.glibc.heap_checks import bin_head, list_check
 from memforensics.sources.glibc.heap_lists import Tcache
@@ -60,6 +65,7 @@ from memforensics.sources.glibc.heap_window import (
 from memforensics.sources.glibc.list_sweep import first_chunk
 from memforensics.sources.proc.own_cgroup import memory_headroom_bytes
 from memforensics.sources.proc.procmem import MemoryReader, PageMap
+from memforensics.units import format_bytes
 
 _FREE = int(ChunkState.FREE)
 # Optional C (the numpy below the fallback, tested against it): a window's link sums.
@@ -70,6 +76,9 @@ _NBINS = 128
 _MAX_STRETCHES = 1 << 14
 _STRETCH_MIN_SHIFT = 12  # a stretch is a page at least
 _MIX = (np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))  # splitmix64's
+# What the proof's hold is judged to walk a second (its heaps' bytes in RAM): about half what
+# it walks on a 2-CPU VM (1.2 GiB of heap, 3.1 million free chunks, in 0.26-0.48 s).
+PROOF_BYTES_PER_SECOND = 2 << 30
 
 
 @dataclass(frozen=True)
@@ -101,6 +110,7 @@ class Proof:
     corruption: HeapCorruption | None = None
     unproved: str | None = None
     out_of_time: bool = False  # (of unproved: the deadline came first)
+    past_bound: bool = False  # (of unproved: the hold's bound, see the module)
     heap_bytes: int = 0
     seconds: float = 0.0
 
@@ -248,19 +258,74 @@ def prove_arenas(
     began = time.monotonic()
     proof = Proof()
     buffer = buffer if buffer is not None else proof_buffer()
-    for target in targets:
-        state = read_state(mem, target.address)
-        if state is None:
-            proof.unproved = f"arena {target.number}'s malloc_state could not be read"
-            break
-        heaps = _heaps(mem, state, target, brk, proof)
-        if heaps is None:
-            break
-        _prove(mem, state, heaps, target, sbrk_base, deadline, buffer, proof)
+    found = _arenas_now(mem, targets, brk, proof)
+    if found is None:
+        proof.seconds = time.monotonic() - began
+        return proof
+    bound = one_stop_seconds()
+    proof.unproved = _past_the_bound([heaps for _, _, heaps in found], bound)
+    proof.past_bound = proof.unproved is not None
+    cut = began + bound
+    for target, state, heaps in found if proof.unproved is None else ():
+        _prove(mem, state, heaps, target, sbrk_base, min(deadline, cut), buffer, proof)
+        if proof.unproved is not None and deadline > cut <= time.monotonic():
+            # (Cut by the bound, not the deadline: whatever stopped there, the fastbins' walk
+            # or the heaps', stopped for want of time.)
+            proof.out_of_time, proof.past_bound = False, True
+            proof.unproved = f"their walk was cut at {bound:g} s with every thread held"
         if not proof.proved:
             break
     proof.seconds = time.monotonic() - began
     return proof
+
+
+def hold_refusal(
+    mem: MemoryReader, targets: Sequence[ProofTarget], brk: tuple[int, int] | None
+) -> str | None:
+    """Before the hold, the target running: why ``targets`` would not be walked in it (their
+    heaps' bytes in RAM past the hold's bound, see the module); None where they may be (the
+    proof judges again, in the hold, from the heaps as they are then)."""
+    found = _arenas_now(mem, targets, brk, Proof())
+    if found is None:
+        return None  # (the proof, in the hold, says what is wrong)
+    return _past_the_bound([heaps for _, _, heaps in found], one_stop_seconds())
+
+
+def _arenas_now(
+    mem: MemoryReader,
+    targets: Sequence[ProofTarget],
+    brk: tuple[int, int] | None,
+    proof: Proof,
+) -> list[tuple[ProofTarget, ArenaState, list[Heap]]] | None:
+    """Each target's malloc_state and heaps (with their residency) as they are now; None
+    (``proof`` says why) where one cannot be read or its heaps found."""
+    found = []
+    for target in targets:
+        state = read_state(mem, target.address)
+        if state is None:
+            proof.unproved = f"arena {target.number}'s malloc_state could not be read"
+            return None
+        heaps = _heaps(mem, state, target, brk, proof)
+        if heaps is None:
+            return None
+        found.append((target, state, heaps))
+    return found
+
+
+def _past_the_bound(arenas: Sequence[Sequence[Heap]], bound_seconds: float) -> str | None:
+    """Why heaps of ``arenas`` are too big for one hold of ``bound_seconds``; None if not."""
+    resident = sum(
+        h.pages.resident_bytes(h.pages.start, h.pages.end)
+        for heaps in arenas
+        for h in heaps
+        if h.pages is not None
+    )
+    if resident <= bound_seconds * PROOF_BYTES_PER_SECOND:
+        return None
+    return (
+        f"their heaps' {format_bytes(resident)} in RAM would hold every thread past "
+        f"{bound_seconds:g} s"
+    )
 
 
 def _heaps(
