@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -35,7 +36,12 @@ class _Memory:
         return bytes(self.heap[address - START : address - START + length])
 
 
-def _walk(absent_page: int | None) -> tuple[list[int], list[str]]:
+def _walk(
+    absent_page: int | None, python_from: list[int] | None = None
+) -> tuple[list[int], list[str]]:
+    """The chunks visited by a walk of the laid-out heap (the page ``absent_page`` not in
+    RAM), and the loop that walked each window's headers (the address each Python loop
+    began at appended to ``python_from``)."""
     heap = bytearray(CHUNKS * CHUNK_BYTES + PAGE)  # (the last page: past the chunks)
     for i in range(CHUNKS):
         struct.pack_into("<QQ", heap, i * CHUNK_BYTES, 0, CHUNK_BYTES | 1)
@@ -70,8 +76,19 @@ def _walk(absent_page: int | None) -> tuple[list[int], list[str]]:
         retry=True,
     )
     native, python = walk._native_headers, walk._python_headers
-    walk._native_headers = lambda w, at: (loops.append("C"), native(w, at))[1]  # type: ignore[method-assign]
-    walk._python_headers = lambda w, at: (loops.append("Python"), python(w, at))[1]  # type: ignore[method-assign]
+
+    def in_c(w: Any, at: int) -> tuple[int, int]:
+        loops.append("C")
+        return native(w, at)
+
+    def in_python(w: Any, at: int) -> tuple[int, int]:
+        loops.append("Python")
+        if python_from is not None:
+            python_from.append(at)
+        return python(w, at)
+
+    walk._native_headers = in_c  # type: ignore[method-assign]
+    walk._python_headers = in_python  # type: ignore[method-assign]
     while not walk.done:
         window = walk.read_window()
         if window is None:
@@ -94,3 +111,28 @@ def test_an_absent_page_in_the_last_window_leaves_the_others_to_the_c_loop(
     assert loops[: len(loops) - 1] and set(loops[: len(loops) - 1]) == {"C"}, loops
     # The same chunks, but the top, whose end lies on the absent page.
     assert sorted(visited) == sorted(every)[: len(visited)] and len(visited) == len(every) - 1
+
+
+def test_a_window_with_a_page_not_in_ram_is_walked_in_c_up_to_that_page(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A page not in RAM in the middle of a window (a header on it: the walk stops there): the
+    headers before it are the C loop's, the Python loop takes over from the chunk whose next
+    header lies on it, and the chunks visited are those the Python loop alone visits."""
+    if heap_window._native is None:
+        pytest.fail("the C loop (_heapwindow) is not built: setup.py build_ext")
+    monkeypatch.setattr(heap_window, "WINDOW_SECONDS", 0.0)  # one piece per window
+    absent = CHUNKS * CHUNK_BYTES // PAGE // 2  # halfway up the heap: inside a window
+    python_from: list[int] = []
+    visited, loops = _walk(absent_page=absent, python_from=python_from)
+    monkeypatch.setattr(heap_window, "_native", None)
+    python_alone, python_loops = _walk(absent_page=absent)
+    assert set(python_loops) == {"Python"}
+    assert visited == python_alone
+    # The walk stops at the header on that page: the last chunk visited ends on it or before.
+    assert visited and max(visited) < START + (absent + 1) * PAGE, hex(max(visited))
+    assert max(visited) + 2 * CHUNK_BYTES > START + absent * PAGE
+    # The window with the page: the C loop first, then the Python loop from the chunk whose
+    # next header lies on that page, nothing after it.
+    assert loops[-2:] == ["C", "Python"] and set(loops[:-2]) == {"C"}, loops
+    assert len(python_from) == 1 and python_from[0] > START + absent * PAGE - CHUNK_BYTES - 16

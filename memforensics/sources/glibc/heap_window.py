@@ -115,7 +115,10 @@ class _Window:
     last_header: int  # a chunk whose next header lies above this waits for the next window
     top_at: int  # the arena's top (-1: unknown)
     all_present: bool  # every page of the heap is present (no header needs checking)
-    native: bool  # the common chunks are walked in C
+    # The first page of the window not in RAM (``end`` where there is none): the C loop walks
+    # the headers before it, the Python loop (which checks each header's page) those after.
+    present_until: int
+    native: bool  # the common chunks are walked in C (those before present_until)
     skip_until: int  # a walk gone back: chunks ending at or below this were emitted before
     resync: tuple[int, int] | None  # this is a walk gone back (from, emitted to)
     entry_at: int  # the first header this window walks
@@ -317,6 +320,7 @@ class HeapWalk:
             or pages.all_resident
             or pages.resident_bytes(base, window_end) == window_end - base
         )
+        present_until = window_end if all_present else _first_absent(pages, base, window_end)
         return _Window(
             data=data,
             view=view,
@@ -327,7 +331,8 @@ class HeapWalk:
             last_header=window_end - 16,
             top_at=-1 if top is None else top,
             all_present=all_present,
-            native=all_present and len(data) >= 64 and _native is not None,
+            present_until=present_until,
+            native=present_until - base >= 64 and _native is not None,
             skip_until=skip_until,
             resync=resync,
             entry_at=self.at,
@@ -352,6 +357,8 @@ class HeapWalk:
         None when the window is to be read again (see _rare_header)."""
         if w.native:
             at, stop = self._native_headers(w, self.at)
+            if not w.all_present and stop in (_DONE, _PENDING) and at < w.high:
+                at, stop = self._python_headers(w, at)  # (from the first page not in RAM)
         else:
             at, stop = self._python_headers(w, self.at)
         if stop == _PENDING:
@@ -377,13 +384,18 @@ class HeapWalk:
         fast_arg = self.fast if self.fast else None
         keys_arg = tuple(self.tcache.keys)
         top_arg = w.top_at if w.top_at >= 0 else (1 << 64) - 1
-        while at < w.high:
+        # (Before the first page not in RAM: a header there, or the next one a chunk's state
+        # is read from, would read as zeros. The chunk whose next header lies past it comes
+        # back as pending, for the Python loop.)
+        high = min(w.high, w.present_until - 15)
+        last_header = min(w.last_header, w.present_until - 16)
+        while at < high:
             at, count, stop = _native.headers(
                 w.data,
                 w.base,
                 at,
-                w.high,
-                w.last_header,
+                high,
+                last_header,
                 self.limit,
                 top_arg,
                 w.skip_until,
@@ -393,7 +405,7 @@ class HeapWalk:
             )
             if count:
                 self._take_batch(w, out, count)
-            if stop == _DONE or at >= w.high:
+            if stop == _DONE or at >= high:
                 break
             if stop != _FULL:
                 return at, stop
@@ -595,3 +607,19 @@ class HeapWalk:
             chunk_count=self.count,
             walked_to=self.at,
         )
+
+
+def _first_absent(pages: PageMap | None, low: int, high: int) -> int:
+    """The first address of [low, high) on a page ``pages`` has not in RAM (a page past its
+    map counts as not in RAM, as HeapWalk._present has it); ``high`` where there is none."""
+    if pages is None:
+        return high
+    size, present = pages.page_bytes, pages.present
+    first = max((low - pages.start) // size, 0)
+    last = (high - 1 - pages.start) // size + 1  # (the pages [low, high) touches)
+    index = present.find(0, first, min(last, len(present)))
+    if index < 0:
+        if last <= len(present):
+            return high
+        index = len(present)
+    return max(low, pages.start + index * size)
