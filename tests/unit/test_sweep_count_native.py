@@ -2,7 +2,8 @@
 sorted chunk addresses (``chunk_index``), and the bin that following fd from it reaches
 (``list_bins``), against lists built here by hand (a permutation of the chunks cut into one
 ring per bin head, then links broken on purpose: the construction is the oracle) and against
-the numpy code each one stands in for."""
+the numpy code each one stands in for. And the count's figures per bin, over free chunks
+laid out by hand in several bins (the construction the oracle)."""
 
 from __future__ import annotations
 
@@ -166,3 +167,61 @@ def test_a_windows_free_columns_in_c_are_numpys(monkeypatch: pytest.MonkeyPatch)
     assert columns[False] == columns[True]
     assert len(columns[False][0]) == states.count(1)
     assert 0 < sum(columns[False][4]) < states.count(1)  # some footers agree, some do not
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_the_count_gives_each_bin_the_figures_of_the_chunks_built_into_it(seed: int) -> None:
+    """count_lists over free chunks laid out by hand in rings of several small bins of one
+    arena (each chunk's size its bin's, its fd and bk its ring's, every one in RAM): each
+    bin's count, total and raw extremes are those of the chunks built into it, an empty bin
+    reads as empty, and a bin with no head among the chunks is not mistaken for another."""
+    from memforensics.model import glibc
+    from memforensics.sources.glibc.arena_figures import StillMemory
+    from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap
+    from memforensics.sources.glibc.heap_checks import bin_head
+
+    rng = random.Random(seed)
+    arena = 0x7F00_0000_0000
+    start = 0x5555_0000_0000
+    used = [2, 5, 9, 30, 63]  # small bins, chunks of 16 x the bin's number
+    members: dict[int, list[int]] = {number: [] for number in used}
+    at_list, raw_list, next_at = [], [], start
+    for _ in range(4000):  # chunks side by side, each in a random bin of ``used``
+        number = rng.choice(used)
+        size = 16 * number
+        members[number].append(next_at)
+        at_list.append(next_at)
+        raw_list.append(size | 1)  # (PREV_INUSE: the chunk before is in use)
+        next_at += size + 64  # (a live chunk between: none coalesce)
+    fd_of, bk_of = {}, {}
+    bins = [0] * (2 * (glibc.NBINS - 1))
+    for number in range(1, glibc.NBINS):
+        head = bin_head(ArenaState(arena, 0, arena, 0, (), ()), number)
+        ring = members.get(number, [])
+        rng.shuffle(ring)
+        nodes = [head, *ring]
+        for here, there in zip(nodes, [*nodes[1:], head], strict=True):
+            fd_of[here], bk_of[there] = there, here
+        bins[2 * (number - 1)], bins[2 * (number - 1) + 1] = fd_of[head], bk_of[head]
+    state = ArenaState(arena, next_at, arena, next_at - start, tuple(bins), (0,) * 10)
+    at = np.array(at_list, dtype=np.uint64)
+    free = (
+        at,
+        np.array(raw_list, dtype=np.uint64),
+        np.array([fd_of[a] for a in at_list], dtype=np.uint64),
+        np.array([bk_of[a] for a in at_list], dtype=np.uint64),
+        np.ones(len(at), dtype=bool),
+    )
+    heap = Heap(start, 0, next_at - start, next_at - start)
+    asked = [*used, 7]  # bin 7: empty
+    walked = list_sweep.WalkedLists(state, [heap], asked, free, list_sweep.SweepResult())
+    memory = type("Pages", (), {"page_bytes": 4096})()  # (nothing is read: every chunk agrees)
+    result = list_sweep.count_lists(memory, StillMemory(), walked)
+    assert isinstance(result, list_sweep.SweepResult), result
+    assert not result.corruption and not result.unmeasured
+    assert result.figures[7][:2] == (0, 0)
+    for number in used:
+        count, total, *_, raw_min, raw_max, raw_total = result.figures[number]
+        size = 16 * number
+        assert (count, total) == (len(members[number]), size * len(members[number])), number
+        assert (raw_min, raw_max, raw_total) == (size | 1, size | 1, (size | 1) * count)

@@ -489,13 +489,17 @@ def _count(
     del bad, fd, bk
     page = mem.page_bytes
     adjust = _adjustments(heaps, at, raw, bin_of, page)
-    # Grouped by bin once (a sort), each bin's figures over its slice, in blocks.
-    grouped = np.argsort(bin_of, kind="stable").astype(np.int32)
-    ordered_bins = bin_of[grouped]
+    # Grouped by bin once (a sort), each bin's figures over its slice, in blocks. (Bins as
+    # 16-bit keys: numpy's stable sort of those is a radix sort, and the bins' bounds are
+    # searched for at once, in keys of the same type: a search for int64 values in int32
+    # keys converts the whole array first, at every call.)
+    keys = bin_of.astype(np.int16)  # (1..127 here: a chunk on no list returned above)
     del bin_of
+    grouped = np.argsort(keys, kind="stable").astype(np.int32)
+    bounds = np.searchsorted(keys[grouped], np.arange(1, glibc.NBINS + 1, dtype=np.int16))
+    del keys
     for number in sorted(set(bins)):
-        lo, hi = np.searchsorted(ordered_bins, [number, number + 1])
-        members = grouped[lo:hi]
+        members = grouped[bounds[number - 1] : bounds[number]]
         if not len(members):
             if int(head_fd[number - 1]) == int(heads[number - 1]):
                 result.figures[number] = (0, 0, 0, 0, 0, 0, 0)
