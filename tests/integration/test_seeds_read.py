@@ -280,6 +280,40 @@ def test_an_arena_above_the_copy_budget_with_widely_spread_lists_is_read(
     assert run.peak_rss_kib << 10 <= RSS_BOUND_BYTES, run.peak_rss_kib
 
 
+@pytest.mark.slow
+def test_a_part_whose_relay_gives_up_is_copied_in_one_stop_not_swept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The spread arena of 320 MiB, read in parts, each part whose lists lie on more pages than
+    a part's stop copies relayed: where such a relay gives up (here every part's, as when a
+    busy arena's lists move under it), the part is copied in one stop from its scout's pages,
+    a stop as long as those pages take, never swept in one stop (a walk of every heap of the
+    arena: ~140 ms on a busy arena of 602 MiB). Oracles: the target's own malloc_info, byte
+    for byte; the relays were asked for no sweep in one stop, and none was taken."""
+    from memforensics.entry.readers.memory import inspect_read_only
+    from memforensics.sources.glibc import bin_relay, heapmaps
+
+    asked: list[tuple[object, bool]] = []
+
+    def gives_up(*args: Any, **kwargs: Any) -> bin_relay.RelayRead:
+        asked.append((kwargs.get("part"), kwargs["one_stop"]))
+        read = bin_relay.RelayRead()
+        read.gave_up = "its lists moved (made to give up by the test)"
+        return read
+
+    monkeypatch.setattr(heapmaps.bin_relay, "relay_arena", gives_up)
+    own = tmp_path / "own.xml"
+    with _spread_in_cgroup(1, own, "part-relay-gives-up", {}) as pid:
+        inspection = inspect_read_only(pid, timeout_seconds=60)
+        _assert_running(pid)
+    assert inspection.capture.xml == own.read_bytes()
+    read = inspection.read_only
+    assert read is not None
+    assert asked and all(part is not None and not one_stop for part, one_stop in asked), asked
+    assert read.parted_arenas == 1 and read.arena_parts >= 3, read
+    assert read.relayed_arenas == 0 and read.swept_in_one_stop_arenas == 0, read
+
+
 _SCOUTED_MAIN = """
 import time
 blocks = [bytearray(8000) for _ in range(20000)]  # 160 MiB of main arena, every byte written

@@ -32,7 +32,8 @@ Contract:
 - An arena whose lists moved under its relays, or under its sweep's stops, is swept again in
   one stop of every thread (_Relay.sweep_in_one_stop: the arena's one moment, the stop as
   long as the walk of its heaps, at most ONE_STOP_MAX_SECONDS), where the caller allows it
-  (``one_stop``: not for the samples of `watch` and `collect`).
+  (``one_stop``: not for the samples of `watch` and `collect`, nor for a part of a scouted
+  arena, which heapmaps copies in one stop from its scout's pages instead).
 
 The fastbins and the top are read in the first stop by the ordinary walk (a part [0, 0]).
 A part of a split arena (``part``: bins [first, last]) is relayed the same way, its block

@@ -984,7 +984,10 @@ class _HeapRead:
                     pages=pages,
                     sbrk_base=self.params.sbrk_base if self.params is not None else None,
                     copy_max_bytes=self.pool.copy_max_bytes,
-                    one_stop=self.one_stop_sweeps,
+                    # (A part's relay that gives up is copied in one stop instead, from its
+                    # scout's pages, add_parts: a stop as long as those pages take, where a
+                    # sweep in one stop walks every heap of the arena.)
+                    one_stop=self.one_stop_sweeps and part is None,
                 )
             scan = relayed_scan(
                 mem, relayed, is_main=is_main, figures=self.figures, scouted=part is not None
