@@ -59,6 +59,7 @@ class Heap:
         threads: int = 1,
         *,
         fresh: bool = False,
+        ordered_max: int = 0,
     ) -> int:
         view = memoryview(self.copy)
         flagged_before = len(self.flagged())
@@ -74,6 +75,7 @@ class Heap:
                 threads,
                 0,
                 fresh,
+                ordered_max,
             )
         finally:
             view.release()
@@ -402,3 +404,29 @@ def test_a_fresh_scout_reads_the_pagemap_or_is_refused(heap: Heap) -> None:
     first = _ring(heap, [(7 * PAGE, 64)])
     with pytest.raises(ValueError, match="pagemap"):
         heap.scout([(HEAD, first, CIRCULAR)], fresh=True)
+
+
+def test_a_long_list_in_address_order_ends_the_scout_a_scattered_one_does_not(
+    heap: Heap,
+) -> None:
+    """A list that walks page after page (address order) past ``ordered_max`` pages ends the
+    scout (status 3: the relay reads such a list in blocks) having read no more than that and
+    the round it was in; the same chunks linked in a scattered order are followed to their
+    end; and with ``ordered_max`` 0 the list in order is followed to its end too."""
+    in_order = [(index * PAGE + 64, 64) for index in range(24)]
+    first = _ring(heap, in_order[::-1])  # (descending: chunks freed in address order)
+    assert heap.scout([(HEAD, first, CIRCULAR)], ordered_max=8) == 3
+    assert 8 <= heap.pages_read <= 10, heap.pages_read
+    heap.filled[:] = bytes(len(heap.filled))
+    first = _ring(heap, in_order)
+    assert heap.scout([(HEAD, first, CIRCULAR)], ordered_max=8) == 3
+    assert 8 <= heap.pages_read <= 10, heap.pages_read
+    heap.filled[:] = bytes(len(heap.filled))
+    assert heap.scout([(HEAD, first, CIRCULAR)], ordered_max=0) == 0
+    assert heap.flagged() == set(range(24))
+    heap.filled[:] = bytes(len(heap.filled))
+    scattered = [in_order[(index * 7) % 24] for index in range(24)]  # (7 and 24: coprime)
+    first = _ring(heap, scattered)
+    assert heap.scout([(HEAD, first, CIRCULAR)], ordered_max=8) == 0
+    assert heap.flagged() == set(range(24))
+    heap.assert_copied()

@@ -78,6 +78,12 @@ typedef struct {
     uint64_t mark, power, steps;
     int kind, done, inconsistent;
     int bin; /* the bin the list is (0..127, 0: a fastbin), tagged on its pages; -1: none */
+    /* The pages the list waited for (its headers' first pages, each counted once in a row),
+     * and of those the ones next to the one before in the same segment: a list in address
+     * order (either way: chunks freed in address order lie on the unsorted bin in reverse)
+     * walks page after page. */
+    uint64_t waited, in_order, last_index;
+    const void *last_seg;
 } List;
 
 typedef struct {
@@ -173,6 +179,13 @@ static void advance(List *list, Seg *segs, Py_ssize_t nsegs, uint64_t limit, uin
         }
         if (here <= 0) {
             list->done = here < 0;
+            if (here == 0 && !(list->last_seg == seg && list->last_index == first)) {
+                list->waited++;
+                list->in_order += list->last_seg == seg &&
+                                  (first == list->last_index + 1 || first + 1 == list->last_index);
+                list->last_seg = seg;
+                list->last_index = first;
+            }
             return;
         }
         uint64_t size = word_at(seg->base, offset + 8) & ~(uint64_t)7;
@@ -350,8 +363,16 @@ static size_t read_round(Helper *helper, int fd, pid_t held_pid, Want *wants, si
     return read;
 }
 
+/* A list has waited for more than ``ordered_max`` pages, 9 of 10 next to the one before. */
+static int long_in_order(const List *lists, Py_ssize_t nlists, uint64_t ordered_max) {
+    for (Py_ssize_t i = 0; i < nlists; i++)
+        if (lists[i].waited > ordered_max && lists[i].in_order * 10 >= lists[i].waited * 9)
+            return 1;
+    return 0;
+}
+
 /* scout(fd, segments, lists, page, deadline, max_pages[, pagemap_fd[, threads[, held_pid
- *       [, fresh]]]])
+ *       [, fresh[, ordered_max]]]]])
  *     -> (status, pages, inconsistent, steps)
  * fd: the target's /proc/PID/mem.
  * segments: sorted, not overlapping (buffer, start, readable, filled[, lo, hi]): a writable
@@ -364,7 +385,10 @@ static size_t read_round(Helper *helper, int fd, pid_t held_pid, Want *wants, si
  * size), a fastbin (1: head 0, first the fastbin's pointer), or a fastbin followed as
  * safe-linked (2); bin (0..127, the fastbins 0) is what tags its pages. status: 0 every list
  * followed to its end (or to where it cannot be read), 1 more than max_pages pages would be
- * read, 2 time.monotonic() passed deadline. pages: pages read. inconsistent: the bins' lists
+ * read, 2 time.monotonic() passed deadline, 3 a list in address order (9 of 10 of the pages it
+ * waited for next to the one before) waited for more than ordered_max pages (0: never
+ * ends the scout): a relay reads such a list in blocks, and its pages are more than a
+ * stop copies. pages: pages read. inconsistent: the bins' lists
  * in which a chunk's bk did not name the chunk before it, or that looped without their head
  * (as far as followed). steps: the chunks the lists advanced by (a loop costs at most twice
  * its start and length, List's mark says why). pagemap_fd (the target's
@@ -376,15 +400,16 @@ static size_t read_round(Helper *helper, int fd, pid_t held_pid, Want *wants, si
  * of that process, the target, still: with pagemap_fd, the pages it alone maps are read
  * pinned (read_wants). fresh (needs pagemap_fd): the pages flagged copied on entry are read
  * again where a list leads through them (once each), not trusted: a catch-up of lists that
- * moved since those pages were copied; they stay flagged whether read again or not. */
+ * moved since those pages were copied; they stay flagged whether read again or not.
+ * ordered_max: see status 3. */
 static PyObject *scout(PyObject *self, PyObject *args) {
     (void)self;
     int fd, pagemap_fd = -1, threads = 1, held_pid = 0, fresh = 0;
     PyObject *seg_items, *list_items;
-    unsigned long long page, max_pages;
+    unsigned long long page, max_pages, ordered_max = 0;
     double deadline;
-    if (!PyArg_ParseTuple(args, "iOOKdK|iiip", &fd, &seg_items, &list_items, &page, &deadline,
-                          &max_pages, &pagemap_fd, &threads, &held_pid, &fresh))
+    if (!PyArg_ParseTuple(args, "iOOKdK|iiipK", &fd, &seg_items, &list_items, &page, &deadline,
+                          &max_pages, &pagemap_fd, &threads, &held_pid, &fresh, &ordered_max))
         return NULL;
     if (fresh && pagemap_fd < 0) {
         PyErr_SetString(PyExc_ValueError, "a fresh scout reads the pagemap as it goes");
@@ -498,6 +523,11 @@ static PyObject *scout(PyObject *self, PyObject *args) {
         if (nwants == 0) break;
         if (read_pages + nwants > max_pages) {
             status = 1;
+            unask(wants, nwants);
+            break;
+        }
+        if (ordered_max && long_in_order(lists, nlists, ordered_max)) {
+            status = 3;
             unask(wants, nwants);
             break;
         }

@@ -95,6 +95,12 @@ HELD_LAZY_MAX_CHUNKS = 256
 SCOUT_SECONDS = 0.25
 SCOUT_MAX_SHARE = 0.25
 SCOUT_MAX_BYTES = 64 << 20
+# The scout of an arena above the copies' budget gives up on a list in address order (nine
+# pages in ten it walks to one next to the page before) once it has walked this many bytes
+# of pages: the relay it gives way to reads such a list in blocks of pages from the held
+# target, and a list that long is relayed anyway (more than a part's stop copies), so what
+# the scout would read of it past here is read twice.
+SCOUT_ORDERED_MAX_BYTES = 64 << 20
 # The heap size from which heapmaps scouts an arena without a CPU quota (its _SCOUT_MIN_BYTES
 # is this): a smaller arena is scouted only under one.
 SCOUT_DENSE_MIN_BYTES = 32 << 20
@@ -198,9 +204,11 @@ def _native_scout(
     live: bool = False,
     held: bool = False,
     fresh: bool = False,
+    ordered_max_pages: int = 0,
 ) -> int:
     """One _listscout.scout call: the pages read; OutOfPages past ``max_pages`` (None: no
-    bound; with the count of lists that failed glibc's bk check), OutOfTime past
+    bound; with the count of lists that failed glibc's bk check) or where a list in address
+    order walked more than ``ordered_max_pages`` pages (0: none is cut so), OutOfTime past
     ``deadline``. ValueError for segments that overlap (heaps read while moving). ``live``:
     the segments' readable flags are older than this call (an earlier scout's), so whether
     a page is in RAM is read from the pagemap as each is about to be read. ``held``: the
@@ -221,8 +229,9 @@ def _native_scout(
         _reader_threads(held),
         mem.pid if held else 0,
         fresh,
+        ordered_max_pages,
     )
-    if status == 1:
+    if status in (1, 3):
         raise OutOfPages(int(inconsistent))
     if status:
         raise OutOfTime
@@ -256,8 +265,17 @@ def scout_together(
         lists += _scout_lists_of(state, [_FASTBIN, *nonempty_bins(state, 1)])
     segments.sort(key=lambda segment: segment[1])
     until = min(deadline, time.monotonic() + seconds)
+    # (A list in order is cut only where every arena of the group has the relay to give way to.)
+    ordered = min((walker._ordered_max_pages for walker, _ in walkers), default=0)
     try:
-        _native_scout(mem, segments, lists, min(budget, max_bytes // mem.page_bytes), until)
+        _native_scout(
+            mem,
+            segments,
+            lists,
+            min(budget, max_bytes // mem.page_bytes),
+            until,
+            ordered_max_pages=ordered,
+        )
     except (OutOfTime, ValueError):
         for walker, _ in walkers:
             walker._end_scout(False)
@@ -437,6 +455,7 @@ class ArenaWalker:
         # began with the copies read as whole (None otherwise).
         self._round_copies: CopiesForC | None = None
         self._scout_pages_left: int | None = None
+        self._ordered_max_pages = 0  # (_begin_scout sets it: a list in order cut past it)
         self.scouted_bytes = 0  # bytes of the pages a scout found the lists on
         self.stop_copy_bytes = 0  # bytes copied from the target in stops (held reads)
         self.rescouted_pages = 0  # pages the lists that moved since the scout led to
@@ -609,6 +628,9 @@ class ArenaWalker:
         # (Of our CPU time: under a CPU quota a scout may take longer, not give up sooner.)
         self._deadline = min(deadline, time.monotonic() + seconds * wall_per_cpu_second())
         self._scout_pages_left = max_pages
+        self._ordered_max_pages = (
+            0 if self._prefetch_whole else SCOUT_ORDERED_MAX_BYTES // self._page
+        )
         self._max_chunks = None
         tagged = _scout_native is not None and isinstance(self._mem, ProcessMemoryReader)
         self._tags = (
@@ -827,7 +849,14 @@ class ArenaWalker:
         lists = _scout_lists_of(state, indexes)
         in_stop = self._scout_pages_left is None
         pages = _native_scout(
-            mem, segments, lists, max_pages, self._deadline, live=live, held=in_stop
+            mem,
+            segments,
+            lists,
+            max_pages,
+            self._deadline,
+            live=live,
+            held=in_stop,
+            ordered_max_pages=0 if in_stop else self._ordered_max_pages,
         )
         if not in_stop:
             assert self._scout_pages_left is not None
