@@ -456,17 +456,9 @@ class _Relay:
         from memforensics.sources.glibc.list_sweep import count_lists
 
         read = self.read
-        resident = sum(
-            h.pages.resident_bytes(h.pages.start, h.pages.end)
-            for h in read.heaps
-            if h.pages is not None
-        )
-        bound = one_stop_seconds()
-        if resident > bound * ONE_STOP_BYTES_PER_SECOND:
-            read.gave_up = (
-                f"{read.gave_up}; not swept in one stop: its heaps' {format_bytes(resident)} "
-                f"in RAM would hold every thread past {bound:g} s"
-            )
+        too_long = past_one_stop(read.heaps, ONE_STOP_BYTES_PER_SECOND)
+        if too_long is not None:
+            read.gave_up = f"{read.gave_up}; not swept in one stop: its {too_long}"
             return
         found = self._held_sweep(hold)
         if found is None:
@@ -567,6 +559,20 @@ def one_stop_seconds() -> float:
     (cpu_quota.stop_reading_seconds: every stop is sized by it, so that the kernel never
     throttles us while the target is held)."""
     return stop_reading_seconds(ONE_STOP_MAX_SECONDS, readers=2)
+
+
+def past_one_stop(heaps: Sequence[Heap], bytes_per_second: float) -> str | None:
+    """Why a walk of ``heaps`` in one stop of every thread is not made (the sweep in one
+    stop's, or the stand-in call's proof, list_proof): their bytes in RAM, walked at
+    ``bytes_per_second``, would hold the target past one_stop_seconds() ("heaps' ... in RAM
+    would hold every thread past ... s"); None where they fit."""
+    resident = sum(
+        h.pages.resident_bytes(h.pages.start, h.pages.end) for h in heaps if h.pages is not None
+    )
+    bound = one_stop_seconds()
+    if resident <= bound * bytes_per_second:
+        return None
+    return f"heaps' {format_bytes(resident)} in RAM would hold every thread past {bound:g} s"
 
 
 def fastbins_and_top(

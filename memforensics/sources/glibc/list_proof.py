@@ -52,7 +52,11 @@ from memforensics.model.corruption import HeapCorruption, bin_name
 from memforensics.model.glibc import SIZE_FLAGS, bin_index
 from memforensics.model.heapscan import HeapScan
 from memforensics.sources import optional_native
-from memforensics.sources.glibc.bin_relay import fastbins_and_top, one_stop_seconds
+from memforensics.sources.glibc.bin_relay import (
+    fastbins_and_top,
+    one_stop_seconds,
+    past_one_stop,
+)
 from memforensics.sources.glibc.glibc_arenas import ArenaState, Heap, heaps_from_top, read_state
 from memforensics.sources.glibc.heap_checks import bin_head, list_check
 from memforensics.sources.glibc.heap_lists import Tcache
@@ -65,7 +69,6 @@ from memforensics.sources.glibc.heap_window import (
 from memforensics.sources.glibc.list_sweep import first_chunk
 from memforensics.sources.proc.own_cgroup import memory_headroom_bytes
 from memforensics.sources.proc.procmem import MemoryReader, PageMap
-from memforensics.units import format_bytes
 
 _FREE = int(ChunkState.FREE)
 # Optional C (the numpy below the fallback, tested against it): a window's link sums.
@@ -263,7 +266,7 @@ def prove_arenas(
         proof.seconds = time.monotonic() - began
         return proof
     bound = one_stop_seconds()
-    proof.unproved = _past_the_bound([heaps for _, _, heaps in found], bound)
+    proof.unproved = _too_long([heaps for _, _, heaps in found])
     proof.past_bound = proof.unproved is not None
     cut = began + bound
     for target, state, heaps in found if proof.unproved is None else ():
@@ -288,7 +291,7 @@ def hold_refusal(
     found = _arenas_now(mem, targets, brk, Proof())
     if found is None:
         return None  # (the proof, in the hold, says what is wrong)
-    return _past_the_bound([heaps for _, _, heaps in found], one_stop_seconds())
+    return _too_long([heaps for _, _, heaps in found])
 
 
 def _arenas_now(
@@ -312,20 +315,11 @@ def _arenas_now(
     return found
 
 
-def _past_the_bound(arenas: Sequence[Sequence[Heap]], bound_seconds: float) -> str | None:
-    """Why heaps of ``arenas`` are too big for one hold of ``bound_seconds``; None if not."""
-    resident = sum(
-        h.pages.resident_bytes(h.pages.start, h.pages.end)
-        for heaps in arenas
-        for h in heaps
-        if h.pages is not None
-    )
-    if resident <= bound_seconds * PROOF_BYTES_PER_SECOND:
-        return None
-    return (
-        f"their heaps' {format_bytes(resident)} in RAM would hold every thread past "
-        f"{bound_seconds:g} s"
-    )
+def _too_long(arenas: Sequence[Sequence[Heap]]) -> str | None:
+    """Why the heaps of ``arenas`` are not walked in the hold (bin_relay.past_one_stop, at
+    PROOF_BYTES_PER_SECOND); None where they fit."""
+    why = past_one_stop([h for heaps in arenas for h in heaps], PROOF_BYTES_PER_SECOND)
+    return None if why is None else f"their {why}"
 
 
 def _heaps(
