@@ -14,9 +14,13 @@ scheduler of a 2-CPU host).
 Methods: `inspect --json` (the default: the memory read held still, no gdb), `inspect --gdb
 gdb --json`, and on PostgreSQL the manual gdb recipe (bench_inspect.run_recipe). Not the recipe
 on the JVM: a call into a JVM from a bare gdb session stops on the JVM's own signals and can
-end it. With ``--cpu-quota CPUS``, memforensics runs in a fresh cgroup of that CPU quota (a
-container's CPU limit), the service outside it; the recipe does not. Prints medians; asserts
-nothing.
+end it. On the JVM, two controls split what a default read costs its clients: "CPU as long"
+(a process keeping one CPU busy as long as the last default read took: what any process's CPU
+use costs a service that fills a 2-CPU host) and "its stops alone" (as many holds of every
+thread as the last default read made, each as long as its stops were on average, spread over
+its read time as they were, and no other work). With ``--cpu-quota CPUS``, memforensics runs
+in a fresh cgroup of that CPU quota (a container's CPU limit), the service outside it; the
+recipe does not. Prints medians; asserts nothing.
 
 usage: python benchmarks/bench_services.py [--rounds N] [--cpu-quota CPUS]
        [--services jvm,jvm-seeds,postgres]
@@ -35,6 +39,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -106,29 +111,91 @@ def read_windows(
     return windows
 
 
-def inspect_runner(pid: int, *extra: str, stops: list[float] | None = None) -> Callable[[], None]:
+@dataclass
+class LastRead:
+    """What the last default read took (its process's wall, its stops), for the controls."""
+
+    wall_seconds: float = 0.3
+    read_seconds: float = 0.1
+    stops: int = 1
+    stop_seconds: float = 0.005  # all its stops together
+
+
+def inspect_runner(
+    pid: int, *extra: str, stops: list[float] | None = None, last: LastRead | None = None
+) -> Callable[[], None]:
     """`inspect … --json PID`; with ``stops``, the longest stop the read-only read reports
     (its own clock, set beside the client's) is appended to it, and a read that relayed or
-    swept an arena (lists too long for one stop) says so."""
+    swept an arena (lists too long for one stop) says so; ``last`` is set to what it took."""
 
     def run() -> None:
         argv = [*memforensics_command(), "inspect", *extra, "--json", str(pid)]
+        began = time.monotonic()
         done = subprocess.run(
             in_cgroup(_QUOTA_GROUP[0], argv) if _QUOTA_GROUP else argv,
             capture_output=True,
             check=True,
         )
+        wall = time.monotonic() - began
         if stops is not None:
             read = json.loads(done.stdout)["read_only"]
             if read is None:  # the read was refused and the malloc_info call stood in
                 print(f"  (a read fell back to the call: {done.stderr.decode().strip()[-300:]})")
             else:
                 stops.append(1000 * read["longest_stop_seconds"])
+                if last is not None:
+                    last.wall_seconds, last.read_seconds = wall, read["read_seconds"]
+                    last.stops = max(1, int(read["stops"]))
+                    last.stop_seconds = read["total_stop_seconds"]
                 if read.get("relayed_arenas"):
                     print(
                         f"  (a read relayed {read['relayed_arenas']} arena(s), swept "
                         f"{read.get('swept_arenas', 0)}, in {read.get('relay_stops', 0)} stops)"
                     )
+
+    return run
+
+
+# A control's own program, in a fresh Python: "cpu SECONDS" keeps one CPU busy that long;
+# "holds PID N HOLD GAP" holds every thread of PID N times, HOLD seconds each, GAP apart.
+_CONTROL = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+if sys.argv[2] == "cpu":
+    end = time.monotonic() + float(sys.argv[3])
+    while time.monotonic() < end:
+        pass
+else:
+    from memforensics.sources.proc.ptrace_hold import ThreadHold
+    pid, n, hold, gap = int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6])
+    for _ in range(n):
+        with ThreadHold(pid):
+            time.sleep(hold)
+        time.sleep(gap)
+"""
+
+
+def cpu_runner(last: LastRead) -> Callable[[], None]:
+    """One CPU kept busy as long as the last default read took, by a fresh process."""
+
+    def run() -> None:
+        subprocess.run(
+            [sys.executable, "-c", _CONTROL, str(REPO), "cpu", f"{last.wall_seconds:.4f}"],
+            check=True,
+        )
+
+    return run
+
+
+def stops_runner(pid: int, last: LastRead) -> Callable[[], None]:
+    """The last default read's stops alone: as many holds of every thread of ``pid``, each
+    its mean stop long, spread over its read time, by a fresh process doing nothing else."""
+
+    def run() -> None:
+        hold = last.stop_seconds / last.stops
+        gap = max(0.0, last.read_seconds - last.stop_seconds) / last.stops
+        argv = [sys.executable, "-c", _CONTROL, str(REPO), "holds", str(pid), str(last.stops)]
+        subprocess.run([*argv, f"{hold:.5f}", f"{gap:.5f}"], check=True)
 
     return run
 
@@ -168,9 +235,12 @@ def bench_jvm(rounds: int, *, burst: str | None = None) -> None:
         pinger = Pinger(service.port)
         try:
             stops: list[float] = []
+            last = LastRead()
             methods = {
-                "inspect (read-only)": inspect_runner(service.pid, stops=stops),
+                "inspect (read-only)": inspect_runner(service.pid, stops=stops, last=last),
                 "inspect --gdb gdb": inspect_runner(service.pid, "--gdb", "gdb"),
+                "CPU as long": cpu_runner(last),
+                "its stops alone": stops_runner(service.pid, last),
             }
             windows = read_windows(methods, rounds, time.monotonic)
         finally:
