@@ -1,6 +1,7 @@
 """How long a read holds up a busy real service, as the service's own clients see it.
 
-Two services: OpenJDK running tests/targets/NativeChurn.java (16 threads churning native
+Three services: tests/targets/busy_service.c (16 threads churning malloc; a health check on
+loopback), OpenJDK running tests/targets/NativeChurn.java (16 threads churning native
 memory; a health check on loopback), also at the seeds' scale (each worker's burst of 460
 Deflaters first: ten and more arenas of 100-250 MiB, ~80 % of it free, in a memory cgroup),
 and a PostgreSQL backend serving pgbench (one client).
@@ -14,16 +15,17 @@ scheduler of a 2-CPU host).
 Methods: `inspect --json` (the default: the memory read held still, no gdb), `inspect --gdb
 gdb --json`, and on PostgreSQL the manual gdb recipe (bench_inspect.run_recipe). Not the recipe
 on the JVM: a call into a JVM from a bare gdb session stops on the JVM's own signals and can
-end it. On the JVM, two controls split what a default read costs its clients: "CPU as long"
-(a process keeping one CPU busy as long as the last default read took: what any process's CPU
-use costs a service that fills a 2-CPU host) and "its stops alone" (as many holds of every
-thread as the last default read made, each as long as its stops were on average, spread over
-its read time as they were, and no other work). With ``--cpu-quota CPUS``, memforensics runs
-in a fresh cgroup of that CPU quota (a container's CPU limit), the service outside it; the
-recipe does not. Prints medians; asserts nothing.
+end it. On the C service and the JVM, two controls split what a default read costs their
+clients: "CPU as long" (a process keeping one CPU busy as long as the last default read took:
+what any process's CPU use costs a service that fills a 2-CPU host) and "its stops alone" (as
+many holds of every thread as the last default read made, each as long as its stops were on
+average, spread over its read time as they were, and no other work). For the C service and
+the JVM the client is a ping asked every millisecond over loopback. With ``--cpu-quota
+CPUS``, memforensics runs in a fresh cgroup of that CPU quota (a container's CPU limit), the
+service outside it; the recipe does not. Prints medians; asserts nothing.
 
 usage: python benchmarks/bench_services.py [--rounds N] [--cpu-quota CPUS]
-       [--services jvm,jvm-seeds,postgres]
+       [--services c,jvm,jvm-seeds,postgres]
 """
 
 from __future__ import annotations
@@ -49,7 +51,12 @@ from bench_inspect import memforensics_command, run_recipe  # noqa: E402
 
 from tests.support.gdb_binary import use_test_gdb  # noqa: E402
 from tests.support.postgres import postgres_cluster, postgres_skip_reason  # noqa: E402
-from tests.support.services import LineClient, java_service, java_skip_reason  # noqa: E402
+from tests.support.services import (  # noqa: E402
+    LineClient,
+    c_service,
+    java_service,
+    java_skip_reason,
+)
 from tests.support.targets import cpu_cgroup, in_cgroup  # noqa: E402
 
 # The cgroup memforensics runs in under --cpu-quota (empty: ours, no quota).
@@ -256,6 +263,33 @@ def bench_jvm(rounds: int, *, burst: str | None = None) -> None:
         )
 
 
+def bench_c(rounds: int) -> None:
+    """tests/targets/busy_service.c with 16 churning workers: what holding a busy service
+    costs its clients where no runtime of its own (a JVM's safepoints, its JIT) is in play."""
+    with c_service("16") as service:
+        time.sleep(2)
+        pinger = Pinger(service.port)
+        try:
+            stops: list[float] = []
+            last = LastRead()
+            methods = {
+                "inspect (read-only)": inspect_runner(service.pid, stops=stops, last=last),
+                "inspect --gdb gdb": inspect_runner(service.pid, "--gdb", "gdb"),
+                "CPU as long": cpu_runner(last),
+                "its stops alone": stops_runner(service.pid, last),
+            }
+            windows = read_windows(methods, rounds, time.monotonic)
+        finally:
+            pinger.close()
+        print(f"answered {len(pinger.samples)} pings")
+        report(
+            f"C busy_service (16 churning threads, {rounds} rounds)",
+            windows,
+            lambda window: longest_wait_ms(pinger.samples, window),
+            stops,
+        )
+
+
 def _arena_shape(pid: int) -> str:
     """How many arenas of 100 MiB or more one default read found, and their free bytes."""
     done = subprocess.run(
@@ -327,7 +361,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=8, help="reads per method (default 8)")
     parser.add_argument("--cpu-quota", type=float, default=None, help="memforensics' CPUs")
-    parser.add_argument("--services", default="jvm,jvm-seeds,postgres")
+    parser.add_argument("--services", default="c,jvm,jvm-seeds,postgres")
     args, _ = parser.parse_known_args()
     if shutil.which("gdb") is None:
         print("bench_services: gdb is not installed; nothing to measure", file=sys.stderr)
@@ -343,6 +377,8 @@ def main() -> int:
         print(f"memforensics runs under a CPU quota of {args.cpu_quota} CPU ({group})")
     services = args.services.split(",")
     try:
+        if "c" in services:
+            bench_c(args.rounds)
         if "jvm" in services:
             bench_jvm(args.rounds)
         if "jvm-seeds" in services:
