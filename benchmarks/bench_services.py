@@ -21,9 +21,9 @@ what any process's CPU use costs a service that fills a 2-CPU host) and "its sto
 many holds of every thread as the last default read made, each as long as its stops were on
 average, spread over its read time as they were, and no other work). For the C service and
 the JVM the client is a ping asked every millisecond over loopback, from a SCHED_FIFO thread
-where it may be (Pinger says why). With ``--cpu-quota
-CPUS``, memforensics runs in a fresh cgroup of that CPU quota (a container's CPU limit), the
-service outside it; the recipe does not. Prints medians; asserts nothing.
+where it may be (Pinger says why). With ``--cpu-quota CPUS``, memforensics (and the controls)
+run in a fresh cgroup of that CPU quota (a container's CPU limit), the service outside it; the
+recipe does not. Prints medians; asserts nothing.
 
 usage: python benchmarks/bench_services.py [--rounds N] [--cpu-quota CPUS]
        [--services c,jvm,jvm-seeds,postgres]
@@ -134,6 +134,13 @@ def read_windows(
     return windows
 
 
+def _run_ours(argv: list[str]) -> subprocess.CompletedProcess[bytes]:
+    """``argv`` run as memforensics is: in the --cpu-quota cgroup where there is one."""
+    return subprocess.run(
+        in_cgroup(_QUOTA_GROUP[0], argv) if _QUOTA_GROUP else argv, capture_output=True, check=True
+    )
+
+
 @dataclass
 class LastRead:
     """What the last default read took (its process's wall, its stops), for the controls."""
@@ -152,13 +159,8 @@ def inspect_runner(
     swept an arena (lists too long for one stop) says so; ``last`` is set to what it took."""
 
     def run() -> None:
-        argv = [*memforensics_command(), "inspect", *extra, "--json", str(pid)]
         began = time.monotonic()
-        done = subprocess.run(
-            in_cgroup(_QUOTA_GROUP[0], argv) if _QUOTA_GROUP else argv,
-            capture_output=True,
-            check=True,
-        )
+        done = _run_ours([*memforensics_command(), "inspect", *extra, "--json", str(pid)])
         wall = time.monotonic() - began
         if stops is not None:
             read = json.loads(done.stdout)["read_only"]
@@ -202,10 +204,7 @@ def cpu_runner(last: LastRead) -> Callable[[], None]:
     """One CPU kept busy as long as the last default read took, by a fresh process."""
 
     def run() -> None:
-        subprocess.run(
-            [sys.executable, "-c", _CONTROL, str(REPO), "cpu", f"{last.wall_seconds:.4f}"],
-            check=True,
-        )
+        _run_ours([sys.executable, "-c", _CONTROL, str(REPO), "cpu", f"{last.wall_seconds:.4f}"])
 
     return run
 
@@ -218,9 +217,21 @@ def stops_runner(pid: int, last: LastRead) -> Callable[[], None]:
         hold = last.stop_seconds / last.stops
         gap = max(0.0, last.read_seconds - last.stop_seconds) / last.stops
         argv = [sys.executable, "-c", _CONTROL, str(REPO), "holds", str(pid), str(last.stops)]
-        subprocess.run([*argv, f"{hold:.5f}", f"{gap:.5f}"], check=True)
+        _run_ours([*argv, f"{hold:.5f}", f"{gap:.5f}"])
 
     return run
+
+
+def read_and_controls(pid: int, stops: list[float]) -> dict[str, Callable[[], None]]:
+    """The methods a pinged service is read with: the default read (its longest stops into
+    ``stops``), the gdb path, and the two controls that follow the default read."""
+    last = LastRead()
+    return {
+        "inspect (read-only)": inspect_runner(pid, stops=stops, last=last),
+        "inspect --gdb gdb": inspect_runner(pid, "--gdb", "gdb"),
+        "CPU as long": cpu_runner(last),
+        "its stops alone": stops_runner(pid, last),
+    }
 
 
 def report(
@@ -258,13 +269,7 @@ def bench_jvm(rounds: int, *, burst: str | None = None) -> None:
         pinger = Pinger(service.port)
         try:
             stops: list[float] = []
-            last = LastRead()
-            methods = {
-                "inspect (read-only)": inspect_runner(service.pid, stops=stops, last=last),
-                "inspect --gdb gdb": inspect_runner(service.pid, "--gdb", "gdb"),
-                "CPU as long": cpu_runner(last),
-                "its stops alone": stops_runner(service.pid, last),
-            }
+            methods = read_and_controls(service.pid, stops)
             windows = read_windows(methods, rounds, time.monotonic)
         finally:
             pinger.close()
@@ -287,13 +292,7 @@ def bench_c(rounds: int) -> None:
         pinger = Pinger(service.port)
         try:
             stops: list[float] = []
-            last = LastRead()
-            methods = {
-                "inspect (read-only)": inspect_runner(service.pid, stops=stops, last=last),
-                "inspect --gdb gdb": inspect_runner(service.pid, "--gdb", "gdb"),
-                "CPU as long": cpu_runner(last),
-                "its stops alone": stops_runner(service.pid, last),
-            }
+            methods = read_and_controls(service.pid, stops)
             windows = read_windows(methods, rounds, time.monotonic)
         finally:
             pinger.close()
