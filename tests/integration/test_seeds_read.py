@@ -65,6 +65,26 @@ def _inspect(
     return document, done.stderr
 
 
+def _corruption_named(pid: int, attempts: int = 3) -> dict[str, Any]:
+    """``inspect --json PID``'s document where it names a corruption (exit 8). The proof's
+    walk holds every thread and is cut at the hold's bound (exit 3, nothing called): on a
+    loaded host it may be, and the read is then made again, at most ``attempts`` times."""
+    for _ in range(attempts):
+        done = subprocess.run(
+            [sys.executable, "-m", "memforensics", "inspect", "--json", str(pid)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if done.returncode == 3 and "walk was cut" in done.stderr:
+            continue
+        assert done.returncode == 8, done.stderr
+        document: dict[str, Any] = json.loads(done.stdout)
+        return document
+    raise AssertionError(f"the proof's walk was cut at every one of {attempts} reads")
+
+
 def _assert_running(pid: int) -> None:
     fields = proc_status(pid)
     assert fields["TracerPid"] == "0" and fields["State"][0] not in "Tt", fields
@@ -791,12 +811,20 @@ def test_a_bk_overwritten_in_a_list_no_read_could_follow_is_named_before_any_cal
         limit_bytes=3 << 30,
         ready=ready,
     ) as pid:
-        document, _ = _inspect(pid, exit_code=8)
+        document = _corruption_named(pid)
         _assert_running(pid)
     corrupted = int(ready[0].split("corrupt=")[1].split()[0], 16)
     findings = document["corruption"]
     assert [(f["arena"], f["bin"]) for f in findings] == [(0, "unsorted")], findings
-    assert int(findings[0]["chunk_address"], 16) == corrupted, findings
+    named = int(findings[0]["chunk_address"], 16)
+    if "did not finish" in findings[0]["detail"]:
+        # (A loaded host: the walk naming the chunk ran out of the hold's bound. The finding
+        # is then the stretch whose links' sums differ, the one of a chunk that names the
+        # overwritten one or of where its bk leads, said as such: corrupt, nothing called.)
+        low = int(re.findall(r"0x[0-9a-f]+", findings[0]["detail"])[0], 16)
+        assert named == low and "do not close" in findings[0]["detail"], findings
+    else:
+        assert named == corrupted, findings
 
 
 def _small_bins(xml: bytes) -> list[dict[int, tuple[int, int]]]:

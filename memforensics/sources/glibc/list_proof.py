@@ -470,13 +470,15 @@ def _named(
     deadline: float,
 ) -> HeapCorruption:
     """The finding where the sums differ at ``stretch``: the first free chunk (or bin head)
-    there whose neighbours do not name it back, found in a second walk; else the stretch."""
+    there whose neighbours do not name it back, found in a second walk; else the stretch
+    (also where that walk could not finish, its time within the hold's bound gone: the heap
+    is corrupt all the same, the chunk is then only known to lie in the stretch)."""
     if stretch == sums.outside:
         detail = "a bin head's or a free chunk's link leads outside the arena's heaps"
         return HeapCorruption(state.address, "a bin", state.address, words.OUTSIDE_HEAPS, detail)
     low, high = sums.span(stretch)
     keeper = _FreeLinks(mem, sums, keep=(low, high))
-    _walks(mem, state, heaps, target, sbrk_base, keeper, buffer, deadline)
+    walked = _walks(mem, state, heaps, target, sbrk_base, keeper, buffer, deadline)
     heads = [bin_head(state, i) for i in range(1, _NBINS)]
     empty = {i for i, head in enumerate(heads, 1) if state.bins[2 * (i - 1)] == head}
     for chunk in [*(h for h in heads if low <= h < high), *keeper.kept]:
@@ -494,6 +496,8 @@ def _named(
         f"the free lists do not close: a link from [{low:#x}, {high:#x}) leads to a chunk "
         "that is not free"
     )
+    if isinstance(walked, str):
+        detail += f" (the walk that would name the chunk did not finish: {walked})"
     return HeapCorruption(state.address, name, low, check, detail)
 
 
